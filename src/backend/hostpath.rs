@@ -1,0 +1,650 @@
+//! hostPath: bind-mount a directory (or file, socket, device) of the node into the pod.
+//!
+//! `mount <podDir> <json>`:
+//! 1. validate every option and the node policy; bad input changes nothing;
+//! 2. under the pod directory's lock, create the source if its type says so (`DirectoryOrCreate`,
+//!    `FileOrCreate`, or a per-volume `pathPattern` directory), never following symlinks;
+//! 3. open the source `O_PATH` without following symlinks and check its type against kubelet's
+//!    HostPathType rules;
+//! 4. if the pod directory already shows this source, answer Success (converging a read-only
+//!    request that a crash left writable); if it shows something else, fail;
+//! 5. record the mount (state), bind-mount the opened inode, make it read-only if asked.
+//!
+//! A directory source is bound onto the pod directory itself. A file-like source (file, socket,
+//! device) cannot be: the pod directory is a directory. It is bound onto an empty file of the same
+//! name *inside* the pod directory, so a container that mounts the volume at `/data` sees
+//! `/data/<name>`.
+//!
+//! `unmount <podDir>` (no options): unmount what the record (or, without one, the mount table) says
+//! is mounted at or directly inside the pod directory, remove the placeholder file of a file-like
+//! source, forget the record. Never writes to the source.
+
+use crate::backend::{Backend, Context};
+use crate::error::{Error, Result};
+use crate::node::state::{VolumeRecord, now_secs};
+use crate::protocol::options::{Options, OptionsError, keys};
+use crate::protocol::reply::Reply;
+use crate::protocol::verb::Call;
+use crate::sys::mount::UnmountMode;
+use crate::sys::mountinfo::MountTable;
+use crate::sys::paths::{self, FileKind, Ownership};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+const BACKEND: Backend = Backend::HostPath;
+
+/// Answers the hostPath verbs. Only `mount` and `unmount` do work: the driver is not attachable
+/// and not resizable, so the other verbs are consistently "Not supported".
+pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
+    match call {
+        Call::Mount { mount_dir, options } => {
+            mount(ctx, Path::new(mount_dir), &Options::parse(options)?)
+        }
+        Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir)),
+        _ => Ok(Reply::not_supported()),
+    }
+}
+
+/// kubelet's HostPathType values (`type` option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathType {
+    /// `""`: no check beyond existence.
+    Unchecked,
+    /// Create a directory (0755) if nothing exists.
+    DirectoryOrCreate,
+    /// Must be a directory.
+    Directory,
+    /// Create an empty file (0644) if nothing exists; the parent must exist.
+    FileOrCreate,
+    /// Must be a regular file.
+    File,
+    /// Must be a unix socket.
+    Socket,
+    /// Must be a character device.
+    CharDevice,
+    /// Must be a block device.
+    BlockDevice,
+}
+
+impl PathType {
+    fn parse(s: &str) -> std::result::Result<Self, OptionsError> {
+        Ok(match s {
+            "" => PathType::Unchecked,
+            "DirectoryOrCreate" => PathType::DirectoryOrCreate,
+            "Directory" => PathType::Directory,
+            "FileOrCreate" => PathType::FileOrCreate,
+            "File" => PathType::File,
+            "Socket" => PathType::Socket,
+            "CharDevice" => PathType::CharDevice,
+            "BlockDevice" => PathType::BlockDevice,
+            _ => {
+                return Err(OptionsError::invalid(
+                    "type",
+                    s,
+                    "expected one of \"\", DirectoryOrCreate, Directory, FileOrCreate, File, Socket, CharDevice, BlockDevice",
+                ));
+            }
+        })
+    }
+
+    fn expected(self) -> Option<FileKind> {
+        match self {
+            PathType::Unchecked => None,
+            PathType::DirectoryOrCreate | PathType::Directory => Some(FileKind::Directory),
+            PathType::FileOrCreate | PathType::File => Some(FileKind::File),
+            PathType::Socket => Some(FileKind::Socket),
+            PathType::CharDevice => Some(FileKind::CharDevice),
+            PathType::BlockDevice => Some(FileKind::BlockDevice),
+        }
+    }
+}
+
+/// Typed, validated hostPath options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPathOptions {
+    /// The host path (with the expanded `pathPattern` appended, if any).
+    pub path: PathBuf,
+    /// The type check for `path` (for a pattern: of the base path).
+    pub path_type: PathType,
+    /// Whether `path` ends in a per-volume directory made from `pathPattern`.
+    pub patterned: bool,
+    /// The base path a pattern was appended to.
+    pub base: PathBuf,
+    /// Ownership and mode for what the driver creates.
+    pub ownership: Ownership,
+    /// Read-only bind.
+    pub read_only: bool,
+}
+
+fn parse_id(o: &Options, key: &str) -> std::result::Result<Option<u32>, OptionsError> {
+    match o.non_empty(key) {
+        None => Ok(None),
+        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) && v.len() <= 10 => v
+            .parse()
+            .map(Some)
+            .map_err(|_| OptionsError::invalid(key, v, "expected a numeric id")),
+        Some(v) => Err(OptionsError::invalid(key, v, "expected a numeric id")),
+    }
+}
+
+fn check_host_path(key: &str, p: &str) -> std::result::Result<(), OptionsError> {
+    if !p.starts_with('/') {
+        return Err(OptionsError::invalid(key, p, "must be an absolute path"));
+    }
+    if p.chars().any(|c| c.is_control()) {
+        return Err(OptionsError::invalid(
+            key,
+            p,
+            "must not contain control characters",
+        ));
+    }
+    if paths::has_dotdot(Path::new(p)) {
+        return Err(OptionsError::invalid(key, p, "must not contain \"..\""));
+    }
+    Ok(())
+}
+
+/// Expands `pathPattern` placeholders from the pod info kubelet sends with `mount`.
+fn expand_pattern(pattern: &str, o: &Options) -> std::result::Result<PathBuf, OptionsError> {
+    let bad = |reason: String| OptionsError::invalid("pathPattern", pattern, reason);
+    let mut out = String::new();
+    let mut rest = pattern;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find('}')
+            .ok_or_else(|| bad("unclosed \"{\"".into()))?
+            + start;
+        let name = &rest[start + 1..end];
+        let key = match name {
+            "namespace" => keys::POD_NAMESPACE,
+            "pod" => keys::POD_NAME,
+            "podUID" => keys::POD_UID,
+            "volume" => keys::PV_OR_VOLUME_NAME,
+            "serviceAccount" => keys::SERVICE_ACCOUNT,
+            _ => {
+                return Err(bad(format!(
+                    "unknown placeholder {{{name}}}; use {{namespace}}, {{pod}}, {{podUID}}, {{volume}} or {{serviceAccount}}"
+                )));
+            }
+        };
+        let value = o.non_empty(key).ok_or_else(|| {
+            bad(format!(
+                "{{{name}}} needs {key}, which kubelet did not send"
+            ))
+        })?;
+        if value.contains('/')
+            || value == "."
+            || value == ".."
+            || value.chars().any(|c| c.is_control())
+        {
+            return Err(bad(format!(
+                "{{{name}}} expands to {value:?}, which is not a single path component"
+            )));
+        }
+        out.push_str(value);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    if out.starts_with('/') || out.is_empty() {
+        return Err(bad("must be a relative path below \"path\"".into()));
+    }
+    if out
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(bad(format!(
+            "expands to {out:?}, which has an empty, \".\" or \"..\" component"
+        )));
+    }
+    Ok(PathBuf::from(out))
+}
+
+impl HostPathOptions {
+    /// Validates the options of a `mount` call.
+    pub fn parse(o: &Options) -> std::result::Result<Self, OptionsError> {
+        let base = o.require("path", "set options.path to an absolute host path")?;
+        check_host_path("path", base)?;
+        let path_type = PathType::parse(o.get("type").unwrap_or(""))?;
+        let mode = match o.non_empty("mode") {
+            None => None,
+            Some(v) => {
+                let m = u32::from_str_radix(v.strip_prefix("0o").unwrap_or(v), 8)
+                    .ok()
+                    .filter(|m| *m <= 0o7777)
+                    .ok_or_else(|| {
+                        OptionsError::invalid(
+                            "mode",
+                            v,
+                            "expected octal permission bits such as 0755",
+                        )
+                    })?;
+                Some(m)
+            }
+        };
+        let ownership = Ownership {
+            uid: parse_id(o, "uid")?,
+            gid: parse_id(o, "gid")?,
+            mode,
+        };
+        let (path, patterned) = match o.non_empty("pathPattern") {
+            Some(p) => {
+                if !matches!(
+                    path_type,
+                    PathType::Unchecked | PathType::Directory | PathType::DirectoryOrCreate
+                ) {
+                    return Err(OptionsError::invalid(
+                        "type",
+                        o.get("type").unwrap_or(""),
+                        "pathPattern needs a directory type (\"\", Directory or DirectoryOrCreate)",
+                    ));
+                }
+                (Path::new(base).join(expand_pattern(p, o)?), true)
+            }
+            None => (PathBuf::from(base), false),
+        };
+        Ok(Self {
+            path,
+            path_type,
+            patterned,
+            base: PathBuf::from(base),
+            ownership,
+            read_only: o.read_only()?,
+        })
+    }
+}
+
+/// The kubelet root a pod directory lives under (`<root>/pods/<uid>/volumes/<plugin>/<name>`).
+fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {
+    let comps: Vec<_> = pod_dir.components().collect();
+    let n = comps.len();
+    if n >= 6 && comps[n - 5].as_os_str() == "pods" && comps[n - 3].as_os_str() == "volumes" {
+        return Some(comps[..n - 5].iter().collect());
+    }
+    None
+}
+
+/// Locations refused when the node config names no allowed roots.
+const DENIED_SUBTREES: &[&str] = &["/proc", "/sys", "/dev", "/etc", "/boot"];
+
+/// Checks the resolved source path against node policy.
+fn check_policy(ctx: &Context, resolved: &Path, pod_dir: &Path) -> Result<()> {
+    let shown = resolved.display();
+    let mut kubelet_roots = vec![PathBuf::from("/var/lib/kubelet")];
+    kubelet_roots.extend(kubelet_root(pod_dir));
+    for k in &kubelet_roots {
+        let k = std::fs::canonicalize(k).unwrap_or_else(|_| k.clone());
+        if resolved.starts_with(&k) || k.starts_with(resolved) {
+            return Err(Error::refused(format!(
+                "host path {shown} is refused: it is or contains the kubelet directory {}, which holds every pod's volumes and secrets",
+                k.display()
+            )));
+        }
+    }
+    for own in [&ctx.config.state_dir, &ctx.config.run_dir] {
+        if resolved.starts_with(own) || own.starts_with(resolved) {
+            return Err(Error::refused(format!(
+                "host path {shown} is refused: it is or contains flexvol's own directory {}",
+                own.display()
+            )));
+        }
+    }
+    let roots = &ctx.config.hostpath.allowed_roots;
+    if roots.is_empty() {
+        if resolved == Path::new("/") {
+            return Err(Error::refused(
+                "host path / is refused: it would expose the whole node",
+            ));
+        }
+        if let Some(d) = DENIED_SUBTREES.iter().find(|d| resolved.starts_with(d)) {
+            return Err(Error::refused(format!(
+                "host path {shown} is refused: {d} is a system location. To allow it, list it in hostpath.allowedRoots in the node config ({})",
+                crate::node::config::Config::path().0.display()
+            )));
+        }
+        return Ok(());
+    }
+    let allowed = roots.iter().any(|r| {
+        let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
+        resolved.starts_with(&r)
+    });
+    if !allowed {
+        let list = roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Error::refused(format!(
+            "host path {shown} is outside the allowed roots ({list}) once symlinks are resolved; use a path under them or ask the node operator to extend hostpath.allowedRoots"
+        )));
+    }
+    Ok(())
+}
+
+fn nix_io(what: &'static str, path: &Path, e: nix::Error) -> Error {
+    Error::io(what, path, std::io::Error::from(e))
+}
+
+/// `mount <podDir> <json>`.
+fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
+    let opts = HostPathOptions::parse(o)?;
+    let pod_dir = canonical_pod_dir(pod_dir)?.ok_or_else(|| {
+        Error::refused(format!(
+            "mount directory {} does not exist (kubelet creates it before calling mount)",
+            pod_dir.display()
+        ))
+    })?;
+    if !pod_dir.is_dir() {
+        return Err(Error::refused(format!(
+            "mount directory {} is not a directory",
+            pod_dir.display()
+        )));
+    }
+    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+
+    // Resolve and check policy before creating anything.
+    let (existing, missing) = paths::resolve_existing(&opts.path)
+        .map_err(|e| Error::io("resolve host path", &opts.path, e))?;
+    let resolved = paths::joined(&existing, &missing);
+    check_policy(ctx, &resolved, &pod_dir)?;
+    if opts.patterned {
+        let (base_real, base_missing) = paths::resolve_existing(&opts.base)
+            .map_err(|e| Error::io("resolve host path", &opts.base, e))?;
+        if !base_missing.is_empty() && opts.path_type != PathType::DirectoryOrCreate {
+            return Err(Error::refused(format!(
+                "host path {} does not exist; create it, or use type DirectoryOrCreate",
+                opts.base.display()
+            )));
+        }
+        check_policy(ctx, &paths::joined(&base_real, &base_missing), &pod_dir)?;
+    }
+
+    // Create what the type asks for.
+    if !missing.is_empty() {
+        match opts.path_type {
+            _ if opts.patterned => {
+                paths::create_dirs(&existing, &missing, opts.ownership)
+                    .map_err(|e| nix_io("create", &resolved, e))?;
+            }
+            PathType::DirectoryOrCreate => {
+                paths::create_dirs(&existing, &missing, opts.ownership)
+                    .map_err(|e| nix_io("create", &resolved, e))?;
+            }
+            PathType::FileOrCreate if missing.len() == 1 => {
+                paths::create_file(&existing, &missing[0], opts.ownership)
+                    .map_err(|e| nix_io("create", &resolved, e))?;
+            }
+            PathType::FileOrCreate => {
+                return Err(Error::refused(format!(
+                    "host path {}: its parent directory {} does not exist (FileOrCreate does not create parents, as in Kubernetes)",
+                    opts.path.display(),
+                    resolved.parent().unwrap_or(Path::new("/")).display()
+                )));
+            }
+            _ => {
+                return Err(Error::refused(format!(
+                    "host path {} does not exist; create it on the node, or use type DirectoryOrCreate/FileOrCreate",
+                    opts.path.display()
+                )));
+            }
+        }
+    }
+
+    // Pin the source and check its type.
+    let fd = paths::open_nofollow(&resolved).map_err(|e| match e {
+        nix::Error::ELOOP | nix::Error::EXDEV | nix::Error::EAGAIN => Error::refused(format!(
+            "host path {} changed while it was being checked (a symlink appeared); refusing it",
+            resolved.display()
+        )),
+        e => nix_io("open", &resolved, e),
+    })?;
+    let kind = paths::kind_of(&fd).map_err(|e| nix_io("stat", &resolved, e))?;
+    if let Some(want) = opts.path_type.expected()
+        && want != kind
+    {
+        return Err(Error::refused(format!(
+            "host path {} is {}, but type {:?} needs {}",
+            resolved.display(),
+            kind.describe(),
+            opts.path_type,
+            want.describe()
+        )));
+    }
+
+    // Where the bind goes: the pod dir itself, or a same-named file inside it.
+    let file_like = kind != FileKind::Directory;
+    let mount_point = if file_like {
+        let name = resolved
+            .file_name()
+            .ok_or_else(|| Error::refused("host path has no file name"))?;
+        pod_dir.join(name)
+    } else {
+        pod_dir.clone()
+    };
+
+    let table = ctx.mounter.table()?;
+    if let Some(reply) = already_mounted(ctx, &table, &resolved, &mount_point, opts.read_only)? {
+        return Ok(reply);
+    }
+    if file_like {
+        let name = mount_point.file_name().unwrap_or_default();
+        paths::create_file(&pod_dir, name, Ownership::default())
+            .map_err(|e| nix_io("create mount point", &mount_point, e))?;
+    }
+
+    let state = ctx.state(BACKEND);
+    state.save(&VolumeRecord {
+        backend: BACKEND.name().into(),
+        verb: "mount".into(),
+        target: pod_dir.clone(),
+        mount_point: file_like.then(|| mount_point.clone()),
+        source: resolved.to_string_lossy().into_owned(),
+        read_only: opts.read_only,
+        volume: o.volume_name().map(str::to_owned),
+        pod: match (
+            o.non_empty(keys::POD_NAMESPACE),
+            o.non_empty(keys::POD_NAME),
+        ) {
+            (Some(ns), Some(n)) => Some(format!("{ns}/{n}")),
+            _ => None,
+        },
+        pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
+        since: now_secs(),
+        extra: BTreeMap::from([("type".to_owned(), format!("{:?}", opts.path_type))]),
+    })?;
+    ctx.mounter
+        .bind(&paths::fd_path(&fd), &mount_point, opts.read_only)?;
+    Ok(Reply::success())
+}
+
+/// Decides what an existing mount at `mount_point` means for a new mount of `source`.
+fn already_mounted(
+    ctx: &Context,
+    table: &MountTable,
+    source: &Path,
+    mount_point: &Path,
+    read_only: bool,
+) -> Result<Option<Reply>> {
+    let Some(m) = table.at(mount_point) else {
+        return Ok(None);
+    };
+    let want = table.locate(source);
+    let have = Some((m.major, m.minor, m.root.clone()));
+    if want != have {
+        return Err(Error::refused(format!(
+            "{} is already a mount point of something else ({} {} at {}); unmount it first",
+            mount_point.display(),
+            m.fs_type,
+            m.source,
+            m.root.display()
+        )));
+    }
+    match (m.read_only(), read_only) {
+        (false, true) => {
+            // A crash between the bind and the read-only remount: finish the job.
+            ctx.mounter.remount_readonly(mount_point)?;
+            Ok(Some(Reply::success()))
+        }
+        (true, false) => Err(Error::refused(format!(
+            "{} is already mounted read-only but read-write was asked; unmount it first",
+            mount_point.display()
+        ))),
+        _ => Ok(Some(Reply::success())),
+    }
+}
+
+/// Resolves the pod directory; `None` when it does not exist.
+fn canonical_pod_dir(dir: &Path) -> Result<Option<PathBuf>> {
+    if !dir.is_absolute() || paths::has_dotdot(dir) {
+        return Err(Error::refused(format!(
+            "mount directory {:?} must be an absolute path without \"..\"",
+            dir.display().to_string()
+        )));
+    }
+    match std::fs::canonicalize(dir) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("resolve", dir, e)),
+    }
+}
+
+/// `unmount <podDir>`.
+fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
+    let state = ctx.state(BACKEND);
+    let Some(pod_dir) = canonical_pod_dir(pod_dir)? else {
+        // Already gone: nothing can be mounted there. Forget any record of it.
+        state.remove(pod_dir)?;
+        return Ok(Reply::success());
+    };
+    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+    let record = state.load(&pod_dir)?;
+    let table = ctx.mounter.table()?;
+
+    // What to undo: the recorded mount point, the pod dir itself, and (without a record, e.g.
+    // state lost) any mount directly inside the pod dir, which only a file-like volume creates.
+    let mut points: Vec<PathBuf> = Vec::new();
+    if let Some(r) = &record {
+        points.push(r.mount_point().to_path_buf());
+    }
+    if record.is_none() {
+        points.extend(
+            table
+                .below(&pod_dir)
+                .filter(|m| m.mount_point.parent() == Some(pod_dir.as_path()))
+                .map(|m| m.mount_point.clone()),
+        );
+    }
+    points.push(pod_dir.clone());
+    points.dedup();
+
+    for p in &points {
+        // Peel stacked mounts (a retried mount from an older, non-idempotent driver).
+        for _ in 0..table.all_at(p).count() {
+            ctx.mounter.unmount(p, UnmountMode::Normal).map_err(|e| match e {
+                crate::sys::mount::MountError::Unmount { errno: nix::Error::EBUSY, .. } => Error::refused(format!(
+                    "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
+                    p.display()
+                )),
+                e => e.into(),
+            })?;
+        }
+    }
+
+    // Remove the empty placeholder file a file-like volume was bound onto, so kubelet can rmdir
+    // the pod directory. Only an empty regular file on the pod directory's own filesystem, which
+    // is not a mount point any more, can be it: never the source.
+    let after = ctx.mounter.table()?;
+    for p in points.iter().filter(|p| **p != pod_dir) {
+        if after.is_mount_point(p) {
+            return Err(Error::refused(format!(
+                "{} is still mounted after unmount; retry",
+                p.display()
+            )));
+        }
+        if let (Ok(meta), Ok(dir_meta)) =
+            (std::fs::symlink_metadata(p), std::fs::metadata(&pod_dir))
+            && meta.file_type().is_file()
+            && meta.len() == 0
+            && meta.dev() == dir_meta.dev()
+        {
+            std::fs::remove_file(p).map_err(|e| Error::io("remove mount point", p, e))?;
+        }
+    }
+    state.remove(&pod_dir)?;
+    Ok(Reply::success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(json: &str) -> std::result::Result<HostPathOptions, OptionsError> {
+        HostPathOptions::parse(&Options::parse(json).unwrap())
+    }
+
+    #[test]
+    fn option_validation() {
+        let o = opts(r#"{"path":"/srv/a","type":"DirectoryOrCreate","uid":"1000","gid":"2000","mode":"0750","kubernetes.io/readwrite":"ro"}"#).unwrap();
+        assert_eq!(o.path, Path::new("/srv/a"));
+        assert_eq!(
+            o.ownership,
+            Ownership {
+                uid: Some(1000),
+                gid: Some(2000),
+                mode: Some(0o750)
+            }
+        );
+        assert!(o.read_only);
+        for bad in [
+            r#"{}"#,
+            r#"{"path":""}"#,
+            r#"{"path":"srv/a"}"#,
+            r#"{"path":"/srv/../etc"}"#,
+            r#"{"path":"/srv/a\u0000b"}"#,
+            r#"{"path":"/srv/a","type":"Dir"}"#,
+            r#"{"path":"/srv/a","mode":"0999"}"#,
+            r#"{"path":"/srv/a","mode":"17777"}"#,
+            r#"{"path":"/srv/a","uid":"-1"}"#,
+            r#"{"path":"/srv/a","uid":"root"}"#,
+        ] {
+            assert!(opts(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn path_patterns() {
+        let base = r#""path":"/srv","pathPattern":"{namespace}/{volume}","kubernetes.io/pod.namespace":"team-a","kubernetes.io/pvOrVolumeName":"data""#;
+        assert_eq!(
+            opts(&format!("{{{base}}}")).unwrap().path,
+            Path::new("/srv/team-a/data")
+        );
+        for bad in [
+            r#"{"path":"/srv","pathPattern":"{namespace}/x","kubernetes.io/pod.namespace":".."}"#,
+            r#"{"path":"/srv","pathPattern":"{nope}"}"#,
+            r#"{"path":"/srv","pathPattern":"{namespace}"}"#,
+            r#"{"path":"/srv","pathPattern":"/abs"}"#,
+            r#"{"path":"/srv","pathPattern":"a/../b"}"#,
+            r#"{"path":"/srv","pathPattern":"a//b"}"#,
+            r#"{"path":"/srv","pathPattern":"{namespace","kubernetes.io/pod.namespace":"a"}"#,
+            r#"{"path":"/srv","type":"File","pathPattern":"x"}"#,
+        ] {
+            assert!(opts(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn kubelet_root_from_pod_dir() {
+        assert_eq!(
+            kubelet_root(Path::new(
+                "/var/lib/kubelet/pods/u/volumes/flexvol~hostpath/v"
+            )),
+            Some(PathBuf::from("/var/lib/kubelet"))
+        );
+        assert_eq!(
+            kubelet_root(Path::new("/opt/rke/var/lib/kubelet/pods/u/volumes/a~b/v")),
+            Some(PathBuf::from("/opt/rke/var/lib/kubelet"))
+        );
+        assert_eq!(kubelet_root(Path::new("/tmp/x")), None);
+    }
+}

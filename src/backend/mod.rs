@@ -1,0 +1,135 @@
+//! Backends: one per driver name. The binary is installed as `<vendor>~hostpath/hostpath`,
+//! `<vendor>~nfs/nfs` and `<vendor>~lvm/lvm`, and the name it runs as picks the backend. That is
+//! forced by the protocol: `unmount` and `unmountdevice` carry no options, and kubelet caches
+//! capabilities and "Not supported" answers per driver name, so each backend needs its own name.
+//!
+//! Each backend module has a `handle` function that matches on the verb and calls one function per
+//! verb; verbs common to all (init, getvolumename, unknown verbs) are answered in [`answer`].
+
+pub mod hostpath;
+
+use crate::error::{Error, Result};
+use crate::node::config::Config;
+use crate::node::state::StateStore;
+use crate::protocol::reply::{Capabilities, Reply};
+use crate::protocol::verb::Call;
+use crate::sys::exec::Runner;
+use crate::sys::lock::VolumeLock;
+use crate::sys::mount::Mounter;
+use crate::sys::process::Deadline;
+
+/// The three backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Bind mounts of host directories and files.
+    HostPath,
+    /// NFS mounts.
+    Nfs,
+    /// LVM logical volumes (attachable).
+    Lvm,
+}
+
+impl Backend {
+    /// All backends, in install order.
+    pub const ALL: [Backend; 3] = [Backend::HostPath, Backend::Nfs, Backend::Lvm];
+
+    /// The backend a driver name selects.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// The driver name (and executable name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::HostPath => "hostpath",
+            Backend::Nfs => "nfs",
+            Backend::Lvm => "lvm",
+        }
+    }
+
+    /// What `init` reports (reference §5): all five, always explicit.
+    pub fn capabilities(self) -> Capabilities {
+        match self {
+            Backend::HostPath | Backend::Nfs => Capabilities {
+                attach: false,
+                selinux_relabel: false,
+                supports_metrics: true,
+                fs_group: false,
+                requires_fs_resize: false,
+            },
+            Backend::Lvm => Capabilities {
+                attach: true,
+                selinux_relabel: true,
+                supports_metrics: true,
+                fs_group: true,
+                requires_fs_resize: true,
+            },
+        }
+    }
+}
+
+/// Everything a verb may use: the node config and the system seams, plus the call's deadline.
+pub struct Context<'a> {
+    /// Node configuration.
+    pub config: &'a Config,
+    /// The command runner.
+    pub runner: &'a dyn Runner,
+    /// The mount seam.
+    pub mounter: &'a dyn Mounter,
+    /// When this call must have answered.
+    pub deadline: Deadline,
+}
+
+impl Context<'_> {
+    /// Takes the lock for `key` of `backend`, waiting at most the configured time (and never past
+    /// the deadline).
+    pub fn lock(&self, backend: Backend, key: &str) -> Result<VolumeLock> {
+        let wait = self.deadline.cap(self.config.lock_timeout());
+        Ok(VolumeLock::acquire(
+            &self.config.lock_dir(),
+            &format!("{}:{key}", backend.name()),
+            wait,
+        )?)
+    }
+
+    /// The state records of `backend`.
+    pub fn state(&self, backend: Backend) -> StateStore {
+        StateStore::new(&self.config.state_dir, backend.name())
+    }
+}
+
+/// Answers one call for `backend`.
+pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
+    match call {
+        Call::Init => Ok(Reply {
+            capabilities: Some(backend.capabilities()),
+            ..Reply::success()
+        }),
+        // kubelet ignores the answer and uses the PV name; answering anything else once caused
+        // unmounts (kubernetes#44737). "Not supported" is cached, so it is asked only once.
+        Call::GetVolumeName { .. } => Ok(Reply::not_supported()),
+        Call::Unknown { .. } => Ok(Reply::not_supported()),
+        _ => match backend {
+            Backend::HostPath => hostpath::handle(call, ctx),
+            Backend::Nfs => not_built(backend, call),
+            Backend::Lvm => not_built(backend, call),
+        },
+    }
+}
+
+/// Until a backend is built, verbs it will support fail (never "Not supported": kubelet would
+/// cache that and not call the verb again once the backend ships); verbs it will never support
+/// already answer "Not supported".
+fn not_built(backend: Backend, call: &Call) -> Result<Reply> {
+    let never = match backend {
+        Backend::Nfs => !matches!(call, Call::Mount { .. } | Call::Unmount { .. }),
+        _ => false,
+    };
+    if never {
+        return Ok(Reply::not_supported());
+    }
+    Err(Error::NotBuilt {
+        backend: backend.name(),
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}

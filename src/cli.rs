@@ -1,0 +1,217 @@
+//! How the binary is invoked, and the commands for people.
+//!
+//! Run as `hostpath`, `nfs` or `lvm` (how kubelet runs it, from `<vendor>~<driver>/<driver>`), it is
+//! a FlexVolume driver: argv[1] is the verb and the reply is one JSON object. Run under any other
+//! name (normally `flexvol`), it is a command-line tool for people: the same verbs by hand
+//! (`flexvol hostpath mount DIR JSON`), `--help`, `--version`, `--pretty`, and operator commands.
+
+#![allow(clippy::print_stdout)]
+
+use crate::backend::Backend;
+use crate::driver;
+use crate::ops;
+use crate::protocol::reply::{self, Reply};
+use crate::protocol::verb::{self, VERBS};
+use clap::{Args, Parser, Subcommand};
+
+const ABOUT: &str = "Kubernetes FlexVolume driver for hostPath, NFS and LVM volumes";
+
+const LONG_ABOUT: &str = "\
+Kubernetes FlexVolume driver for hostPath, NFS and LVM volumes.
+
+kubelet runs this binary as <plugin-dir>/<vendor>~<driver>/<driver> (for example
+/usr/libexec/kubernetes/kubelet-plugins/volume/exec/flexvol~hostpath/hostpath) and the name it
+runs as selects the backend. Under its own name it runs the same verbs by hand, for debugging:
+
+  flexvol --pretty hostpath init
+  flexvol hostpath mount /tmp/vol '{\"path\":\"/srv/data\",\"type\":\"DirectoryOrCreate\"}'
+  flexvol hostpath unmount /tmp/vol
+
+Every verb prints exactly one JSON object (the reply kubelet reads) and exits 0 for Success and
+\"Not supported\", 1 for Failure. Node configuration: /etc/flexvol/config.json, or the file named
+by FLEXVOL_CONFIG. Each call is logged as one JSON line to /var/log/flexvol.log by default.";
+
+#[derive(Parser)]
+#[command(name = "flexvol", version, about = ABOUT, long_about = LONG_ABOUT, disable_help_subcommand = true)]
+struct Cli {
+    /// Indent the JSON reply (for people; kubelet never passes this).
+    #[arg(long, global = true)]
+    pretty: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a hostpath driver verb by hand: flexvol hostpath VERB [ARGS]... (`flexvol hostpath --help` lists the verbs)
+    #[command(name = "hostpath", disable_help_flag = true)]
+    HostPath(VerbArgs),
+    /// Run an nfs driver verb by hand: flexvol nfs VERB [ARGS]...
+    #[command(disable_help_flag = true)]
+    Nfs(VerbArgs),
+    /// Run an lvm driver verb by hand: flexvol lvm VERB [ARGS]...
+    #[command(disable_help_flag = true)]
+    Lvm(VerbArgs),
+    /// Install the driver into kubelet's plugin directory, one copy per driver name, atomically.
+    #[command(
+        after_help = "Example:\n  flexvol install --vendor flexvol --drivers hostpath,nfs,lvm\n  flexvol install --plugin-dir /var/lib/kubelet/volumeplugins --uninstall"
+    )]
+    Install(ops::install::InstallArgs),
+}
+
+#[derive(Args)]
+struct VerbArgs {
+    /// The verb and its arguments, exactly as kubelet passes them.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "VERB [ARGS]"
+    )]
+    args: Vec<String>,
+}
+
+/// The program: returns the exit code.
+pub fn main(args: &[String]) -> i32 {
+    let argv0 = args.first().map(String::as_str).unwrap_or("flexvol");
+    let name = argv0.rsplit('/').next().unwrap_or(argv0);
+    let rest = args.get(1..).unwrap_or(&[]);
+
+    if let Some(backend) = Backend::from_name(name) {
+        // kubelet never sends these; a person might.
+        match rest.first().map(String::as_str) {
+            Some("--help" | "-h") => {
+                return print_backend_help(backend, rest.get(1).map(String::as_str));
+            }
+            Some("--version" | "-V") => return print_version(),
+            _ => {}
+        }
+        return driver::run(backend, rest);
+    }
+
+    // Installed under a name that selects no backend, and called like a driver: answer in JSON.
+    if rest.first().is_some_and(|v| verb::spec(v).is_some()) {
+        let r = Reply::failure(format!(
+            "flexvol was installed as {name:?}, which is not a driver name; install it as hostpath, nfs or lvm (see install.sh)"
+        ));
+        return driver::finish(&r);
+    }
+
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    reply::set_pretty(cli.pretty);
+    match cli.command {
+        Command::HostPath(v) => run_by_hand(Backend::HostPath, &v.args),
+        Command::Nfs(v) => run_by_hand(Backend::Nfs, &v.args),
+        Command::Lvm(v) => run_by_hand(Backend::Lvm, &v.args),
+        Command::Install(a) => ops::install::run(&a),
+    }
+}
+
+fn run_by_hand(backend: Backend, args: &[String]) -> i32 {
+    match (
+        args.first().map(String::as_str),
+        args.get(1).map(String::as_str),
+    ) {
+        (None | Some("--help" | "-h"), _) => print_backend_help(backend, None),
+        (Some(v), Some("--help" | "-h")) => print_backend_help(backend, Some(v)),
+        _ => driver::run(backend, args),
+    }
+}
+
+fn print_version() -> i32 {
+    println!("flexvol {}", env!("CARGO_PKG_VERSION"));
+    0
+}
+
+/// What each backend does with each verb, for help texts.
+fn role(backend: Backend, verb: &str) -> &'static str {
+    match (backend, verb) {
+        (_, "init" | "getvolumename") => "",
+        (Backend::HostPath, "mount" | "unmount") => "",
+        (Backend::HostPath, _) => {
+            "hostpath answers \"Not supported\" (not attachable, not resizable)."
+        }
+        (Backend::Nfs, "mount" | "unmount") => "",
+        (Backend::Nfs, _) => "nfs answers \"Not supported\" (not attachable, not resizable).",
+        (Backend::Lvm, "mount" | "unmount") => "",
+        (Backend::Lvm, _) => "",
+    }
+}
+
+fn example(backend: Backend, verb: &str) -> String {
+    let json = match backend {
+        Backend::HostPath => r#"{"path":"/srv/data","type":"DirectoryOrCreate"}"#,
+        Backend::Nfs => r#"{"server":"10.0.0.5","share":"/exports/data"}"#,
+        Backend::Lvm => {
+            r#"{"volumegroup":"vg0","volumeID":"lv1","size":"1Gi","kubernetes.io/fsType":"ext4"}"#
+        }
+    };
+    let b = backend.name();
+    match verb {
+        "init" => format!("flexvol --pretty {b} init"),
+        "getvolumename" => format!("flexvol {b} getvolumename '{json}'"),
+        "attach" | "isattached" => format!("flexvol {b} {verb} '{json}' node-1"),
+        "detach" => format!("flexvol {b} detach pv-1 node-1"),
+        "waitforattach" => format!("flexvol {b} waitforattach /dev/vg0/lv1 '{json}'"),
+        "mountdevice" => format!(
+            "flexvol {b} mountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 /dev/vg0/lv1 '{json}'"
+        ),
+        "unmountdevice" => format!(
+            "flexvol {b} unmountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1"
+        ),
+        "mount" => format!("mkdir -p /tmp/vol && flexvol {b} mount /tmp/vol '{json}'"),
+        "unmount" => format!("flexvol {b} unmount /tmp/vol"),
+        "expandvolume" => format!(
+            "flexvol {b} expandvolume '{json}' /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 2147483648 1073741824"
+        ),
+        "expandfs" => format!(
+            "flexvol {b} expandfs '{json}' /dev/vg0/lv1 /var/lib/kubelet/pods/UID/volumes/flexvol~{b}/pv-1 2147483648 1073741824"
+        ),
+        _ => String::new(),
+    }
+}
+
+fn print_backend_help(backend: Backend, verb: Option<&str>) -> i32 {
+    let b = backend.name();
+    if let Some(spec) = verb.and_then(verb::spec) {
+        println!(
+            "Usage: flexvol [--pretty] {b} {} {}\n",
+            spec.name,
+            spec.args.join(" ")
+        );
+        println!("{}", spec.about);
+        let r = role(backend, spec.name);
+        if !r.is_empty() {
+            println!("{r}");
+        }
+        println!("\nExample:\n  {}", example(backend, spec.name));
+        return 0;
+    }
+    if let Some(v) = verb {
+        println!(
+            "{v:?} is not a FlexVolume verb; kubelet would get {{\"status\":\"Not supported\"}}.\n"
+        );
+    }
+    println!("Usage: flexvol [--pretty] {b} VERB [ARGS]...");
+    println!("   or: <plugin-dir>/<vendor>~{b}/{b} VERB [ARGS]...   (how kubelet runs it)\n");
+    println!("Verbs (flexvol {b} VERB --help for one):");
+    for v in VERBS {
+        println!("  {} {}", v.name, v.args.join(" "));
+        println!("      {}", v.about);
+        let r = role(backend, v.name);
+        if !r.is_empty() {
+            println!("      {r}");
+        }
+    }
+    println!(
+        "\nExample:\n  {}\n  {}",
+        example(backend, "mount"),
+        example(backend, "unmount")
+    );
+    0
+}

@@ -1,0 +1,82 @@
+//! One kubelet call, top to bottom: parse argv, load the node config, start the call record, arm
+//! the deadline and signal guards, let the backend answer, reply exactly once.
+//!
+//! Every path out of here, including a config error, a parse error, a deadline, SIGTERM and a
+//! panic, ends in exactly one JSON reply on stdout and an exit code that matches it.
+
+use crate::backend::{self, Backend, Context};
+use crate::node::calllog;
+use crate::node::config::Config;
+use crate::protocol::reply::{self, Reply};
+use crate::protocol::verb::Call;
+use crate::sys::exec::SystemRunner;
+use crate::sys::mount::SysMounter;
+use crate::sys::process::{self, Deadline};
+
+/// Runs one call of `backend` with kubelet's `args` (everything after argv[0]) and returns the
+/// exit code. The reply has been written when this returns.
+pub fn run(backend: Backend, args: &[String]) -> i32 {
+    let verb = args.first().map(String::as_str).unwrap_or("");
+    let config = Config::load();
+    match &config {
+        Ok(c) => calllog::begin(
+            c.log_path().map(Into::into),
+            c.log_syslog,
+            backend.name(),
+            verb,
+            args,
+        ),
+        Err(_) => calllog::begin(None, false, backend.name(), verb, args),
+    }
+    let reply = answer(backend, args, config);
+    finish(&reply)
+}
+
+fn answer(
+    backend: Backend,
+    args: &[String],
+    config: Result<Config, crate::node::config::ConfigError>,
+) -> Reply {
+    let call = match Call::parse(args) {
+        Ok(c) => c,
+        Err(e) => return Reply::failure(e.to_string()),
+    };
+    // init must work even with a broken config: a failing init unloads the driver entirely, and
+    // the real verbs will report the config error where an operator sees it (pod events).
+    let config = match (config, &call) {
+        (Ok(c), _) => c,
+        (Err(_), Call::Init | Call::GetVolumeName { .. } | Call::Unknown { .. }) => {
+            Config::default()
+        }
+        (Err(e), _) => return Reply::failure(e.to_string()),
+    };
+    let deadline = Deadline::after(config.verb_timeout());
+    if !matches!(
+        call,
+        Call::Init | Call::GetVolumeName { .. } | Call::Unknown { .. }
+    ) {
+        process::start_guards(call.verb(), deadline);
+    }
+    let runner = SystemRunner::new(config.tool_dirs.clone());
+    let ctx = Context {
+        config: &config,
+        runner: &runner,
+        mounter: &SysMounter,
+        deadline,
+    };
+    match backend::answer(backend, &call, &ctx) {
+        Ok(r) => r,
+        Err(e) => Reply::failure(e.to_string()),
+    }
+}
+
+/// Writes the reply (if nothing else has) and the call record; returns the exit code.
+pub fn finish(reply: &Reply) -> i32 {
+    if reply::emit(reply) {
+        calllog::record_final(reply);
+        reply.exit_code()
+    } else {
+        // The watchdog or signal thread answered first and is exiting with 1.
+        1
+    }
+}

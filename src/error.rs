@@ -1,0 +1,74 @@
+//! The error every verb returns. Its `Display` is the `message` of the Failure reply, so each
+//! variant says what went wrong, where, and (when there is one) what the operator can do.
+
+use crate::node::config::ConfigError;
+use crate::node::state::StateError;
+use crate::protocol::options::OptionsError;
+use crate::protocol::verb::ArgError;
+use crate::sys::exec::ExecError;
+use crate::sys::lock::LockError;
+use crate::sys::mount::MountError;
+use std::path::PathBuf;
+
+/// Any failure of a call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad argv.
+    #[error(transparent)]
+    Args(#[from] ArgError),
+    /// Bad options JSON or option value.
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    /// Bad node config.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An external tool failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A mount syscall failed.
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    /// The volume lock could not be taken.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// State could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Input or node state that the driver refuses to act on; the text is the whole message.
+    #[error("{0}")]
+    Refused(String),
+    /// A filesystem operation on a named path failed.
+    #[error("cannot {what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The backend exists in name only in this build.
+    #[error(
+        "the {backend} backend is not built yet in flexvol {version}; only init works. Use a release that ships it, or the hostpath driver"
+    )]
+    NotBuilt {
+        backend: &'static str,
+        version: &'static str,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::Refused`].
+    pub fn refused(msg: impl Into<String>) -> Self {
+        Error::Refused(msg.into())
+    }
+
+    /// Shorthand for [`Error::Io`].
+    pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            what,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Result of a call.
+pub type Result<T> = std::result::Result<T, Error>;

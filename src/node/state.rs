@@ -1,0 +1,284 @@
+//! Durable per-volume records, kept outside the plugin directory (kubelet watches that directory
+//! and re-runs `init` on every write in it).
+//!
+//! `unmount` and `unmountdevice` get no options, and after a kubelet restart the volume spec is
+//! rebuilt without any. So a record of what was mounted where is written *before* the mount
+//! (intent) and removed only after a successful unmount: a crash at any point leaves either a record
+//! of a mount that may exist, or nothing mounted. Records are written atomically (temp file, fsync,
+//! rename, fsync of the directory).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What flexvol mounted for one target directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeRecord {
+    /// Backend name.
+    pub backend: String,
+    /// The verb that made the mount (`mount` or `mountdevice`).
+    pub verb: String,
+    /// The directory kubelet named.
+    pub target: PathBuf,
+    /// Where the mount actually is, when not the target itself (a file inside it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_point: Option<PathBuf>,
+    /// What is mounted: a host path, `server:/share` or a device.
+    pub source: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// `kubernetes.io/pvOrVolumeName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// `namespace/name` of the pod, for `mount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Pod UID, for `mount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// Seconds since the epoch when the record was written.
+    pub since: u64,
+    /// Backend specifics (fs type, VG/LV, mount options...). Never secrets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, String>,
+}
+
+impl VolumeRecord {
+    /// Where to look in mountinfo for this record's mount.
+    pub fn mount_point(&self) -> &Path {
+        self.mount_point.as_deref().unwrap_or(&self.target)
+    }
+}
+
+/// Why state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Filesystem error on a state file.
+    #[error("cannot {what} state file {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A state file that does not parse (or belongs to another path).
+    #[error(
+        "state file {path} is corrupt ({reason}); inspect it, then remove it if the volume is not mounted"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// The records of one backend: `<stateDir>/<backend>/<key>.json`.
+#[derive(Debug, Clone)]
+pub struct StateStore {
+    dir: PathBuf,
+}
+
+impl StateStore {
+    /// The store for `backend` under `state_dir`.
+    pub fn new(state_dir: &Path, backend: &str) -> Self {
+        Self {
+            dir: state_dir.join(backend),
+        }
+    }
+
+    /// The directory holding the records.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn file(&self, target: &Path) -> PathBuf {
+        self.dir
+            .join(format!("{}.json", file_key(&target.to_string_lossy())))
+    }
+
+    /// Writes the record for `rec.target`, atomically.
+    pub fn save(&self, rec: &VolumeRecord) -> Result<(), StateError> {
+        let path = self.file(&rec.target);
+        let io = |what, source| StateError::Io {
+            what,
+            path: path.clone(),
+            source,
+        };
+        fs::create_dir_all(&self.dir).map_err(|e| io("create the directory of", e))?;
+        let tmp = self.dir.join(format!(
+            ".{}.tmp.{}",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        let data = serde_json::to_vec_pretty(rec).map_err(|e| StateError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut f = File::create(&tmp).map_err(|e| io("create", e))?;
+        f.write_all(&data)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| io("write", e))?;
+        fs::rename(&tmp, &path).map_err(|e| io("rename into place", e))?;
+        if let Ok(d) = File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// The record for `target`, if any.
+    pub fn load(&self, target: &Path) -> Result<Option<VolumeRecord>, StateError> {
+        let path = self.file(target);
+        let data = match fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(StateError::Io {
+                    what: "read",
+                    path,
+                    source,
+                });
+            }
+        };
+        let rec: VolumeRecord = serde_json::from_slice(&data).map_err(|e| StateError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if rec.target != target {
+            return Err(StateError::Corrupt {
+                path,
+                reason: format!("it is for {}", rec.target.display()),
+            });
+        }
+        Ok(Some(rec))
+    }
+
+    /// Removes the record for `target`; absent is fine.
+    pub fn remove(&self, target: &Path) -> Result<(), StateError> {
+        let path = self.file(target);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Io {
+                what: "remove",
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// Every record, with the file it came from; unreadable files are returned as errors.
+    pub fn list(&self) -> Vec<(PathBuf, Result<VolumeRecord, StateError>)> {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<_> = rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|x| x == "json")
+                    && !p
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
+            .map(|p| {
+                let r = fs::read(&p)
+                    .map_err(|source| StateError::Io {
+                        what: "read",
+                        path: p.clone(),
+                        source,
+                    })
+                    .and_then(|d| {
+                        serde_json::from_slice(&d).map_err(|e| StateError::Corrupt {
+                            path: p.clone(),
+                            reason: e.to_string(),
+                        })
+                    });
+                (p, r)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+/// A file name for an arbitrary key (a path): readable, reversible for short keys (bytes outside
+/// `[A-Za-z0-9._-]` become `%XX`), and a hash plus a readable tail for keys too long for a name.
+pub fn file_key(key: &str) -> String {
+    let mut s = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-' {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if s.len() <= 200 {
+        return s;
+    }
+    // FNV-1a: stable across versions and platforms; collisions are caught by the target check.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    let tail: String = s
+        .chars()
+        .rev()
+        .take(100)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("{h:016x}-{tail}")
+}
+
+/// Seconds since the epoch.
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(target: &str) -> VolumeRecord {
+        VolumeRecord {
+            backend: "hostpath".into(),
+            verb: "mount".into(),
+            target: PathBuf::from(target),
+            mount_point: None,
+            source: "/srv/a".into(),
+            read_only: false,
+            volume: Some("v".into()),
+            pod: None,
+            pod_uid: None,
+            since: 1,
+            extra: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn save_load_list_remove() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateStore::new(d.path(), "hostpath");
+        let t = "/var/lib/kubelet/pods/u/volumes/flexvol~hostpath/my vol";
+        assert_eq!(s.load(Path::new(t)).unwrap(), None);
+        s.save(&rec(t)).unwrap();
+        assert_eq!(s.load(Path::new(t)).unwrap(), Some(rec(t)));
+        assert_eq!(s.list().len(), 1);
+        s.remove(Path::new(t)).unwrap();
+        s.remove(Path::new(t)).unwrap();
+        assert!(s.list().is_empty());
+    }
+
+    #[test]
+    fn file_keys_are_safe_names() {
+        assert_eq!(file_key("/a b/c~d"), "%2Fa%20b%2Fc%7Ed");
+        let long = format!("/{}", "x".repeat(400));
+        let k = file_key(&long);
+        assert!(k.len() < 255 && !k.contains('/'), "{k}");
+        assert_ne!(file_key(&format!("{long}1")), file_key(&format!("{long}2")));
+    }
+}

@@ -1,0 +1,348 @@
+//! `flexvol install`: put one copy of this binary under each driver name in kubelet's plugin
+//! directory, the way the FlexVolume deployment design asks (reference §6.4):
+//! copy to a dot-file in the driver directory (kubelet's watcher ignores dot-files), fsync,
+//! chmod 0755, rename over the old binary (atomic; a running old process keeps its inode), fsync
+//! the directory. Nothing but the driver executables is ever written into the plugin directory:
+//! every other write there makes kubelet re-run `init` for that driver.
+
+#![allow(clippy::print_stdout)]
+
+use crate::backend::Backend;
+use clap::Args;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// kubelet's default `--volume-plugin-dir`.
+pub const DEFAULT_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec";
+
+/// Arguments of `flexvol install`.
+#[derive(Args, Debug, Clone)]
+pub struct InstallArgs {
+    /// Plugin directory; default: a running kubelet's --volume-plugin-dir, else the standard one.
+    #[arg(long, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Vendor part of the driver names (`<vendor>/hostpath` in PV specs).
+    #[arg(long, default_value = "flexvol", value_name = "NAME")]
+    pub vendor: String,
+    /// Comma-separated drivers to install.
+    #[arg(long, default_value = "hostpath,nfs,lvm", value_name = "LIST")]
+    pub drivers: String,
+    /// Binary to install; default: this executable.
+    #[arg(long, value_name = "FILE")]
+    pub binary: Option<PathBuf>,
+    /// Remove the drivers instead.
+    #[arg(long)]
+    pub uninstall: bool,
+}
+
+/// Why installing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// Bad argument.
+    #[error("{0}")]
+    Invalid(String),
+    /// A filesystem step failed.
+    #[error("cannot {what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> InstallError + 'a {
+    move |source| InstallError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The vendor must make `<vendor>/<driver>` a Kubernetes qualified name: a DNS subdomain prefix.
+fn check_vendor(v: &str) -> Result<(), InstallError> {
+    let ok = !v.is_empty()
+        && v.len() <= 253
+        && v.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(InstallError::Invalid(format!(
+            "vendor {v:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.'), which kubelet requires of driver names"
+        )))
+    }
+}
+
+/// The plugin directory of a running kubelet, from its command line or its config file.
+pub fn detect_plugin_dir() -> Option<PathBuf> {
+    let rd = fs::read_dir("/proc").ok()?;
+    for e in rd.filter_map(Result::ok) {
+        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args
+            .first()
+            .is_none_or(|a| a.rsplit('/').next() != Some("kubelet"))
+        {
+            continue;
+        }
+        let flag = |name: &str| -> Option<String> {
+            args.iter().enumerate().find_map(|(i, a)| {
+                a.strip_prefix(&format!("--{name}="))
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        (a == &format!("--{name}"))
+                            .then(|| args.get(i + 1).cloned())
+                            .flatten()
+                    })
+            })
+        };
+        if let Some(d) = flag("volume-plugin-dir") {
+            return Some(PathBuf::from(d));
+        }
+        if let Some(cfg) = flag("config")
+            && let Ok(text) = fs::read_to_string(&cfg)
+        {
+            for line in text.lines() {
+                if let Some(v) = line.trim().strip_prefix("volumePluginDir:") {
+                    return Some(PathBuf::from(v.trim().trim_matches('"').trim_matches('\'')));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn same_content(a: &Path, b: &Path) -> bool {
+    let (Ok(mut fa), Ok(mut fb)) = (File::open(a), File::open(b)) else {
+        return false;
+    };
+    let (Ok(ma), Ok(mb)) = (fa.metadata(), fb.metadata()) else {
+        return false;
+    };
+    if ma.len() != mb.len() {
+        return false;
+    }
+    let (mut ba, mut bb) = (Vec::new(), Vec::new());
+    fa.read_to_end(&mut ba).is_ok() && fb.read_to_end(&mut bb).is_ok() && ba == bb
+}
+
+/// Installs (or replaces) one driver atomically. Returns what happened.
+pub fn install_one(
+    binary: &Path,
+    dir: &Path,
+    exec_name: &str,
+) -> Result<&'static str, InstallError> {
+    let target = dir.join(exec_name);
+    let existed = target.exists();
+    if existed
+        && same_content(binary, &target)
+        && fs::metadata(&target)
+            .map(|m| m.permissions().mode() & 0o777 == 0o755)
+            .unwrap_or(false)
+    {
+        return Ok("unchanged");
+    }
+    fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o755));
+    let tmp = dir.join(format!(".{exec_name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut src = File::open(binary).map_err(io("read", binary))?;
+        let mut dst = File::create(&tmp).map_err(io("create", &tmp))?;
+        std::io::copy(&mut src, &mut dst).map_err(io("write", &tmp))?;
+        dst.flush()
+            .and_then(|_| dst.sync_all())
+            .map_err(io("fsync", &tmp))?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &tmp))?;
+        fs::rename(&tmp, &target).map_err(io("rename into place", &target))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("fsync", dir))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map(|_| if existed { "upgraded" } else { "installed" })
+}
+
+/// Removes one driver: the executable first (kubelet unloads the plugin), then its directory if
+/// nothing else is in it.
+pub fn uninstall_one(dir: &Path, exec_name: &str) -> Result<&'static str, InstallError> {
+    let target = dir.join(exec_name);
+    if !dir.exists() {
+        return Ok("absent");
+    }
+    match fs::remove_file(&target) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(InstallError::Io {
+                what: "remove",
+                path: target,
+                source: e,
+            });
+        }
+    }
+    // Leftover temp files of ours (an interrupted install) go too; anything else stays.
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.filter_map(Result::ok) {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!(".{exec_name}.tmp-"))
+            {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+    Ok(if fs::remove_dir(dir).is_ok() {
+        "removed"
+    } else {
+        "removed (directory kept: it holds other files)"
+    })
+}
+
+/// Runs the installed copy's `init` to prove it starts under that name and answers.
+fn verify(path: &Path) -> Result<String, InstallError> {
+    let out = std::process::Command::new(path)
+        .arg("init")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(io("run", path))?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success()
+        || !out.stderr.is_empty()
+        || !text.starts_with(r#"{"status":"Success""#)
+    {
+        return Err(InstallError::Invalid(format!(
+            "{} init answered {text:?} (exit {:?}, stderr {:?}); the install is broken",
+            path.display(),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(text)
+}
+
+/// Runs `flexvol install`; returns the exit code.
+pub fn run(a: &InstallArgs) -> i32 {
+    match run_inner(a) {
+        Ok(()) => 0,
+        Err(e) => {
+            println!("flexvol install: error: {e}");
+            1
+        }
+    }
+}
+
+fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
+    check_vendor(&a.vendor)?;
+    let mut drivers = Vec::new();
+    for d in a
+        .drivers
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        let b = Backend::from_name(d).ok_or_else(|| {
+            InstallError::Invalid(format!(
+                "unknown driver {d:?}; choose from hostpath, nfs, lvm"
+            ))
+        })?;
+        if !drivers.contains(&b) {
+            drivers.push(b);
+        }
+    }
+    if drivers.is_empty() {
+        return Err(InstallError::Invalid("--drivers names no driver".into()));
+    }
+    let (plugin_dir, why) = match &a.plugin_dir {
+        Some(d) => (d.clone(), "--plugin-dir"),
+        None => match detect_plugin_dir() {
+            Some(d) => (d, "the running kubelet's --volume-plugin-dir"),
+            None => (PathBuf::from(DEFAULT_PLUGIN_DIR), "kubelet's default"),
+        },
+    };
+    println!("plugin directory: {} ({why})", plugin_dir.display());
+    let binary = match &a.binary {
+        Some(b) => b.clone(),
+        None => std::env::current_exe().map_err(io("locate", Path::new("/proc/self/exe")))?,
+    };
+    for b in drivers {
+        let dir = plugin_dir.join(format!("{}~{}", a.vendor, b.name()));
+        if a.uninstall {
+            let what = uninstall_one(&dir, b.name())?;
+            println!("{}/{}: {what} ({})", a.vendor, b.name(), dir.display());
+        } else {
+            let what = install_one(&binary, &dir, b.name())?;
+            let reply = verify(&dir.join(b.name()))?;
+            println!(
+                "{}/{}: {what} {} -> init: {reply}",
+                a.vendor,
+                b.name(),
+                dir.join(b.name()).display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendor_names() {
+        for ok in ["flexvol", "example.com", "a-b.c1"] {
+            check_vendor(ok).unwrap();
+        }
+        for bad in ["", "Flexvol", "-x", "a..b", "a/b", "a_b", "x-"] {
+            assert!(check_vendor(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn install_upgrade_unchanged_uninstall() {
+        let d = tempfile::tempdir().unwrap();
+        let bin1 = d.path().join("bin1");
+        let bin2 = d.path().join("bin2");
+        fs::write(&bin1, b"one").unwrap();
+        fs::write(&bin2, b"two").unwrap();
+        let dir = d.path().join("plugins/flexvol~hostpath");
+        assert_eq!(install_one(&bin1, &dir, "hostpath").unwrap(), "installed");
+        assert_eq!(install_one(&bin1, &dir, "hostpath").unwrap(), "unchanged");
+        assert_eq!(install_one(&bin2, &dir, "hostpath").unwrap(), "upgraded");
+        assert_eq!(fs::read(dir.join("hostpath")).unwrap(), b"two");
+        assert_eq!(
+            fs::metadata(dir.join("hostpath"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o755
+        );
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("hostpath")],
+            "no temp files left"
+        );
+        assert_eq!(uninstall_one(&dir, "hostpath").unwrap(), "removed");
+        assert!(!dir.exists());
+        assert_eq!(uninstall_one(&dir, "hostpath").unwrap(), "absent");
+    }
+}

@@ -1,0 +1,3 @@
+//! Commands for node operators (run as `flexvol <command>`), as opposed to the verbs kubelet runs.
+
+pub mod install;

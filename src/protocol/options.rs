@@ -1,0 +1,333 @@
+//! The JSON options kubelet passes as one argv element, in two stages: first a flat string map
+//! (kubelet's `map[string]string`; any other JSON shape is refused), then typed accessors for the
+//! keys kubelet itself sets. Backends build their own typed options from [`Options`].
+//!
+//! Secrets arrive base64-encoded as `kubernetes.io/secret/<key>` (mount only). They are decoded
+//! into [`Secret`], which cannot be printed, and are removed from the map so nothing that logs or
+//! stores the options can carry them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Keys kubelet sets (reference §4.1).
+pub mod keys {
+    /// `spec.flexVolume.fsType`, `""` when unset.
+    pub const FS_TYPE: &str = "kubernetes.io/fsType";
+    /// `"ro"` or `"rw"`.
+    pub const READWRITE: &str = "kubernetes.io/readwrite";
+    /// PV name, or the pod's volume name for inline volumes.
+    pub const PV_OR_VOLUME_NAME: &str = "kubernetes.io/pvOrVolumeName";
+    /// Pod name (mount only).
+    pub const POD_NAME: &str = "kubernetes.io/pod.name";
+    /// Pod namespace (mount only).
+    pub const POD_NAMESPACE: &str = "kubernetes.io/pod.namespace";
+    /// Pod UID (mount only).
+    pub const POD_UID: &str = "kubernetes.io/pod.uid";
+    /// Service account name (mount only).
+    pub const SERVICE_ACCOUNT: &str = "kubernetes.io/serviceAccount.name";
+    /// fsGroup, kubelet 1.15 and later.
+    pub const FS_GROUP: &str = "kubernetes.io/mounterArgs.FsGroup";
+    /// fsGroup before 1.15.
+    pub const FS_GROUP_LEGACY: &str = "kubernetes.io/fsGroup";
+    /// Prefix of secret entries.
+    pub const SECRET_PREFIX: &str = "kubernetes.io/secret/";
+}
+
+/// A secret value. Its `Debug` and `Display` print `<redacted>`; only [`Secret::expose`] reads it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// The raw bytes, for the single place that hands them to a tool (never argv, never logs).
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Why the options argument was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// Not JSON, or JSON that is not an object of strings.
+    #[error(
+        "the options argument is not a JSON object of strings ({0}); kubelet always sends one, so check how the driver was called"
+    )]
+    NotAnObject(String),
+    /// A value that is not a string.
+    #[error("option {key:?} must be a JSON string, got {got}")]
+    NotAString { key: String, got: &'static str },
+    /// A key with a bad value.
+    #[error("option {key:?} has an invalid value {value:?}: {reason}")]
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    /// A required key is absent or empty.
+    #[error("option {key:?} is required: {hint}")]
+    Missing { key: String, hint: String },
+}
+
+impl OptionsError {
+    /// Shorthand for an invalid value.
+    pub fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Self {
+        OptionsError::Invalid {
+            key: key.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Parsed options: plain keys in a sorted map, secrets decoded and kept apart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    plain: BTreeMap<String, String>,
+    secrets: BTreeMap<String, Secret>,
+}
+
+impl Options {
+    /// Parses kubelet's options argument.
+    pub fn parse(json: &str) -> Result<Self, OptionsError> {
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| OptionsError::NotAnObject(e.to_string()))?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(OptionsError::NotAnObject(format!("got {}", kind(&value))));
+        };
+        let mut out = Options::default();
+        for (key, value) in map {
+            let serde_json::Value::String(s) = value else {
+                return Err(OptionsError::NotAString {
+                    got: kind(&value),
+                    key,
+                });
+            };
+            if let Some(name) = key.strip_prefix(keys::SECRET_PREFIX) {
+                let bytes = base64_decode(&s).ok_or_else(|| OptionsError::Invalid {
+                    key: key.clone(),
+                    value: "<redacted>".into(),
+                    reason: "secret values must be standard base64, as kubelet sends them".into(),
+                })?;
+                out.secrets.insert(name.to_owned(), Secret(bytes));
+            } else {
+                out.plain.insert(key, s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A plain option, `None` when absent.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.plain.get(key).map(String::as_str)
+    }
+
+    /// A plain option treated as absent when empty.
+    pub fn non_empty(&self, key: &str) -> Option<&str> {
+        self.get(key).filter(|v| !v.is_empty())
+    }
+
+    /// A required, non-empty option.
+    pub fn require(&self, key: &str, hint: &str) -> Result<&str, OptionsError> {
+        self.non_empty(key).ok_or_else(|| OptionsError::Missing {
+            key: key.into(),
+            hint: hint.into(),
+        })
+    }
+
+    /// All plain options (secrets never appear here), e.g. for logs and state files.
+    pub fn plain(&self) -> &BTreeMap<String, String> {
+        &self.plain
+    }
+
+    /// Secrets by key (without the `kubernetes.io/secret/` prefix).
+    pub fn secrets(&self) -> &BTreeMap<String, Secret> {
+        &self.secrets
+    }
+
+    /// `kubernetes.io/fsType`, `None` when unset or empty.
+    pub fn fs_type(&self) -> Option<&str> {
+        self.non_empty(keys::FS_TYPE)
+    }
+
+    /// `kubernetes.io/readwrite`: true for `ro`. Anything but `ro`, `rw` or absent is refused,
+    /// since guessing would risk writing to a volume meant to be read-only.
+    pub fn read_only(&self) -> Result<bool, OptionsError> {
+        match self.get(keys::READWRITE) {
+            None | Some("") | Some("rw") => Ok(false),
+            Some("ro") => Ok(true),
+            Some(v) => Err(OptionsError::invalid(
+                keys::READWRITE,
+                v,
+                "expected \"ro\" or \"rw\"",
+            )),
+        }
+    }
+
+    /// `kubernetes.io/pvOrVolumeName`.
+    pub fn volume_name(&self) -> Option<&str> {
+        self.non_empty(keys::PV_OR_VOLUME_NAME)
+    }
+
+    /// The pod's fsGroup from either the 1.15+ or the older key.
+    pub fn fs_group(&self) -> Result<Option<u32>, OptionsError> {
+        for key in [keys::FS_GROUP, keys::FS_GROUP_LEGACY] {
+            if let Some(v) = self.non_empty(key) {
+                return v
+                    .parse::<u32>()
+                    .map(Some)
+                    .map_err(|_| OptionsError::invalid(key, v, "expected a numeric group id"));
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Decodes standard, padded base64 (what Go's `base64.StdEncoding` produces). Whitespace and any
+/// other alphabet are refused rather than skipped.
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    fn val(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let bytes = s.as_bytes();
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (i, chunk) in bytes.chunks(4).enumerate() {
+        let last = i == bytes.len() / 4 - 1;
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &chunk[..4 - pad] {
+            n = (n << 6) | val(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let decoded = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&decoded[..3 - pad]);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNT_J: &str = r#"{"kubernetes.io/fsType":"nfs","kubernetes.io/pod.name":"nginx-nfs","kubernetes.io/pod.namespace":"default","kubernetes.io/pod.uid":"0b6a9c52","kubernetes.io/pvOrVolumeName":"data","kubernetes.io/readwrite":"rw","kubernetes.io/secret/password":"czNjcjN0","kubernetes.io/secret/username":"YWRtaW4=","kubernetes.io/serviceAccount.name":"default","server":"10.0.0.5","share":"/exports/data"}"#;
+
+    #[test]
+    fn parses_kubelet_mount_payload_and_decodes_secrets() {
+        let o = Options::parse(MOUNT_J).unwrap();
+        assert_eq!(o.get("server"), Some("10.0.0.5"));
+        assert_eq!(o.volume_name(), Some("data"));
+        assert!(!o.read_only().unwrap());
+        assert_eq!(o.secrets()["password"].expose(), b"s3cr3t");
+        assert_eq!(o.secrets()["username"].expose(), b"admin");
+        assert!(!o.plain().keys().any(|k| k.contains("secret")));
+        assert_eq!(
+            format!("{:?}", o.secrets()),
+            r#"{"password": <redacted>, "username": <redacted>}"#
+        );
+        assert!(!format!("{o:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn refuses_non_objects_and_non_strings() {
+        for bad in ["{bad", "", "[]", "42", "null", "\"x\""] {
+            assert!(
+                matches!(Options::parse(bad), Err(OptionsError::NotAnObject(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            Options::parse(r#"{"size":1}"#),
+            Err(OptionsError::NotAString { .. })
+        ));
+        assert!(Options::parse(r#"{"kubernetes.io/secret/p":"not base64!"}"#).is_err());
+    }
+
+    #[test]
+    fn fs_group_from_both_keys_and_readwrite() {
+        let new = Options::parse(r#"{"kubernetes.io/mounterArgs.FsGroup":"2000"}"#).unwrap();
+        let old = Options::parse(r#"{"kubernetes.io/fsGroup":"3000"}"#).unwrap();
+        assert_eq!(new.fs_group().unwrap(), Some(2000));
+        assert_eq!(old.fs_group().unwrap(), Some(3000));
+        assert!(
+            Options::parse(r#"{"kubernetes.io/fsGroup":"x"}"#)
+                .unwrap()
+                .fs_group()
+                .is_err()
+        );
+        assert!(
+            Options::parse(r#"{"kubernetes.io/readwrite":"ro"}"#)
+                .unwrap()
+                .read_only()
+                .unwrap()
+        );
+        assert!(
+            Options::parse(r#"{"kubernetes.io/readwrite":"RO"}"#)
+                .unwrap()
+                .read_only()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn base64_vectors() {
+        assert_eq!(base64_decode("").unwrap(), b"");
+        assert_eq!(base64_decode("Zg==").unwrap(), b"f");
+        assert_eq!(base64_decode("Zm8=").unwrap(), b"fo");
+        assert_eq!(base64_decode("Zm9v").unwrap(), b"foo");
+        assert_eq!(base64_decode("Zm9vYg==").unwrap(), b"foob");
+        assert_eq!(base64_decode("/+8=").unwrap(), [0xff, 0xef]);
+        for bad in ["Zg=", "Z===", "Zg==Zg==", "Zm 9v", "Zm9v\n"] {
+            assert!(base64_decode(bad).is_none(), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn base64_round_trips(data: Vec<u8>) {
+            // Reference encoder, written out here so the test does not trust the decoder.
+            const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            let mut enc = String::new();
+            for c in data.chunks(3) {
+                let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+                for i in 0..4 {
+                    if i <= c.len() { enc.push(A[(n >> (18 - 6 * i) & 63) as usize] as char) } else { enc.push('=') }
+                }
+            }
+            proptest::prop_assert_eq!(base64_decode(&enc), Some(data));
+        }
+    }
+}

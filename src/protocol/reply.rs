@@ -1,0 +1,216 @@
+//! The one JSON object kubelet reads back, and the only code that writes to stdout.
+//!
+//! kubelet runs the driver with Go's `CombinedOutput()` and decodes stdout+stderr together as one
+//! JSON value, so a single stray byte on either stream breaks the call. [`emit`] is therefore
+//! the only writer of stdout in the whole program, it writes at most once per process (the first
+//! reply wins: the normal path, the deadline watchdog, the signal thread and the panic hook race
+//! for it), and nothing ever writes to stderr.
+
+use serde::Serialize;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The status strings kubelet compares byte for byte (`driver-call.go`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Status {
+    /// The call did what was asked.
+    Success,
+    /// The call failed; `message` says why and what to do.
+    Failure,
+    /// kubelet caches this per driver name and never calls the verb again: answer it only for
+    /// verbs this backend will never support.
+    #[serde(rename = "Not supported")]
+    NotSupported,
+}
+
+/// Capabilities reported by `init`. All five are always sent: kubelet's defaults for omitted
+/// keys (attach, selinuxRelabel, fsGroup and requiresFSResize true) are wrong for most backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// Whether attach/waitforattach/mountdevice are used (LVM only).
+    pub attach: bool,
+    /// Whether kubelet may relabel the volume for SELinux.
+    #[serde(rename = "selinuxRelabel")]
+    pub selinux_relabel: bool,
+    /// Whether kubelet reports volume stats by statfs of the pod directory.
+    pub supports_metrics: bool,
+    /// Whether kubelet recursively chowns the volume to the pod's fsGroup.
+    pub fs_group: bool,
+    /// Whether kubelet calls `expandfs` after a resize.
+    #[serde(rename = "requiresFSResize")]
+    pub requires_fs_resize: bool,
+}
+
+/// One reply. Optional fields are omitted when empty, never sent as `null`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reply {
+    /// The status kubelet switches on.
+    pub status: Status,
+    /// Human-readable reason; shown in pod and PVC events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Device path, for `attach` and `waitforattach`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// For `isattached`: kubelet reads a missing value as false (= detached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attached: Option<bool>,
+    /// For `init` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+    /// For `expandvolume`: the new size in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_new_size: Option<u64>,
+}
+
+impl Reply {
+    /// A bare Success.
+    pub fn success() -> Self {
+        Self::with_status(Status::Success)
+    }
+
+    /// "Not supported": kubelet falls back to its own default for this verb and caches the answer.
+    pub fn not_supported() -> Self {
+        Self::with_status(Status::NotSupported)
+    }
+
+    /// A Failure with a message for the operator.
+    pub fn failure(message: impl Into<String>) -> Self {
+        Self {
+            message: Some(message.into()),
+            ..Self::with_status(Status::Failure)
+        }
+    }
+
+    fn with_status(status: Status) -> Self {
+        Self {
+            status,
+            message: None,
+            device: None,
+            attached: None,
+            capabilities: None,
+            volume_new_size: None,
+        }
+    }
+
+    /// Adds an informational message (kept short: it ends up in events).
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// Success carrying a device path.
+    pub fn device(device: impl Into<String>) -> Self {
+        Self {
+            device: Some(device.into()),
+            ..Self::success()
+        }
+    }
+
+    /// The process exit code that goes with this reply: 1 only for Failure.
+    pub fn exit_code(&self) -> i32 {
+        match self.status {
+            Status::Success | Status::NotSupported => 0,
+            Status::Failure => 1,
+        }
+    }
+
+    /// The reply as one line of compact JSON (what goes on stdout, without the newline).
+    pub fn to_json(&self) -> String {
+        // Serializing this struct cannot fail: it has only strings, bools and integers.
+        serde_json::to_string(self).unwrap_or_else(|_| {
+            r#"{"status":"Failure","message":"internal error: reply not serializable"}"#.to_owned()
+        })
+    }
+}
+
+static REPLIED: AtomicBool = AtomicBool::new(false);
+static PRETTY: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`emit`] indent its JSON (the human `--pretty` flag; never used by kubelet).
+pub fn set_pretty(pretty: bool) {
+    PRETTY.store(pretty, Ordering::Relaxed);
+}
+
+/// Writes `reply` and a newline to stdout, once per process. Returns false (and writes nothing)
+/// when another path already replied.
+#[allow(clippy::print_stdout)]
+pub fn emit(reply: &Reply) -> bool {
+    if REPLIED.swap(true, Ordering::SeqCst) {
+        return false;
+    }
+    let text = if PRETTY.load(Ordering::Relaxed) {
+        serde_json::to_string_pretty(reply).unwrap_or_else(|_| reply.to_json())
+    } else {
+        reply.to_json()
+    };
+    let mut out = std::io::stdout().lock();
+    // A closed stdout leaves nobody to tell; the exit code still carries the outcome.
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+    true
+}
+
+/// Whether a reply has been written already (the panic hook and watchdog check this).
+pub fn replied() -> bool {
+    REPLIED.load(Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_supported_is_spelled_as_kubelet_expects() {
+        assert_eq!(
+            Reply::not_supported().to_json(),
+            r#"{"status":"Not supported"}"#
+        );
+    }
+
+    #[test]
+    fn init_reply_lists_all_capabilities() {
+        let r = Reply {
+            capabilities: Some(Capabilities {
+                attach: false,
+                selinux_relabel: false,
+                supports_metrics: true,
+                fs_group: false,
+                requires_fs_resize: false,
+            }),
+            ..Reply::success()
+        };
+        assert_eq!(
+            r.to_json(),
+            r#"{"status":"Success","capabilities":{"attach":false,"selinuxRelabel":false,"supportsMetrics":true,"fsGroup":false,"requiresFSResize":false}}"#
+        );
+    }
+
+    #[test]
+    fn failure_escapes_message_and_exits_1() {
+        let r = Reply::failure("bad \"path\"\n/x");
+        assert_eq!(
+            r.to_json(),
+            r#"{"status":"Failure","message":"bad \"path\"\n/x"}"#
+        );
+        assert_eq!(r.exit_code(), 1);
+        assert_eq!(Reply::not_supported().exit_code(), 0);
+        assert_eq!(Reply::success().exit_code(), 0);
+    }
+
+    #[test]
+    fn device_and_attached_fields() {
+        assert_eq!(
+            Reply::device("/dev/vg/lv").to_json(),
+            r#"{"status":"Success","device":"/dev/vg/lv"}"#
+        );
+        let a = Reply {
+            attached: Some(true),
+            ..Reply::success()
+        };
+        assert_eq!(a.to_json(), r#"{"status":"Success","attached":true}"#);
+    }
+}

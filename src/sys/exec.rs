@@ -1,0 +1,414 @@
+//! The only place flexvol starts another program.
+//!
+//! Rules, all enforced here rather than left to callers:
+//! - tools are found in a fixed list of system directories (kubelet's environment is not a login
+//!   shell, and `PATH` is not to be trusted), never through a shell, always with an argv;
+//! - the child's environment is cleared and rebuilt: `PATH`, `LC_ALL=C` (so the text we parse is
+//!   not localised) and `LVM_SUPPRESS_FD_WARNINGS=1`, plus what the caller adds;
+//! - stdin is `/dev/null` (or bytes the caller supplies, e.g. a secret) and stdout and stderr go to
+//!   anonymous memory files, never to our own stdout: a child's chatter cannot corrupt the reply,
+//!   and a grandchild that keeps the descriptor open cannot block us the way it blocks a pipe
+//!   reader (kubelet's `CombinedOutput` hang, Azure/kubernetes-volume-drivers#32);
+//! - each child gets its own process group and a timeout; on timeout the whole group is killed.
+
+use crate::sys::process;
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Where tools are looked up, in order, unless the node config says otherwise.
+pub const DEFAULT_TOOL_DIRS: &[&str] = &["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
+
+/// One command to run.
+#[derive(Clone)]
+pub struct Cmd {
+    /// Tool name (`lvcreate`) or absolute path.
+    pub tool: String,
+    /// Arguments, never interpreted by a shell.
+    pub args: Vec<OsString>,
+    /// Extra environment for the child.
+    pub env: Vec<(String, String)>,
+    /// Bytes fed to stdin (e.g. a credential); `/dev/null` when `None`.
+    pub stdin: Option<Vec<u8>>,
+    /// How long the child may run.
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // stdin may hold a secret: never shown.
+        write!(f, "{} {:?}", self.tool, self.args)
+    }
+}
+
+impl Cmd {
+    /// A command with a default 60 s timeout.
+    pub fn new(tool: &str) -> Self {
+        Self {
+            tool: tool.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            stdin: None,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Appends one argument.
+    pub fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
+        self.args.push(a.as_ref().to_owned());
+        self
+    }
+
+    /// Appends arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, a: I) -> Self {
+        self.args
+            .extend(a.into_iter().map(|s| s.as_ref().to_owned()));
+        self
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// The command line for messages: tool and arguments, shell-quoted for readability only.
+    pub fn display(&self) -> String {
+        let mut s = self.tool.clone();
+        for a in &self.args {
+            let a = a.to_string_lossy();
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"\\$`".contains(c)) {
+                s.push_str(&format!(" '{}'", a.replace('\'', "'\\''")));
+            } else {
+                s.push(' ');
+                s.push_str(&a);
+            }
+        }
+        s
+    }
+}
+
+/// What a finished child left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Exit code, `None` when killed by a signal.
+    pub code: Option<i32>,
+    /// Terminating signal, if any.
+    pub signal: Option<i32>,
+    /// Captured stdout.
+    pub stdout: Vec<u8>,
+    /// Captured stderr.
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// stdout as text.
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// The last few lines of stderr (or stdout when stderr is empty), for messages.
+    pub fn tail(&self) -> String {
+        let text = if self.stderr.iter().any(|b| !b.is_ascii_whitespace()) {
+            &self.stderr
+        } else {
+            &self.stdout
+        };
+        let text = String::from_utf8_lossy(text);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let start = lines.len().saturating_sub(4);
+        lines[start..].join("; ")
+    }
+}
+
+/// Why a command did not produce the expected result.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The tool is not installed in any searched directory.
+    #[error(
+        "{tool} is not installed (looked in {searched}); install it on the node (run `flexvol doctor` for the package name)"
+    )]
+    NotFound { tool: String, searched: String },
+    /// The child could not be started.
+    #[error("cannot start {path}: {source}")]
+    Spawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The child ran past its timeout and was killed.
+    #[error("`{cmdline}` did not finish within {secs}s and was killed")]
+    TimedOut { cmdline: String, secs: u64 },
+    /// The child exited non-zero (or by signal). `Display` ends with the tool's own words.
+    #[error("`{cmdline}` failed ({}){}", exit_reason(output), tail_suffix(output))]
+    Failed { cmdline: String, output: Output },
+}
+
+fn exit_reason(o: &Output) -> String {
+    match (o.code, o.signal) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "unknown exit".into(),
+    }
+}
+
+fn tail_suffix(o: &Output) -> String {
+    let t = o.tail();
+    if t.is_empty() {
+        String::new()
+    } else {
+        format!(": {t}")
+    }
+}
+
+/// The seam for running programs. Backends hold a `&dyn Runner`; tests substitute a recording
+/// double that scripts outputs.
+pub trait Runner: Send + Sync {
+    /// Runs `cmd` to completion (or timeout) and returns its output whatever its exit code.
+    fn run(&self, cmd: &Cmd) -> Result<Output, ExecError>;
+
+    /// Whether a tool can be found.
+    fn has_tool(&self, tool: &str) -> bool;
+
+    /// Runs `cmd` and turns a non-zero exit into [`ExecError::Failed`].
+    fn check(&self, cmd: &Cmd) -> Result<Output, ExecError> {
+        let out = self.run(cmd)?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(ExecError::Failed {
+                cmdline: cmd.display(),
+                output: out,
+            })
+        }
+    }
+}
+
+/// The real runner.
+#[derive(Debug, Clone)]
+pub struct SystemRunner {
+    dirs: Vec<PathBuf>,
+}
+
+impl Default for SystemRunner {
+    fn default() -> Self {
+        Self::new(DEFAULT_TOOL_DIRS.iter().map(PathBuf::from).collect())
+    }
+}
+
+impl SystemRunner {
+    /// A runner that looks for tools in `dirs`, in order.
+    pub fn new(dirs: Vec<PathBuf>) -> Self {
+        Self { dirs }
+    }
+
+    /// Resolves a tool name to an absolute path.
+    pub fn resolve(&self, tool: &str) -> Result<PathBuf, ExecError> {
+        if tool.starts_with('/') {
+            return if Path::new(tool).is_file() {
+                Ok(PathBuf::from(tool))
+            } else {
+                Err(ExecError::NotFound {
+                    tool: tool.into(),
+                    searched: tool.into(),
+                })
+            };
+        }
+        for d in &self.dirs {
+            let p = d.join(tool);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+        Err(ExecError::NotFound {
+            tool: tool.into(),
+            searched: self
+                .dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+}
+
+fn memfile(name: &str) -> Result<File, std::io::Error> {
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
+    Ok(File::from(fd))
+}
+
+impl Runner for SystemRunner {
+    fn has_tool(&self, tool: &str) -> bool {
+        self.resolve(tool).is_ok()
+    }
+
+    fn run(&self, cmd: &Cmd) -> Result<Output, ExecError> {
+        let path = self.resolve(&cmd.tool)?;
+        let spawn_err = |source| ExecError::Spawn {
+            path: path.clone(),
+            source,
+        };
+        let mut out_f = memfile("stdout").map_err(spawn_err)?;
+        let mut err_f = memfile("stderr").map_err(spawn_err)?;
+        let mut c = Command::new(&path);
+        c.args(&cmd.args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("LC_ALL", "C")
+            .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+            .stdout(Stdio::from(out_f.try_clone().map_err(spawn_err)?))
+            .stderr(Stdio::from(err_f.try_clone().map_err(spawn_err)?))
+            .current_dir("/")
+            .process_group(0);
+        for (k, v) in &cmd.env {
+            c.env(k, v);
+        }
+        let stdin_file = match &cmd.stdin {
+            Some(bytes) => {
+                let mut f = memfile("stdin").map_err(spawn_err)?;
+                f.write_all(bytes).map_err(spawn_err)?;
+                f.seek(SeekFrom::Start(0)).map_err(spawn_err)?;
+                Some(f)
+            }
+            None => None,
+        };
+        c.stdin(match stdin_file {
+            Some(f) => Stdio::from(f),
+            None => Stdio::null(),
+        });
+        let mut child = c.spawn().map_err(spawn_err)?;
+        drop(c); // closes our copies of the child's descriptors
+        let pid = child.id() as i32;
+        process::register_child(pid);
+
+        let (tx, rx) = mpsc::channel();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let status = match rx.recv_timeout(cmd.timeout) {
+            Ok(r) => r.map_err(spawn_err)?,
+            Err(_) => {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                // A child stuck in the kernel (a hung NFS mount) may not die at once; don't wait long.
+                let _ = rx.recv_timeout(Duration::from_secs(2));
+                process::unregister_child(pid);
+                return Err(ExecError::TimedOut {
+                    cmdline: cmd.display(),
+                    secs: started.elapsed().as_secs(),
+                });
+            }
+        };
+        process::unregister_child(pid);
+        let read = |f: &mut File| -> Vec<u8> {
+            let mut v = Vec::new();
+            let _ = f.seek(SeekFrom::Start(0));
+            // Bound what a chatty tool can make us hold.
+            let _ = f.take(1 << 20).read_to_end(&mut v);
+            v
+        };
+        Ok(Output {
+            code: status.code(),
+            signal: status.signal(),
+            stdout: read(&mut out_f),
+            stderr: read(&mut err_f),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Cmd {
+        Cmd::new("sh")
+            .arg("-c")
+            .arg(script)
+            .timeout(Duration::from_secs(5))
+    }
+
+    #[test]
+    fn captures_stdout_stderr_and_exit_code() {
+        let r = SystemRunner::default();
+        let out = r.run(&sh("echo out; echo err >&2; exit 3")).unwrap();
+        assert_eq!(out.code, Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+        let e = r
+            .check(&sh("echo 'something broke' >&2; exit 5"))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`sh -c 'echo '\\''something broke'\\'' >&2; exit 5'` failed (exit status 5): something broke"
+        );
+    }
+
+    #[test]
+    fn environment_is_rebuilt() {
+        let out = SystemRunner::default()
+            .run(&sh("echo $LC_ALL:$LVM_SUPPRESS_FD_WARNINGS:${HOME:-none}").env("X", "1"))
+            .unwrap();
+        assert_eq!(out.stdout_text(), "C:1:none\n");
+    }
+
+    #[test]
+    fn stdin_is_null_or_given_bytes() {
+        let r = SystemRunner::default();
+        assert_eq!(r.run(&sh("cat")).unwrap().stdout, b"");
+        let mut c = sh("cat");
+        c.stdin = Some(b"secret".to_vec());
+        assert_eq!(r.run(&c).unwrap().stdout, b"secret");
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group_and_a_lingering_grandchild_does_not_block() {
+        let r = SystemRunner::default();
+        let t = Instant::now();
+        let e = r
+            .run(&sh("sleep 30 & sleep 30").timeout(Duration::from_millis(300)))
+            .unwrap_err();
+        assert!(matches!(e, ExecError::TimedOut { .. }), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3));
+        // The parent exits at once but leaves a grandchild holding stdout: we must not wait for it.
+        let t = Instant::now();
+        let out = r.run(&sh("(sleep 5; echo late) & echo early")).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(out.stdout, b"early\n");
+    }
+
+    #[test]
+    fn missing_tools_are_named() {
+        let r = SystemRunner::new(vec![PathBuf::from("/nonexistent")]);
+        let e = r.run(&Cmd::new("lvcreate")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("lvcreate is not installed (looked in /nonexistent)"),
+            "{e}"
+        );
+        assert!(!r.has_tool("sh"));
+    }
+}

@@ -1,0 +1,129 @@
+//! The driver's own process: its deadline, its signals and the children it must not leave behind.
+//!
+//! kubelet puts no timeout on most verbs, so a hung driver wedges the volume forever; on the one
+//! verb it does time out (`waitforattach`) it sends SIGTERM and, 10 s later, SIGKILL. So:
+//! - every call runs under a [`Deadline`]; a watchdog thread answers Failure when it expires;
+//! - SIGTERM, SIGINT and SIGHUP are taken by a dedicated thread that answers Failure;
+//! - in both cases every child process group we started is killed first, so no helper keeps
+//!   working on a volume after we have reported failure.
+//!
+//! Children run in their own process groups (see `exec`), so killing the group also reaches the
+//! grandchildren a tool may fork.
+
+use crate::protocol::reply::{self, Reply};
+use nix::sys::signal::{self, SigSet, Signal};
+use nix::unistd::Pid;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static CHILD_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Records a child's process group so a deadline or signal can kill it.
+pub fn register_child(pgid: i32) {
+    if let Ok(mut g) = CHILD_GROUPS.lock() {
+        g.insert(pgid);
+    }
+}
+
+/// Forgets a child that has been reaped.
+pub fn unregister_child(pgid: i32) {
+    if let Ok(mut g) = CHILD_GROUPS.lock() {
+        g.remove(&pgid);
+    }
+}
+
+/// Sends SIGKILL to every registered child process group.
+pub fn kill_children() {
+    let groups: Vec<i32> = CHILD_GROUPS
+        .lock()
+        .map(|g| g.iter().copied().collect())
+        .unwrap_or_default();
+    for pgid in groups {
+        let _ = signal::killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+/// Kills our children, replies Failure (unless a reply went out already) and exits 1.
+#[allow(clippy::exit)]
+pub fn fail_and_exit(message: &str) -> ! {
+    kill_children();
+    let reply = Reply::failure(message);
+    if reply::emit(&reply) {
+        crate::node::calllog::record_final(&reply);
+    }
+    std::process::exit(1)
+}
+
+/// A point in time by which the current call must have answered.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    at: Instant,
+    total: Duration,
+}
+
+impl Deadline {
+    /// A deadline `total` from now.
+    pub fn after(total: Duration) -> Self {
+        Self {
+            at: Instant::now() + total,
+            total,
+        }
+    }
+
+    /// Time left, zero when passed.
+    pub fn remaining(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the deadline has passed.
+    pub fn expired(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// The whole budget this deadline was created with.
+    pub fn total(&self) -> Duration {
+        self.total
+    }
+
+    /// The smaller of `limit` and the time left: how long one step may take.
+    pub fn cap(&self, limit: Duration) -> Duration {
+        limit.min(self.remaining())
+    }
+}
+
+/// Blocks the termination signals in the calling thread, before any other thread exists, so that
+/// every thread inherits the mask and only [`start_guards`]'s signal thread receives them.
+/// Children get a clean mask: std resets it between fork and exec.
+pub fn block_termination_signals() {
+    let _ = termination_signals().thread_block();
+}
+
+fn termination_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set
+}
+
+/// Starts the watchdog for `deadline` and the signal thread. Both answer Failure and exit.
+pub fn start_guards(verb: &str, deadline: Deadline) {
+    let verb_owned = verb.to_owned();
+    let _ = std::thread::Builder::new().name("deadline".into()).spawn(move || {
+        std::thread::sleep(deadline.remaining());
+        fail_and_exit(&format!(
+            "{verb_owned} did not finish within its deadline of {}s; its helper processes were killed. \
+             Check the node (a hung NFS server or device?) and the flexvol log; raise verbTimeoutSeconds in the config if the work is legitimately slow",
+            deadline.total().as_secs()
+        ));
+    });
+    let verb_owned = verb.to_owned();
+    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        if let Ok(sig) = termination_signals().wait() {
+            fail_and_exit(&format!(
+                "{verb_owned} was interrupted by {sig:?} (kubelet sends SIGTERM when a call exceeds its own timeout); its helper processes were killed and the call can be retried"
+            ));
+        }
+    });
+}
