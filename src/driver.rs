@@ -64,6 +64,12 @@ fn answer(
         mounter: &SysMounter,
         deadline,
     };
+    if !matches!(
+        call,
+        Call::Init | Call::GetVolumeName { .. } | Call::Unknown { .. }
+    ) {
+        inject_test_fault(&ctx);
+    }
     match backend::answer(backend, &call, &ctx) {
         Ok(r) => r,
         Err(e) => Reply::failure(e.to_string()),
@@ -78,5 +84,25 @@ pub fn finish(reply: &Reply) -> i32 {
     } else {
         // The watchdog or signal thread answered first and is exiting with 1.
         1
+    }
+}
+
+/// Fault injection for the test suites, after the guards are armed: `FLEXVOL_TEST_FAULT=panic`
+/// panics, `hang` blocks forever, `hang-child` blocks in a child process (`sleep`). Tests use it to
+/// prove that panics, deadlines and SIGTERM still end in one Failure reply and no orphan children.
+/// Unset in production, where it costs one environment lookup.
+fn inject_test_fault(ctx: &Context) {
+    match std::env::var("FLEXVOL_TEST_FAULT").as_deref() {
+        Ok("panic") => panic!("injected test fault"),
+        Ok("hang") => loop {
+            std::thread::park();
+        },
+        Ok("hang-child") => {
+            let cmd = crate::sys::exec::Cmd::new("sleep")
+                .arg("3600")
+                .timeout(std::time::Duration::from_secs(3600));
+            let _ = ctx.runner.run(&cmd);
+        }
+        _ => {}
     }
 }

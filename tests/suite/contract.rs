@@ -1,0 +1,386 @@
+//! Contract tier: every verb of every driver name through the real binary, as kubelet calls it.
+//! Needs no privileges: nothing here reaches a mount syscall.
+
+use crate::util::{Env, check_protocol};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const DRIVERS: [&str; 3] = ["hostpath", "nfs", "lvm"];
+const J: &str = r#"{"kubernetes.io/fsType":"","kubernetes.io/pvOrVolumeName":"v","kubernetes.io/readwrite":"rw"}"#;
+
+/// Every verb with exactly the arguments kubelet sends (sizes as digits).
+fn kubelet_calls(dir: &str) -> Vec<Vec<String>> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        s(&["init"]),
+        s(&["getvolumename", J]),
+        s(&["attach", J, "node-1"]),
+        s(&["isattached", J, "node-1"]),
+        s(&["detach", "v", "node-1"]),
+        s(&["waitforattach", "/dev/vg0/v", J]),
+        s(&["mountdevice", dir, "/dev/vg0/v", J]),
+        s(&["unmountdevice", dir]),
+        s(&["mount", dir, J]),
+        s(&["unmount", dir]),
+        s(&["expandvolume", J, dir, "2147483648", "1073741824"]),
+        s(&["expandfs", J, "/dev/vg0/v", dir, "2147483648", "1073741824"]),
+    ]
+}
+
+#[test]
+fn contract_init_reports_all_capabilities_per_driver() {
+    let env = Env::new();
+    let caps = |a: bool, s: bool, f: bool, r: bool| json!({"status":"Success","capabilities":{"attach":a,"selinuxRelabel":s,"supportsMetrics":true,"fsGroup":f,"requiresFSResize":r}});
+    assert_eq!(
+        env.call("hostpath", &["init"]).json,
+        caps(false, false, false, false)
+    );
+    assert_eq!(
+        env.call("nfs", &["init"]).json,
+        caps(false, false, false, false)
+    );
+    assert_eq!(
+        env.call("lvm", &["init"]).json,
+        caps(true, true, true, true)
+    );
+}
+
+#[test]
+fn contract_every_verb_every_arity_answers_one_json_object() {
+    let env = Env::new();
+    // A directory that does not exist: hostpath mount fails cleanly, unmount succeeds.
+    let dir = env.root().join("no-such-pod-dir");
+    let dir = dir.to_str().unwrap();
+    for driver in DRIVERS {
+        for call in kubelet_calls(dir) {
+            let args: Vec<&str> = call.iter().map(String::as_str).collect();
+            // Exact arity, one extra trailing argument, and every shorter prefix.
+            env.call(driver, &args);
+            let mut extra = args.clone();
+            extra.push("unexpected-extra");
+            let a = env.call(driver, &args);
+            let b = env.call(driver, &extra);
+            assert_eq!(
+                a.status(),
+                b.status(),
+                "{driver} {args:?}: extra trailing args must be tolerated"
+            );
+            for n in 1..args.len() {
+                let r = env.call(driver, &args[..n]);
+                r.failed("needs");
+            }
+        }
+    }
+}
+
+#[test]
+fn contract_unknown_verbs_and_getvolumename_are_not_supported() {
+    let env = Env::new();
+    for driver in DRIVERS {
+        env.call(driver, &["getvolumename", J]).not_supported();
+        env.call(driver, &["waitfordetach", "/dev/x"])
+            .not_supported();
+        env.call(driver, &["no-such-verb"]).not_supported();
+        env.call(driver, &[""]).not_supported();
+        env.call(driver, &[]).failed("no verb given");
+    }
+}
+
+#[test]
+fn contract_hostpath_attach_side_verbs_are_consistently_not_supported() {
+    let env = Env::new();
+    let dir = env.root().join("d");
+    for call in kubelet_calls(dir.to_str().unwrap()) {
+        let v = call[0].as_str();
+        if matches!(v, "init" | "mount" | "unmount") {
+            continue;
+        }
+        let args: Vec<&str> = call.iter().map(String::as_str).collect();
+        env.call("hostpath", &args).not_supported();
+    }
+}
+
+#[test]
+fn contract_backends_not_built_yet_fail_rather_than_not_supported() {
+    // kubelet caches "Not supported" per driver: a verb that will be supported must fail instead.
+    let env = Env::new();
+    let dir = env.root().join("d");
+    let dir = dir.to_str().unwrap();
+    env.call("nfs", &["mount", dir, J]).failed("not built yet");
+    env.call("nfs", &["unmount", dir]).failed("not built yet");
+    env.call("nfs", &["attach", J, "n"]).not_supported();
+    for call in kubelet_calls(dir) {
+        if matches!(call[0].as_str(), "init" | "getvolumename") {
+            continue;
+        }
+        let args: Vec<&str> = call.iter().map(String::as_str).collect();
+        env.call("lvm", &args).failed("not built yet");
+    }
+}
+
+#[test]
+fn contract_malformed_options_fail_cleanly() {
+    let env = Env::new();
+    let dir = env.mkdir("pod");
+    let dir = dir.to_str().unwrap();
+    for bad in [
+        "{bad",
+        "",
+        "[]",
+        "42",
+        "null",
+        "\"str\"",
+        r#"{"path":1}"#,
+        r#"{"kubernetes.io/secret/x":"%%%"}"#,
+    ] {
+        let r = env.call("hostpath", &["mount", dir, bad]);
+        r.failed("option");
+    }
+    assert!(env.mounts().is_empty());
+}
+
+#[test]
+fn contract_empty_string_arguments_are_handled() {
+    let env = Env::new();
+    env.call("hostpath", &["mountdevice", "", "", J])
+        .not_supported();
+    env.call("hostpath", &["mount", "", r#"{"path":"/srv"}"#])
+        .failed("mount directory");
+    env.call("hostpath", &["unmount", ""])
+        .failed("mount directory");
+    env.call("hostpath", &["expandfs", J, "", "", "1", "0"])
+        .not_supported();
+    env.call("hostpath", &["expandfs", J, "", "", "", "0"])
+        .failed("NEW_SIZE");
+}
+
+#[test]
+fn contract_isattached_accepts_both_argument_orders() {
+    let env = Env::new();
+    let a = env.call("hostpath", &["isattached", J, "node-1"]);
+    let b = env.call("hostpath", &["isattached", "node-1", J]);
+    assert_eq!(a.json, b.json);
+}
+
+#[test]
+fn contract_panic_still_prints_failure_json() {
+    let env = Env::new();
+    let dir = env.mkdir("pod");
+    let r = env.call_env(
+        "hostpath",
+        &["mount", dir.to_str().unwrap(), J],
+        &[("FLEXVOL_TEST_FAULT", "panic")],
+    );
+    r.failed("internal error");
+    assert!(r.message().contains("injected test fault"));
+}
+
+#[test]
+fn contract_verb_deadline_answers_failure_in_bounded_time() {
+    let env = Env::with_config(json!({"verbTimeoutSeconds": 1}));
+    let dir = env.mkdir("pod");
+    let t = Instant::now();
+    let r = env.call_env(
+        "hostpath",
+        &["mount", dir.to_str().unwrap(), J],
+        &[("FLEXVOL_TEST_FAULT", "hang")],
+    );
+    r.failed("deadline of 1s");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+/// How many `sleep 3600` processes exist (only the hang-child fault starts one).
+fn orphan_sleeps() -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .unwrap_or_default()
+                .ends_with(b"sleep\x003600\x00")
+        })
+        .count()
+}
+
+#[test]
+fn contract_sigterm_kills_children_and_prints_failure_json() {
+    let env = Env::new();
+    let dir = env.mkdir("pod");
+    let before = orphan_sleeps();
+    let child = env
+        .command("hostpath", &["mount", dir.to_str().unwrap(), J])
+        .env("FLEXVOL_TEST_FAULT", "hang-child")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the child `sleep` exists, then do what kubelet's timeout does.
+    let t = Instant::now();
+    while orphan_sleeps() <= before && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(orphan_sleeps() > before, "the injected child never started");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r = check_protocol(&out.stdout, &out.stderr, out.status.code());
+    r.failed("SIGTERM");
+    let t = Instant::now();
+    while orphan_sleeps() > before && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        orphan_sleeps(),
+        before,
+        "the helper process outlived the driver"
+    );
+}
+
+#[test]
+fn contract_broken_config_fails_verbs_but_not_init() {
+    let env = Env::new();
+    std::fs::write(&env.config, br#"{"stateDir":"/x","unknownKey":1}"#).unwrap();
+    env.call("hostpath", &["init"]).ok();
+    let dir = env.mkdir("pod");
+    env.call("hostpath", &["mount", dir.to_str().unwrap(), J])
+        .failed("unknown field `unknownKey`");
+    let missing = env.root().join("missing.json");
+    let r = env
+        .command("hostpath", &["unmount", dir.to_str().unwrap()])
+        .env("FLEXVOL_CONFIG", &missing)
+        .output()
+        .unwrap();
+    check_protocol(&r.stdout, &r.stderr, r.status.code()).failed("cannot read the flexvol config");
+}
+
+#[test]
+fn contract_lock_wait_is_bounded() {
+    let env = Env::with_config(json!({"lockTimeoutSeconds": 1}));
+    let dir = env.mkdir("pod");
+    let key = format!("hostpath:{}", dir.display());
+    let lock_path = env
+        .run
+        .join("locks")
+        .join(format!("{}.lock", flexvol::node::state::file_key(&key)));
+    std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(&lock_path).unwrap();
+    f.lock().unwrap();
+    let t = Instant::now();
+    env.call("hostpath", &["unmount", dir.to_str().unwrap()])
+        .failed("held the lock");
+    assert!(t.elapsed() >= Duration::from_secs(1) && t.elapsed() < Duration::from_secs(4));
+    drop(f);
+    env.call("hostpath", &["unmount", dir.to_str().unwrap()])
+        .ok();
+}
+
+#[test]
+fn contract_one_log_record_per_call_with_secrets_redacted() {
+    let env = Env::new();
+    let dir = env.mkdir("pod");
+    let j = r#"{"path":"/nonexistent-flexvol-test","kubernetes.io/secret/password":"czNjcjN0","mountPassword":"hunter2"}"#;
+    env.call("hostpath", &["init"]).ok();
+    env.call("hostpath", &["mount", dir.to_str().unwrap(), j])
+        .failed("does not exist");
+    let lines = env.log_lines();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["verb"], "init");
+    assert_eq!(lines[1]["verb"], "mount");
+    assert_eq!(lines[1]["reply"]["status"], "Failure");
+    assert!(lines[1]["pid"].as_u64().is_some() && lines[1]["durationMs"].as_f64().is_some());
+    assert!(lines[1]["time"].as_str().unwrap().ends_with('Z'));
+    let text = std::fs::read_to_string(&env.log).unwrap();
+    for secret in ["czNjcjN0", "s3cr3t", "hunter2"] {
+        assert!(
+            !text.contains(secret),
+            "secret {secret} leaked into the log"
+        );
+    }
+}
+
+#[test]
+fn contract_logging_can_be_turned_off() {
+    let env = Env::with_config(json!({"logFile": ""}));
+    env.call("hostpath", &["init"]).ok();
+    assert!(!env.log.exists());
+}
+
+#[test]
+fn contract_unknown_install_name_answers_json() {
+    let env = Env::new();
+    let odd = env.plugins.join("flexvol~odd");
+    std::fs::create_dir_all(&odd).unwrap();
+    std::os::unix::fs::symlink(crate::util::binary(), odd.join("odd")).unwrap();
+    let out = std::process::Command::new(odd.join("odd"))
+        .arg("init")
+        .output()
+        .unwrap();
+    check_protocol(&out.stdout, &out.stderr, out.status.code()).failed("not a driver name");
+}
+
+#[test]
+fn contract_human_cli_help_and_version() {
+    let bin = crate::util::binary();
+    let out = std::process::Command::new(&bin)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("flexvol hostpath mount"));
+    let out = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("flexvol {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let out = std::process::Command::new(&bin)
+        .args(["hostpath", "mount", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Usage: flexvol [--pretty] hostpath mount MOUNT_DIR JSON")
+            && text.contains("Example:"),
+        "{text}"
+    );
+    let out = std::process::Command::new(&bin)
+        .args(["--pretty", "lvm", "init"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\n  \"status\": \"Success\""), "{text}");
+}
+
+#[test]
+fn contract_binary_is_static() {
+    let bin = crate::util::binary();
+    let out = std::process::Command::new("file")
+        .arg("-L")
+        .arg(&bin)
+        .output()
+        .expect("`file` is installed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("statically linked") || text.contains("static-pie linked"),
+        "{text}"
+    );
+    let out = std::process::Command::new("ldd")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("statically linked") || text.contains("not a dynamic executable"),
+        "{text}"
+    );
+}

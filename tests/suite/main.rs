@@ -1,0 +1,9 @@
+//! The integration suite, one binary (links once). Tests are named by tier:
+//! `contract_*` (no privileges), `root_*` (real mounts, needs root), `install_*`.
+
+#![allow(clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used)]
+
+mod contract;
+mod install;
+mod root_hostpath;
+mod util;
