@@ -7,8 +7,10 @@
 //! verb; verbs common to all (init, getvolumename, unknown verbs) are answered in [`answer`].
 
 pub mod hostpath;
+pub mod lvm;
+pub mod nfs;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::node::config::Config;
 use crate::node::state::StateStore;
 use crate::protocol::reply::{Capabilities, Reply};
@@ -111,25 +113,8 @@ pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
         Call::Unknown { .. } => Ok(Reply::not_supported()),
         _ => match backend {
             Backend::HostPath => hostpath::handle(call, ctx),
-            Backend::Nfs => not_built(backend, call),
-            Backend::Lvm => not_built(backend, call),
+            Backend::Nfs => nfs::handle(call, ctx),
+            Backend::Lvm => lvm::handle(call, ctx),
         },
     }
-}
-
-/// Until a backend is built, verbs it will support fail (never "Not supported": kubelet would
-/// cache that and not call the verb again once the backend ships); verbs it will never support
-/// already answer "Not supported".
-fn not_built(backend: Backend, call: &Call) -> Result<Reply> {
-    let never = match backend {
-        Backend::Nfs => !matches!(call, Call::Mount { .. } | Call::Unmount { .. }),
-        _ => false,
-    };
-    if never {
-        return Ok(Reply::not_supported());
-    }
-    Err(Error::NotBuilt {
-        backend: backend.name(),
-        version: env!("CARGO_PKG_VERSION"),
-    })
 }

@@ -35,6 +35,10 @@ pub struct Config {
     pub tool_dirs: Vec<PathBuf>,
     /// hostPath backend policy.
     pub hostpath: HostPathConfig,
+    /// NFS backend policy.
+    pub nfs: crate::backend::nfs::NfsConfig,
+    /// LVM backend policy.
+    pub lvm: crate::backend::lvm::LvmConfig,
 }
 
 /// Policy for the hostPath backend.
@@ -61,6 +65,8 @@ impl Default for Config {
                 .map(PathBuf::from)
                 .collect(),
             hostpath: HostPathConfig::default(),
+            nfs: Default::default(),
+            lvm: Default::default(),
         }
     }
 }

@@ -7,3 +7,4 @@ pub mod mount;
 pub mod mountinfo;
 pub mod paths;
 pub mod process;
+pub mod testing;
