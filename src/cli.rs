@@ -85,7 +85,7 @@ pub fn main(args: &[String]) -> i32 {
             Some("--version" | "-V") => return print_version(),
             _ => {}
         }
-        return driver::run(backend, rest);
+        return driver::run(backend, argv0, rest);
     }
 
     // Installed under a name that selects no backend, and called like a driver: answer in JSON.
@@ -119,7 +119,7 @@ fn run_by_hand(backend: Backend, args: &[String]) -> i32 {
     ) {
         (None | Some("--help" | "-h"), _) => print_backend_help(backend, None),
         (Some(v), Some("--help" | "-h")) => print_backend_help(backend, Some(v)),
-        _ => driver::run(backend, args),
+        _ => driver::run(backend, "flexvol", args),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::sys::process::{self, Deadline};
 
 /// Runs one call of `backend` with kubelet's `args` (everything after argv[0]) and returns the
 /// exit code. The reply has been written when this returns.
-pub fn run(backend: Backend, args: &[String]) -> i32 {
+pub fn run(backend: Backend, argv0: &str, args: &[String]) -> i32 {
     let verb = args.first().map(String::as_str).unwrap_or("");
     let config = Config::load();
     match &config {
@@ -28,12 +28,13 @@ pub fn run(backend: Backend, args: &[String]) -> i32 {
         ),
         Err(_) => calllog::begin(None, false, backend.name(), verb, args),
     }
-    let reply = answer(backend, args, config);
+    let reply = answer(backend, &driver_name(backend, argv0), args, config);
     finish(&reply)
 }
 
 fn answer(
     backend: Backend,
+    driver_name: &str,
     args: &[String],
     config: Result<Config, crate::node::config::ConfigError>,
 ) -> Reply {
@@ -63,6 +64,7 @@ fn answer(
         runner: &runner,
         mounter: &SysMounter,
         deadline,
+        driver_name,
     };
     if !matches!(
         call,
@@ -73,6 +75,21 @@ fn answer(
     match backend::answer(backend, &call, &ctx) {
         Ok(r) => r,
         Err(e) => Reply::failure(e.to_string()),
+    }
+}
+
+/// The driver name kubelet knows this install by (`<vendor>/<driver>`), from the directory the
+/// executable runs from (`.../<vendor>~<driver>/<driver>`); `flexvol/<driver>` when run by hand.
+pub fn driver_name(backend: Backend, argv0: &str) -> String {
+    let parent = std::path::Path::new(argv0)
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    match parent.as_deref().and_then(|d| d.split_once('~')) {
+        Some((vendor, drv)) if drv == backend.name() && !vendor.is_empty() => {
+            format!("{vendor}/{drv}")
+        }
+        _ => format!("flexvol/{}", backend.name()),
     }
 }
 
@@ -104,5 +121,18 @@ fn inject_test_fault(ctx: &Context) {
             let _ = ctx.runner.run(&cmd);
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_name_from_install_path() {
+        let p = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/example.com~lvm/lvm";
+        assert_eq!(driver_name(Backend::Lvm, p), "example.com/lvm");
+        assert_eq!(driver_name(Backend::Lvm, "/tmp/lvm"), "flexvol/lvm");
+        assert_eq!(driver_name(Backend::Nfs, "/x/acme~lvm/nfs"), "flexvol/nfs");
     }
 }

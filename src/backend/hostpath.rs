@@ -453,6 +453,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         since: now_secs(),
         extra: BTreeMap::from([("type".to_owned(), format!("{:?}", opts.path_type))]),
     })?;
+    crate::sys::process::checkpoint("hostpath-mount-before-bind");
     ctx.mounter
         .bind(&paths::fd_path(&fd), &mount_point, opts.read_only)?;
     Ok(Reply::success())

@@ -80,6 +80,9 @@ pub struct Context<'a> {
     pub mounter: &'a dyn Mounter,
     /// When this call must have answered.
     pub deadline: Deadline,
+    /// `<vendor>/<driver>` as kubelet knows this install (e.g. `flexvol/lvm`); kubelet derives
+    /// the global device mount path from it (`.../flexvolume/<vendor>/<driver>/mounts/<name>`).
+    pub driver_name: &'a str,
 }
 
 impl Context<'_> {

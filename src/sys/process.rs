@@ -127,3 +127,15 @@ pub fn start_guards(verb: &str, deadline: Deadline) {
         }
     });
 }
+
+/// A named point in a mutating verb where the crash tests kill the driver: when the environment
+/// variable `FLEXVOL_TEST_KILL_AT` equals `name`, the process sends itself SIGKILL right here,
+/// exactly like a node losing the process mid-call. The next call must converge. Costs one
+/// environment lookup when unset.
+pub fn checkpoint(name: &str) {
+    if std::env::var_os("FLEXVOL_TEST_KILL_AT").is_some_and(|v| v == name) {
+        let _ = signal::kill(Pid::this(), Signal::SIGKILL);
+        // SIGKILL cannot be blocked; never reached.
+        std::thread::park();
+    }
+}

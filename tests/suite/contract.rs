@@ -101,7 +101,7 @@ fn contract_hostpath_attach_side_verbs_are_consistently_not_supported() {
 }
 
 #[test]
-fn contract_backends_not_built_yet_fail_rather_than_not_supported() {
+fn contract_nfs_not_built_yet_fails_rather_than_not_supported() {
     // kubelet caches "Not supported" per driver: a verb that will be supported must fail instead.
     let env = Env::new();
     let dir = env.root().join("d");
@@ -109,6 +109,13 @@ fn contract_backends_not_built_yet_fail_rather_than_not_supported() {
     env.call("nfs", &["mount", dir, J]).failed("not built yet");
     env.call("nfs", &["unmount", dir]).failed("not built yet");
     env.call("nfs", &["attach", J, "n"]).not_supported();
+}
+
+#[test]
+fn contract_lvm_not_built_yet_fails_rather_than_not_supported() {
+    let env = Env::new();
+    let dir = env.root().join("d");
+    let dir = dir.to_str().unwrap();
     for call in kubelet_calls(dir) {
         if matches!(call[0].as_str(), "init" | "getvolumename") {
             continue;
