@@ -1,0 +1,447 @@
+//! NFS: mount an export into the pod directory, and get it out again even when the server is dead.
+//!
+//! `mount <podDir> <json>`:
+//! 1. validate every option against the allow-lists and the node policy ([`options`]); bad input
+//!    changes nothing and runs nothing;
+//! 2. resolve the pod directory's *parent* (the last component is never looked at before we know
+//!    it is not a mount: a stat inside a dead NFS mount hangs) and take the pod directory's lock
+//!    (per target, not per export: many pods may mount one export at once);
+//! 3. if mountinfo shows this export at the pod directory, answer Success (idempotent retry); if
+//!    it shows anything else there, fail;
+//! 4. probe the server within `probeTimeoutSeconds` ([`probe`]): a dead or wrong server fails in
+//!    seconds with "NFS server X is unreachable", and `mount.nfs` never starts;
+//! 5. record the mount (state, before mounting), then run `mount.nfs SERVER:SHARE DIR -o OPTS`
+//!    with its output captured and a timeout (`mountTimeoutSeconds`, within the verb deadline);
+//! 6. check mountinfo: the export must now be mounted there.
+//!
+//! `unmount <podDir>` (no options):
+//! 1. resolve the parent as above; never stat, open or canonicalize the pod directory itself;
+//! 2. under the lock, read mountinfo: nothing NFS at the pod directory means Success (and the
+//!    record is forgotten); a non-NFS mount there is refused (not ours);
+//! 3. probe the server (the address from mountinfo's `addr=`, so no DNS is needed);
+//! 4. escalate, each step a child `umount -i -c` (no NFS helper, no canonicalization, so no stat
+//!    of the mount) with a timeout (`unmountTimeoutSeconds`), re-reading mountinfo after each:
+//!    - server reachable: normal unmount; "busy" fails (a process still uses the volume, kubelet
+//!      retries); a hang escalates to forced, then lazy;
+//!    - server unreachable: forced (`MNT_FORCE`, aborts pending requests), then lazy
+//!      (`MNT_DETACH`, always detaches at once);
+//! 5. forget the record. The export's data is never touched.
+
+pub mod options;
+pub mod probe;
+
+pub use options::NfsConfig;
+
+use crate::backend::{Backend, Context};
+use crate::error::{Error, Result};
+use crate::node::state::{VolumeRecord, now_secs};
+use crate::protocol::options::{Options, keys};
+use crate::protocol::reply::Reply;
+use crate::protocol::verb::Call;
+use crate::sys::exec::{Cmd, ExecError};
+use crate::sys::mountinfo::{MountInfo, MountTable};
+use crate::sys::paths;
+use options::{NfsOptions, split_source};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const BACKEND: Backend = Backend::Nfs;
+
+/// The reachability check: `(ctx, server, port)` → the address that answered, or why none did.
+pub type Probe<'a> = &'a dyn Fn(&Context, &str, u16) -> std::result::Result<SocketAddr, String>;
+
+/// The real probe, bounded by `probeTimeoutSeconds` and the verb deadline.
+fn probe_server(ctx: &Context, server: &str, port: u16) -> std::result::Result<SocketAddr, String> {
+    let budget = ctx
+        .deadline
+        .cap(Duration::from_secs(ctx.config.nfs.probe_timeout_seconds));
+    probe::reachable(ctx.runner, server, port, budget)
+}
+
+/// Answers the NFS verbs. Only `mount` and `unmount` do work: the driver is not attachable and
+/// not resizable, so the other verbs are consistently "Not supported".
+pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
+    match call {
+        Call::Mount { mount_dir, options } => mount(
+            ctx,
+            Path::new(mount_dir),
+            &Options::parse(options)?,
+            &probe_server,
+        ),
+        Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir), &probe_server),
+        _ => Ok(Reply::not_supported()),
+    }
+}
+
+/// The pod directory as mountinfo would show it, found without touching the directory itself:
+/// its parent is resolved (kubelet's own directory, local), its name appended. `None` when the
+/// parent does not exist (then nothing can be mounted there).
+fn target_path(pod_dir: &Path) -> Result<Option<PathBuf>> {
+    let refuse = || {
+        Error::refused(format!(
+            "mount directory {:?} must be an absolute path without \"..\"",
+            pod_dir.display().to_string()
+        ))
+    };
+    if !pod_dir.is_absolute() || paths::has_dotdot(pod_dir) {
+        return Err(refuse());
+    }
+    let (Some(parent), Some(name)) = (pod_dir.parent(), pod_dir.file_name()) else {
+        return Err(refuse());
+    };
+    match std::fs::canonicalize(parent) {
+        Ok(p) => Ok(Some(p.join(name))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("resolve", parent, e)),
+    }
+}
+
+fn is_nfs(m: &MountInfo) -> bool {
+    m.fs_type == "nfs" || m.fs_type == "nfs4"
+}
+
+/// Whether a mountinfo source shows the export `server:share` (trailing slashes aside).
+fn same_source(mounted: &str, server: &str, share: &str) -> bool {
+    split_source(mounted).is_some_and(|(s, p)| {
+        let p = match p.trim_end_matches('/') {
+            "" => "/",
+            p => p,
+        };
+        s.eq_ignore_ascii_case(server) && p == share
+    })
+}
+
+/// `mount <podDir> <json>`.
+fn mount(ctx: &Context, pod_dir: &Path, o: &Options, probe: Probe) -> Result<Reply> {
+    let opts = NfsOptions::parse(o, &ctx.config.nfs)?;
+    let source = opts.source();
+    let target = target_path(pod_dir)?.ok_or_else(|| {
+        Error::refused(format!(
+            "mount directory {} does not exist (kubelet creates it before calling mount)",
+            pod_dir.display()
+        ))
+    })?;
+    let _lock = ctx.lock(BACKEND, &target.to_string_lossy())?;
+
+    let table = ctx.mounter.table()?;
+    if let Some(m) = table.at(&target) {
+        return already_mounted(m, &opts, &target);
+    }
+    // Not a mount point: the directory is on the node's own filesystem, so looking is safe.
+    match std::fs::symlink_metadata(&target) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::refused(format!(
+                "mount directory {} is not a directory",
+                target.display()
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::refused(format!(
+                "mount directory {} does not exist (kubelet creates it before calling mount)",
+                target.display()
+            )));
+        }
+        Err(e) => return Err(Error::io("inspect", &target, e)),
+    }
+
+    probe(ctx, &opts.server, opts.port).map_err(|why| {
+        Error::refused(format!(
+            "NFS server {} is unreachable: {why}. Nothing was mounted. Check that the server is up and exports {}, that this node can reach it on TCP port {}, and the server name in the volume",
+            opts.server, opts.share, opts.port
+        ))
+    })?;
+
+    let state = ctx.state(BACKEND);
+    state.save(&VolumeRecord {
+        backend: BACKEND.name().into(),
+        verb: "mount".into(),
+        target: target.clone(),
+        mount_point: None,
+        source: source.clone(),
+        read_only: opts.read_only,
+        volume: o.volume_name().map(str::to_owned),
+        pod: match (
+            o.non_empty(keys::POD_NAMESPACE),
+            o.non_empty(keys::POD_NAME),
+        ) {
+            (Some(ns), Some(n)) => Some(format!("{ns}/{n}")),
+            _ => None,
+        },
+        pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
+        since: now_secs(),
+        extra: BTreeMap::from([
+            ("mountOptions".to_owned(), opts.mount_options.clone()),
+            ("port".to_owned(), opts.port.to_string()),
+        ]),
+    })?;
+    crate::sys::process::checkpoint("nfs-mount-before-mount");
+
+    let timeout = ctx
+        .deadline
+        .cap(Duration::from_secs(ctx.config.nfs.mount_timeout_seconds));
+    let cmd = Cmd::new("mount.nfs")
+        .arg(&source)
+        .arg(&target)
+        .arg("-o")
+        .arg(&opts.mount_options)
+        .timeout(timeout);
+    let result = ctx.runner.check(&cmd);
+    let mounted = ctx
+        .mounter
+        .table()?
+        .at(&target)
+        .is_some_and(|m| is_nfs(m) && same_source(&m.source, &opts.server, &opts.share));
+    match result {
+        // Killed by the timeout right after the kernel mounted it: it is mounted all the same.
+        _ if mounted => Ok(Reply::success()),
+        Ok(_) => {
+            state.remove(&target)?;
+            Err(Error::refused(format!(
+                "mount.nfs reported success but {source} is not mounted on {}; check the node's kernel log (dmesg)",
+                target.display()
+            )))
+        }
+        Err(e) => {
+            state.remove(&target)?;
+            Err(mount_failed(&opts, &target, e))
+        }
+    }
+}
+
+/// The message for a failed `mount.nfs`, with what the operator can do about it.
+fn mount_failed(opts: &NfsOptions, target: &Path, e: ExecError) -> Error {
+    let source = opts.source();
+    match e {
+        ExecError::NotFound { .. } => Error::refused(format!(
+            "mount.nfs is not installed on this node, so {source} cannot be mounted; install the NFS client (Debian/Ubuntu: nfs-common, RHEL/Fedora: nfs-utils)"
+        )),
+        ExecError::TimedOut { secs, .. } => Error::refused(format!(
+            "mounting {source} did not finish within {secs}s and was stopped; nothing is mounted on {}. The server accepts connections on port {} but does not complete the mount: check the export on the server (exportfs -v), for NFSv3 that rpcbind (port 111) and mountd are reachable, and raise nfs.mountTimeoutSeconds if the server is just slow",
+            target.display(),
+            opts.port
+        )),
+        ExecError::Failed { output, .. } => {
+            let said = output.tail();
+            let hint = if said.contains("access denied") || said.contains("Permission denied") {
+                "the server refuses this node: check that the export allows this node's address (exportfs -v on the server)"
+            } else if said.contains("No such file or directory") {
+                "the server does not export that path: check share against exportfs -v on the server"
+            } else if said.contains("Protocol not supported")
+                || said.contains("requested NFS version")
+            {
+                "the server does not speak the requested NFS version: change or remove the version option"
+            } else {
+                "check the export on the server and the volume's mountOptions"
+            };
+            Error::refused(format!(
+                "mounting {source} on {} failed: {said}; {hint}",
+                target.display()
+            ))
+        }
+        e => Error::Exec(e),
+    }
+}
+
+/// What an existing mount at the target means for a new mount.
+fn already_mounted(m: &MountInfo, opts: &NfsOptions, target: &Path) -> Result<Reply> {
+    if !is_nfs(m) || !same_source(&m.source, &opts.server, &opts.share) {
+        return Err(Error::refused(format!(
+            "{} is already a mount point of something else ({} {}); unmount it first",
+            target.display(),
+            m.fs_type,
+            m.source
+        )));
+    }
+    if m.read_only() != opts.read_only {
+        let (have, want) = if m.read_only() {
+            ("read-only", "read-write")
+        } else {
+            ("read-write", "read-only")
+        };
+        return Err(Error::refused(format!(
+            "{} is already mounted {have} from {} but {want} was asked; unmount it first",
+            target.display(),
+            m.source
+        )));
+    }
+    Ok(Reply::success())
+}
+
+/// How hard an unmount step pushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Plain unmount: fails when busy, may block on a dead server.
+    Normal,
+    /// `MNT_FORCE`: aborts the mount's pending requests first.
+    Force,
+    /// `MNT_DETACH`: detaches now, cleans up when no longer used.
+    Detach,
+}
+
+impl Step {
+    fn describe(self) -> &'static str {
+        match self {
+            Step::Normal => "unmount",
+            Step::Force => "forced unmount",
+            Step::Detach => "lazy unmount",
+        }
+    }
+}
+
+/// The NFS mount at `target`, if the topmost mount there is NFS; an error if it is something else.
+fn nfs_mount_at<'t>(table: &'t MountTable, target: &Path) -> Result<Option<&'t MountInfo>> {
+    match table.at(target) {
+        None => Ok(None),
+        Some(m) if is_nfs(m) => Ok(Some(m)),
+        Some(m) => Err(Error::refused(format!(
+            "{} has a {} mount of {} on it, which the NFS driver did not make; it is left alone. Unmount it by hand if it is stale",
+            target.display(),
+            m.fs_type,
+            m.source
+        ))),
+    }
+}
+
+/// Where to probe the server of a mount: the address the kernel uses (`addr=` in the superblock
+/// options, no DNS needed), else the server part of the source; the port from the record.
+fn server_of(m: &MountInfo, record: Option<&VolumeRecord>) -> Option<(String, u16)> {
+    let port = record
+        .and_then(|r| r.extra.get("port"))
+        .and_then(|p| p.parse().ok())
+        .or_else(|| {
+            m.super_options
+                .split(',')
+                .find_map(|o| o.strip_prefix("port=")?.parse().ok())
+                .filter(|p| *p != 0)
+        })
+        .unwrap_or(2049);
+    let addr = m
+        .super_options
+        .split(',')
+        .find_map(|o| o.strip_prefix("addr="))
+        .map(|a| {
+            if a.contains(':') {
+                format!("[{a}]")
+            } else {
+                a.to_owned()
+            }
+        });
+    let server = addr.or_else(|| split_source(&m.source).map(|(s, _)| s.to_owned()))?;
+    Some((server, port))
+}
+
+/// `unmount <podDir>`.
+fn unmount(ctx: &Context, pod_dir: &Path, probe: Probe) -> Result<Reply> {
+    let state = ctx.state(BACKEND);
+    let Some(target) = target_path(pod_dir)? else {
+        state.remove(pod_dir)?;
+        return Ok(Reply::success());
+    };
+    let _lock = ctx.lock(BACKEND, &target.to_string_lossy())?;
+    // The record only helps (the probe port); mountinfo decides. A corrupt record must not
+    // keep a dead mount in place.
+    let record = state.load(&target).ok().flatten();
+
+    let mut notes: Vec<String> = Vec::new();
+    let layers = ctx.mounter.table()?.all_at(&target).count();
+    for _ in 0..layers {
+        let table = ctx.mounter.table()?;
+        let Some(m) = nfs_mount_at(&table, &target)? else {
+            break;
+        };
+        let alive = match server_of(m, record.as_ref()) {
+            Some((server, port)) => match probe(ctx, &server, port) {
+                Ok(_) => true,
+                Err(why) => {
+                    notes.push(format!("NFS server {server} is unreachable ({why})"));
+                    false
+                }
+            },
+            None => true,
+        };
+        let source = m.source.clone();
+        let used = unmount_one(ctx, &target, &source, alive)?;
+        if used != Step::Normal {
+            notes.push(format!("{source} was removed by a {}", used.describe()));
+        }
+    }
+    if nfs_mount_at(&ctx.mounter.table()?, &target)?.is_some() {
+        return Err(Error::refused(format!(
+            "{} is still mounted after unmounting every NFS mount on it; retry",
+            target.display()
+        )));
+    }
+    crate::sys::process::checkpoint("nfs-unmount-before-forget");
+    state.remove(&target)?;
+    Ok(if notes.is_empty() {
+        Reply::success()
+    } else {
+        Reply::success().with_message(notes.join("; "))
+    })
+}
+
+/// Removes the topmost NFS mount of `source` at `target`, escalating as the module doc says.
+/// Returns the step that removed it.
+fn unmount_one(ctx: &Context, target: &Path, source: &str, alive: bool) -> Result<Step> {
+    let steps: &[Step] = if alive {
+        &[Step::Normal, Step::Force, Step::Detach]
+    } else {
+        &[Step::Force, Step::Detach]
+    };
+    let before = ctx.mounter.table()?.all_at(target).count();
+    let mut tried: Vec<String> = Vec::new();
+    for &step in steps {
+        let timeout = ctx
+            .deadline
+            .cap(Duration::from_secs(ctx.config.nfs.unmount_timeout_seconds));
+        let mut cmd = Cmd::new("umount").arg("-i").arg("-c");
+        match step {
+            Step::Normal => {}
+            Step::Force => cmd = cmd.arg("-f"),
+            Step::Detach => cmd = cmd.arg("-l"),
+        }
+        let cmd = cmd.arg(target).timeout(timeout);
+        let started = Instant::now();
+        let result = ctx.runner.check(&cmd);
+        if ctx.mounter.table()?.all_at(target).count() < before {
+            return Ok(step);
+        }
+        let why = match &result {
+            Ok(_) => "it returned but the mount is still there".to_owned(),
+            Err(ExecError::TimedOut { .. }) => format!(
+                "no answer within {:.0}s",
+                started.elapsed().as_secs_f64().max(timeout.as_secs_f64())
+            ),
+            Err(ExecError::Failed { output, .. }) => output.tail(),
+            Err(e) => e.to_string(),
+        };
+        let busy = matches!(&result, Err(ExecError::Failed { output, .. }) if output.tail().contains("busy"));
+        if step == Step::Normal && busy {
+            return Err(Error::refused(format!(
+                "{} (NFS {source}) is busy: a process still uses it; kubelet will retry once the pod's containers are gone",
+                target.display()
+            )));
+        }
+        if matches!(result, Err(ExecError::NotFound { .. })) {
+            return Err(Error::refused(format!(
+                "umount is not installed on this node (util-linux); cannot unmount {}",
+                target.display()
+            )));
+        }
+        tried.push(format!("{}: {why}", step.describe()));
+        if ctx.deadline.expired() {
+            break;
+        }
+    }
+    Err(Error::refused(format!(
+        "cannot unmount {} (NFS {source}): {}. Check the node's kernel log; the volume's data on the server was not touched",
+        target.display(),
+        tried.join("; ")
+    )))
+}
+
+#[cfg(test)]
+mod tests;

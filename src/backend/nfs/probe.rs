@@ -1,0 +1,156 @@
+//! Is the NFS server there? A bounded answer before anything can block on it.
+//!
+//! A mount of a dead server, and a plain unmount of a mount whose server died, can block for
+//! minutes (hard mounts: forever). So both verbs first ask, within a few seconds: does the name
+//! resolve, and does something accept a TCP connection on the NFS port (2049, or the volume's
+//! `port=`)?
+//!
+//! Name resolution runs in a child (`getent ahosts NAME`) under the runner's timeout: it uses the
+//! node's own resolver setup (nsswitch, /etc/hosts, DNS) and a resolver that hangs is killed with
+//! it. An IP address needs no resolution. The connect itself uses `connect_timeout` with what is
+//! left of the budget.
+
+use crate::sys::exec::{Cmd, ExecError, Runner};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Checks that `server` (hostname, IPv4 or `[IPv6]`) accepts TCP connections on `port` within
+/// `budget`. On failure returns why, in words for the message.
+pub fn reachable(
+    runner: &dyn Runner,
+    server: &str,
+    port: u16,
+    budget: Duration,
+) -> Result<SocketAddr, String> {
+    let start = Instant::now();
+    let addrs = resolve(runner, server, budget)?;
+    let mut last = String::new();
+    for ip in addrs {
+        let left = budget.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        let addr = SocketAddr::new(ip, port);
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(_) => return Ok(addr),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                last = format!(
+                    "{addr} refused the connection (the host is up but no NFS server listens on port {port})"
+                );
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                last = format!(
+                    "no answer from {addr} within {:.1}s (host down, unroutable or a firewall dropping NFS traffic)",
+                    left.as_secs_f64()
+                );
+            }
+            Err(e) => last = format!("cannot connect to {addr}: {e}"),
+        }
+    }
+    if last.is_empty() {
+        last = format!(
+            "no answer within {:.1}s (name lookup used up the time)",
+            budget.as_secs_f64()
+        );
+    }
+    Err(last)
+}
+
+/// The addresses of `server`, in the resolver's order.
+fn resolve(runner: &dyn Runner, server: &str, budget: Duration) -> Result<Vec<IpAddr>, String> {
+    let literal = server
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .unwrap_or(server);
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return Ok(vec![ip]);
+    }
+    let cmd = Cmd::new("getent").arg("ahosts").arg(server).timeout(budget);
+    let out = match runner.run(&cmd) {
+        Ok(out) => out,
+        Err(ExecError::TimedOut { .. }) => {
+            return Err(format!(
+                "looking up the name {server} did not finish within {:.1}s (DNS not answering?)",
+                budget.as_secs_f64()
+            ));
+        }
+        Err(e) => return Err(format!("cannot look up the name {server}: {e}")),
+    };
+    // getent: exit 2 = key not found.
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for line in out.stdout_text().lines() {
+        if let Some(ip) = line
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.parse::<IpAddr>().ok())
+            && !ips.contains(&ip)
+        {
+            ips.push(ip);
+        }
+    }
+    if ips.is_empty() {
+        return Err(format!(
+            "the name {server} does not resolve on this node (check the spelling, DNS and /etc/hosts)"
+        ));
+    }
+    Ok(ips)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::testing::FakeRunner;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_listening_port_is_reachable_and_a_closed_one_is_refused_at_once() {
+        let runner = FakeRunner::new();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let addr = reachable(&runner, "127.0.0.1", port, Duration::from_secs(2)).unwrap();
+        assert_eq!(addr.port(), port);
+        drop(l);
+        let t = Instant::now();
+        let e = reachable(&runner, "127.0.0.1", port, Duration::from_secs(2)).unwrap_err();
+        assert!(e.contains("refused the connection"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // IP literals never run the resolver.
+        assert!(runner.calls().is_empty());
+    }
+
+    #[test]
+    fn ipv6_literals_in_brackets() {
+        let runner = FakeRunner::new();
+        if let Ok(l) = TcpListener::bind("[::1]:0") {
+            let port = l.local_addr().unwrap().port();
+            reachable(&runner, "[::1]", port, Duration::from_secs(2)).unwrap();
+        }
+    }
+
+    #[test]
+    fn names_resolve_through_getent_with_a_timeout() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let runner = FakeRunner::new();
+        runner.on(
+            "getent",
+            &["ahosts", "nfs.example"],
+            0,
+            "127.0.0.1       STREAM nfs.example\n127.0.0.1       DGRAM\n",
+            "",
+        );
+        reachable(&runner, "nfs.example", port, Duration::from_secs(2)).unwrap();
+        assert_eq!(runner.lines(), ["getent ahosts nfs.example"]);
+        assert_eq!(runner.calls()[0].timeout, Duration::from_secs(2));
+
+        let runner = FakeRunner::new();
+        runner.on("getent", &[], 2, "", "");
+        let e = reachable(&runner, "nope.example", port, Duration::from_secs(2)).unwrap_err();
+        assert!(e.contains("does not resolve"), "{e}");
+
+        let runner = FakeRunner::new();
+        runner.time_out("getent");
+        let e = reachable(&runner, "slow.example", port, Duration::from_secs(2)).unwrap_err();
+        assert!(e.contains("did not finish within"), "{e}");
+    }
+}

@@ -1,0 +1,527 @@
+//! Unit tests of the NFS verbs against the test doubles: exact argv, nothing run on bad input or
+//! an unreachable server, and the unmount escalation order.
+
+use super::*;
+use crate::node::config::Config;
+use crate::sys::exec::{Output, Runner};
+use crate::sys::mount::{Mounter, UnmountMode};
+use crate::sys::process::Deadline;
+use crate::sys::testing::{FakeMounter, FakeRunner, MountCall};
+use std::cell::RefCell;
+
+/// A FakeRunner whose successful `mount.nfs` and `umount` change the FakeMounter's table, as the
+/// real tools change the kernel's.
+struct SimRunner<'a> {
+    fake: &'a FakeRunner,
+    mounter: &'a FakeMounter,
+}
+
+impl Runner for SimRunner<'_> {
+    fn run(&self, cmd: &Cmd) -> std::result::Result<Output, ExecError> {
+        let out = self.fake.run(cmd)?;
+        let args: Vec<String> = cmd
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        if out.success() {
+            match cmd.tool.as_str() {
+                "mount.nfs" => {
+                    let ro = args[3].split(',').any(|o| o == "ro");
+                    let fs = if args[3].contains("vers=3") {
+                        "nfs"
+                    } else {
+                        "nfs4"
+                    };
+                    self.mounter.add(&args[0], Path::new(&args[1]), fs, ro);
+                }
+                "umount" => {
+                    let mode = if args.iter().any(|a| a == "-f") {
+                        UnmountMode::Force
+                    } else if args.iter().any(|a| a == "-l") {
+                        UnmountMode::Detach
+                    } else {
+                        UnmountMode::Normal
+                    };
+                    let _ = self.mounter.unmount(Path::new(&args[args.len() - 1]), mode);
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn has_tool(&self, tool: &str) -> bool {
+        self.fake.has_tool(tool)
+    }
+}
+
+struct World {
+    dir: tempfile::TempDir,
+    config: Config,
+    mounter: FakeMounter,
+    runner: FakeRunner,
+    probes: RefCell<Vec<(String, u16)>>,
+    server_up: bool,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let config = Config {
+            state_dir: root.join("state"),
+            run_dir: root.join("run"),
+            log_file: None,
+            ..Config::default()
+        };
+        Self {
+            dir,
+            config,
+            mounter: FakeMounter::new(),
+            runner: FakeRunner::new(),
+            probes: RefCell::new(Vec::new()),
+            server_up: true,
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path()).unwrap()
+    }
+
+    /// A created pod volume directory.
+    fn pod_dir(&self, uid: &str) -> PathBuf {
+        let p = self
+            .root()
+            .join(format!("pods/{uid}/volumes/flexvol~nfs/data"));
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    fn with_ctx<T>(&self, f: impl FnOnce(&Context, Probe) -> T) -> T {
+        let runner = SimRunner {
+            fake: &self.runner,
+            mounter: &self.mounter,
+        };
+        let ctx = Context {
+            config: &self.config,
+            runner: &runner,
+            mounter: &self.mounter,
+            deadline: Deadline::after(Duration::from_secs(300)),
+            driver_name: "flexvol/nfs",
+        };
+        let probe = |_: &Context, server: &str, port: u16| {
+            self.probes.borrow_mut().push((server.to_owned(), port));
+            if self.server_up {
+                Ok(SocketAddr::from(([127, 0, 0, 1], port)))
+            } else {
+                Err(format!(
+                    "127.0.0.1:{port} refused the connection (the host is up but no NFS server listens on port {port})"
+                ))
+            }
+        };
+        f(&ctx, &probe)
+    }
+
+    fn mount(&self, dir: &Path, json: &str) -> Result<Reply> {
+        self.with_ctx(|ctx, probe| mount(ctx, dir, &Options::parse(json).unwrap(), probe))
+    }
+
+    fn unmount(&self, dir: &Path) -> Result<Reply> {
+        self.with_ctx(|ctx, probe| unmount(ctx, dir, probe))
+    }
+
+    fn record(&self, dir: &Path) -> Option<VolumeRecord> {
+        crate::node::state::StateStore::new(&self.config.state_dir, "nfs")
+            .load(dir)
+            .unwrap()
+    }
+
+    fn nfs_at(&self, dir: &Path) -> usize {
+        self.mounter.table().unwrap().all_at(dir).count()
+    }
+}
+
+const POD: &str = r#""kubernetes.io/fsType":"nfs","kubernetes.io/pod.name":"nginx-nfs","kubernetes.io/pod.namespace":"default","kubernetes.io/pod.uid":"0b6a9c52","kubernetes.io/pvOrVolumeName":"data","kubernetes.io/secret/password":"czNjcjN0","kubernetes.io/serviceAccount.name":"default""#;
+
+fn j(extra: &str) -> String {
+    format!(r#"{{{POD},"server":"127.0.0.1","share":"/srv/nfs"{extra}}}"#)
+}
+
+#[test]
+fn mount_runs_mount_nfs_with_exact_argv_and_records_it_first() {
+    for (extra, opts) in [
+        ("", "rw,hard,timeo=600,retrans=2,nosuid,nodev"),
+        (
+            r#","version":"3""#,
+            "rw,vers=3,hard,timeo=600,retrans=2,nosuid,nodev",
+        ),
+        (
+            r#","version":"4.1","kubernetes.io/readwrite":"ro""#,
+            "ro,vers=4.1,hard,timeo=600,retrans=2,nosuid,nodev",
+        ),
+        (
+            r#","version":"4.2","mountOptions":"soft,timeo=100,noresvport""#,
+            "rw,vers=4.2,retrans=2,soft,timeo=100,noresvport,nosuid,nodev",
+        ),
+    ] {
+        let w = World::new();
+        let dir = w.pod_dir("u1");
+        w.mount(&dir, &j(extra)).unwrap();
+        assert_eq!(
+            w.runner.lines(),
+            [format!(
+                "mount.nfs 127.0.0.1:/srv/nfs {} -o {opts}",
+                dir.display()
+            )],
+            "{extra}"
+        );
+        assert_eq!(w.runner.calls()[0].timeout, Duration::from_secs(60));
+        assert!(w.runner.calls()[0].stdin.is_none(), "no secret on stdin");
+        assert_eq!(w.probes.borrow().as_slice(), [("127.0.0.1".into(), 2049)]);
+        let rec = w.record(&dir).expect("state recorded");
+        assert_eq!(rec.source, "127.0.0.1:/srv/nfs");
+        assert_eq!(rec.extra["mountOptions"], opts);
+        assert_eq!(rec.pod.as_deref(), Some("default/nginx-nfs"));
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(!text.contains("czNjcjN0") && !text.contains("s3cr3t"));
+        // Each verb twice: the second mount sees the mount and runs nothing.
+        w.mount(&dir, &j(extra)).unwrap();
+        assert_eq!(w.runner.count("mount.nfs"), 1);
+        assert_eq!(w.nfs_at(&dir), 1);
+    }
+}
+
+#[test]
+fn port_option_is_probed() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &j(r#","mountOptions":"port=20490""#))
+        .unwrap();
+    assert_eq!(w.probes.borrow().as_slice(), [("127.0.0.1".into(), 20490)]);
+    assert_eq!(w.record(&dir).unwrap().extra["port"], "20490");
+    // unmount probes the recorded port.
+    w.unmount(&dir).unwrap();
+    assert_eq!(w.probes.borrow()[1], ("127.0.0.1".into(), 20490));
+}
+
+#[test]
+fn injection_attempts_run_nothing_and_record_nothing() {
+    for bad in [
+        r#"{"server":"-oremount","share":"/x"}"#,
+        r#"{"server":"127.0.0.1","share":"/x,suid"}"#,
+        r#"{"server":"127.0.0.1","share":"/srv/nfs","mountOptions":"rw,suid"}"#,
+        r#"{"server":"127.0.0.1","share":"/srv/nfs","mountOptions":"sec=sys\nx"}"#,
+        r#"{"server":"fd00::1","share":"/srv/nfs"}"#,
+        r#"{"server":"127.0.0.1","share":"/srv/../etc"}"#,
+        r#"{"server":"127.0.0.1","share":"srv"}"#,
+        r#"{"server":"127.0.0.1","share":"/srv/nfs","version":"4,suid"}"#,
+        r#"{"server":"127.0.0.1","share":"/srv/nfs","mountOptions":"vers=3"}"#,
+        r#"{"server":"127.0.0.1 -o suid","share":"/srv/nfs"}"#,
+        r#"{"server":"127.0.0.1","share":"/srv/nfs","kubernetes.io/readwrite":"yes"}"#,
+    ] {
+        let w = World::new();
+        let dir = w.pod_dir("u1");
+        let e = w.mount(&dir, bad).unwrap_err();
+        assert!(e.to_string().starts_with("option "), "{bad}: {e}");
+        assert!(
+            w.runner.calls().is_empty(),
+            "{bad}: ran {:?}",
+            w.runner.lines()
+        );
+        assert!(w.probes.borrow().is_empty(), "{bad}: probed");
+        assert!(w.mounter.calls().is_empty());
+        assert!(w.record(&dir).is_none());
+    }
+}
+
+#[test]
+fn unreachable_server_fails_before_anything_runs() {
+    let mut w = World::new();
+    w.server_up = false;
+    let dir = w.pod_dir("u1");
+    let e = w.mount(&dir, &j("")).unwrap_err().to_string();
+    assert!(
+        e.starts_with("NFS server 127.0.0.1 is unreachable: 127.0.0.1:2049 refused the connection"),
+        "{e}"
+    );
+    assert!(e.contains("Nothing was mounted"), "{e}");
+    assert!(w.runner.calls().is_empty());
+    assert!(w.record(&dir).is_none());
+    assert_eq!(w.nfs_at(&dir), 0);
+}
+
+#[test]
+fn existing_mounts_at_the_target() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    // Same export (trailing slash aside): Success without probing or running anything.
+    w.mounter.add("127.0.0.1:/srv/nfs/", &dir, "nfs4", false);
+    w.mount(&dir, &j("")).unwrap();
+    assert!(w.runner.calls().is_empty() && w.probes.borrow().is_empty());
+    let e = w
+        .mount(&dir, &j(r#","kubernetes.io/readwrite":"ro""#))
+        .unwrap_err();
+    assert!(e.to_string().contains("already mounted read-write"), "{e}");
+
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mounter.add("10.9.9.9:/other", &dir, "nfs4", false);
+    let e = w.mount(&dir, &j("")).unwrap_err();
+    assert!(
+        e.to_string().contains("mount point of something else"),
+        "{e}"
+    );
+    assert!(w.runner.calls().is_empty());
+}
+
+#[test]
+fn missing_or_odd_pod_dirs() {
+    let w = World::new();
+    let e = w
+        .mount(&w.root().join("pods/none/volumes/x/data"), &j(""))
+        .unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    let e = w.mount(Path::new("relative/dir"), &j("")).unwrap_err();
+    assert!(e.to_string().contains("absolute path"), "{e}");
+    let file = w.root().join("file");
+    std::fs::write(&file, "").unwrap();
+    let e = w.mount(&file, &j("")).unwrap_err();
+    assert!(e.to_string().contains("not a directory"), "{e}");
+    assert!(w.runner.calls().is_empty());
+}
+
+#[test]
+fn failed_mount_nfs_says_why_and_forgets_the_record() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.runner.on(
+        "mount.nfs",
+        &[],
+        32,
+        "",
+        "mount.nfs: access denied by server while mounting 127.0.0.1:/srv/nfs",
+    );
+    let e = w.mount(&dir, &j("")).unwrap_err().to_string();
+    assert!(
+        e.contains("access denied by server") && e.contains("exportfs -v"),
+        "{e}"
+    );
+    assert!(w.record(&dir).is_none());
+
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.runner.time_out("mount.nfs");
+    let e = w.mount(&dir, &j("")).unwrap_err().to_string();
+    assert!(
+        e.contains("did not finish within") && e.contains("nothing is mounted"),
+        "{e}"
+    );
+    assert!(w.record(&dir).is_none());
+
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.runner.without("mount.nfs");
+    let e = w.mount(&dir, &j("")).unwrap_err().to_string();
+    assert!(e.contains("install the NFS client"), "{e}");
+}
+
+fn umount_lines(w: &World) -> Vec<String> {
+    w.runner
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("umount"))
+        .collect()
+}
+
+#[test]
+fn unmount_of_nothing_succeeds_and_runs_nothing() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.unmount(&dir).unwrap();
+    w.unmount(&dir).unwrap();
+    // The parent is gone too.
+    w.unmount(&w.root().join("pods/gone/volumes/flexvol~nfs/data"))
+        .unwrap();
+    assert!(w.runner.calls().is_empty() && w.probes.borrow().is_empty());
+}
+
+#[test]
+fn unmount_with_a_live_server_is_one_plain_umount() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &j("")).unwrap();
+    let r = w.unmount(&dir).unwrap();
+    assert_eq!(r, Reply::success());
+    let d = dir.display();
+    assert_eq!(umount_lines(&w), [format!("umount -i -c {d}")]);
+    assert_eq!(w.runner.calls()[1].timeout, Duration::from_secs(10));
+    assert_eq!(w.nfs_at(&dir), 0);
+    assert!(w.record(&dir).is_none());
+    w.unmount(&dir).unwrap();
+    assert_eq!(umount_lines(&w).len(), 1, "second unmount runs nothing");
+}
+
+#[test]
+fn unmount_does_not_need_to_look_at_the_mount_point() {
+    // The pod dir does not exist as far as the filesystem goes (as if looking at it would hang):
+    // mountinfo alone drives the unmount.
+    let w = World::new();
+    let parent = w.root().join("pods/u1/volumes/flexvol~nfs");
+    std::fs::create_dir_all(&parent).unwrap();
+    let dir = parent.join("data");
+    w.mounter.add("127.0.0.1:/srv/nfs", &dir, "nfs4", false);
+    w.unmount(&dir).unwrap();
+    assert_eq!(w.nfs_at(&dir), 0);
+}
+
+#[test]
+fn busy_with_a_live_server_fails_without_forcing() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &j("")).unwrap();
+    let busy = format!("umount: {}: target is busy.", dir.display());
+    w.runner.on("umount", &[], 32, "", &busy);
+    let e = w.unmount(&dir).unwrap_err().to_string();
+    assert!(e.contains("is busy"), "{e}");
+    assert_eq!(umount_lines(&w).len(), 1, "{:?}", umount_lines(&w));
+    assert_eq!(w.nfs_at(&dir), 1);
+    assert!(w.record(&dir).is_some(), "record kept for the retry");
+}
+
+#[test]
+fn a_hanging_plain_umount_escalates_to_force_then_lazy() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &j("")).unwrap();
+    w.runner.time_out("umount");
+    w.runner.on("umount", &["-l"], 0, "", "");
+    let r = w.unmount(&dir).unwrap();
+    let d = dir.display();
+    assert_eq!(
+        umount_lines(&w),
+        [
+            format!("umount -i -c {d}"),
+            format!("umount -i -c -f {d}"),
+            format!("umount -i -c -l {d}"),
+        ]
+    );
+    assert!(r.message.unwrap().contains("lazy unmount"));
+    assert_eq!(w.nfs_at(&dir), 0);
+    assert!(w.record(&dir).is_none());
+    // Force is enough when it works.
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &j("")).unwrap();
+    w.runner.time_out("umount");
+    w.runner.on("umount", &["-f"], 0, "", "");
+    w.unmount(&dir).unwrap();
+    assert_eq!(umount_lines(&w).len(), 2);
+}
+
+#[test]
+fn a_dead_server_goes_straight_to_force_then_lazy() {
+    let mut w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &j("")).unwrap();
+    w.server_up = false;
+    w.runner
+        .on("umount", &["-f"], 32, "", "umount: target is busy.");
+    let r = w.unmount(&dir).unwrap();
+    let d = dir.display();
+    assert_eq!(
+        umount_lines(&w),
+        [
+            format!("umount -i -c -f {d}"),
+            format!("umount -i -c -l {d}")
+        ]
+    );
+    let msg = r.message.unwrap();
+    assert!(
+        msg.contains("NFS server 127.0.0.1 is unreachable") && msg.contains("lazy unmount"),
+        "{msg}"
+    );
+    assert_eq!(w.nfs_at(&dir), 0);
+    assert!(w.record(&dir).is_none());
+}
+
+#[test]
+fn unmount_fails_clearly_when_even_lazy_fails() {
+    let mut w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &j("")).unwrap();
+    w.server_up = false;
+    w.runner.time_out("umount");
+    let e = w.unmount(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("forced unmount: no answer") && e.contains("lazy unmount: no answer"),
+        "{e}"
+    );
+    assert!(e.contains("data on the server was not touched"), "{e}");
+    assert!(w.record(&dir).is_some());
+}
+
+#[test]
+fn unmount_leaves_foreign_mounts_alone() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mounter.add("tmpfs", &dir, "tmpfs", false);
+    let e = w.unmount(&dir).unwrap_err().to_string();
+    assert!(e.contains("did not make"), "{e}");
+    assert!(w.runner.calls().is_empty());
+    assert!(
+        !w.mounter
+            .calls()
+            .iter()
+            .any(|c| matches!(c, MountCall::Unmount(..)))
+    );
+}
+
+#[test]
+fn stacked_nfs_mounts_are_all_removed() {
+    let w = World::new();
+    let dir = w.pod_dir("u1");
+    w.mounter.add("127.0.0.1:/srv/nfs", &dir, "nfs4", false);
+    w.mounter.add("127.0.0.1:/srv/nfs", &dir, "nfs4", false);
+    w.unmount(&dir).unwrap();
+    assert_eq!(w.nfs_at(&dir), 0);
+    assert_eq!(umount_lines(&w).len(), 2);
+}
+
+#[test]
+fn the_probe_target_of_a_mount() {
+    let m = |source: &str, sopts: &str| MountInfo {
+        id: 1,
+        parent: 0,
+        major: 0,
+        minor: 50,
+        root: "/".into(),
+        mount_point: "/p".into(),
+        mount_options: "rw".into(),
+        fs_type: "nfs4".into(),
+        source: source.into(),
+        super_options: sopts.into(),
+    };
+    assert_eq!(
+        server_of(&m("nfs.example:/x", "rw,vers=4.2,addr=10.0.0.5"), None),
+        Some(("10.0.0.5".into(), 2049))
+    );
+    assert_eq!(
+        server_of(&m("[fd00::5]:/x", "rw,addr=fd00::5,port=20490"), None),
+        Some(("[fd00::5]".into(), 20490))
+    );
+    assert_eq!(
+        server_of(&m("nfs.example:/x", "rw"), None),
+        Some(("nfs.example".into(), 2049))
+    );
+    assert_eq!(server_of(&m("weird", "rw"), None), None);
+}
+
+#[test]
+fn other_verbs_are_not_supported() {
+    let w = World::new();
+    w.with_ctx(|ctx, _| {
+        let call = Call::parse(&["attach".into(), "{}".into(), "node".into()]).unwrap();
+        assert_eq!(handle(&call, ctx).unwrap(), Reply::not_supported());
+    });
+}
