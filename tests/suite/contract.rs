@@ -100,15 +100,162 @@ fn contract_hostpath_attach_side_verbs_are_consistently_not_supported() {
     }
 }
 
+/// An NFS mount payload as kubelet sends it (reference §12.3), with `extra` merged in.
+fn nfs_json(extra: serde_json::Value) -> String {
+    let mut j = json!({
+        "kubernetes.io/fsType": "nfs",
+        "kubernetes.io/pod.name": "nginx-nfs",
+        "kubernetes.io/pod.namespace": "default",
+        "kubernetes.io/pod.uid": "0b6a9c52-8a7e-4f3e-b4a1-5d2f6c7e8f90",
+        "kubernetes.io/pvOrVolumeName": "data",
+        "kubernetes.io/readwrite": "rw",
+        "kubernetes.io/secret/password": "czNjcjN0",
+        "kubernetes.io/serviceAccount.name": "default",
+        "server": "127.0.0.1",
+        "share": "/srv/nfs",
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        j[k] = v.clone();
+    }
+    j.to_string()
+}
+
+fn nfs_records(env: &Env) -> usize {
+    std::fs::read_dir(env.state.join("nfs")).map_or(0, |d| d.count())
+}
+
 #[test]
-fn contract_nfs_not_built_yet_fails_rather_than_not_supported() {
-    // kubelet caches "Not supported" per driver: a verb that will be supported must fail instead.
+fn contract_nfs_injection_attempts_fail_with_nothing_run_or_mounted() {
+    // An empty tool dir: if validation let anything through, the reply would name a missing tool.
+    let env = Env::new();
+    env.reconfigure(json!({"toolDirs": [env.mkdir("no-tools")]}));
+    let dir = env.mkdir("kubelet/pods/u/volumes/flexvol~nfs/data");
+    let dir = dir.to_str().unwrap();
+    for (extra, needle) in [
+        (json!({"share": "/x,suid"}), "\"share\""),
+        (json!({"server": "-oremount"}), "\"server\""),
+        (json!({"server": "127.0.0.1 -o suid"}), "\"server\""),
+        (json!({"server": "fd00::1"}), "in brackets"),
+        (json!({"server": "[fd00::1]x"}), "\"server\""),
+        (json!({"share": "srv/nfs"}), "absolute"),
+        (json!({"share": "/srv/../etc"}), "\"..\""),
+        (json!({"mountOptions": "rw,suid"}), "nfs.allowSuid"),
+        (json!({"mountOptions": "sec=sys\nx"}), "control characters"),
+        (json!({"mountOptions": "remount"}), "not allowed"),
+        (json!({"mountOptions": "vers=3"}), "\"version\" option"),
+        (json!({"mountOptions": "hard,,soft"}), "empty item"),
+        (json!({"version": "4,suid"}), "\"version\""),
+        (json!({"kubernetes.io/readwrite": "RO"}), "readwrite"),
+        (json!({"readonly": "true"}), "unknown NFS option"),
+        (json!({"server": ""}), "\"server\" is required"),
+    ] {
+        env.call("nfs", &["mount", dir, &nfs_json(extra.clone())])
+            .failed(needle);
+    }
+    assert!(env.mounts().is_empty());
+    assert_eq!(nfs_records(&env), 0);
+    let log = std::fs::read_to_string(&env.log).unwrap();
+    assert!(!log.contains("czNjcjN0") && !log.contains("s3cr3t"));
+}
+
+#[test]
+fn contract_nfs_unreachable_server_fails_within_the_probe_deadline() {
+    // Nothing listens on 127.0.0.1:2049 on the test host (no NFS here): refused at once. A port
+    // of our own, bound then closed, gives the same without relying on the host.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    let env = Env::with_config(json!({"nfs": {"probeTimeoutSeconds": 2}}));
+    let dir = env.mkdir("kubelet/pods/u/volumes/flexvol~nfs/data");
+    let dir = dir.to_str().unwrap();
+    let mut cases = vec![
+        json!({"mountOptions": format!("port={port}")}),
+        json!({"server": "localhost", "mountOptions": format!("port={port}")}),
+    ];
+    if std::net::TcpStream::connect("127.0.0.1:2049").is_err() {
+        cases.push(json!({}));
+    }
+    for extra in cases {
+        let t = Instant::now();
+        let r = env.call("nfs", &["mount", dir, &nfs_json(extra.clone())]);
+        let took = t.elapsed();
+        r.failed("is unreachable").failed("Nothing was mounted");
+        assert!(
+            r.message().contains("refused the connection"),
+            "{extra}: {}",
+            r.message()
+        );
+        assert!(took < Duration::from_secs(3), "{extra}: took {took:?}");
+    }
+    assert!(env.mounts().is_empty());
+    assert_eq!(nfs_records(&env), 0);
+}
+
+#[test]
+fn contract_nfs_missing_client_and_hung_mount_helper_fail_cleanly() {
+    // A reachable "server" (a loopback listener we own) gets past the probe.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let j = nfs_json(json!({"mountOptions": format!("port={port}")}));
+    let env = Env::new();
+    let dir = env.mkdir("kubelet/pods/u/volumes/flexvol~nfs/data");
+    let dir = dir.to_str().unwrap();
+
+    env.reconfigure(json!({"toolDirs": [env.mkdir("no-tools")]}));
+    env.call("nfs", &["mount", dir, &j])
+        .failed("mount.nfs is not installed")
+        .failed("nfs-common");
+    assert_eq!(nfs_records(&env), 0);
+
+    // A mount.nfs that never returns (a server that accepts TCP but not the mount): killed at
+    // nfs.mountTimeoutSeconds, with a message that says where to look.
+    let tools = env.mkdir("hang-tools");
+    let shim = tools.join("mount.nfs");
+    std::fs::write(&shim, "#!/bin/sh\nexec sleep 3600\n").unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    env.reconfigure(json!({"toolDirs": [tools], "nfs": {"mountTimeoutSeconds": 1}}));
+    let before = orphan_sleeps();
+    let t = Instant::now();
+    env.call("nfs", &["mount", dir, &j])
+        .failed("did not finish within 1s")
+        .failed("nothing is mounted");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(orphan_sleeps(), before, "the hung helper outlived the call");
+    assert_eq!(nfs_records(&env), 0);
+    assert!(env.mounts().is_empty());
+}
+
+#[test]
+fn contract_nfs_unmount_of_nothing_succeeds_twice() {
+    let env = Env::new();
+    let dir = env.mkdir("kubelet/pods/u/volumes/flexvol~nfs/data");
+    let gone = env
+        .root()
+        .join("kubelet/pods/gone/volumes/flexvol~nfs/data");
+    for d in [&dir, &gone] {
+        env.call("nfs", &["unmount", d.to_str().unwrap()]).ok();
+        env.call("nfs", &["unmount", d.to_str().unwrap()]).ok();
+    }
+    env.call("nfs", &["unmount", "relative/dir"])
+        .failed("absolute path");
+}
+
+#[test]
+fn contract_nfs_other_verbs_are_consistently_not_supported() {
+    // kubelet caches "Not supported" per driver name: only verbs NFS never supports say so.
     let env = Env::new();
     let dir = env.root().join("d");
-    let dir = dir.to_str().unwrap();
-    env.call("nfs", &["mount", dir, J]).failed("not built yet");
-    env.call("nfs", &["unmount", dir]).failed("not built yet");
-    env.call("nfs", &["attach", J, "n"]).not_supported();
+    for call in kubelet_calls(dir.to_str().unwrap()) {
+        if matches!(call[0].as_str(), "init" | "mount" | "unmount") {
+            continue;
+        }
+        let args: Vec<&str> = call.iter().map(String::as_str).collect();
+        env.call("nfs", &args).not_supported();
+    }
 }
 
 #[test]
