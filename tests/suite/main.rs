@@ -3,6 +3,7 @@
 
 #![allow(clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used)]
 
+mod conformance;
 mod contract;
 mod install;
 mod root_hostpath;
