@@ -5,6 +5,7 @@
 
 mod conformance;
 mod contract;
+mod faults;
 mod install;
 mod root_hostpath;
 mod util;
