@@ -1,0 +1,388 @@
+//! Guest tier, NFS: the real binary against a real kernel NFS server and client, inside the test
+//! VM (`tests/vm/run --nfs-server SUITE --ignored --test-threads=1 guest_nfs`), which exports a
+//! tmpfs at `127.0.0.1:/srv/nfs`. Calls follow kubelet's sequence for a non-attachable NFS volume
+//! (reference §12.3): `mount <podDir> <json with pod info and secrets>`, later `unmount <podDir>`.
+//!
+//! Each test works in its own subdirectory of the export. The dead-server test stops nfsd
+//! (`rpc.nfsd 0`) and always restarts it, even when it fails.
+
+use crate::util::{Env, Reply};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const IGNORE: &str = "guest tier: needs a kernel NFS server; run inside the test VM";
+const EXPORT: &str = "/srv/nfs";
+
+/// Fails loudly when not in the guest: these tests are only run on request.
+fn require_server() {
+    assert!(
+        Path::new("/proc/fs/nfsd/threads").exists()
+            && std::net::TcpStream::connect("127.0.0.1:2049").is_ok(),
+        "{IGNORE}: no NFS server on 127.0.0.1:2049 (use tests/vm/run --nfs-server)"
+    );
+}
+
+/// A fresh directory in the export for one test; `share` is its path on the server.
+fn export_dir(name: &str) -> PathBuf {
+    let p = Path::new(EXPORT).join(name);
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+/// kubelet's mount payload (§12.3) for `share`, with `extra` merged in.
+fn payload(uid: &str, share: &Path, extra: serde_json::Value) -> String {
+    let mut j = json!({
+        "kubernetes.io/fsType": "nfs",
+        "kubernetes.io/pod.name": format!("pod-{uid}"),
+        "kubernetes.io/pod.namespace": "default",
+        "kubernetes.io/pod.uid": uid,
+        "kubernetes.io/pvOrVolumeName": "data",
+        "kubernetes.io/readwrite": "rw",
+        "kubernetes.io/secret/password": "czNjcjN0",
+        "kubernetes.io/secret/username": "YWRtaW4=",
+        "kubernetes.io/serviceAccount.name": "default",
+        "server": "127.0.0.1",
+        "share": share,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        j[k] = v.clone();
+    }
+    j.to_string()
+}
+
+/// A pod volume directory as kubelet creates it (0750) before calling mount.
+fn pod_dir(env: &Env, uid: &str) -> PathBuf {
+    let d = env.mkdir(&format!("kubelet/pods/{uid}/volumes/flexvol~nfs/data"));
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o750)).unwrap();
+    d
+}
+
+fn mount(env: &Env, dir: &Path, json: &str) -> Reply {
+    env.call("nfs", &["mount", dir.to_str().unwrap(), json])
+}
+
+fn unmount(env: &Env, dir: &Path) -> Reply {
+    env.call("nfs", &["unmount", dir.to_str().unwrap()])
+}
+
+/// The NFS mounts exactly at `dir`: (fs type, source, mount options, superblock options).
+fn nfs_mounts_at(dir: &Path) -> Vec<(String, String, String, String)> {
+    flexvol::sys::mountinfo::MountTable::read()
+        .unwrap()
+        .all_at(dir)
+        .filter(|m| m.fs_type.starts_with("nfs"))
+        .map(|m| {
+            (
+                m.fs_type.clone(),
+                m.source.clone(),
+                m.mount_options.clone(),
+                m.super_options.clone(),
+            )
+        })
+        .collect()
+}
+
+fn sh(prog: &str, args: &[&str]) {
+    let out = Command::new(prog).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{prog} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Stops nfsd for the life of the guard, then starts it again (also when the test panics).
+struct ServerDown;
+
+impl ServerDown {
+    fn new() -> Self {
+        sh("rpc.nfsd", &["0"]);
+        let t = Instant::now();
+        while std::net::TcpStream::connect("127.0.0.1:2049").is_ok() {
+            assert!(t.elapsed() < Duration::from_secs(10), "nfsd did not stop");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ServerDown
+    }
+}
+
+impl Drop for ServerDown {
+    fn drop(&mut self) {
+        sh(
+            "rpc.nfsd",
+            &["--lease-time", "10", "--grace-time", "10", "4"],
+        );
+    }
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_v3_and_v4_mounts_write_through_to_the_export_each_verb_twice() {
+    require_server();
+    let env = Env::new();
+    for (i, (version, fs, vers)) in [
+        ("3", "nfs", "vers=3"),
+        ("4", "nfs4", "vers=4"),
+        ("4.1", "nfs4", "vers=4.1"),
+        ("4.2", "nfs4", "vers=4.2"),
+        ("", "nfs4", "vers=4"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let share = export_dir(&format!("versions-{i}"));
+        let dir = pod_dir(&env, &format!("uid-v{i}"));
+        let extra = if version.is_empty() {
+            json!({})
+        } else {
+            json!({"version": version})
+        };
+        let j = payload(&format!("uid-v{i}"), &share, extra);
+        mount(&env, &dir, &j).ok();
+        mount(&env, &dir, &j).ok();
+        let m = nfs_mounts_at(&dir);
+        assert_eq!(m.len(), 1, "version {version:?}: {m:?}");
+        let (fs_type, source, opts, sopts) = &m[0];
+        assert_eq!(fs_type, fs, "version {version:?}");
+        assert_eq!(source, &format!("127.0.0.1:{}", share.display()));
+        assert!(sopts.contains(vers), "version {version:?}: {sopts}");
+        assert!(
+            sopts.contains("hard") && sopts.contains("timeo=600") && sopts.contains("retrans=2"),
+            "{sopts}"
+        );
+        assert!(
+            opts.contains("nosuid") && opts.contains("nodev"),
+            "version {version:?}: {opts}"
+        );
+
+        std::fs::write(dir.join("from-pod"), format!("v{version}")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(share.join("from-pod")).unwrap(),
+            format!("v{version}"),
+            "a file written through the pod mount appears in the export"
+        );
+        unmount(&env, &dir).ok();
+        unmount(&env, &dir).ok();
+        assert!(nfs_mounts_at(&dir).is_empty());
+        assert!(
+            share.join("from-pod").exists(),
+            "unmount must not touch the export's data"
+        );
+    }
+    assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+    let log = std::fs::read_to_string(&env.log).unwrap();
+    assert!(!log.contains("czNjcjN0") && !log.contains("s3cr3t"));
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_read_only_gives_erofs() {
+    require_server();
+    let env = Env::new();
+    let share = export_dir("ro");
+    std::fs::write(share.join("hello"), "hi").unwrap();
+    for (uid, extra) in [
+        ("uid-ro1", json!({"kubernetes.io/readwrite": "ro"})),
+        ("uid-ro2", json!({"mountOptions": "ro"})),
+    ] {
+        let dir = pod_dir(&env, uid);
+        mount(&env, &dir, &payload(uid, &share, extra)).ok();
+        assert!(nfs_mounts_at(&dir)[0].2.split(',').any(|o| o == "ro"));
+        assert_eq!(std::fs::read_to_string(dir.join("hello")).unwrap(), "hi");
+        let e = std::fs::write(dir.join("nope"), "x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(nix::libc::EROFS), "{e}");
+        unmount(&env, &dir).ok();
+    }
+    assert!(!share.join("nope").exists());
+    assert!(env.mounts().is_empty());
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_sixteen_pods_mount_one_export_in_parallel() {
+    require_server();
+    let env = Env::new();
+    let share = export_dir("parallel");
+    std::fs::write(share.join("shared"), "one export").unwrap();
+    let dirs: Vec<PathBuf> = (0..16)
+        .map(|i| pod_dir(&env, &format!("uid-p{i:02}")))
+        .collect();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for (i, d) in dirs.iter().enumerate() {
+            let (env, share) = (&env, &share);
+            s.spawn(move || {
+                mount(env, d, &payload(&format!("uid-p{i:02}"), share, json!({}))).ok();
+            });
+        }
+    });
+    let took = t.elapsed();
+    for d in &dirs {
+        assert_eq!(nfs_mounts_at(d).len(), 1, "{}", d.display());
+        assert_eq!(
+            std::fs::read_to_string(d.join("shared")).unwrap(),
+            "one export"
+        );
+    }
+    eprintln!("16 parallel NFS mounts took {took:?}");
+    std::thread::scope(|s| {
+        for d in &dirs {
+            let env = &env;
+            s.spawn(move || {
+                unmount(env, d).ok();
+            });
+        }
+    });
+    assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+    assert!(share.join("shared").exists());
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_injection_attempts_are_rejected_with_nothing_mounted() {
+    require_server();
+    let env = Env::new();
+    let share = export_dir("inject");
+    let dir = pod_dir(&env, "uid-inj");
+    for extra in [
+        json!({"share": format!("{},suid", share.display())}),
+        json!({"server": "-oremount"}),
+        json!({"server": "127.0.0.1,suid"}),
+        json!({"server": "::1"}),
+        json!({"mountOptions": "rw,suid"}),
+        json!({"mountOptions": "dev"}),
+        json!({"mountOptions": "sec=sys\nx"}),
+        json!({"mountOptions": "remount,rw"}),
+        json!({"mountOptions": "vers=3"}),
+        json!({"share": format!("{}/../nfs", share.display())}),
+        json!({"share": "srv/nfs"}),
+        json!({"version": "4 suid"}),
+    ] {
+        let r = mount(&env, &dir, &payload("uid-inj", &share, extra.clone()));
+        r.failed("option");
+        assert!(nfs_mounts_at(&dir).is_empty(), "{extra} mounted something");
+    }
+    assert!(env.mounts().is_empty());
+    assert!(
+        std::fs::read_dir(env.state.join("nfs")).map_or(0, |d| d.count()) == 0,
+        "no state recorded for refused mounts"
+    );
+    // The same pod directory then mounts fine, with nosuid,nodev.
+    mount(&env, &dir, &payload("uid-inj", &share, json!({}))).ok();
+    let opts = &nfs_mounts_at(&dir)[0].2;
+    assert!(opts.contains("nosuid") && opts.contains("nodev"), "{opts}");
+    unmount(&env, &dir).ok();
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_unmount_after_kubelet_restart_without_state() {
+    require_server();
+    let env = Env::new();
+    let share = export_dir("nostate");
+    let dir = pod_dir(&env, "uid-ns");
+    mount(
+        &env,
+        &dir,
+        &payload("uid-ns", &share, json!({"version": "4.2"})),
+    )
+    .ok();
+    std::fs::remove_dir_all(env.state.join("nfs")).unwrap();
+    unmount(&env, &dir).ok();
+    assert!(nfs_mounts_at(&dir).is_empty());
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_dead_server_mount_fails_fast_and_existing_mounts_unmount_in_bounded_time() {
+    require_server();
+    let env = Env::new();
+    let share = export_dir("dead");
+    std::fs::write(share.join("file"), "x").unwrap();
+    // Three existing mounts: idle (v4.2), idle (v3), and one with a process stuck in it.
+    let idle4 = pod_dir(&env, "uid-d1");
+    let idle3 = pod_dir(&env, "uid-d2");
+    let busy = pod_dir(&env, "uid-d3");
+    mount(
+        &env,
+        &idle4,
+        &payload("uid-d1", &share, json!({"version": "4.2"})),
+    )
+    .ok();
+    mount(
+        &env,
+        &idle3,
+        &payload("uid-d2", &share, json!({"version": "3"})),
+    )
+    .ok();
+    mount(&env, &busy, &payload("uid-d3", &share, json!({}))).ok();
+    // A container process whose working directory is in the volume.
+    let mut holder = Command::new("sleep")
+        .arg("3600")
+        .current_dir(&busy)
+        .spawn()
+        .unwrap();
+
+    let down = ServerDown::new();
+    // A process touching the dead mount blocks (hard mount): the classic kubelet wedge.
+    let mut stuck = Command::new("stat").arg(busy.join("file")).spawn().unwrap();
+
+    // A new mount fails within the probe deadline, with a clear message.
+    let fresh = pod_dir(&env, "uid-d4");
+    let t = Instant::now();
+    let r = mount(&env, &fresh, &payload("uid-d4", &share, json!({})));
+    let mount_took = t.elapsed();
+    r.failed("NFS server 127.0.0.1 is unreachable")
+        .failed("refused the connection")
+        .failed("Nothing was mounted");
+    assert!(mount_took < Duration::from_secs(5), "{mount_took:?}");
+    assert!(nfs_mounts_at(&fresh).is_empty());
+
+    // Existing mounts come off within the unmount deadline: probe + forced + lazy steps.
+    let bound = Duration::from_secs(5 + 10 + 10 + 5);
+    let mut times = Vec::new();
+    for d in [&idle4, &idle3, &busy] {
+        let t = Instant::now();
+        let r = unmount(&env, d);
+        let took = t.elapsed();
+        r.ok();
+        assert!(
+            r.message().contains("is unreachable"),
+            "{}: {}",
+            d.display(),
+            r.message()
+        );
+        assert!(took < bound, "{}: {took:?}", d.display());
+        assert!(nfs_mounts_at(d).is_empty(), "{}", d.display());
+        times.push((d.display().to_string(), took, r.message().to_owned()));
+        // Twice: the second finds nothing to do.
+        unmount(&env, d).ok();
+    }
+    eprintln!("dead server: new mount failed in {mount_took:?}");
+    for (d, took, msg) in &times {
+        eprintln!("dead server: unmount of {d} took {took:?} ({msg})");
+    }
+
+    let _ = stuck.kill();
+    let _ = stuck.wait();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    drop(down);
+    assert!(
+        std::net::TcpStream::connect("127.0.0.1:2049").is_ok(),
+        "nfsd restarted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(share.join("file")).unwrap(),
+        "x",
+        "the export's data is untouched"
+    );
+    // The server is back: the same pod directory mounts again.
+    mount(&env, &fresh, &payload("uid-d4", &share, json!({}))).ok();
+    unmount(&env, &fresh).ok();
+    assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+}
