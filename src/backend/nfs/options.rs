@@ -560,6 +560,27 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_example_is_what_mount_nfs_gets() {
+        // drivers/nfs/README.md and examples/pv.yaml quote this exact string.
+        let o = parse(
+            r#"{"server":"10.0.0.5","share":"/exports/data","version":"4.2","mountOptions":"noatime,nconnect=4"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            o.mount_options,
+            "rw,vers=4.2,hard,timeo=600,retrans=2,noatime,nconnect=4,nosuid,nodev"
+        );
+        let o = parse(
+            r#"{"server":"nfs.storage.example.com","share":"/exports/web","version":"3","mountOptions":"soft,timeo=100,retrans=3,noresvport","kubernetes.io/readwrite":"ro"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            o.mount_options,
+            "ro,vers=3,soft,timeo=100,retrans=3,noresvport,nosuid,nodev"
+        );
+    }
+
+    #[test]
     fn volume_options_replace_node_defaults_of_the_same_kind() {
         let o = parse(&with(
             r#","mountOptions":"soft,timeo=50,nconnect=4,noresvport,port=20490,noatime","version":"4.2""#,
