@@ -386,3 +386,96 @@ fn guest_nfs_dead_server_mount_fails_fast_and_existing_mounts_unmount_in_bounded
     unmount(&env, &fresh).ok();
     assert!(env.mounts().is_empty(), "{:?}", env.mounts());
 }
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_kill_9_mid_verb_converges_on_retry() {
+    use std::os::unix::process::ExitStatusExt;
+    require_server();
+    let env = Env::new();
+    let share = export_dir("kill9");
+    let dir = pod_dir(&env, "uid-k9");
+    let d = dir.to_str().unwrap();
+    let j = payload("uid-k9", &share, json!({}));
+    let records = || std::fs::read_dir(env.state.join("nfs")).map_or(0, |d| d.count());
+
+    // Killed after recording, before mount.nfs: nothing mounted, a record; the retry mounts.
+    let out = env
+        .command("nfs", &["mount", d, &j])
+        .env("FLEXVOL_TEST_KILL_AT", "nfs-mount-before-mount")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(9));
+    assert!(nfs_mounts_at(&dir).is_empty());
+    assert_eq!(records(), 1);
+    // kubelet may instead give up on the pod: unmount of the never-made mount succeeds too.
+    unmount(&env, &dir).ok();
+    assert_eq!(records(), 0);
+    let _ = env
+        .command("nfs", &["mount", d, &j])
+        .env("FLEXVOL_TEST_KILL_AT", "nfs-mount-before-mount")
+        .output()
+        .unwrap();
+    mount(&env, &dir, &j).ok();
+    assert_eq!(nfs_mounts_at(&dir).len(), 1);
+
+    // Killed after unmounting, before forgetting the record: the retry just forgets it.
+    let out = env
+        .command("nfs", &["unmount", d])
+        .env("FLEXVOL_TEST_KILL_AT", "nfs-unmount-before-forget")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(9));
+    assert!(nfs_mounts_at(&dir).is_empty());
+    assert_eq!(records(), 1);
+    unmount(&env, &dir).ok();
+    assert_eq!(records(), 0);
+    assert!(env.mounts().is_empty());
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_server_by_hostname() {
+    require_server();
+    let resolves = Command::new("getent")
+        .args(["ahosts", "localhost"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains("127.0.0.1")
+        });
+    if !resolves {
+        eprintln!(
+            "SKIPPED: localhost does not resolve to 127.0.0.1 in this guest (no /etc/hosts entry)"
+        );
+        return;
+    }
+    let env = Env::new();
+    let share = export_dir("byname");
+    let dir = pod_dir(&env, "uid-name");
+    let j = payload(
+        "uid-name",
+        &share,
+        json!({"server": "localhost", "version": "4.2"}),
+    );
+    mount(&env, &dir, &j).ok();
+    let m = nfs_mounts_at(&dir);
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].1, format!("localhost:{}", share.display()));
+    // The retry recognises the export by name.
+    mount(&env, &dir, &j).ok();
+    unmount(&env, &dir).ok();
+    assert!(nfs_mounts_at(&dir).is_empty());
+    env.call(
+        "nfs",
+        &[
+            "mount",
+            dir.to_str().unwrap(),
+            &payload(
+                "uid-name",
+                &share,
+                json!({"server": "no-such-host.invalid"}),
+            ),
+        ],
+    )
+    .failed("does not resolve");
+}
