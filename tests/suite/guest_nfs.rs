@@ -60,12 +60,31 @@ fn pod_dir(env: &Env, uid: &str) -> PathBuf {
     d
 }
 
-fn mount(env: &Env, dir: &Path, json: &str) -> Reply {
-    env.call("nfs", &["mount", dir.to_str().unwrap(), json])
+/// One driver call; calls slower than a second are reported (the VM is slow, the driver is not).
+#[track_caller]
+fn timed(env: &Env, args: &[&str]) -> Reply {
+    let t = Instant::now();
+    let r = env.call("nfs", args);
+    if t.elapsed() > Duration::from_secs(1) {
+        eprintln!(
+            "slow call: nfs {} {} took {:?}: {}",
+            args[0],
+            args[1],
+            t.elapsed(),
+            r.json
+        );
+    }
+    r
 }
 
+#[track_caller]
+fn mount(env: &Env, dir: &Path, json: &str) -> Reply {
+    timed(env, &["mount", dir.to_str().unwrap(), json])
+}
+
+#[track_caller]
 fn unmount(env: &Env, dir: &Path) -> Reply {
-    env.call("nfs", &["unmount", dir.to_str().unwrap()])
+    timed(env, &["unmount", dir.to_str().unwrap()])
 }
 
 /// The NFS mounts exactly at `dir`: (fs type, source, mount options, superblock options).
@@ -367,14 +386,22 @@ fn guest_nfs_dead_server_mount_fails_fast_and_existing_mounts_unmount_in_bounded
         eprintln!("dead server: unmount of {d} took {took:?} ({msg})");
     }
 
-    let _ = stuck.kill();
-    let _ = stuck.wait();
-    let _ = holder.kill();
-    let _ = holder.wait();
+    // The server comes back before the container processes die: a process that still holds a
+    // lazily detached mount of a *dead* server blocks in exit (its last reference tears the
+    // NFS client down against the server) — that is the container's exit, not the driver's.
+    let t = Instant::now();
     drop(down);
     assert!(
         std::net::TcpStream::connect("127.0.0.1:2049").is_ok(),
         "nfsd restarted"
+    );
+    let _ = stuck.kill();
+    let _ = stuck.wait();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    eprintln!(
+        "dead server: restart + the holders' exit took {:?}",
+        t.elapsed()
     );
     assert_eq!(
         std::fs::read_to_string(share.join("file")).unwrap(),
@@ -478,4 +505,67 @@ fn guest_nfs_server_by_hostname() {
         ],
     )
     .failed("does not resolve");
+}
+
+/// Drops every packet on `lo` while alive (a server that does not answer at all, rather than one
+/// that refuses connections). `None` when this kernel has no netem.
+struct Blackhole;
+
+impl Blackhole {
+    fn new() -> Option<Self> {
+        let ok = Command::new("tc")
+            .args(["qdisc", "add", "dev", "lo", "root", "netem", "loss", "100%"])
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Blackhole)
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        sh("tc", &["qdisc", "del", "dev", "lo", "root"]);
+    }
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_silent_server_costs_the_probe_budget_not_a_hang() {
+    require_server();
+    let env = Env::new();
+    let share = export_dir("silent");
+    let idle = pod_dir(&env, "uid-s1");
+    mount(
+        &env,
+        &idle,
+        &payload("uid-s1", &share, json!({"version": "4.2"})),
+    )
+    .ok();
+    let Some(hole) = Blackhole::new() else {
+        eprintln!("SKIPPED: no netem in this kernel (tc qdisc ... netem failed)");
+        unmount(&env, &idle).ok();
+        return;
+    };
+    let fresh = pod_dir(&env, "uid-s2");
+    let t = Instant::now();
+    let r = mount(&env, &fresh, &payload("uid-s2", &share, json!({})));
+    let mount_took = t.elapsed();
+    r.failed("is unreachable")
+        .failed("no answer from 127.0.0.1:2049");
+    assert!(
+        mount_took >= Duration::from_secs(4) && mount_took < Duration::from_secs(8),
+        "{mount_took:?}"
+    );
+    let t = Instant::now();
+    let r = unmount(&env, &idle);
+    let unmount_took = t.elapsed();
+    r.ok();
+    assert!(unmount_took < Duration::from_secs(30), "{unmount_took:?}");
+    assert!(nfs_mounts_at(&idle).is_empty());
+    drop(hole);
+    eprintln!("silent server: new mount failed in {mount_took:?}");
+    eprintln!(
+        "silent server: unmount took {unmount_took:?} ({})",
+        r.message()
+    );
+    assert!(env.mounts().is_empty(), "{:?}", env.mounts());
 }
