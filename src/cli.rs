@@ -57,6 +57,11 @@ enum Command {
         after_help = "Example:\n  flexvol install --vendor flexvol --drivers hostpath,nfs,lvm\n  flexvol install --plugin-dir /var/lib/kubelet/volumeplugins --uninstall"
     )]
     Install(ops::install::InstallArgs),
+    /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
+    #[command(
+        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}'"
+    )]
+    Conformance(ops::conformance::ConformanceArgs),
 }
 
 #[derive(Args)]
@@ -109,6 +114,7 @@ pub fn main(args: &[String]) -> i32 {
         Command::Nfs(v) => run_by_hand(Backend::Nfs, &v.args),
         Command::Lvm(v) => run_by_hand(Backend::Lvm, &v.args),
         Command::Install(a) => ops::install::run(&a),
+        Command::Conformance(a) => ops::conformance::run(&a),
     }
 }
 
