@@ -112,17 +112,92 @@ fn contract_nfs_not_built_yet_fails_rather_than_not_supported() {
 }
 
 #[test]
-fn contract_lvm_not_built_yet_fails_rather_than_not_supported() {
-    let env = Env::new();
+fn contract_lvm_attach_is_pure_and_node_verbs_validate_first() {
+    // This host has no device-mapper (often no lvm at all): attach must still answer, because it
+    // runs in kube-controller-manager, which never sees the node's volume groups.
+    let env = Env::with_config(json!({"toolDirs": ["/nonexistent-flexvol-tools"]}));
+    let j = r#"{"kubernetes.io/fsType":"ext4","kubernetes.io/pvOrVolumeName":"pv-lvm-1","kubernetes.io/readwrite":"rw","size":"1Gi","volumeID":"lv1","volumegroup":"vg0"}"#;
+    assert_eq!(
+        env.call("lvm", &["attach", j, "node-1"]).json,
+        json!({"status":"Success","device":"/dev/vg0/lv1"})
+    );
+    let derived = r#"{"kubernetes.io/pvOrVolumeName":"pv-lvm-2","volumegroup":"vg0"}"#;
+    assert_eq!(
+        env.call("lvm", &["attach", derived, "node-1"]).json["device"],
+        "/dev/vg0/pv-lvm-2"
+    );
+    // isattached is consistently "Not supported" (cached by KCM); detach and expandvolume succeed.
+    env.call("lvm", &["isattached", j, "node-1"])
+        .not_supported();
+    env.call("lvm", &["detach", "pv-lvm-1", "node-1"]).ok();
     let dir = env.root().join("d");
     let dir = dir.to_str().unwrap();
-    for call in kubelet_calls(dir) {
-        if matches!(call[0].as_str(), "init" | "getvolumename") {
-            continue;
-        }
-        let args: Vec<&str> = call.iter().map(String::as_str).collect();
-        env.call("lvm", &args).failed("not built yet");
+    env.call("lvm", &["expandvolume", j, dir, "2147483648", "1073741824"])
+        .ok();
+    // With the tools missing, a node verb reaches lvm and says what is missing.
+    env.call("lvm", &["waitforattach", "/dev/vg0/lv1", j])
+        .failed("lvm is not installed");
+    // Unmounting what is not there is Success, with no tool needed.
+    env.call("lvm", &["unmountdevice", dir]).ok();
+    env.call("lvm", &["unmount", dir]).ok();
+}
+
+#[test]
+fn contract_lvm_bad_names_and_sizes_fail_before_any_tool_runs() {
+    // toolDirs points nowhere: a message about a missing tool would mean validation came too late.
+    let env = Env::with_config(json!({"toolDirs": ["/nonexistent-flexvol-tools"]}));
+    let dir = env.mkdir("kubelet/pods/u/volumes/flexvol~lvm/pv");
+    let dir = dir.to_str().unwrap();
+    let with = |k: &str, v: &str| {
+        let mut m = json!({"kubernetes.io/fsType":"ext4","kubernetes.io/pvOrVolumeName":"pv","kubernetes.io/readwrite":"rw","size":"1Gi","volumeID":"lv1","volumegroup":"vg0"});
+        m[k] = json!(v);
+        m.to_string()
+    };
+    let mut bad = Vec::new();
+    for v in ["", "-vg", "vg/0", "v g", "vg\n", ".", ".."] {
+        bad.push((with("volumegroup", v), "volumegroup"));
     }
+    for v in ["", "-lv", "a/b", "a b", ".", "..", "snapshot1"] {
+        bad.push((with("volumeID", v), "volumeID"));
+    }
+    for v in [
+        "0",
+        "-1Gi",
+        "lots",
+        "1e9",
+        "18446744073709551616",
+        "99999999999Ei",
+    ] {
+        bad.push((with("size", v), "size"));
+    }
+    bad.push((with("mkfsOptions", "-F -m 0"), "mkfsOptions"));
+    bad.push((with("mountOptions", "ro,noatime"), "mountOptions"));
+    bad.push((with("kubernetes.io/fsType", "ext4 -F"), "fsType"));
+    for (j, key) in &bad {
+        for args in [
+            vec!["attach", j.as_str(), "node-1"],
+            vec!["waitforattach", "/dev/vg0/lv1", j.as_str()],
+            vec!["mountdevice", dir, "/dev/vg0/lv1", j.as_str()],
+            vec!["mount", dir, j.as_str()],
+            vec![
+                "expandfs",
+                j.as_str(),
+                "/dev/vg0/lv1",
+                dir,
+                "2147483648",
+                "1073741824",
+            ],
+        ] {
+            let r = env.call("lvm", &args);
+            r.failed(key);
+            assert!(
+                !r.message().contains("not installed"),
+                "{args:?}: {}",
+                r.message()
+            );
+        }
+    }
+    assert!(env.mounts().is_empty());
 }
 
 #[test]

@@ -1,11 +1,13 @@
 //! The integration suite, one binary (links once). Tests are named by tier:
-//! `contract_*` (no privileges), `root_*` (real mounts, needs root), `install_*`.
+//! `contract_*` (no privileges), `root_*` (real mounts, needs root), `install_*`, `guest_*`
+//! (ignored on the host; run inside the test VM).
 
 #![allow(clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used)]
 
 mod conformance;
 mod contract;
 mod faults;
+mod guest_lvm;
 mod install;
 mod root_hostpath;
 mod util;
