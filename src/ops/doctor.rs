@@ -554,7 +554,10 @@ fn check_driver(r: &mut Report, dir: &Path, vendor: &str, b: Backend, config: &C
         );
         return false;
     }
-    r.ok(check.clone(), format!("{} answers init correctly", exe.display()));
+    r.ok(
+        check.clone(),
+        format!("{} answers init correctly", exe.display()),
+    );
     if ok && b == Backend::Lvm {
         r.ok(
             format!("{check} controller"),

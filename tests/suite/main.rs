@@ -5,5 +5,6 @@
 
 mod contract;
 mod install;
+mod ops;
 mod root_hostpath;
 mod util;
