@@ -567,3 +567,79 @@ fn root_ops_gc_forgets_the_record_of_a_mount_removed_behind_its_back() {
     assert!(st.text.contains("no flexvol volumes"));
     assert!(src.exists());
 }
+
+#[test]
+fn contract_ops_install_checks_and_installs_the_config_then_sleeps_until_sigterm() {
+    let env = Env::new();
+    let plugins = env.root().join("ds-plugins");
+    let dest = env.root().join("host-etc/flexvol/config.json");
+    let good = env.root().join("cm.json");
+    std::fs::write(&good, br#"{"hostpath":{"allowedRoots":["/srv"]}}"#).unwrap();
+    let bad = env.root().join("bad.json");
+    std::fs::write(&bad, br#"{"hostpath":{"allowedroots":["/srv"]}}"#).unwrap();
+    let args = |cfg: &Path| {
+        vec![
+            "install".to_owned(),
+            "--plugin-dir".into(),
+            plugins.to_string_lossy().into_owned(),
+            "--binary".into(),
+            binary().to_string_lossy().into_owned(),
+            "--config".into(),
+            cfg.to_string_lossy().into_owned(),
+            "--config-dest".into(),
+            dest.to_string_lossy().into_owned(),
+        ]
+    };
+    let refs = |v: &[String]| {
+        v.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\u{0}")
+    };
+    let run = |v: Vec<String>| {
+        let joined = refs(&v);
+        flexvol(&env, &joined.split('\u{0}').collect::<Vec<_>>())
+    };
+    let out = run(args(&bad));
+    assert_eq!(out.code, 1);
+    assert!(
+        out.text.contains("unknown field") && out.text.contains("nothing was installed"),
+        "{}",
+        out.text
+    );
+    assert!(!dest.exists());
+    let out = run(args(&good));
+    assert_eq!(out.code, 0, "{}", out.text);
+    assert_eq!(std::fs::read(&dest).unwrap(), std::fs::read(&good).unwrap());
+    assert_eq!(
+        std::fs::metadata(&dest).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    assert!(plugins.join("flexvol~lvm/lvm").is_file());
+
+    // --sleep: keeps running (a DaemonSet container), exits 0 on SIGTERM.
+    let mut a = args(&good);
+    a.push("--sleep".into());
+    let mut child = Command::new(binary())
+        .args(&a)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "it must keep running");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed().as_secs() < 10, "SIGTERM must stop it");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+}
