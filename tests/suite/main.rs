@@ -5,6 +5,7 @@
 
 mod contract;
 mod install;
+mod manifests;
 mod ops;
 mod root_hostpath;
 mod util;
