@@ -73,6 +73,11 @@ enum Command {
         after_help = "Example:\n  flexvol gc                      # dry run: what would be cleaned up\n  kubectl get pods -A --field-selector spec.nodeName=$(hostname) -o jsonpath='{.items[*].metadata.uid}' > /tmp/live\n  flexvol gc --live-pods /tmp/live --apply"
     )]
     Gc(ops::gc::GcArgs),
+    /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
+    #[command(
+        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}'"
+    )]
+    Conformance(ops::conformance::ConformanceArgs),
 }
 
 #[derive(Args)]
@@ -128,6 +133,7 @@ pub fn main(args: &[String]) -> i32 {
         Command::Doctor(a) => ops::doctor::run(&a),
         Command::Status(a) => ops::status::run(&a),
         Command::Gc(a) => ops::gc::run(&a),
+        Command::Conformance(a) => ops::conformance::run(&a),
     }
 }
 

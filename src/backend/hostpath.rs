@@ -391,6 +391,8 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         }
     }
 
+    crate::sys::process::checkpoint("hostpath-mount-after-create");
+
     // Pin the source and check its type.
     let fd = paths::open_nofollow(&resolved).map_err(|e| match e {
         nix::Error::ELOOP | nix::Error::EXDEV | nix::Error::EAGAIN => Error::refused(format!(
@@ -427,12 +429,6 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     if let Some(reply) = already_mounted(ctx, &table, &resolved, &mount_point, opts.read_only)? {
         return Ok(reply);
     }
-    if file_like {
-        let name = mount_point.file_name().unwrap_or_default();
-        paths::create_file(&pod_dir, name, Ownership::default())
-            .map_err(|e| nix_io("create mount point", &mount_point, e))?;
-    }
-
     let state = ctx.state(BACKEND);
     state.save(&VolumeRecord {
         backend: BACKEND.name().into(),
@@ -453,9 +449,30 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         since: now_secs(),
         extra: BTreeMap::from([("type".to_owned(), format!("{:?}", opts.path_type))]),
     })?;
+    // The placeholder comes after the record, so an unmount after a crash here still finds and
+    // removes it (kubelet cannot remove a pod directory that is not empty).
+    if file_like {
+        let name = mount_point.file_name().unwrap_or_default();
+        paths::create_file(&pod_dir, name, Ownership::default())
+            .map_err(|e| nix_io("create mount point", &mount_point, e))?;
+        crate::sys::process::checkpoint("hostpath-mount-after-placeholder");
+    }
+
     crate::sys::process::checkpoint("hostpath-mount-before-bind");
-    ctx.mounter
-        .bind(&paths::fd_path(&fd), &mount_point, opts.read_only)?;
+    if let Err(e) = ctx
+        .mounter
+        .bind(&paths::fd_path(&fd), &mount_point, opts.read_only)
+    {
+        // Leave nothing behind that would keep kubelet from removing the pod directory.
+        let placeholder =
+            std::fs::symlink_metadata(&mount_point).is_ok_and(|m| m.is_file() && m.len() == 0);
+        if file_like && placeholder && !ctx.mounter.table()?.is_mount_point(&mount_point) {
+            let _ = std::fs::remove_file(&mount_point);
+        }
+        let _ = state.remove(&pod_dir);
+        return Err(e.into());
+    }
+    crate::sys::process::checkpoint("hostpath-mount-after-bind");
     Ok(Reply::success())
 }
 
@@ -552,6 +569,8 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
         }
     }
 
+    crate::sys::process::checkpoint("hostpath-unmount-after-unmount");
+
     // Remove the empty placeholder file a file-like volume was bound onto, so kubelet can rmdir
     // the pod directory. Only an empty regular file on the pod directory's own filesystem, which
     // is not a mount point any more, can be it: never the source.
@@ -572,6 +591,7 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
             std::fs::remove_file(p).map_err(|e| Error::io("remove mount point", p, e))?;
         }
     }
+    crate::sys::process::checkpoint("hostpath-unmount-before-forget");
     state.remove(&pod_dir)?;
     Ok(Reply::success())
 }

@@ -1,5 +1,6 @@
 //! Commands for node operators (run as `flexvol <command>`), as opposed to the verbs kubelet runs.
 
+pub mod conformance;
 pub mod doctor;
 pub mod gc;
 pub mod install;

@@ -110,6 +110,7 @@ impl Mounter for SysMounter {
             target: target.to_owned(),
             errno,
         })?;
+        crate::sys::process::checkpoint("mount-bind-before-readonly");
         if read_only && let Err(e) = self.remount_readonly(target) {
             // Never leave a writable bind where a read-only one was asked for.
             let _ = nix::mount::umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW);

@@ -3,7 +3,9 @@
 
 #![allow(clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used)]
 
+mod conformance;
 mod contract;
+mod faults;
 mod install;
 mod manifests;
 mod ops;
