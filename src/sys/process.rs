@@ -99,6 +99,12 @@ pub fn block_termination_signals() {
     let _ = termination_signals().thread_block();
 }
 
+/// Waits until SIGTERM, SIGINT or SIGHUP arrives (they are blocked, see
+/// [`block_termination_signals`]), for commands that run until stopped.
+pub fn wait_for_termination() -> Option<Signal> {
+    termination_signals().wait().ok()
+}
+
 fn termination_signals() -> SigSet {
     let mut set = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {

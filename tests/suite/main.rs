@@ -9,5 +9,7 @@ mod contract;
 mod faults;
 mod guest_lvm;
 mod install;
+mod manifests;
+mod ops;
 mod root_hostpath;
 mod util;
