@@ -275,24 +275,37 @@ fn contract_verb_deadline_answers_failure_in_bounded_time() {
     );
 }
 
-/// How many `sleep 3600` processes exist (only the hang-child fault starts one).
-fn orphan_sleeps() -> usize {
+/// The pids of processes whose parent is `ppid` (from /proc/*/stat).
+fn children_of(ppid: u32) -> Vec<i32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(Result::ok)
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .unwrap_or_default()
-                .ends_with(b"sleep\x003600\x00")
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...; comm may contain spaces, so split after the last ')'.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let parent: u32 = rest.split(' ').nth(1)?.parse().ok()?;
+            (parent == ppid)
+                .then(|| e.file_name().to_string_lossy().parse().ok())
+                .flatten()
         })
-        .count()
+        .collect()
+}
+
+/// Whether `pid` is gone (or a zombie, i.e. dead and only waiting to be reaped).
+fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .is_some_and(|i| stat[i + 2..].starts_with('Z')),
+    }
 }
 
 #[test]
 fn contract_sigterm_kills_children_and_prints_failure_json() {
     let env = Env::new();
     let dir = env.mkdir("pod");
-    let before = orphan_sleeps();
     let child = env
         .command("hostpath", &["mount", dir.to_str().unwrap(), J])
         .env("FLEXVOL_TEST_FAULT", "hang-child")
@@ -300,12 +313,14 @@ fn contract_sigterm_kills_children_and_prints_failure_json() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the child `sleep` exists, then do what kubelet's timeout does.
+    // Wait until the driver's own helper (`sleep`) exists, then do what kubelet's timeout does.
     let t = Instant::now();
-    while orphan_sleeps() <= before && t.elapsed() < Duration::from_secs(5) {
+    let mut helpers = Vec::new();
+    while helpers.is_empty() && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
+        helpers = children_of(child.id());
     }
-    assert!(orphan_sleeps() > before, "the injected child never started");
+    assert!(!helpers.is_empty(), "the injected helper never started");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -315,12 +330,11 @@ fn contract_sigterm_kills_children_and_prints_failure_json() {
     let r = check_protocol(&out.stdout, &out.stderr, out.status.code());
     r.failed("SIGTERM");
     let t = Instant::now();
-    while orphan_sleeps() > before && t.elapsed() < Duration::from_secs(3) {
+    while !helpers.iter().all(|&p| is_gone(p)) && t.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        orphan_sleeps(),
-        before,
+    assert!(
+        helpers.iter().all(|&p| is_gone(p)),
         "the helper process outlived the driver"
     );
 }
