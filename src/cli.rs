@@ -54,9 +54,25 @@ enum Command {
     Lvm(VerbArgs),
     /// Install the driver into kubelet's plugin directory, one copy per driver name, atomically.
     #[command(
-        after_help = "Example:\n  flexvol install --vendor flexvol --drivers hostpath,nfs,lvm\n  flexvol install --plugin-dir /var/lib/kubelet/volumeplugins --uninstall"
+        after_help = "Example:\n  flexvol install --vendor flexvol --drivers hostpath,nfs,lvm\n  flexvol install --plugin-dir /var/lib/kubelet/volumeplugins --uninstall\n  flexvol install --plugin-dir /flexmnt --binary /flexvol --config /config/config.json --config-dest /host/etc/flexvol/config.json --sleep   # the DaemonSet (drivers/deploy)"
     )]
     Install(ops::install::InstallArgs),
+    /// Check this node: tools, kernel features, config, directories and the installed drivers.
+    #[command(
+        after_help = "Every problem names its fix; the exit status is 1 when there is one.\n\nExample:\n  flexvol doctor\n  flexvol doctor --plugin-dir /var/lib/kubelet/volumeplugins --json"
+    )]
+    Doctor(ops::doctor::DoctorArgs),
+    /// List the volumes this node's drivers manage, from the state records and the mount table.
+    #[command(
+        after_help = "Flags records without a mount, flexvol mounts without a record and volumes of pods that are gone; the exit status is 1 when there is one.\n\nExample:\n  flexvol status\n  flexvol status --json | jq '.volumes[] | select(.problem)'"
+    )]
+    Status(ops::status::StatusArgs),
+    /// Find mounts and records kubelet forgot; clean them up only with --apply.
+    #[command(
+        long_about = "Find mounts and records kubelet forgot; clean them up only with --apply.\n\nA pod counts as gone only when its directory <kubelet-root>/pods/<uid> no longer exists, when its mount point was deleted while mounted, or when its uid is missing from the --live-pods list. Orphaned mounts are unmounted through the driver's own unmount (then the empty volume directory is removed); records of mounts that do not exist are forgotten. Nothing is ever deleted recursively, and no volume data is touched.",
+        after_help = "Example:\n  flexvol gc                      # dry run: what would be cleaned up\n  kubectl get pods -A --field-selector spec.nodeName=$(hostname) -o jsonpath='{.items[*].metadata.uid}' > /tmp/live\n  flexvol gc --live-pods /tmp/live --apply"
+    )]
+    Gc(ops::gc::GcArgs),
     /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
     #[command(
         after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}'"
@@ -114,6 +130,9 @@ pub fn main(args: &[String]) -> i32 {
         Command::Nfs(v) => run_by_hand(Backend::Nfs, &v.args),
         Command::Lvm(v) => run_by_hand(Backend::Lvm, &v.args),
         Command::Install(a) => ops::install::run(&a),
+        Command::Doctor(a) => ops::doctor::run(&a),
+        Command::Status(a) => ops::status::run(&a),
+        Command::Gc(a) => ops::gc::run(&a),
         Command::Conformance(a) => ops::conformance::run(&a),
     }
 }

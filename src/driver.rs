@@ -21,12 +21,12 @@ pub fn run(backend: Backend, argv0: &str, args: &[String]) -> i32 {
     match &config {
         Ok(c) => calllog::begin(
             c.log_path().map(Into::into),
-            c.log_syslog,
+            c.log_syslog.then(|| c.syslog_socket.clone()),
             backend.name(),
             verb,
             args,
         ),
-        Err(_) => calllog::begin(None, false, backend.name(), verb, args),
+        Err(_) => calllog::begin(None, None, backend.name(), verb, args),
     }
     let reply = answer(backend, &driver_name(backend, argv0), args, config);
     finish(&reply)

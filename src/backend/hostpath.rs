@@ -574,8 +574,13 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     // Remove the empty placeholder file a file-like volume was bound onto, so kubelet can rmdir
     // the pod directory. Only an empty regular file on the pod directory's own filesystem, which
     // is not a mount point any more, can be it: never the source.
-    let after = ctx.mounter.table()?;
-    for p in points.iter().filter(|p| **p != pod_dir) {
+    let placeholders: Vec<&PathBuf> = points.iter().filter(|p| **p != pod_dir).collect();
+    let after = if placeholders.is_empty() {
+        MountTable::default()
+    } else {
+        ctx.mounter.table()?
+    };
+    for p in placeholders {
         if after.is_mount_point(p) {
             return Err(Error::refused(format!(
                 "{} is still mounted after unmount; retry",

@@ -92,7 +92,7 @@ impl Context<'_> {
         let wait = self.deadline.cap(self.config.lock_timeout());
         Ok(VolumeLock::acquire(
             &self.config.lock_dir(),
-            &format!("{}:{key}", backend.name()),
+            &lock_key(backend, key),
             wait,
         )?)
     }
@@ -101,6 +101,11 @@ impl Context<'_> {
     pub fn state(&self, backend: Backend) -> StateStore {
         StateStore::new(&self.config.state_dir, backend.name())
     }
+}
+
+/// The name of a volume's lock; `flexvol gc` takes the same lock as the verbs.
+pub fn lock_key(backend: Backend, key: &str) -> String {
+    format!("{}:{key}", backend.name())
 }
 
 /// Answers one call for `backend`.

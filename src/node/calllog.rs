@@ -16,7 +16,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 struct Pending {
     file: Option<PathBuf>,
-    syslog: bool,
+    syslog: Option<PathBuf>,
     started: Instant,
     time: SystemTime,
     backend: String,
@@ -38,8 +38,15 @@ struct Record<'a> {
     duration_ms: f64,
 }
 
-/// Starts the record for this call. Nothing is written until [`record_final`].
-pub fn begin(file: Option<PathBuf>, syslog: bool, backend: &str, verb: &str, args: &[String]) {
+/// Starts the record for this call. Nothing is written until [`record_final`]. `syslog` is the
+/// socket to also send the record to (normally `/dev/log`), `None` when syslog is off.
+pub fn begin(
+    file: Option<PathBuf>,
+    syslog: Option<PathBuf>,
+    backend: &str,
+    verb: &str,
+    args: &[String],
+) {
     let p = Pending {
         file,
         syslog,
@@ -71,8 +78,8 @@ pub fn record_final(reply: &Reply) {
     let Ok(mut line) = serde_json::to_string(&rec) else {
         return;
     };
-    if p.syslog {
-        send_syslog(&line, reply.exit_code() != 0);
+    if let Some(socket) = &p.syslog {
+        send_syslog(socket, &line, reply.exit_code() != 0);
     }
     if let Some(path) = p.file {
         line.push('\n');
@@ -88,12 +95,12 @@ pub fn record_final(reply: &Reply) {
     }
 }
 
-fn send_syslog(line: &str, failure: bool) {
+fn send_syslog(socket: &std::path::Path, line: &str, failure: bool) {
     // RFC 3164 to /dev/log: facility daemon (3), severity info (6) or err (3).
     let pri = 3 * 8 + if failure { 3 } else { 6 };
     let msg = format!("<{pri}>flexvol[{}]: {line}", std::process::id());
     if let Ok(s) = std::os::unix::net::UnixDatagram::unbound() {
-        let _ = s.send_to(msg.as_bytes(), "/dev/log");
+        let _ = s.send_to(msg.as_bytes(), socket);
     }
 }
 

@@ -25,6 +25,8 @@ pub struct Config {
     pub log_file: Option<PathBuf>,
     /// Also send each call record to the system log (`/dev/log`: journald or syslog).
     pub log_syslog: bool,
+    /// The datagram socket `logSyslog` sends to; another path only for tests or a chrooted syslog.
+    pub syslog_socket: PathBuf,
     /// How long a call waits for another call holding the same volume's lock.
     pub lock_timeout_seconds: u64,
     /// How long any verb may run before it answers Failure (waitforattach included).
@@ -57,6 +59,7 @@ impl Default for Config {
             run_dir: PathBuf::from("/run/flexvol"),
             log_file: Some(PathBuf::from("/var/log/flexvol.log")),
             log_syslog: false,
+            syslog_socket: PathBuf::from("/dev/log"),
             lock_timeout_seconds: 60,
             verb_timeout_seconds: 300,
             command_timeout_seconds: 120,
@@ -114,7 +117,11 @@ impl Config {
             reason,
         };
         let c: Config = serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
-        for (name, p) in [("stateDir", &c.state_dir), ("runDir", &c.run_dir)] {
+        for (name, p) in [
+            ("stateDir", &c.state_dir),
+            ("runDir", &c.run_dir),
+            ("syslogSocket", &c.syslog_socket),
+        ] {
             if !p.is_absolute() {
                 return Err(invalid(format!(
                     "{name} must be an absolute path, got {:?}",

@@ -4,8 +4,12 @@
 //! `unmount` and `unmountdevice` get no options, and after a kubelet restart the volume spec is
 //! rebuilt without any. So a record of what was mounted where is written *before* the mount
 //! (intent) and removed only after a successful unmount: a crash at any point leaves either a record
-//! of a mount that may exist, or nothing mounted. Records are written atomically (temp file, fsync,
-//! rename, fsync of the directory).
+//! of a mount that may exist, or nothing mounted. Records are written atomically (temp file, then
+//! rename), so a reader never sees half a record.
+//!
+//! Records are deliberately not fsynced. They describe mounts, and mounts do not survive a node
+//! crash either; a killed process loses nothing the page cache holds. An fsync would cost every
+//! mount and unmount a disk flush and protect nothing.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -115,14 +119,8 @@ impl StateStore {
             reason: e.to_string(),
         })?;
         let mut f = File::create(&tmp).map_err(|e| io("create", e))?;
-        f.write_all(&data)
-            .and_then(|_| f.sync_all())
-            .map_err(|e| io("write", e))?;
-        fs::rename(&tmp, &path).map_err(|e| io("rename into place", e))?;
-        if let Ok(d) = File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        f.write_all(&data).map_err(|e| io("write", e))?;
+        fs::rename(&tmp, &path).map_err(|e| io("rename into place", e))
     }
 
     /// The record for `target`, if any.

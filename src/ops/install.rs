@@ -35,6 +35,16 @@ pub struct InstallArgs {
     /// Remove the drivers instead.
     #[arg(long)]
     pub uninstall: bool,
+    /// Node config to check and install atomically (e.g. a mounted ConfigMap); an invalid file is
+    /// refused, because a broken config makes every verb but init fail.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where --config goes: the host's /etc/flexvol/config.json as this process sees it.
+    #[arg(long, value_name = "FILE", default_value = crate::node::config::DEFAULT_PATH)]
+    pub config_dest: PathBuf,
+    /// After installing, keep running until SIGTERM: a DaemonSet's container must not exit.
+    #[arg(long)]
+    pub sleep: bool,
 }
 
 /// Why installing failed.
@@ -145,12 +155,36 @@ pub fn install_one(
     dir: &Path,
     exec_name: &str,
 ) -> Result<&'static str, InstallError> {
+    install_file(binary, dir, exec_name, 0o755)
+}
+
+/// Checks a config file and installs it atomically at `dest`, so the driver never reads a
+/// half-written or invalid config. Returns what happened.
+pub fn install_config(src: &Path, dest: &Path) -> Result<&'static str, InstallError> {
+    let data = fs::read(src).map_err(io("read", src))?;
+    crate::node::config::Config::parse(src, &data)
+        .map_err(|e| InstallError::Invalid(format!("{e}; nothing was installed")))?;
+    let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return Err(InstallError::Invalid(format!(
+            "--config-dest {} names no file",
+            dest.display()
+        )));
+    };
+    install_file(src, dir, &name.to_string_lossy(), 0o644)
+}
+
+fn install_file(
+    binary: &Path,
+    dir: &Path,
+    exec_name: &str,
+    mode: u32,
+) -> Result<&'static str, InstallError> {
     let target = dir.join(exec_name);
     let existed = target.exists();
     if existed
         && same_content(binary, &target)
         && fs::metadata(&target)
-            .map(|m| m.permissions().mode() & 0o777 == 0o755)
+            .map(|m| m.permissions().mode() & 0o777 == mode)
             .unwrap_or(false)
     {
         return Ok("unchanged");
@@ -165,7 +199,7 @@ pub fn install_one(
         dst.flush()
             .and_then(|_| dst.sync_all())
             .map_err(io("fsync", &tmp))?;
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &tmp))?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).map_err(io("chmod", &tmp))?;
         fs::rename(&tmp, &target).map_err(io("rename into place", &target))?;
         File::open(dir)
             .and_then(|d| d.sync_all())
@@ -237,13 +271,20 @@ fn verify(path: &Path) -> Result<String, InstallError> {
 
 /// Runs `flexvol install`; returns the exit code.
 pub fn run(a: &InstallArgs) -> i32 {
-    match run_inner(a) {
+    let code = match run_inner(a) {
         Ok(()) => 0,
         Err(e) => {
             println!("flexvol install: error: {e}");
             1
         }
+    };
+    if a.sleep && code == 0 {
+        // A failed install exits instead, so the DaemonSet pod shows CrashLoopBackOff.
+        println!("installed; sleeping until stopped");
+        let sig = crate::sys::process::wait_for_termination();
+        println!("stopped by {sig:?}; the installed drivers stay in place");
     }
+    code
 }
 
 fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
@@ -275,6 +316,14 @@ fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
         },
     };
     println!("plugin directory: {} ({why})", plugin_dir.display());
+    if let Some(c) = &a.config {
+        let what = install_config(c, &a.config_dest)?;
+        println!(
+            "config: {what} {} (from {})",
+            a.config_dest.display(),
+            c.display()
+        );
+    }
     let binary = match &a.binary {
         Some(b) => b.clone(),
         None => std::env::current_exe().map_err(io("locate", Path::new("/proc/self/exe")))?,

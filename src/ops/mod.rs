@@ -1,4 +1,8 @@
 //! Commands for node operators (run as `flexvol <command>`), as opposed to the verbs kubelet runs.
 
 pub mod conformance;
+pub mod doctor;
+pub mod gc;
 pub mod install;
+pub mod inventory;
+pub mod status;

@@ -78,10 +78,15 @@ impl MountTable {
 
     /// Reads a mountinfo-formatted file (tests pass fixtures).
     pub fn read_from(path: &Path) -> Result<Self, MountInfoError> {
-        let data = std::fs::read(path).map_err(|source| MountInfoError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        // procfs reports size 0, so std would read it 32 bytes at a time; start with room for a
+        // typical node's table.
+        let mut data = Vec::with_capacity(64 * 1024);
+        std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut data))
+            .map_err(|source| MountInfoError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
         Self::parse(&data).map_err(|(line, text)| MountInfoError::Parse {
             path: path.to_owned(),
             line,

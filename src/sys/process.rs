@@ -99,33 +99,47 @@ pub fn block_termination_signals() {
     let _ = termination_signals().thread_block();
 }
 
+/// Waits until SIGTERM, SIGINT or SIGHUP arrives (they are blocked, see
+/// [`block_termination_signals`]), for commands that run until stopped.
+pub fn wait_for_termination() -> Option<Signal> {
+    termination_signals().wait().ok()
+}
+
 fn termination_signals() -> SigSet {
     let mut set = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGALRM,
+    ] {
         set.add(s);
     }
     set
 }
 
-/// Starts the watchdog for `deadline` and the signal thread. Both answer Failure and exit.
+/// Arms the deadline and starts the one guard thread, which answers Failure and exits on the
+/// deadline (an `alarm(2)`, delivered as SIGALRM) or on a termination signal. One thread with a
+/// small stack: every call pays for it, so it is kept cheap. Children never inherit the alarm
+/// (fork clears it).
 pub fn start_guards(verb: &str, deadline: Deadline) {
-    let verb_owned = verb.to_owned();
-    let _ = std::thread::Builder::new().name("deadline".into()).spawn(move || {
-        std::thread::sleep(deadline.remaining());
-        fail_and_exit(&format!(
-            "{verb_owned} did not finish within its deadline of {}s; its helper processes were killed. \
-             Check the node (a hung NFS server or device?) and the flexvol log; raise verbTimeoutSeconds in the config if the work is legitimately slow",
-            deadline.total().as_secs()
-        ));
-    });
-    let verb_owned = verb.to_owned();
-    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
-        if let Ok(sig) = termination_signals().wait() {
+    let secs = deadline.total().as_secs().clamp(1, u64::from(u32::MAX)) as u32;
+    let verb = verb.to_owned();
+    let spawned = std::thread::Builder::new().name("guard".into()).stack_size(64 * 1024).spawn(move || {
+        let Ok(sig) = termination_signals().wait() else { return };
+        if sig == Signal::SIGALRM {
             fail_and_exit(&format!(
-                "{verb_owned} was interrupted by {sig:?} (kubelet sends SIGTERM when a call exceeds its own timeout); its helper processes were killed and the call can be retried"
+                "{verb} did not finish within its deadline of {secs}s; its helper processes were killed. \
+                 Check the node (a hung NFS server or device?) and the flexvol log; raise verbTimeoutSeconds in the config if the work is legitimately slow"
             ));
         }
+        fail_and_exit(&format!(
+            "{verb} was interrupted by {sig:?} (kubelet sends SIGTERM when a call exceeds its own timeout); its helper processes were killed and the call can be retried"
+        ));
     });
+    if spawned.is_ok() {
+        nix::unistd::alarm::set(secs);
+    }
 }
 
 /// A named point in a mutating verb where the crash tests kill the driver: when the environment

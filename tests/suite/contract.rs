@@ -211,10 +211,17 @@ fn contract_nfs_missing_client_and_hung_mount_helper_fail_cleanly() {
     // nfs.mountTimeoutSeconds, with a message that says where to look.
     let tools = env.mkdir("hang-tools");
     let shim = tools.join("mount.nfs");
-    std::fs::write(&shim, "#!/bin/sh\nexec sleep 3600\n").unwrap();
+    let pid_file = tools.join("pid");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\necho $$ > {}\nexec sleep 3600\n",
+            pid_file.display()
+        ),
+    )
+    .unwrap();
     std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     env.reconfigure(json!({"toolDirs": [tools], "nfs": {"mountTimeoutSeconds": 1}}));
-    let before = orphan_sleeps();
     let t = Instant::now();
     env.call("nfs", &["mount", dir, &j])
         .failed("did not finish within 1s")
@@ -224,7 +231,25 @@ fn contract_nfs_missing_client_and_hung_mount_helper_fail_cleanly() {
         "took {:?}",
         t.elapsed()
     );
-    assert_eq!(orphan_sleeps(), before, "the hung helper outlived the call");
+    // The helper (this exact process) must not outlive the call: gone, or a zombie awaiting reaping.
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+    };
+    let t = Instant::now();
+    while alive() && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !alive(),
+        "the hung mount.nfs helper (pid {pid}) outlived the call"
+    );
     assert_eq!(nfs_records(&env), 0);
     assert!(env.mounts().is_empty());
 }
@@ -259,17 +284,92 @@ fn contract_nfs_other_verbs_are_consistently_not_supported() {
 }
 
 #[test]
-fn contract_lvm_not_built_yet_fails_rather_than_not_supported() {
-    let env = Env::new();
+fn contract_lvm_attach_is_pure_and_node_verbs_validate_first() {
+    // This host has no device-mapper (often no lvm at all): attach must still answer, because it
+    // runs in kube-controller-manager, which never sees the node's volume groups.
+    let env = Env::with_config(json!({"toolDirs": ["/nonexistent-flexvol-tools"]}));
+    let j = r#"{"kubernetes.io/fsType":"ext4","kubernetes.io/pvOrVolumeName":"pv-lvm-1","kubernetes.io/readwrite":"rw","size":"1Gi","volumeID":"lv1","volumegroup":"vg0"}"#;
+    assert_eq!(
+        env.call("lvm", &["attach", j, "node-1"]).json,
+        json!({"status":"Success","device":"/dev/vg0/lv1"})
+    );
+    let derived = r#"{"kubernetes.io/pvOrVolumeName":"pv-lvm-2","volumegroup":"vg0"}"#;
+    assert_eq!(
+        env.call("lvm", &["attach", derived, "node-1"]).json["device"],
+        "/dev/vg0/pv-lvm-2"
+    );
+    // isattached is consistently "Not supported" (cached by KCM); detach and expandvolume succeed.
+    env.call("lvm", &["isattached", j, "node-1"])
+        .not_supported();
+    env.call("lvm", &["detach", "pv-lvm-1", "node-1"]).ok();
     let dir = env.root().join("d");
     let dir = dir.to_str().unwrap();
-    for call in kubelet_calls(dir) {
-        if matches!(call[0].as_str(), "init" | "getvolumename") {
-            continue;
-        }
-        let args: Vec<&str> = call.iter().map(String::as_str).collect();
-        env.call("lvm", &args).failed("not built yet");
+    env.call("lvm", &["expandvolume", j, dir, "2147483648", "1073741824"])
+        .ok();
+    // With the tools missing, a node verb reaches lvm and says what is missing.
+    env.call("lvm", &["waitforattach", "/dev/vg0/lv1", j])
+        .failed("lvm is not installed");
+    // Unmounting what is not there is Success, with no tool needed.
+    env.call("lvm", &["unmountdevice", dir]).ok();
+    env.call("lvm", &["unmount", dir]).ok();
+}
+
+#[test]
+fn contract_lvm_bad_names_and_sizes_fail_before_any_tool_runs() {
+    // toolDirs points nowhere: a message about a missing tool would mean validation came too late.
+    let env = Env::with_config(json!({"toolDirs": ["/nonexistent-flexvol-tools"]}));
+    let dir = env.mkdir("kubelet/pods/u/volumes/flexvol~lvm/pv");
+    let dir = dir.to_str().unwrap();
+    let with = |k: &str, v: &str| {
+        let mut m = json!({"kubernetes.io/fsType":"ext4","kubernetes.io/pvOrVolumeName":"pv","kubernetes.io/readwrite":"rw","size":"1Gi","volumeID":"lv1","volumegroup":"vg0"});
+        m[k] = json!(v);
+        m.to_string()
+    };
+    let mut bad = Vec::new();
+    for v in ["", "-vg", "vg/0", "v g", "vg\n", ".", ".."] {
+        bad.push((with("volumegroup", v), "volumegroup"));
     }
+    for v in ["", "-lv", "a/b", "a b", ".", "..", "snapshot1"] {
+        bad.push((with("volumeID", v), "volumeID"));
+    }
+    for v in [
+        "0",
+        "-1Gi",
+        "lots",
+        "1e9",
+        "18446744073709551616",
+        "99999999999Ei",
+    ] {
+        bad.push((with("size", v), "size"));
+    }
+    bad.push((with("mkfsOptions", "-F -m 0"), "mkfsOptions"));
+    bad.push((with("mountOptions", "ro,noatime"), "mountOptions"));
+    bad.push((with("kubernetes.io/fsType", "ext4 -F"), "fsType"));
+    for (j, key) in &bad {
+        for args in [
+            vec!["attach", j.as_str(), "node-1"],
+            vec!["waitforattach", "/dev/vg0/lv1", j.as_str()],
+            vec!["mountdevice", dir, "/dev/vg0/lv1", j.as_str()],
+            vec!["mount", dir, j.as_str()],
+            vec![
+                "expandfs",
+                j.as_str(),
+                "/dev/vg0/lv1",
+                dir,
+                "2147483648",
+                "1073741824",
+            ],
+        ] {
+            let r = env.call("lvm", &args);
+            r.failed(key);
+            assert!(
+                !r.message().contains("not installed"),
+                "{args:?}: {}",
+                r.message()
+            );
+        }
+    }
+    assert!(env.mounts().is_empty());
 }
 
 #[test]
@@ -347,24 +447,37 @@ fn contract_verb_deadline_answers_failure_in_bounded_time() {
     );
 }
 
-/// How many `sleep 3600` processes exist (only the hang-child fault starts one).
-fn orphan_sleeps() -> usize {
+/// The pids of processes whose parent is `ppid` (from /proc/*/stat).
+fn children_of(ppid: u32) -> Vec<i32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(Result::ok)
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .unwrap_or_default()
-                .ends_with(b"sleep\x003600\x00")
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...; comm may contain spaces, so split after the last ')'.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let parent: u32 = rest.split(' ').nth(1)?.parse().ok()?;
+            (parent == ppid)
+                .then(|| e.file_name().to_string_lossy().parse().ok())
+                .flatten()
         })
-        .count()
+        .collect()
+}
+
+/// Whether `pid` is gone (or a zombie, i.e. dead and only waiting to be reaped).
+fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .is_some_and(|i| stat[i + 2..].starts_with('Z')),
+    }
 }
 
 #[test]
 fn contract_sigterm_kills_children_and_prints_failure_json() {
     let env = Env::new();
     let dir = env.mkdir("pod");
-    let before = orphan_sleeps();
     let child = env
         .command("hostpath", &["mount", dir.to_str().unwrap(), J])
         .env("FLEXVOL_TEST_FAULT", "hang-child")
@@ -372,12 +485,14 @@ fn contract_sigterm_kills_children_and_prints_failure_json() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the child `sleep` exists, then do what kubelet's timeout does.
+    // Wait until the driver's own helper (`sleep`) exists, then do what kubelet's timeout does.
     let t = Instant::now();
-    while orphan_sleeps() <= before && t.elapsed() < Duration::from_secs(5) {
+    let mut helpers = Vec::new();
+    while helpers.is_empty() && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
+        helpers = children_of(child.id());
     }
-    assert!(orphan_sleeps() > before, "the injected child never started");
+    assert!(!helpers.is_empty(), "the injected helper never started");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -387,12 +502,11 @@ fn contract_sigterm_kills_children_and_prints_failure_json() {
     let r = check_protocol(&out.stdout, &out.stderr, out.status.code());
     r.failed("SIGTERM");
     let t = Instant::now();
-    while orphan_sleeps() > before && t.elapsed() < Duration::from_secs(3) {
+    while !helpers.iter().all(|&p| is_gone(p)) && t.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        orphan_sleeps(),
-        before,
+    assert!(
+        helpers.iter().all(|&p| is_gone(p)),
         "the helper process outlived the driver"
     );
 }

@@ -1,13 +1,16 @@
 //! The integration suite, one binary (links once). Tests are named by tier:
-//! `contract_*` (no privileges), `root_*` (real mounts, needs root), `install_*`, and `guest_*`
-//! (ignored on the host; run inside the test VM, see tests/vm).
+//! `contract_*` (no privileges), `root_*` (real mounts, needs root), `install_*`, `guest_*`
+//! (ignored on the host; run inside the test VM).
 
 #![allow(clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used)]
 
 mod conformance;
 mod contract;
 mod faults;
+mod guest_lvm;
 mod guest_nfs;
 mod install;
+mod manifests;
+mod ops;
 mod root_hostpath;
 mod util;

@@ -1,0 +1,276 @@
+//! `cargo bench`: flexvol against floors measured in the same run, printed as ratios.
+//!
+//! - `init` vs exec of a minimal static C program that prints one JSON line (the process floor);
+//! - a hostPath mount+unmount pair vs two minimal static C programs doing the same raw syscalls
+//!   (bind mount, then umount2), exec'd the same way;
+//! - peak memory (max RSS) per verb, from `getrusage(RUSAGE_CHILDREN)` in a fresh sub-process;
+//! - 64 hostPath mounts in parallel vs 64 sequential ones divided by the cores.
+//!
+//! Nothing here asserts a time: it prints the table and the targets, so a regression is seen, not
+//! flaked on. Needs root (real mounts) and a C compiler for the floors.
+
+#![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FLOOR_JSON: &str = r#"#include <unistd.h>
+int main(void) { static const char r[] = "{\"status\":\"Success\"}\n"; return write(1, r, sizeof r - 1) < 0; }
+"#;
+const FLOOR_MOUNT: &str = r#"#include <sys/mount.h>
+#include <unistd.h>
+int main(int c, char **v) { static const char r[] = "{\"status\":\"Success\"}\n";
+  if (c < 3 || mount(v[1], v[2], 0, MS_BIND, 0) != 0) return 1; return write(1, r, sizeof r - 1) < 0; }
+"#;
+const FLOOR_UMOUNT: &str = r#"#include <sys/mount.h>
+#include <unistd.h>
+int main(int c, char **v) { static const char r[] = "{\"status\":\"Success\"}\n";
+  if (c < 2 || umount2(v[1], 0) != 0) return 1; return write(1, r, sizeof r - 1) < 0; }
+"#;
+
+fn flexvol() -> PathBuf {
+    // The release binary: benchmarks measure what is shipped.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("cargo")
+        .args(["build", "--release", "--quiet"])
+        .current_dir(root)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo build --release failed");
+    root.join("target/x86_64-unknown-linux-gnu/release/flexvol")
+}
+
+fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    let out = dir.join(name);
+    std::fs::write(&c, src).unwrap();
+    let st = Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .expect("a C compiler (cc) for the floors");
+    assert!(st.success(), "cc failed for {name}");
+    out
+}
+
+fn run(cmd: &Path, args: &[&str], env: &[(&str, &Path)]) {
+    let mut c = Command::new(cmd);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let st = c.status().unwrap();
+    assert!(st.success(), "{} {args:?} failed", cmd.display());
+}
+
+struct Stats {
+    median: Duration,
+    p90: Duration,
+}
+
+fn measure(iters: usize, mut f: impl FnMut()) -> Stats {
+    for _ in 0..iters / 10 {
+        f(); // warm the page cache and the dentry cache
+    }
+    let mut v: Vec<Duration> = (0..iters)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    v.sort();
+    Stats {
+        median: v[v.len() / 2],
+        p90: v[v.len() * 9 / 10],
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Sub-process mode: run one verb `n` times and print the children's max RSS in KiB.
+fn rss_mode(args: &[String]) {
+    let (bin, n, rest) = (&args[2], args[3].parse::<usize>().unwrap(), &args[4..]);
+    for _ in 0..n {
+        let _ = Command::new(bin)
+            .args(rest)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let ru = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
+    println!("{}", ru.max_rss());
+}
+
+fn max_rss_kib(bin: &Path, args: &[&str], config: &Path) -> u64 {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .arg("--rss")
+        .arg(bin)
+        .arg("5")
+        .args(args)
+        .env("FLEXVOL_CONFIG", config)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--rss") {
+        return rss_mode(&args);
+    }
+    if !nix::unistd::geteuid().is_root() {
+        println!("benchmarks need root (real mounts); skipped");
+        return;
+    }
+    let iters: usize = std::env::var("FLEXVOL_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let bin = flexvol();
+    let tmp = tempfile::Builder::new()
+        .prefix("flexvol-bench.")
+        .tempdir()
+        .unwrap();
+    let t = std::fs::canonicalize(tmp.path()).unwrap();
+    let floor_json = compile(&t, "floor-json", FLOOR_JSON);
+    let floor_mount = compile(&t, "floor-mount", FLOOR_MOUNT);
+    let floor_umount = compile(&t, "floor-umount", FLOOR_UMOUNT);
+    // Installed as kubelet sees it, with logging on (production default) into the temp dir.
+    let plugins = t.join("plugins");
+    run(
+        &bin,
+        &[
+            "install",
+            "--plugin-dir",
+            plugins.to_str().unwrap(),
+            "--drivers",
+            "hostpath",
+        ],
+        &[],
+    );
+    let hostpath = plugins.join("flexvol~hostpath/hostpath");
+    let config = t.join("config.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"{0}/flexvol.log"}}"#,
+            t.display()
+        ),
+    )
+    .unwrap();
+    let env = [("FLEXVOL_CONFIG", config.as_path())];
+    let src = t.join("src");
+    let pod = t.join("kubelet/pods/uid/volumes/flexvol~hostpath/v");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&pod).unwrap();
+    let opts = format!(
+        r#"{{"kubernetes.io/pvOrVolumeName":"v","kubernetes.io/readwrite":"rw","path":"{}"}}"#,
+        src.display()
+    );
+    let pod_s = pod.to_str().unwrap();
+
+    println!(
+        "flexvol benchmarks: {iters} iterations each, medians (p90); floors measured in this run\n"
+    );
+    let f_init = measure(iters, || run(&floor_json, &[], &[]));
+    let x_init = measure(iters, || run(&hostpath, &["init"], &env));
+    let f_pair = measure(iters, || {
+        run(&floor_mount, &[src.to_str().unwrap(), pod_s], &[]);
+        run(&floor_umount, &[pod_s], &[]);
+    });
+    let x_pair = measure(iters, || {
+        run(&hostpath, &["mount", pod_s, &opts], &env);
+        run(&hostpath, &["unmount", pod_s], &env);
+    });
+
+    // 64 mounts: sequential, then all at once.
+    let pods: Vec<PathBuf> = (0..64)
+        .map(|i| t.join(format!("kubelet/pods/p{i}/volumes/flexvol~hostpath/v")))
+        .collect();
+    for p in &pods {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    let unmount_all = || {
+        for p in &pods {
+            run(&hostpath, &["unmount", p.to_str().unwrap()], &env);
+        }
+    };
+    let t0 = Instant::now();
+    for p in &pods {
+        run(&hostpath, &["mount", p.to_str().unwrap(), &opts], &env);
+    }
+    let seq = t0.elapsed();
+    unmount_all();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for p in &pods {
+            let (hostpath, opts, env) = (&hostpath, &opts, &env);
+            s.spawn(move || run(hostpath, &["mount", p.to_str().unwrap(), opts], env));
+        }
+    });
+    let par = t0.elapsed();
+    unmount_all();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64;
+
+    let rss_init = max_rss_kib(&hostpath, &["init"], &config);
+    let rss_mount = max_rss_kib(&hostpath, &["mount", pod_s, &opts], &config);
+    let rss_unmount = max_rss_kib(&hostpath, &["unmount", pod_s], &config);
+    let rss_floor = max_rss_kib(&floor_json, &[], &config);
+    let size = std::fs::metadata(&bin).unwrap().len();
+
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    let row = |name: &str, x: &Stats, f: &Stats, target: &str| {
+        println!(
+            "{name:<28} {:>10} ({:>9})  floor {:>10} ({:>9})  ratio {:>5.2}x  target {target}",
+            ms(x.median),
+            ms(x.p90),
+            ms(f.median),
+            ms(f.p90),
+            ratio(x.median, f.median)
+        );
+    };
+    row("init", &x_init, &f_init, "<= 1.5x");
+    row("hostPath mount+unmount pair", &x_pair, &f_pair, "<= 1.5x");
+    let par_ratio = par.as_secs_f64() / (seq.as_secs_f64() / cores);
+    println!(
+        "{:<28} parallel {:>8} vs sequential {} / {cores} cores = {}  ratio {par_ratio:>5.2}x  target <= 3x",
+        "64 hostPath mounts",
+        ms(par),
+        ms(seq),
+        ms(seq.div_f64(cores))
+    );
+    println!(
+        "{:<28} init {:.1} MiB, mount {:.1} MiB, unmount {:.1} MiB (C floor {:.1} MiB)  target < 8 MiB",
+        "max RSS",
+        rss_init as f64 / 1024.0,
+        rss_mount as f64 / 1024.0,
+        rss_unmount as f64 / 1024.0,
+        rss_floor as f64 / 1024.0
+    );
+    println!(
+        "{:<28} {:.2} MiB (static, stripped)",
+        "binary size",
+        size as f64 / 1048576.0
+    );
+    let left = flexvol::sys::mountinfo::MountTable::read()
+        .unwrap()
+        .entries
+        .iter()
+        .filter(|e| e.mount_point.starts_with(&t))
+        .count();
+    assert_eq!(left, 0, "benchmarks left mounts behind");
+}

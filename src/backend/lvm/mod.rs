@@ -1,0 +1,665 @@
+//! LVM: attachable logical volumes, created on demand, formatted only when provably blank,
+//! resizable.
+//!
+//! Who runs what (reference §3): with `attach: true`, kube-controller-manager runs `attach`,
+//! `isattached` and `detach` on a control-plane host that cannot see the node's volume groups, so
+//! those verbs never touch the host. All node work happens in the verbs kubelet runs on the node.
+//!
+//! - `attach <json> <node>`: validate the options, answer `/dev/<vg>/<lv>`. A pure function.
+//! - `isattached`: "Not supported", always. The controller cannot see node-local LVM, so any
+//!   answer would be a guess; "Not supported" is cached by kube-controller-manager (no exec every
+//!   minute per volume) and leaves the volume attached, which is exactly what a made-up
+//!   `"attached": true` would do.
+//! - `detach <volume> <node>`: Success, nothing to do (the LV is deactivated by `unmountdevice`).
+//! - `waitforattach <device> <json>` (node): under the volume lock, one `lvm lvs` of the VG tells
+//!   whether the LV exists, is active and where it is. Active with its device node present:
+//!   Success at once. Missing: with `size`, create it under the VG lock (free space checked,
+//!   size rounded up to whole extents, tagged `flexvol.created`); without, fail. Then activate and
+//!   wait (bounded) for `/dev/<vg>/<lv>`.
+//! - `mountdevice <globalDir> <device> <json>` (node): under the volume lock: already mounted there
+//!   from this device → Success. Otherwise probe with `blkid -p`: exit 2 (blank) → mkfs (never for
+//!   a read-only volume, never for an LV tagged `flexvol.formatted`, i.e. one that lost its
+//!   filesystem); a filesystem of the requested type → mount it as is; a different type, a
+//!   partition table, an LVM/RAID/crypto signature, an ambivalent probe or a probe error →
+//!   Failure, and no mkfs. The state record is written before mkfs and mount.
+//! - `mount <podDir> <json>` (node): bind the global mount onto the pod directory (read-only when
+//!   asked). The global directory is computed the way kubelet computes it (reference §7): the
+//!   kubelet root (the pod directory's prefix before `/pods/<uid>/volumes/...`) +
+//!   `plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<pvOrVolumeName>`, and then
+//!   checked in mountinfo to be a mount of this LV; a mismatch fails instead of binding something
+//!   else. Computing beats searching state: it needs no record to survive, and the check makes it
+//!   safe.
+//! - `unmount <podDir>`: undo the bind(s), forget the record.
+//! - `unmountdevice <globalDir>` (no options): find VG/LV in the record written by `mountdevice`
+//!   (or, without one, from the `/dev/mapper/<vg>-<lv>` source in mountinfo), unmount, and
+//!   deactivate the LV (`lvchange -an`) unless it is still mounted elsewhere.
+//! - `expandvolume`: Success, no side effects (stock kube-controller-manager never calls it).
+//! - `expandfs <json> <device> <podDir> <new> <old>` (node): `lvextend` to `new` (rounded up to
+//!   whole extents) when the LV is smaller, then grow the mounted filesystem (`resize2fs <dev>`,
+//!   `xfs_growfs -d <mountpoint>`). Repeating is Success.
+//!
+//! Every mutating verb holds the lock `lvm:<vg>/<lv>`; creation also holds `lvm:vg:<vg>` so that
+//! parallel creations in one VG check free space one at a time.
+
+mod options;
+mod tools;
+
+pub use options::{FsType, LvmOptions, check_name, derive_lv_name, parse_size};
+pub use tools::{Devices, LvRow, Probe, SysDevices};
+
+use crate::backend::{Backend, Context};
+use crate::error::{Error, Result};
+use crate::node::state::{VolumeRecord, now_secs};
+use crate::protocol::options::Options;
+use crate::protocol::reply::Reply;
+use crate::protocol::verb::Call;
+use crate::sys::mount::{MountError, UnmountMode};
+use crate::sys::mountinfo::MountTable;
+use crate::sys::paths;
+use crate::sys::process::checkpoint;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const BACKEND: Backend = Backend::Lvm;
+/// Tag on LVs this driver created.
+pub const TAG_CREATED: &str = "flexvol.created";
+/// Tag on LVs this driver formatted: such an LV that probes blank has lost its filesystem, and is
+/// never formatted again.
+pub const TAG_FORMATTED: &str = "flexvol.formatted";
+
+/// Node policy for LVM (`"lvm"` in the config file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LvmConfig {
+    /// How long `waitforattach` waits for `/dev/<vg>/<lv>` after activation.
+    pub device_wait_seconds: u64,
+}
+
+impl Default for LvmConfig {
+    fn default() -> Self {
+        Self {
+            device_wait_seconds: 10,
+        }
+    }
+}
+
+/// Answers the LVM verbs.
+pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
+    handle_with(call, ctx, &SysDevices)
+}
+
+/// [`handle`] with a device seam (unit tests pass fake device numbers).
+pub fn handle_with(call: &Call, ctx: &Context, devices: &dyn Devices) -> Result<Reply> {
+    let parse =
+        |json: &str| -> Result<LvmOptions> { Ok(LvmOptions::parse(&Options::parse(json)?)?) };
+    match call {
+        Call::Attach { options, .. } => attach(&parse(options)?),
+        Call::IsAttached { .. } => Ok(Reply::not_supported()),
+        Call::Detach { .. } | Call::ExpandVolume { .. } => Ok(Reply::success()),
+        Call::WaitForAttach { device, options } => {
+            wait_for_attach(ctx, devices, device, &parse(options)?)
+        }
+        Call::MountDevice {
+            mount_dir,
+            device,
+            options,
+        } => mount_device(ctx, devices, Path::new(mount_dir), device, &parse(options)?),
+        Call::UnmountDevice { mount_dir } => unmount_device(ctx, devices, Path::new(mount_dir)),
+        Call::Mount { mount_dir, options } => {
+            mount(ctx, devices, Path::new(mount_dir), &parse(options)?)
+        }
+        Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir)),
+        Call::ExpandFs {
+            options,
+            device,
+            new_size,
+            ..
+        } => expand_fs(ctx, devices, device, *new_size, &parse(options)?),
+        _ => Ok(Reply::not_supported()),
+    }
+}
+
+/// `attach`: runs in kube-controller-manager; never touches the host.
+fn attach(o: &LvmOptions) -> Result<Reply> {
+    Ok(Reply::device(o.device().to_string_lossy()))
+}
+
+/// The device kubelet passes must be the one the options name (or empty): a different one means
+/// the PV changed under a mounted volume.
+fn check_device_arg(device: &str, o: &LvmOptions) -> Result<()> {
+    if device.is_empty() || Path::new(device) == o.device() {
+        return Ok(());
+    }
+    Err(Error::refused(format!(
+        "device {device} does not match the volume's {} (options volumegroup/volumeID); was the PV edited? Detach the volume and attach it again",
+        o.device().display()
+    )))
+}
+
+/// `waitforattach`: make the LV exist and be active, return its device.
+fn wait_for_attach(
+    ctx: &Context,
+    devices: &dyn Devices,
+    device: &str,
+    o: &LvmOptions,
+) -> Result<Reply> {
+    check_device_arg(device, o)?;
+    let _lock = ctx.lock(BACKEND, &o.key())?;
+    let lvs = tools::list_lvs(ctx, &o.vg)?;
+    let lv = match lvs.iter().find(|r| r.lv_name == o.lv) {
+        Some(lv) => lv.clone(),
+        None => {
+            create(ctx, o, &lvs)?;
+            checkpoint("lvm-waitforattach-after-lvcreate");
+            tools::activate(ctx, &o.key())?;
+            tools::wait_for_device(ctx, devices, &o.device(), device_wait(ctx))?;
+            return Ok(Reply::device(o.device().to_string_lossy()));
+        }
+    };
+    if !lv.usable() {
+        return Err(Error::refused(format!(
+            "{} is a {} LV (attributes {}), not one that can hold a filesystem; point volumeID at a regular or thin LV",
+            o.key(),
+            if lv.is_thin_pool() {
+                "thin pool"
+            } else {
+                "special"
+            },
+            lv.lv_attr
+        )));
+    }
+    if lv.active() && devices.block_device(&o.device())?.is_some() {
+        return Ok(Reply::device(o.device().to_string_lossy()));
+    }
+    tools::activate(ctx, &o.key())?;
+    tools::wait_for_device(ctx, devices, &o.device(), device_wait(ctx))?;
+    Ok(Reply::device(o.device().to_string_lossy()))
+}
+
+fn device_wait(ctx: &Context) -> Duration {
+    Duration::from_secs(ctx.config.lvm.device_wait_seconds.max(1))
+}
+
+/// Creates the missing LV under the VG lock; every check happens before `lvcreate`.
+fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
+    let size = o.size.ok_or_else(|| {
+        Error::refused(format!(
+            "logical volume {} does not exist and no size was given; create it (lvcreate) or set options.size (e.g. 10Gi) so flexvol creates it",
+            o.key()
+        ))
+    })?;
+    let _vg_lock = ctx.lock(BACKEND, &format!("vg:{}", o.vg))?;
+    if let Some(pool) = &o.thin_pool {
+        match lvs.iter().find(|r| &r.lv_name == pool) {
+            Some(p) if p.is_thin_pool() => {}
+            Some(p) => {
+                return Err(Error::refused(format!(
+                    "thinpool {pool} in volume group {} is not a thin pool (attributes {}); fix options.thinpool",
+                    o.vg, p.lv_attr
+                )));
+            }
+            None => {
+                return Err(Error::refused(format!(
+                    "thin pool {}/{pool} does not exist; create it (lvcreate --type thin-pool) or fix options.thinpool",
+                    o.vg
+                )));
+            }
+        }
+        tools::lvcreate(
+            ctx,
+            &o.vg,
+            &o.lv,
+            round_up(size, 512)?,
+            Some(pool),
+            TAG_CREATED,
+        )?;
+        return Ok(());
+    }
+    // Free space changes with every creation: read it under the VG lock, not from the earlier list.
+    let vg = tools::vg_info(ctx, &o.vg)?;
+    let bytes = round_up(size, vg.vg_extent_size.max(1))?;
+    if bytes > vg.vg_free {
+        return Err(Error::refused(format!(
+            "volume group {} has {} bytes free, but {} needs {bytes} bytes ({} rounded up to whole {}-byte extents); free space in the VG or ask for less",
+            o.vg,
+            vg.vg_free,
+            o.key(),
+            size,
+            vg.vg_extent_size
+        )));
+    }
+    tools::lvcreate(ctx, &o.vg, &o.lv, bytes, None, TAG_CREATED)
+}
+
+fn round_up(size: u64, unit: u64) -> Result<u64> {
+    size.checked_next_multiple_of(unit).ok_or_else(|| {
+        Error::refused(format!(
+            "size {size} bytes cannot be rounded up to whole {unit}-byte extents without overflow"
+        ))
+    })
+}
+
+/// Canonical form of a directory kubelet created before calling us; `None` when absent.
+fn canonical_dir(dir: &Path) -> Result<Option<PathBuf>> {
+    if !dir.is_absolute() || paths::has_dotdot(dir) {
+        return Err(Error::refused(format!(
+            "mount directory {:?} must be an absolute path without \"..\"",
+            dir.display().to_string()
+        )));
+    }
+    match std::fs::canonicalize(dir) {
+        Ok(p) if p.is_dir() => Ok(Some(p)),
+        Ok(p) => Err(Error::refused(format!(
+            "mount directory {} is not a directory",
+            p.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("resolve", dir, e)),
+    }
+}
+
+fn require_dir(dir: &Path) -> Result<PathBuf> {
+    canonical_dir(dir)?.ok_or_else(|| {
+        Error::refused(format!(
+            "mount directory {} does not exist (kubelet creates it before this call)",
+            dir.display()
+        ))
+    })
+}
+
+fn active_device(devices: &dyn Devices, o: &LvmOptions) -> Result<(u32, u32)> {
+    devices.block_device(&o.device())?.ok_or_else(|| {
+        Error::refused(format!(
+            "{} does not exist: the LV is missing or not active. kubelet activates it with waitforattach first; check `lvs {}`",
+            o.device().display(),
+            o.key()
+        ))
+    })
+}
+
+fn busy(e: MountError, what: &Path) -> Error {
+    match e {
+        MountError::Unmount {
+            errno: nix::Error::EBUSY,
+            ..
+        } => Error::refused(format!(
+            "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
+            what.display()
+        )),
+        e => e.into(),
+    }
+}
+
+fn record(o: &LvmOptions, verb: &str, target: &Path, source: &Path) -> VolumeRecord {
+    VolumeRecord {
+        backend: BACKEND.name().into(),
+        verb: verb.into(),
+        target: target.to_path_buf(),
+        mount_point: None,
+        source: source.to_string_lossy().into_owned(),
+        read_only: o.read_only,
+        volume: o.volume_name.clone(),
+        pod: None,
+        pod_uid: None,
+        since: now_secs(),
+        extra: BTreeMap::from([
+            ("vg".to_owned(), o.vg.clone()),
+            ("lv".to_owned(), o.lv.clone()),
+            ("fsType".to_owned(), o.fs.name().to_owned()),
+        ]),
+    }
+}
+
+/// `mountdevice`: format if provably blank, mount at the global directory.
+fn mount_device(
+    ctx: &Context,
+    devices: &dyn Devices,
+    dir: &Path,
+    device: &str,
+    o: &LvmOptions,
+) -> Result<Reply> {
+    check_device_arg(device, o)?;
+    let target = require_dir(dir)?;
+    if let FsType::Other(_) = o.fs
+        && !ctx.runner.has_tool(&o.fs.mkfs_tool())
+    {
+        return Err(Error::refused(format!(
+            "fsType {} is not supported on this node: {} is not installed. Use ext4 or xfs, or install it",
+            o.fs.name(),
+            o.fs.mkfs_tool()
+        )));
+    }
+    let _lock = ctx.lock(BACKEND, &o.key())?;
+    let dev = o.device();
+    let devnum = active_device(devices, o)?;
+
+    let table = ctx.mounter.table()?;
+    if let Some(m) = table.at(&target) {
+        if (m.major, m.minor) != devnum {
+            return Err(Error::refused(format!(
+                "{} is already a mount point of something else ({} {}); unmount it first",
+                target.display(),
+                m.fs_type,
+                m.source
+            )));
+        }
+        if m.read_only() != o.read_only {
+            return Err(Error::refused(format!(
+                "{} is already mounted {} but {} was asked; it is remounted on the next attach",
+                target.display(),
+                if m.read_only() {
+                    "read-only"
+                } else {
+                    "read-write"
+                },
+                if o.read_only {
+                    "read-only"
+                } else {
+                    "read-write"
+                },
+            )));
+        }
+        return Ok(Reply::success());
+    }
+
+    let blank = match tools::probe(ctx, &dev)? {
+        Probe::Blank => true,
+        Probe::Filesystem(t) if t == o.fs.name() => false,
+        Probe::Filesystem(t) => {
+            return Err(Error::refused(format!(
+                "{} already holds a {t} filesystem, but fsType {} was asked; flexvol never reformats a volume. Set fsType: {t} in the PV, or wipe the LV yourself if its data is not needed",
+                dev.display(),
+                o.fs.name()
+            )));
+        }
+        Probe::Other(what) => {
+            return Err(Error::refused(format!(
+                "{} holds {what}, not a filesystem; refusing to format it (that could destroy data). Inspect it with `blkid -p {}` and point the PV at the right LV",
+                dev.display(),
+                dev.display()
+            )));
+        }
+    };
+    if blank {
+        if o.read_only {
+            return Err(Error::refused(format!(
+                "{} is blank and the volume is read-only; a read-only volume is never formatted. Mount it read-write once to format it",
+                dev.display()
+            )));
+        }
+        let lvs = tools::list_lvs(ctx, &o.vg)?;
+        if lvs
+            .iter()
+            .any(|r| r.lv_name == o.lv && r.has_tag(TAG_FORMATTED))
+        {
+            return Err(Error::refused(format!(
+                "{} was formatted by flexvol before but now shows no filesystem; refusing to format it again (that would hide data loss). Check the device, or remove the tag with `lvchange --deltag {TAG_FORMATTED} {}` to allow formatting",
+                dev.display(),
+                o.key()
+            )));
+        }
+        if !ctx.runner.has_tool(&o.fs.mkfs_tool()) {
+            return Err(Error::refused(format!(
+                "{} is not installed; install it to format {} volumes",
+                o.fs.mkfs_tool(),
+                o.fs.name()
+            )));
+        }
+    }
+
+    ctx.state(BACKEND)
+        .save(&record(o, "mountdevice", &target, &dev))?;
+    if blank {
+        tools::mkfs(ctx, &o.fs, &o.mkfs_args, &dev)?;
+        checkpoint("lvm-mountdevice-after-mkfs");
+        tools::add_tag(ctx, &o.key(), TAG_FORMATTED)?;
+    }
+    ctx.mounter
+        .mount_fs(&dev, &target, o.fs.name(), o.read_only, &o.mount_data)?;
+    checkpoint("lvm-mountdevice-after-mount");
+    Ok(Reply::success())
+}
+
+/// VG and LV from a `/dev/mapper/<vg>-<lv>` name (`-` inside names is doubled).
+fn split_dm_name(source: &str) -> Option<(String, String)> {
+    let name = source.strip_prefix("/dev/mapper/")?;
+    let b = name.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'-' {
+            if b.get(i + 1) == Some(&b'-') {
+                i += 2;
+                continue;
+            }
+            let (vg, lv) = (&name[..i], &name[i + 1..]);
+            return Some((vg.replace("--", "-"), lv.replace("--", "-")));
+        }
+        i += 1;
+    }
+    None
+}
+
+/// `unmountdevice`: unmount the global directory, deactivate the LV when nothing else uses it.
+fn unmount_device(ctx: &Context, devices: &dyn Devices, dir: &Path) -> Result<Reply> {
+    let state = ctx.state(BACKEND);
+    let Some(target) = canonical_dir(dir)? else {
+        state.remove(dir)?;
+        return Ok(Reply::success());
+    };
+    let rec = state.load(&target)?;
+    let table = ctx.mounter.table()?;
+    let ids = match &rec {
+        Some(r) => match (r.extra.get("vg"), r.extra.get("lv")) {
+            (Some(vg), Some(lv)) => Some((vg.clone(), lv.clone())),
+            _ => None,
+        },
+        None => table.at(&target).and_then(|m| split_dm_name(&m.source)),
+    }
+    .filter(|(vg, lv)| check_name("vg", vg, false).is_ok() && check_name("lv", lv, true).is_ok());
+    let key = match &ids {
+        Some((vg, lv)) => format!("{vg}/{lv}"),
+        None => target.to_string_lossy().into_owned(),
+    };
+    let _lock = ctx.lock(BACKEND, &key)?;
+
+    for _ in 0..table.all_at(&target).count() {
+        ctx.mounter
+            .unmount(&target, UnmountMode::Normal)
+            .map_err(|e| busy(e, &target))?;
+    }
+    checkpoint("lvm-unmountdevice-after-unmount");
+    if let Some((vg, lv)) = &ids {
+        let dev = PathBuf::from(format!("/dev/{vg}/{lv}"));
+        if let Some(devnum) = devices.block_device(&dev)? {
+            let after = ctx.mounter.table()?;
+            let elsewhere = after.entries.iter().find(|m| (m.major, m.minor) == devnum);
+            match elsewhere {
+                Some(_) => {} // still mounted elsewhere (e.g. by hand): leave it active
+                None => tools::deactivate(ctx, &key).map_err(|e| {
+                    Error::refused(format!(
+                        "{} is unmounted, but the LV could not be deactivated ({e}); it stays active, which is harmless. Find its user with `dmsetup info {vg}-{lv}` and run `lvchange -an {key}`",
+                        target.display()
+                    ))
+                })?,
+            }
+        }
+    }
+    state.remove(&target)?;
+    Ok(Reply::success())
+}
+
+/// The kubelet root a pod directory lives under (`<root>/pods/<uid>/volumes/<plugin>/<name>`).
+fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {
+    let comps: Vec<_> = pod_dir.components().collect();
+    let n = comps.len();
+    if n >= 6 && comps[n - 5].as_os_str() == "pods" && comps[n - 3].as_os_str() == "volumes" {
+        return Some(comps[..n - 5].iter().collect());
+    }
+    None
+}
+
+/// Where kubelet asked `mountdevice` to mount this volume (reference §7).
+pub fn global_mount_dir(driver_name: &str, pod_dir: &Path, volume: &str) -> Option<PathBuf> {
+    Some(
+        kubelet_root(pod_dir)?
+            .join("plugins/kubernetes.io/flexvolume")
+            .join(driver_name)
+            .join("mounts")
+            .join(volume),
+    )
+}
+
+/// `mount`: bind the global mount onto the pod directory.
+fn mount(ctx: &Context, devices: &dyn Devices, dir: &Path, o: &LvmOptions) -> Result<Reply> {
+    let pod_dir = require_dir(dir)?;
+    let volume = o.volume_name.as_deref().ok_or_else(|| {
+        Error::refused(
+            "kubelet did not send kubernetes.io/pvOrVolumeName, which names the global mount",
+        )
+    })?;
+    if volume.contains('/') || volume == "." || volume == ".." {
+        return Err(Error::refused(format!(
+            "volume name {volume:?} is not a single path component"
+        )));
+    }
+    let global = global_mount_dir(ctx.driver_name, &pod_dir, volume).ok_or_else(|| {
+        Error::refused(format!(
+            "{} is not a kubelet pod volume directory (<root>/pods/<uid>/volumes/<driver>/<name>); cannot find the global mount",
+            pod_dir.display()
+        ))
+    })?;
+    let _lock = ctx.lock(BACKEND, &o.key())?;
+    let devnum = active_device(devices, o)?;
+    let table = ctx.mounter.table()?;
+    match table.at(&global) {
+        Some(g) if (g.major, g.minor) == devnum => {}
+        Some(g) => {
+            return Err(Error::refused(format!(
+                "the global mount {} shows {} {}, not {}; refusing to bind it into the pod",
+                global.display(),
+                g.fs_type,
+                g.source,
+                o.device().display()
+            )));
+        }
+        None => {
+            return Err(Error::refused(format!(
+                "{} is not mounted at {}; kubelet runs mountdevice before mount, so retry (or check the kubelet log)",
+                o.device().display(),
+                global.display()
+            )));
+        }
+    }
+    if let Some(m) = table.at(&pod_dir) {
+        if (m.major, m.minor) != devnum {
+            return Err(Error::refused(format!(
+                "{} is already a mount point of something else ({} {}); unmount it first",
+                pod_dir.display(),
+                m.fs_type,
+                m.source
+            )));
+        }
+        return match (m.read_only(), o.read_only) {
+            (false, true) => {
+                // A crash between the bind and the read-only remount: finish the job.
+                ctx.mounter.remount_readonly(&pod_dir)?;
+                Ok(Reply::success())
+            }
+            (true, false) => Err(Error::refused(format!(
+                "{} is already mounted read-only but read-write was asked; unmount it first",
+                pod_dir.display()
+            ))),
+            _ => Ok(Reply::success()),
+        };
+    }
+    ctx.state(BACKEND)
+        .save(&record(o, "mount", &pod_dir, &global))?;
+    checkpoint("lvm-mount-before-bind");
+    ctx.mounter.bind(&global, &pod_dir, o.read_only)?;
+    Ok(Reply::success())
+}
+
+/// `unmount`: undo the bind(s) at the pod directory.
+fn unmount(ctx: &Context, dir: &Path) -> Result<Reply> {
+    let state = ctx.state(BACKEND);
+    let Some(pod_dir) = canonical_dir(dir)? else {
+        state.remove(dir)?;
+        return Ok(Reply::success());
+    };
+    let key = match state.load(&pod_dir)? {
+        Some(r) => match (r.extra.get("vg"), r.extra.get("lv")) {
+            (Some(vg), Some(lv)) => format!("{vg}/{lv}"),
+            _ => pod_dir.to_string_lossy().into_owned(),
+        },
+        None => pod_dir.to_string_lossy().into_owned(),
+    };
+    let _lock = ctx.lock(BACKEND, &key)?;
+    let table = ctx.mounter.table()?;
+    for _ in 0..table.all_at(&pod_dir).count() {
+        ctx.mounter
+            .unmount(&pod_dir, UnmountMode::Normal)
+            .map_err(|e| busy(e, &pod_dir))?;
+    }
+    state.remove(&pod_dir)?;
+    Ok(Reply::success())
+}
+
+/// The mount of the LV's filesystem itself (not a bind of a subdirectory).
+fn fs_mount(table: &MountTable, devnum: (u32, u32)) -> Option<&crate::sys::mountinfo::MountInfo> {
+    table
+        .entries
+        .iter()
+        .find(|m| (m.major, m.minor) == devnum && m.root == Path::new("/"))
+}
+
+/// `expandfs`: grow the LV to the new size, then the mounted filesystem.
+fn expand_fs(
+    ctx: &Context,
+    devices: &dyn Devices,
+    device: &str,
+    new_size: u64,
+    o: &LvmOptions,
+) -> Result<Reply> {
+    check_device_arg(device, o)?;
+    if new_size == 0 {
+        return Err(Error::refused(
+            "the new size is 0 bytes; nothing to grow to",
+        ));
+    }
+    let _lock = ctx.lock(BACKEND, &o.key())?;
+    let lvs = tools::list_lvs(ctx, &o.vg)?;
+    let lv = lvs
+        .iter()
+        .find(|r| r.lv_name == o.lv)
+        .ok_or_else(|| Error::refused(format!("logical volume {} does not exist", o.key())))?;
+    if lv.lv_size < new_size {
+        let bytes = round_up(new_size, lv.vg_extent_size.max(1))?;
+        if !lv.is_thin() && bytes - lv.lv_size > lv.vg_free {
+            return Err(Error::refused(format!(
+                "volume group {} has {} bytes free, but growing {} from {} to {bytes} bytes needs {}; free space in the VG first",
+                o.vg,
+                lv.vg_free,
+                o.key(),
+                lv.lv_size,
+                bytes - lv.lv_size
+            )));
+        }
+        tools::lvextend(ctx, &o.key(), bytes)?;
+        checkpoint("lvm-expandfs-after-lvextend");
+    }
+    let devnum = active_device(devices, o)?;
+    let table = ctx.mounter.table()?;
+    let m = fs_mount(&table, devnum).ok_or_else(|| {
+        Error::refused(format!(
+            "{} is not mounted, so its filesystem cannot be grown online; kubelet calls expandfs after mounting, so retry",
+            o.device().display()
+        ))
+    })?;
+    tools::grow_fs(ctx, &m.fs_type, &o.device(), &m.mount_point)?;
+    Ok(Reply::success())
+}
+
+#[cfg(test)]
+mod tests;

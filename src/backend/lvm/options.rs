@@ -1,0 +1,699 @@
+//! The LVM options, validated before anything touches the node: names in LVM's charset, sizes as
+//! Kubernetes quantities, the filesystem type, and mkfs/mount options through an allow-list so that
+//! no value can smuggle an extra argument (`-f`, a second device) into a command line.
+
+use crate::protocol::options::{Options, OptionsError, keys};
+use std::path::PathBuf;
+
+/// Option keys the LVM backend reads (besides kubelet's own).
+pub mod key {
+    /// Volume group (required).
+    pub const VOLUME_GROUP: &str = "volumegroup";
+    /// LV name; derived from the PV name when absent.
+    pub const VOLUME_ID: &str = "volumeID";
+    /// Size to create the LV with, when it does not exist.
+    pub const SIZE: &str = "size";
+    /// Thin pool to create the LV in.
+    pub const THIN_POOL: &str = "thinpool";
+    /// Extra mkfs arguments (allow-listed).
+    pub const MKFS_OPTIONS: &str = "mkfsOptions";
+    /// Filesystem mount options (allow-listed).
+    pub const MOUNT_OPTIONS: &str = "mountOptions";
+}
+
+/// The filesystem a volume is formatted with and mounted as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FsType {
+    /// `ext4`, the default.
+    Ext4,
+    /// `xfs`.
+    Xfs,
+    /// Any other type: usable only when `mkfs.<type>` exists on the node; no extra options.
+    Other(String),
+}
+
+impl FsType {
+    fn parse(s: &str) -> Result<Self, OptionsError> {
+        match s {
+            "" | "ext4" => Ok(FsType::Ext4),
+            "xfs" => Ok(FsType::Xfs),
+            t if !t.is_empty()
+                && t.len() <= 16
+                && t.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) =>
+            {
+                Ok(FsType::Other(t.to_owned()))
+            }
+            t => Err(OptionsError::invalid(
+                keys::FS_TYPE,
+                t,
+                "expected ext4 (the default), xfs, or the name of another filesystem with a mkfs.<type> tool on the node",
+            )),
+        }
+    }
+
+    /// The name mount(2), blkid and mkfs use.
+    pub fn name(&self) -> &str {
+        match self {
+            FsType::Ext4 => "ext4",
+            FsType::Xfs => "xfs",
+            FsType::Other(t) => t,
+        }
+    }
+
+    /// The mkfs tool for this type.
+    pub fn mkfs_tool(&self) -> String {
+        format!("mkfs.{}", self.name())
+    }
+}
+
+/// Typed, validated LVM options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LvmOptions {
+    /// Volume group name.
+    pub vg: String,
+    /// Logical volume name.
+    pub lv: String,
+    /// Requested size in bytes (creation only).
+    pub size: Option<u64>,
+    /// Thin pool for creation.
+    pub thin_pool: Option<String>,
+    /// Filesystem type.
+    pub fs: FsType,
+    /// Extra mkfs arguments, each one argv element.
+    pub mkfs_args: Vec<String>,
+    /// mount(2) data options, comma-joined.
+    pub mount_data: String,
+    /// Mount read-only.
+    pub read_only: bool,
+    /// `kubernetes.io/pvOrVolumeName`, when sent.
+    pub volume_name: Option<String>,
+}
+
+impl LvmOptions {
+    /// Validates every option; touches nothing.
+    pub fn parse(o: &Options) -> Result<Self, OptionsError> {
+        let vg = o
+            .require(
+                key::VOLUME_GROUP,
+                "set options.volumegroup to the name of an LVM volume group on the node",
+            )?
+            .to_owned();
+        check_name(key::VOLUME_GROUP, &vg, false)?;
+        let lv = match o.get(key::VOLUME_ID) {
+            Some(id) => {
+                check_name(key::VOLUME_ID, id, true)?;
+                id.to_owned()
+            }
+            None => {
+                let name = o.volume_name().ok_or_else(|| OptionsError::Missing {
+                    key: key::VOLUME_ID.into(),
+                    hint: "set options.volumeID to the logical volume name (kubelet did not send kubernetes.io/pvOrVolumeName to derive it from)".into(),
+                })?;
+                let lv = derive_lv_name(name);
+                check_name(key::VOLUME_ID, &lv, true).map_err(|_| {
+                    OptionsError::invalid(
+                        keys::PV_OR_VOLUME_NAME,
+                        name,
+                        format!("cannot derive a valid LV name from it (got {lv:?}); set options.volumeID explicitly"),
+                    )
+                })?;
+                lv
+            }
+        };
+        let size = match o.get(key::SIZE) {
+            None => None,
+            Some(s) => Some(parse_size(s).map_err(|r| OptionsError::invalid(key::SIZE, s, r))?),
+        };
+        let thin_pool = match o.get(key::THIN_POOL) {
+            None | Some("") => None,
+            Some(p) => {
+                check_name(key::THIN_POOL, p, true)?;
+                Some(p.to_owned())
+            }
+        };
+        let fs = FsType::parse(o.get(keys::FS_TYPE).unwrap_or(""))?;
+        let mkfs_args = parse_mkfs_options(&fs, o.get(key::MKFS_OPTIONS).unwrap_or(""))?;
+        let mount_data = parse_mount_options(&fs, o.get(key::MOUNT_OPTIONS).unwrap_or(""))?;
+        Ok(Self {
+            vg,
+            lv,
+            size,
+            thin_pool,
+            fs,
+            mkfs_args,
+            mount_data,
+            read_only: o.read_only()?,
+            volume_name: o.volume_name().map(str::to_owned),
+        })
+    }
+
+    /// `/dev/<vg>/<lv>`: what attach returns and every node verb uses.
+    pub fn device(&self) -> PathBuf {
+        PathBuf::from(format!("/dev/{}/{}", self.vg, self.lv))
+    }
+
+    /// `<vg>/<lv>`: the LVM name and the lock key.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.vg, self.lv)
+    }
+}
+
+/// LVM reserves these substrings inside LV names for its hidden sub-volumes.
+const RESERVED_LV_PARTS: &[&str] = &[
+    "_cdata", "_cmeta", "_corig", "_cpool", "_cvol", "_imeta", "_iorig", "_mimage", "_mlog",
+    "_pmspare", "_rimage", "_rmeta", "_tdata", "_tmeta", "_vdata", "_vorigin", "_wcorig",
+];
+
+/// Checks a VG or LV name against LVM's rules (lvm(8) "VALID NAMES"), so a bad name fails here
+/// with our message instead of reaching a command line.
+pub fn check_name(key: &str, name: &str, is_lv: bool) -> Result<(), OptionsError> {
+    let bad = |reason: &str| OptionsError::invalid(key, name, reason);
+    if name.is_empty() {
+        return Err(bad("must not be empty"));
+    }
+    if name.len() > 127 {
+        return Err(bad("must be at most 127 characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "+_.-".contains(*c)))
+    {
+        return Err(bad(&format!(
+            "contains {c:?}; LVM names may only use letters, digits and + _ . -"
+        )));
+    }
+    if name.starts_with('-') {
+        return Err(bad("must not start with '-'"));
+    }
+    if name == "." || name == ".." {
+        return Err(bad("must not be \".\" or \"..\""));
+    }
+    if is_lv {
+        if name.starts_with("snapshot") || name.starts_with("pvmove") {
+            return Err(bad("LVM reserves names starting with snapshot or pvmove"));
+        }
+        if let Some(p) = RESERVED_LV_PARTS.iter().find(|p| name.contains(*p)) {
+            return Err(bad(&format!("LVM reserves names containing {p}")));
+        }
+    }
+    Ok(())
+}
+
+/// The LV name for a volume without `volumeID`: the PV (or inline volume) name itself when it is
+/// already a valid LV name, which every Kubernetes object name is; otherwise `fv_` + the name with
+/// characters outside `[A-Za-z0-9+_.-]` turned into `_` + `_` + 8 hex digits of a hash of the
+/// original. The prefix keeps it from starting with `-` or a reserved word; the hash keeps two names
+/// that differ only in replaced characters apart. Deterministic: the same name gives the same LV
+/// on every node and every release.
+pub fn derive_lv_name(name: &str) -> String {
+    if check_name("", name, true).is_ok() {
+        return name.to_owned();
+    }
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "+_.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect();
+    let mut h: u32 = 0x811c9dc5; // FNV-1a, stable across versions
+    for b in name.bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x01000193);
+    }
+    format!("fv_{clean}_{h:08x}")
+}
+
+/// Parses a Kubernetes quantity (`512Mi`, `1Gi`, `10G`, `1.5Gi`, `1073741824`) into bytes, rounded
+/// up to a whole byte. Zero, negative, milli-units, exponents and values past 2^64-1 are refused.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    const HINT: &str = "expected a size such as 512Mi, 1Gi, 10G, 1.5Gi or a plain number of bytes";
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let mult: u128 = match suffix {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "E" => 1_000_000_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "Ei" => 1 << 60,
+        _ => return Err(HINT.into()),
+    };
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() || (num.contains('.') && frac.is_empty()) || frac.contains('.') {
+        return Err(HINT.into());
+    }
+    if int.len() > 20 || frac.len() > 18 {
+        return Err("is too large for a volume (more than 2^64-1 bytes)".into());
+    }
+    let int: u128 = int.parse().map_err(|_| HINT.to_owned())?;
+    let frac_bytes = if frac.is_empty() {
+        0
+    } else {
+        let f: u128 = frac.parse().map_err(|_| HINT.to_owned())?;
+        let scale = 10u128.pow(frac.len() as u32);
+        (f * mult).div_ceil(scale)
+    };
+    let bytes = int
+        .checked_mul(mult)
+        .and_then(|b| b.checked_add(frac_bytes))
+        .filter(|b| *b <= u64::MAX as u128)
+        .ok_or("is too large for a volume (more than 2^64-1 bytes)")?;
+    if bytes == 0 {
+        return Err("must be more than zero".into());
+    }
+    Ok(bytes as u64)
+}
+
+/// One mkfs flag the allow-list accepts, and what its value may be.
+struct MkfsFlag {
+    flag: &'static str,
+    value: fn(&str) -> bool,
+    what: &'static str,
+}
+
+fn digits(v: &str) -> bool {
+    !v.is_empty() && v.len() <= 12 && v.bytes().all(|b| b.is_ascii_digit())
+}
+fn label16(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 16
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        && !v.starts_with('-')
+}
+fn label12(v: &str) -> bool {
+    label16(v) && v.len() <= 12
+}
+/// `key=value,key=value` / `feature,^feature` lists: lowercase, digits, `_ = , ^`.
+fn sublist(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 200
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_=,^".contains(&b))
+        && !v.starts_with(',')
+}
+fn word(v: &str) -> bool {
+    !v.is_empty() && v.len() <= 32 && v.bytes().all(|b| b.is_ascii_lowercase())
+}
+
+const EXT4_MKFS: &[MkfsFlag] = &[
+    MkfsFlag {
+        flag: "-b",
+        value: |v| matches!(v, "1024" | "2048" | "4096"),
+        what: "a block size of 1024, 2048 or 4096",
+    },
+    MkfsFlag {
+        flag: "-i",
+        value: digits,
+        what: "bytes per inode",
+    },
+    MkfsFlag {
+        flag: "-I",
+        value: digits,
+        what: "an inode size",
+    },
+    MkfsFlag {
+        flag: "-N",
+        value: digits,
+        what: "a number of inodes",
+    },
+    MkfsFlag {
+        flag: "-m",
+        value: |v| digits(v) && v.parse::<u32>().is_ok_and(|p| p <= 50),
+        what: "a reserved-blocks percentage (0-50)",
+    },
+    MkfsFlag {
+        flag: "-L",
+        value: label16,
+        what: "a label of up to 16 characters [A-Za-z0-9_.-]",
+    },
+    MkfsFlag {
+        flag: "-O",
+        value: sublist,
+        what: "a feature list such as ^has_journal,quota",
+    },
+    MkfsFlag {
+        flag: "-E",
+        value: sublist,
+        what: "extended options such as lazy_itable_init=0,stride=16",
+    },
+    MkfsFlag {
+        flag: "-T",
+        value: word,
+        what: "a usage type such as largefile",
+    },
+];
+
+const XFS_MKFS: &[MkfsFlag] = &[
+    MkfsFlag {
+        flag: "-b",
+        value: sublist,
+        what: "block options such as size=4096",
+    },
+    MkfsFlag {
+        flag: "-d",
+        value: sublist,
+        what: "data options such as su=64k... (lowercase key=value list)",
+    },
+    MkfsFlag {
+        flag: "-i",
+        value: sublist,
+        what: "inode options such as size=512",
+    },
+    MkfsFlag {
+        flag: "-l",
+        value: sublist,
+        what: "log options such as size=...(key=value list)",
+    },
+    MkfsFlag {
+        flag: "-m",
+        value: sublist,
+        what: "metadata options such as crc=1,reflink=1",
+    },
+    MkfsFlag {
+        flag: "-n",
+        value: sublist,
+        what: "naming options such as size=8192",
+    },
+    MkfsFlag {
+        flag: "-L",
+        value: label12,
+        what: "a label of up to 12 characters [A-Za-z0-9_.-]",
+    },
+];
+
+/// `mkfsOptions`: whitespace-separated `-flag value` pairs, each flag from the allow-list of the
+/// filesystem type, each value matching that flag's grammar. Nothing else (no force flags, no
+/// positional arguments) gets through.
+fn parse_mkfs_options(fs: &FsType, s: &str) -> Result<Vec<String>, OptionsError> {
+    let allowed: &[MkfsFlag] = match fs {
+        FsType::Ext4 => EXT4_MKFS,
+        FsType::Xfs => XFS_MKFS,
+        FsType::Other(_) => &[],
+    };
+    let list = || allowed.iter().map(|f| f.flag).collect::<Vec<_>>().join(" ");
+    let bad = |reason: String| OptionsError::invalid(key::MKFS_OPTIONS, s, reason);
+    let mut out = Vec::new();
+    let mut tokens = s.split_ascii_whitespace();
+    while let Some(flag) = tokens.next() {
+        let Some(spec) = allowed.iter().find(|f| f.flag == flag) else {
+            return Err(bad(if allowed.is_empty() {
+                format!("mkfsOptions are not supported for fsType {}", fs.name())
+            } else {
+                format!(
+                    "{flag:?} is not allowed for {}; allowed flags: {}",
+                    fs.name(),
+                    list()
+                )
+            }));
+        };
+        let value = tokens
+            .next()
+            .ok_or_else(|| bad(format!("{flag} needs a value ({})", spec.what)))?;
+        if !(spec.value)(value) {
+            return Err(bad(format!(
+                "{flag} {value:?} is not valid; expected {}",
+                spec.what
+            )));
+        }
+        out.push(flag.to_owned());
+        out.push(value.to_owned());
+    }
+    Ok(out)
+}
+
+/// Filesystem mount options passed to mount(2) as data. Flags of the mount itself (noatime, nodev,
+/// ro, ...) are not data options; they are refused with a pointer to what to use instead.
+const EXT4_MOUNT: &[&str] = &[
+    "acl",
+    "noacl",
+    "user_xattr",
+    "nouser_xattr",
+    "barrier",
+    "nobarrier",
+    "discard",
+    "nodiscard",
+    "delalloc",
+    "nodelalloc",
+    "auto_da_alloc",
+    "noauto_da_alloc",
+    "journal_checksum",
+    "nojournal_checksum",
+    "lazytime",
+    "nolazytime",
+    "sync",
+    "dirsync",
+    "data=ordered",
+    "data=journal",
+    "data=writeback",
+    "errors=continue",
+    "errors=remount-ro",
+    "errors=panic",
+    "init_itable",
+    "noinit_itable",
+    "block_validity",
+    "noblock_validity",
+    "quota",
+    "noquota",
+    "usrquota",
+    "grpquota",
+    "prjquota",
+];
+const EXT4_MOUNT_NUM: &[&str] = &["commit", "stripe", "max_batch_time", "min_batch_time"];
+const XFS_MOUNT: &[&str] = &[
+    "discard",
+    "nodiscard",
+    "noquota",
+    "quota",
+    "uquota",
+    "usrquota",
+    "gquota",
+    "grpquota",
+    "pquota",
+    "prjquota",
+    "uqnoenforce",
+    "gqnoenforce",
+    "pqnoenforce",
+    "inode32",
+    "inode64",
+    "largeio",
+    "nolargeio",
+    "swalloc",
+    "wsync",
+    "lazytime",
+    "nolazytime",
+    "sync",
+    "dirsync",
+    "nouuid",
+    "norecovery",
+];
+const XFS_MOUNT_SIZE: &[&str] = &["logbufs", "logbsize", "allocsize", "sunit", "swidth"];
+const MOUNT_FLAGS: &[&str] = &[
+    "ro",
+    "rw",
+    "noatime",
+    "atime",
+    "relatime",
+    "strictatime",
+    "nodiratime",
+    "nodev",
+    "dev",
+    "nosuid",
+    "suid",
+    "noexec",
+    "exec",
+    "bind",
+    "remount",
+];
+
+fn parse_mount_options(fs: &FsType, s: &str) -> Result<String, OptionsError> {
+    let bad = |reason: String| OptionsError::invalid(key::MOUNT_OPTIONS, s, reason);
+    let mut out = Vec::new();
+    for opt in s.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+        let ok = match fs {
+            FsType::Ext4 => {
+                EXT4_MOUNT.contains(&opt) || (EXT4_MOUNT_NUM.contains(&name) && digits(value))
+            }
+            FsType::Xfs => {
+                XFS_MOUNT.contains(&opt)
+                    || (XFS_MOUNT_SIZE.contains(&name)
+                        && value.len() <= 12
+                        && value
+                            .trim_end_matches(['k', 'm', 'g'])
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())
+                        && value.bytes().next().is_some_and(|b| b.is_ascii_digit()))
+            }
+            FsType::Other(_) => false,
+        };
+        if !ok {
+            return Err(bad(if MOUNT_FLAGS.contains(&name) {
+                format!(
+                    "{opt:?} is a mount flag, not a filesystem option; read-only comes from the claim's readOnly, the others are not supported"
+                )
+            } else if matches!(fs, FsType::Other(_)) {
+                format!("mountOptions are not supported for fsType {}", fs.name())
+            } else {
+                format!("{opt:?} is not an allowed {} mount option", fs.name())
+            }));
+        }
+        out.push(opt);
+    }
+    Ok(out.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<LvmOptions, OptionsError> {
+        LvmOptions::parse(&Options::parse(json).unwrap())
+    }
+
+    #[test]
+    fn sizes() {
+        for (s, want) in [
+            ("1", 1u64),
+            ("1073741824", 1 << 30),
+            ("512Mi", 512 << 20),
+            ("1Gi", 1 << 30),
+            ("10G", 10_000_000_000),
+            ("1.5Gi", 3 << 29),
+            ("0.5Ki", 512),
+            ("1.0000000001Ki", 1025),
+        ] {
+            assert_eq!(parse_size(s), Ok(want), "{s}");
+        }
+        assert_eq!(parse_size("15Ei"), Ok(15 << 60));
+        assert!(parse_size("16Ei").is_err(), "2^64 is one past u64");
+        for bad in [
+            "",
+            "0",
+            "0Gi",
+            "-1",
+            "-1Gi",
+            "1.",
+            ".5",
+            "1..5Gi",
+            "1gi",
+            "1 Gi",
+            "1Gi ",
+            "abc",
+            "1e9",
+            "100m",
+            "1.5.5",
+            "99999999999999999999999",
+            "18446744073709551616",
+            "Gi",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["vg0", "a", "A+b_c.d-e", "x".repeat(127).as_str()] {
+            check_name("k", ok, true).unwrap();
+        }
+        for bad in [
+            "",
+            "-vg",
+            "a/b",
+            "a b",
+            "a\tb",
+            "a\nb",
+            "a\u{7f}",
+            ".",
+            "..",
+            "vg$",
+            "é",
+            "x".repeat(128).as_str(),
+            "snapshot1",
+            "pvmove0",
+            "lv_tdata",
+            "a_rimage_0",
+        ] {
+            assert!(
+                check_name("k", bad, true).is_err(),
+                "{bad:?} should be refused"
+            );
+        }
+        assert!(check_name("k", "snapshot1", false).is_ok(), "VGs may");
+    }
+
+    #[test]
+    fn derived_lv_names() {
+        assert_eq!(derive_lv_name("pv-lvm-1"), "pv-lvm-1");
+        let d = derive_lv_name("-my vol/../x");
+        assert!(d.starts_with("fv_-my_vol_.._x_"), "{d}");
+        check_name("k", &d, true).unwrap();
+        assert_eq!(d, derive_lv_name("-my vol/../x"), "deterministic");
+        assert_ne!(derive_lv_name("a b"), derive_lv_name("a/b"));
+        assert!(derive_lv_name("snapshot-7").starts_with("fv_snapshot-7_"));
+        let o = parse(r#"{"volumegroup":"vg0","kubernetes.io/pvOrVolumeName":"pv-1"}"#).unwrap();
+        assert_eq!(o.device(), PathBuf::from("/dev/vg0/pv-1"));
+    }
+
+    #[test]
+    fn options() {
+        let o = parse(r#"{"volumegroup":"vg0","volumeID":"lv1","size":"1Gi","thinpool":"pool","kubernetes.io/fsType":"xfs","mkfsOptions":"-m crc=1 -L data","mountOptions":"noquota,logbufs=8","kubernetes.io/readwrite":"ro"}"#).unwrap();
+        assert_eq!(o.key(), "vg0/lv1");
+        assert_eq!(o.size, Some(1 << 30));
+        assert_eq!(o.thin_pool.as_deref(), Some("pool"));
+        assert_eq!(o.fs, FsType::Xfs);
+        assert_eq!(o.mkfs_args, ["-m", "crc=1", "-L", "data"]);
+        assert_eq!(o.mount_data, "noquota,logbufs=8");
+        assert!(o.read_only);
+        let d =
+            parse(r#"{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":""}"#).unwrap();
+        assert_eq!(
+            (d.fs, d.size, d.mount_data.as_str()),
+            (FsType::Ext4, None, "")
+        );
+        for bad in [
+            r#"{}"#,
+            r#"{"volumeID":"lv1"}"#,
+            r#"{"volumegroup":"vg0"}"#,
+            r#"{"volumegroup":"","volumeID":"lv1"}"#,
+            r#"{"volumegroup":"vg0","volumeID":""}"#,
+            r#"{"volumegroup":"vg/0","volumeID":"lv1"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"-lv"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","size":"0"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","size":"-1Gi"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","thinpool":"../p"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"ext4; rm"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"NTFS"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mkfsOptions":"-F"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mkfsOptions":"-m"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mkfsOptions":"-m 0 /dev/sda"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mkfsOptions":"-L -F"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mkfsOptions":"-E root_owner=0:0"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"xfs","mkfsOptions":"-f"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"btrfs","mkfsOptions":"-L x"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mountOptions":"noatime"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mountOptions":"ro"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mountOptions":"commit=5s"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","mountOptions":"data=ordered,x-foo"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"xfs","mountOptions":"logbsize=-1"}"#,
+            r#"{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/readwrite":"yes"}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+}

@@ -1,0 +1,767 @@
+//! Unit tests: every verb's command lines against a scripted `lvm`/`blkid` (reports in lvm2
+//! 2.03.16's JSON format, captured on Debian 12) and a recording mounter.
+
+use super::*;
+use crate::node::config::Config;
+use crate::sys::process::Deadline;
+use crate::sys::testing::{FakeMounter, FakeRunner, MountCall};
+use std::sync::Mutex;
+
+const J: &str = r#"{"kubernetes.io/fsType":"ext4","kubernetes.io/pvOrVolumeName":"pv-lvm-1","kubernetes.io/readwrite":"rw","size":"1Gi","volumeID":"lv1","volumegroup":"vg0"}"#;
+const DEV: &str = "/dev/vg0/lv1";
+/// The fake mounter numbers its first mount (0, 100); the fake LV device has that number.
+const DEVNUM: (u32, u32) = (0, 100);
+
+fn lvs_json(rows: &[(&str, &str, u64, &str, &str)]) -> String {
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|(lv, attr, size, tags, pool)| {
+            format!(
+                r#"{{"vg_name":"vg0", "lv_name":"{lv}", "lv_path":"/dev/vg0/{lv}", "lv_size":"{size}", "lv_attr":"{attr}", "lv_tags":"{tags}", "pool_lv":"{pool}", "vg_extent_size":"4194304", "vg_free":"8589934592"}}"#
+            )
+        })
+        .collect();
+    format!(
+        "  {{\n      \"report\": [\n          {{\n              \"lv\": [\n                  {}\n              ]\n          }}\n      ]\n  }}\n",
+        rows.join(",\n                  ")
+    )
+}
+
+fn vgs_json(free: u64) -> String {
+    format!(
+        "  {{\n      \"report\": [\n          {{\n              \"vg\": [\n                  {{\"vg_name\":\"vg0\", \"vg_extent_size\":\"4194304\", \"vg_free\":\"{free}\"}}\n              ]\n          }}\n      ]\n  }}\n"
+    )
+}
+
+struct FakeDevices(Mutex<Option<(u32, u32)>>);
+
+impl FakeDevices {
+    fn present() -> Self {
+        Self(Mutex::new(Some(DEVNUM)))
+    }
+    fn absent() -> Self {
+        Self(Mutex::new(None))
+    }
+}
+
+impl Devices for FakeDevices {
+    fn block_device(&self, path: &Path) -> Result<Option<(u32, u32)>> {
+        Ok(if path == Path::new(DEV) {
+            *self.0.lock().unwrap()
+        } else {
+            None
+        })
+    }
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    config: Config,
+    runner: FakeRunner,
+    mounter: FakeMounter,
+    devices: FakeDevices,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let config = Config {
+            state_dir: root.join("state"),
+            run_dir: root.join("run"),
+            lvm: LvmConfig {
+                device_wait_seconds: 1,
+            },
+            ..Config::default()
+        };
+        Self {
+            _dir: dir,
+            root,
+            config,
+            runner: FakeRunner::new(),
+            mounter: FakeMounter::new(),
+            devices: FakeDevices::present(),
+        }
+    }
+
+    fn call(&self, args: &[&str]) -> Result<Reply> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let call = Call::parse(&args).unwrap();
+        let ctx = Context {
+            config: &self.config,
+            runner: &self.runner,
+            mounter: &self.mounter,
+            deadline: Deadline::after(Duration::from_secs(30)),
+            driver_name: "example.com/lvm",
+        };
+        handle_with(&call, &ctx, &self.devices)
+    }
+
+    fn global(&self) -> PathBuf {
+        let p = self
+            .root
+            .join("kubelet/plugins/kubernetes.io/flexvolume/example.com/lvm/mounts/pv-lvm-1");
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    fn pod(&self) -> PathBuf {
+        let p = self
+            .root
+            .join("kubelet/pods/6f3c1b8e/volumes/example.com~lvm/pv-lvm-1");
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.runner.lines()
+    }
+
+    fn state_files(&self) -> usize {
+        self.config
+            .state_dir
+            .join("lvm")
+            .read_dir()
+            .map_or(0, |d| d.count())
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+const LVS: &str = "lvm lvs --reportformat json --units b --nosuffix -o vg_name,lv_name,lv_path,lv_size,lv_attr,lv_tags,pool_lv,vg_extent_size,vg_free -- vg0";
+
+#[test]
+fn attach_is_pure_and_controller_verbs_do_nothing() {
+    let w = World::new();
+    w.devices.0.lock().unwrap().take();
+    let r = w.call(&["attach", J, "node-1"]).unwrap();
+    assert_eq!(r.device.as_deref(), Some(DEV));
+    assert_eq!(
+        r.to_json(),
+        r#"{"status":"Success","device":"/dev/vg0/lv1"}"#
+    );
+    let r = w.call(&["isattached", J, "node-1"]).unwrap();
+    assert_eq!(r.to_json(), r#"{"status":"Not supported"}"#);
+    w.call(&["detach", "pv-lvm-1", "node-1"]).unwrap();
+    let r = w
+        .call(&["expandvolume", J, "/x", "2147483648", "1073741824"])
+        .unwrap();
+    assert_eq!(r.to_json(), r#"{"status":"Success"}"#);
+    assert!(w.lines().is_empty(), "{:?}", w.lines());
+    assert!(w.mounter.calls().is_empty());
+    // A derived name: no volumeID, the PV name is used.
+    let r = w
+        .call(&[
+            "attach",
+            r#"{"volumegroup":"vg0","kubernetes.io/pvOrVolumeName":"pv-9"}"#,
+            "n",
+        ])
+        .unwrap();
+    assert_eq!(r.device.as_deref(), Some("/dev/vg0/pv-9"));
+}
+
+#[test]
+fn waitforattach_already_active_is_one_lvm_command() {
+    let w = World::new();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 1 << 30, "flexvol.created", "")]),
+        "",
+    );
+    let r = w.call(&["waitforattach", DEV, J]).unwrap();
+    assert_eq!(
+        r.to_json(),
+        r#"{"status":"Success","device":"/dev/vg0/lv1"}"#
+    );
+    assert_eq!(w.lines(), [LVS]);
+}
+
+#[test]
+fn waitforattach_inactive_activates() {
+    let w = World::new();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-------", 1 << 30, "", "")]),
+        "",
+    );
+    w.call(&["waitforattach", DEV, J]).unwrap();
+    assert_eq!(w.lines(), [LVS, "lvm lvchange -ay -K -- vg0/lv1"]);
+}
+
+#[test]
+fn waitforattach_creates_a_missing_lv_rounded_to_extents() {
+    let w = World::new();
+    w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
+    w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");
+    let j = J.replace("\"1Gi\"", "\"1.001Gi\"");
+    w.call(&["waitforattach", "", &j]).unwrap();
+    // 1.001 GiB = 1074815796 bytes -> 257 extents of 4 MiB.
+    assert_eq!(
+        w.lines(),
+        [
+            LVS,
+            "lvm vgs --reportformat json --units b --nosuffix -o vg_name,vg_extent_size,vg_free -- vg0",
+            "lvm lvcreate -y -Wy --addtag flexvol.created -n lv1 -Zy -L 1077936128b -- vg0",
+            "lvm lvchange -ay -K -- vg0/lv1",
+        ]
+    );
+}
+
+#[test]
+fn waitforattach_creates_thin_lvs_in_an_existing_pool() {
+    let w = World::new();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("pool", "twi-aotz--", 1 << 30, "", "")]),
+        "",
+    );
+    let j = J.replace("\"size\"", "\"thinpool\":\"pool\",\"size\"");
+    w.call(&["waitforattach", DEV, &j]).unwrap();
+    assert_eq!(
+        w.lines()[1],
+        "lvm lvcreate -y -Wy --addtag flexvol.created -n lv1 -V 1073741824b --thinpool pool -- vg0"
+    );
+    // A pool that is not a thin pool, or no pool: refused before lvcreate.
+    for rows in [vec![("pool", "-wi-a-----", 1u64 << 30, "", "")], vec![]] {
+        let w = World::new();
+        w.runner.on("lvm", &["lvs"], 0, &lvs_json(&rows), "");
+        let e = w.call(&["waitforattach", DEV, &j]).unwrap_err();
+        assert!(e.to_string().contains("thin"), "{e}");
+        assert_eq!(w.runner.count("lvm"), 1);
+    }
+}
+
+#[test]
+fn waitforattach_refuses_without_size_too_big_missing_vg_or_a_pool_lv() {
+    let w = World::new();
+    w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
+    let e = w
+        .call(&["waitforattach", DEV, &J.replace(r#""size":"1Gi","#, "")])
+        .unwrap_err();
+    assert!(e.to_string().contains("no size was given"), "{e}");
+
+    let w = World::new();
+    w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
+    w.runner.on("lvm", &["vgs"], 0, &vgs_json(1 << 29), "");
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("has 536870912 bytes free"), "{e}");
+    assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
+
+    let w = World::new();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        5,
+        &lvs_json(&[]),
+        "  Volume group \"vg0\" not found\n  Cannot process volume group vg0\n",
+    );
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("volume group vg0 not found on this node"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("Cannot process volume group vg0"),
+        "{e}"
+    );
+
+    let w = World::new();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "twi-aotz--", 1 << 30, "", "")]),
+        "",
+    );
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("thin pool"), "{e}");
+    assert_eq!(w.lines(), [LVS]);
+
+    // A device argument that is not this volume's.
+    let w = World::new();
+    let e = w.call(&["waitforattach", "/dev/vg0/other", J]).unwrap_err();
+    assert!(e.to_string().contains("does not match"), "{e}");
+    assert!(w.lines().is_empty());
+}
+
+#[test]
+fn waitforattach_times_out_when_the_device_never_appears() {
+    let mut w = World::new();
+    w.devices = FakeDevices::absent();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-------", 1 << 30, "", "")]),
+        "",
+    );
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("did not appear within 1s"), "{e}");
+}
+
+#[test]
+fn bad_names_and_sizes_create_and_mount_nothing() {
+    let base = |k: &str, v: &str| {
+        let mut m: serde_json::Map<String, serde_json::Value> = serde_json::from_str(J).unwrap();
+        m.insert(k.into(), v.into());
+        serde_json::Value::Object(m).to_string()
+    };
+    let mut cases = Vec::new();
+    for v in [
+        "", "-vg", "vg/0", "v g", "vg\n", "vg\u{1}", ".", "..", "vg;rm",
+    ] {
+        cases.push(base("volumegroup", v));
+    }
+    for v in [
+        "",
+        "-lv",
+        "a/b",
+        "a b",
+        "lv\t",
+        "lv\u{7f}",
+        ".",
+        "..",
+        "snapshot0",
+        "x_tmeta",
+    ] {
+        cases.push(base("volumeID", v));
+    }
+    for v in [
+        "0",
+        "0Gi",
+        "-1",
+        "-1Gi",
+        "abc",
+        "1.5.5Gi",
+        "1e3",
+        "100m",
+        "99999999999999999999Ei",
+        "18446744073709551616",
+    ] {
+        cases.push(base("size", v));
+    }
+    cases.push(base("thinpool", "../pool"));
+    cases.push(base("mkfsOptions", "-F"));
+    cases.push(base("mountOptions", "noatime"));
+    cases.push(base("kubernetes.io/fsType", "ext4 -F"));
+    for j in &cases {
+        let w = World::new();
+        let g = w.global();
+        let p = w.pod();
+        for args in [
+            vec!["attach", j.as_str(), "n"],
+            vec!["waitforattach", DEV, j.as_str()],
+            vec!["mountdevice", s(&g), DEV, j.as_str()],
+            vec!["mount", s(&p), j.as_str()],
+            vec![
+                "expandfs",
+                j.as_str(),
+                DEV,
+                s(&p),
+                "2147483648",
+                "1073741824",
+            ],
+        ] {
+            let e = w.call(&args).unwrap_err();
+            assert!(e.to_string().contains("option"), "{args:?}: {e}");
+        }
+        assert!(w.lines().is_empty(), "{j}: {:?}", w.lines());
+        assert!(w.mounter.calls().is_empty(), "{j}");
+        assert_eq!(w.state_files(), 0, "{j}");
+    }
+}
+
+fn blkid(w: &World, code: i32, out: &str) {
+    w.runner.on(
+        "blkid",
+        &[],
+        code,
+        out,
+        if code == 4 {
+            "blkid: error: /dev/vg0/lv1: Input/output error\n"
+        } else {
+            ""
+        },
+    );
+}
+
+const EXT4: &str = "DEVNAME=/dev/vg0/lv1\nUUID=0b4a3c1e-7f3e-4c8e-a8c4-1f1e2d3c4b5a\nVERSION=1.0\nBLOCK_SIZE=4096\nTYPE=ext4\nUSAGE=filesystem\n";
+
+#[test]
+fn mountdevice_formats_only_a_blank_device() {
+    let w = World::new();
+    let g = w.global();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 1 << 30, "flexvol.created", "")]),
+        "",
+    );
+    blkid(&w, 2, "");
+    w.call(&["mountdevice", s(&g), DEV, J]).unwrap();
+    assert_eq!(
+        w.lines(),
+        [
+            "blkid -p -o export -- /dev/vg0/lv1",
+            LVS,
+            "mkfs.ext4 -q /dev/vg0/lv1",
+            "lvm lvchange -y --addtag flexvol.formatted -- vg0/lv1",
+        ]
+    );
+    assert_eq!(
+        w.mounter.calls(),
+        [MountCall::MountFs(
+            DEV.into(),
+            g.clone(),
+            "ext4".into(),
+            false,
+            "".into()
+        )]
+    );
+    assert_eq!(w.state_files(), 1);
+    // Again: mounted there from this device, nothing else happens.
+    w.call(&["mountdevice", s(&g), DEV, J]).unwrap();
+    assert_eq!(w.lines().len(), 4);
+    assert_eq!(w.mounter.calls().len(), 1);
+}
+
+#[test]
+fn mountdevice_mounts_an_existing_filesystem_without_mkfs() {
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 0, EXT4);
+    let j = J
+        .replace(r#""rw""#, r#""ro""#)
+        .replace(r#""size""#, r#""mountOptions":"noacl,commit=30","size""#);
+    w.call(&["mountdevice", s(&g), DEV, &j]).unwrap();
+    assert_eq!(w.lines(), ["blkid -p -o export -- /dev/vg0/lv1"]);
+    assert_eq!(
+        w.mounter.calls(),
+        [MountCall::MountFs(
+            DEV.into(),
+            g,
+            "ext4".into(),
+            true,
+            "noacl,commit=30".into()
+        )]
+    );
+}
+
+#[test]
+fn mountdevice_never_formats_anything_but_a_blank_probe() {
+    let cases: &[(i32, &str, &str)] = &[
+        (
+            0,
+            "DEVNAME=/dev/vg0/lv1\nUUID=x\nTYPE=xfs\nUSAGE=filesystem\n",
+            "already holds a xfs filesystem",
+        ),
+        (
+            0,
+            "DEVNAME=/dev/vg0/lv1\nPTTYPE=gpt\nPTUUID=x\n",
+            "gpt partition table",
+        ),
+        (
+            0,
+            "DEVNAME=/dev/vg0/lv1\nUUID=x\nVERSION=LVM2 001\nTYPE=LVM2_member\nUSAGE=raid\n",
+            "LVM2_member signature (raid)",
+        ),
+        (
+            0,
+            "DEVNAME=/dev/vg0/lv1\nTYPE=crypto_LUKS\nUSAGE=crypto\n",
+            "crypto_LUKS",
+        ),
+        (0, "DEVNAME=/dev/vg0/lv1\n", "signature blkid cannot name"),
+        (4, "", "Input/output error"),
+        (8, "", "ambivalent"),
+        (1, "", "exit status 1"),
+    ];
+    for (code, out, want) in cases {
+        let w = World::new();
+        let g = w.global();
+        blkid(&w, *code, out);
+        let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+        assert!(e.to_string().contains(want), "exit {code}: {e}");
+        assert!(
+            !w.lines().iter().any(|l| l.contains("mkfs")),
+            "{:?}",
+            w.lines()
+        );
+        assert!(w.mounter.calls().is_empty());
+        assert_eq!(w.state_files(), 0);
+    }
+    // blkid killed by its timeout: an error, not "blank".
+    let w = World::new();
+    let g = w.global();
+    w.runner.time_out("blkid");
+    assert!(w.call(&["mountdevice", s(&g), DEV, J]).is_err());
+    assert_eq!(w.runner.count("mkfs.ext4"), 0);
+}
+
+#[test]
+fn mountdevice_refuses_blank_when_read_only_or_formatted_before() {
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 2, "");
+    let e = w
+        .call(&["mountdevice", s(&g), DEV, &J.replace(r#""rw""#, r#""ro""#)])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("read-only volume is never formatted"),
+        "{e}"
+    );
+
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 2, "");
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[(
+            "lv1",
+            "-wi-a-----",
+            1 << 30,
+            "flexvol.created,flexvol.formatted",
+            "",
+        )]),
+        "",
+    );
+    let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("formatted by flexvol before"), "{e}");
+    assert_eq!(w.runner.count("mkfs.ext4"), 0);
+    assert!(w.mounter.calls().is_empty());
+}
+
+#[test]
+fn mountdevice_xfs_with_options_and_unknown_types() {
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 2, "");
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 1 << 30, "", "")]),
+        "",
+    );
+    let j = J.replace(r#""ext4""#, r#""xfs""#).replace(
+        r#""size""#,
+        r#""mkfsOptions":"-L data -m reflink=1","size""#,
+    );
+    w.call(&["mountdevice", s(&g), DEV, &j]).unwrap();
+    assert!(
+        w.lines()
+            .contains(&"mkfs.xfs -q -L data -m reflink=1 /dev/vg0/lv1".to_owned()),
+        "{:?}",
+        w.lines()
+    );
+
+    let w = World::new();
+    let g = w.global();
+    w.runner.without("mkfs.btrfs");
+    let e = w
+        .call(&[
+            "mountdevice",
+            s(&g),
+            DEV,
+            &J.replace(r#""ext4""#, r#""btrfs""#),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("mkfs.btrfs is not installed"), "{e}");
+    assert!(w.lines().is_empty());
+}
+
+#[test]
+fn mountdevice_refuses_a_global_dir_holding_something_else_and_an_inactive_lv() {
+    let w = World::new();
+    let g = w.global();
+    w.mounter
+        .add("/dev/other", Path::new("/elsewhere"), "ext4", false); // takes (0, 100)
+    w.mounter.add("tmpfs", &g, "tmpfs", false);
+    let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(
+        e.to_string().contains("mount point of something else"),
+        "{e}"
+    );
+
+    let mut w = World::new();
+    w.devices = FakeDevices::absent();
+    let g = w.global();
+    let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("not active"), "{e}");
+    assert!(w.lines().is_empty());
+}
+
+#[test]
+fn mount_binds_the_global_mount_and_unmount_undoes_it() {
+    let w = World::new();
+    let g = w.global();
+    let p = w.pod();
+    let e = w.call(&["mount", s(&p), J]).unwrap_err();
+    assert!(e.to_string().contains("is not mounted at"), "{e}");
+    w.mounter.add(DEV, &g, "ext4", false);
+    w.call(&["mount", s(&p), J]).unwrap();
+    assert_eq!(
+        w.mounter.calls(),
+        [MountCall::Bind(g.clone(), p.clone(), false)]
+    );
+    assert_eq!(w.state_files(), 1);
+    w.call(&["unmount", s(&p)]).unwrap();
+    w.call(&["unmount", s(&p)]).unwrap();
+    assert_eq!(
+        w.mounter.calls()[1..],
+        [MountCall::Unmount(p.clone(), UnmountMode::Normal)]
+    );
+    assert_eq!(w.state_files(), 0);
+    // Read-only.
+    w.call(&["mount", s(&p), &J.replace(r#""rw""#, r#""ro""#)])
+        .unwrap();
+    assert_eq!(w.mounter.calls()[2], MountCall::Bind(g, p, true));
+    assert!(w.lines().is_empty(), "mount and unmount run no tools");
+}
+
+#[test]
+fn mount_outside_a_kubelet_tree_fails() {
+    let w = World::new();
+    let d = w.root.join("somewhere");
+    std::fs::create_dir_all(&d).unwrap();
+    let e = w.call(&["mount", s(&d), J]).unwrap_err();
+    assert!(
+        e.to_string().contains("not a kubelet pod volume directory"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unmountdevice_unmounts_and_deactivates_once() {
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 0, EXT4);
+    w.call(&["mountdevice", s(&g), DEV, J]).unwrap();
+    w.call(&["unmountdevice", s(&g)]).unwrap();
+    assert_eq!(w.lines()[1..], ["lvm lvchange -an -- vg0/lv1"]);
+    assert_eq!(
+        w.mounter.calls()[1],
+        MountCall::Unmount(g.clone(), UnmountMode::Normal)
+    );
+    assert_eq!(w.state_files(), 0);
+    // The dm node is gone after deactivation: a repeat runs nothing.
+    w.devices.0.lock().unwrap().take();
+    w.call(&["unmountdevice", s(&g)]).unwrap();
+    assert_eq!(w.lines().len(), 2);
+    std::fs::remove_dir(&g).unwrap();
+    w.call(&["unmountdevice", s(&g)]).unwrap();
+}
+
+#[test]
+fn unmountdevice_without_a_record_uses_the_mapper_name() {
+    assert_eq!(
+        split_dm_name("/dev/mapper/my--vg-lv--1"),
+        Some(("my-vg".into(), "lv-1".into()))
+    );
+    assert_eq!(split_dm_name("/dev/sda1"), None);
+    let w = World::new();
+    let g = w.global();
+    w.mounter.add("/dev/mapper/vg0-lv1", &g, "ext4", false);
+    w.call(&["unmountdevice", s(&g)]).unwrap();
+    assert_eq!(w.lines(), ["lvm lvchange -an -- vg0/lv1"]);
+}
+
+#[test]
+fn unmountdevice_leaves_an_lv_mounted_elsewhere_active() {
+    let w = World::new();
+    let g = w.global();
+    w.mounter.add(DEV, Path::new("/mnt/by-hand"), "ext4", false); // (0, 100) = the LV
+    w.mounter.add("/dev/mapper/vg0-lv1", &g, "ext4", false);
+    w.call(&["unmountdevice", s(&g)]).unwrap();
+    assert!(w.lines().is_empty(), "{:?}", w.lines());
+}
+
+#[test]
+fn expandfs_extends_then_grows_and_repeats_cleanly() {
+    let w = World::new();
+    let g = w.global();
+    let p = w.pod();
+    w.mounter.add(DEV, &g, "ext4", false);
+    // Later scripts take precedence: the first lvs sees 1 GiB, later ones 2 GiB.
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 2 << 30, "", "")]),
+        "",
+    );
+    w.runner.once(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 1 << 30, "", "")]),
+        "",
+    );
+    let args = ["expandfs", J, DEV, s(&p), "2147483648", "1073741824"];
+    w.call(&args).unwrap();
+    w.call(&args).unwrap();
+    assert_eq!(
+        w.lines(),
+        [
+            LVS,
+            "lvm lvextend -y -L 2147483648b -- vg0/lv1",
+            "resize2fs /dev/vg0/lv1",
+            LVS,
+            "resize2fs /dev/vg0/lv1",
+        ]
+    );
+}
+
+#[test]
+fn expandfs_xfs_grows_by_mount_point_and_checks_free_space() {
+    let w = World::new();
+    let g = w.global();
+    let p = w.pod();
+    w.mounter.add(DEV, &g, "xfs", false);
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 2 << 30, "", "")]),
+        "",
+    );
+    w.call(&["expandfs", J, DEV, s(&p), "2147483648", "1073741824"])
+        .unwrap();
+    assert_eq!(w.lines()[1], format!("xfs_growfs -d {}", g.display()));
+    // 10 GiB more than the 8 GiB free: refused before lvextend.
+    let e = w
+        .call(&["expandfs", J, DEV, s(&p), &(12u64 << 30).to_string(), "0"])
+        .unwrap_err();
+    assert!(e.to_string().contains("free space in the VG first"), "{e}");
+    assert!(!w.lines().iter().any(|l| l.contains("lvextend")));
+}
+
+#[test]
+fn expandfs_needs_a_mounted_filesystem() {
+    let w = World::new();
+    let p = w.pod();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 2 << 30, "", "")]),
+        "",
+    );
+    let e = w
+        .call(&["expandfs", J, DEV, s(&p), "2147483648", "0"])
+        .unwrap_err();
+    assert!(e.to_string().contains("is not mounted"), "{e}");
+}

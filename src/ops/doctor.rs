@@ -1,0 +1,692 @@
+//! `flexvol doctor`: checks that this node can run the installed drivers, and says how to fix
+//! what it cannot. Each check is `ok`, `warn` (works, but worth knowing) or `fail` (a verb or
+//! kubelet's probe will fail); any `fail` makes the exit status 1.
+//!
+//! Checked: the config file; the state, lock and log locations; the tools and kernel features
+//! each installed backend needs; and every flexvol driver in the plugin directory the way
+//! kubelet's prober sees it (a regular executable file named after its directory, whose `init`
+//! answers one Success object with the right capabilities and nothing on stderr, and no other
+//! files beside it, because every write there re-runs `init`).
+//!
+//! A tool or kernel feature of a backend that is not installed is only a warning.
+
+#![allow(clippy::print_stdout)]
+
+use crate::backend::Backend;
+use crate::node::config::Config;
+use crate::ops::install::{DEFAULT_PLUGIN_DIR, detect_plugin_dir};
+use crate::sys::exec::{Cmd, Runner, SystemRunner};
+use clap::Args;
+use serde::Serialize;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Arguments of `flexvol doctor`.
+#[derive(Args, Debug, Clone)]
+pub struct DoctorArgs {
+    /// Plugin directory; default: a running kubelet's --volume-plugin-dir, else the standard one.
+    #[arg(long, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Print JSON (`{"checks":[{"check","status","detail","fix"}...],"problems":N}`).
+    #[arg(long)]
+    pub json: bool,
+    /// Read /proc, /dev and /lib/modules below this directory (for tests of the kernel checks).
+    #[arg(long, value_name = "DIR", hide = true, default_value = "/")]
+    pub sysroot: PathBuf,
+}
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Fine.
+    Ok,
+    /// Works, but worth knowing.
+    Warn,
+    /// Something will fail.
+    Fail,
+}
+
+/// One check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What was checked, e.g. `tool mount.nfs` or `driver flexvol/nfs`.
+    pub check: String,
+    /// The outcome.
+    pub status: Level,
+    /// What was found.
+    pub detail: String,
+    /// What to do about it (for warn and fail).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+#[derive(Default)]
+struct Report(Vec<Check>);
+
+impl Report {
+    fn add(
+        &mut self,
+        check: impl Into<String>,
+        status: Level,
+        detail: impl Into<String>,
+        fix: Option<String>,
+    ) {
+        self.0.push(Check {
+            check: check.into(),
+            status,
+            detail: detail.into(),
+            fix,
+        });
+    }
+    fn ok(&mut self, check: impl Into<String>, detail: impl Into<String>) {
+        self.add(check, Level::Ok, detail, None);
+    }
+}
+
+/// The tools a backend runs, with the Debian/Ubuntu package that has them. `required` tools are
+/// needed by every volume; the others only by some (xfs).
+struct Tool {
+    name: &'static str,
+    package: &'static str,
+    required: bool,
+    backend: Backend,
+}
+
+const TOOLS: &[Tool] = &[
+    Tool {
+        name: "mount.nfs",
+        package: "nfs-common",
+        required: true,
+        backend: Backend::Nfs,
+    },
+    Tool {
+        name: "lvm",
+        package: "lvm2",
+        required: true,
+        backend: Backend::Lvm,
+    },
+    Tool {
+        name: "blkid",
+        package: "util-linux",
+        required: true,
+        backend: Backend::Lvm,
+    },
+    Tool {
+        name: "mkfs.ext4",
+        package: "e2fsprogs",
+        required: true,
+        backend: Backend::Lvm,
+    },
+    Tool {
+        name: "resize2fs",
+        package: "e2fsprogs",
+        required: true,
+        backend: Backend::Lvm,
+    },
+    Tool {
+        name: "mkfs.xfs",
+        package: "xfsprogs",
+        required: false,
+        backend: Backend::Lvm,
+    },
+    Tool {
+        name: "xfs_growfs",
+        package: "xfsprogs",
+        required: false,
+        backend: Backend::Lvm,
+    },
+];
+
+/// Runs `flexvol doctor`; returns the exit code.
+pub fn run(a: &DoctorArgs) -> i32 {
+    let checks = diagnose(a);
+    let problems = checks.iter().filter(|c| c.status == Level::Fail).count();
+    if a.json {
+        let v = serde_json::json!({"checks": checks, "problems": problems});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        for c in &checks {
+            let tag = match c.status {
+                Level::Ok => "ok  ",
+                Level::Warn => "WARN",
+                Level::Fail => "FAIL",
+            };
+            println!("{tag}  {}: {}", c.check, c.detail);
+            if let Some(f) = &c.fix {
+                println!("      fix: {f}");
+            }
+        }
+        let warns = checks.iter().filter(|c| c.status == Level::Warn).count();
+        println!(
+            "{} check(s): {problems} problem(s), {warns} warning(s)",
+            checks.len()
+        );
+    }
+    i32::from(problems > 0)
+}
+
+/// Runs every check.
+pub fn diagnose(a: &DoctorArgs) -> Vec<Check> {
+    let mut r = Report::default();
+    let config = check_config(&mut r);
+    check_dirs(&mut r, &config);
+    let plugin_dir = match &a.plugin_dir {
+        Some(d) => d.clone(),
+        None => detect_plugin_dir().unwrap_or_else(|| PathBuf::from(DEFAULT_PLUGIN_DIR)),
+    };
+    let installed = check_plugin_dir(&mut r, &plugin_dir, &config);
+    let runner = SystemRunner::new(config.tool_dirs.clone());
+    for t in TOOLS {
+        let needed = installed.contains(&t.backend);
+        let name = format!("tool {}", t.name);
+        match runner.resolve(t.name) {
+            Ok(p) => r.ok(
+                name,
+                format!("{} ({} backend)", p.display(), t.backend.name()),
+            ),
+            Err(_) => {
+                let level = if needed && t.required {
+                    Level::Fail
+                } else {
+                    Level::Warn
+                };
+                let why = match (needed, t.required) {
+                    (true, true) => format!("missing; the {} driver needs it", t.backend.name()),
+                    (true, false) => format!(
+                        "missing; {} volumes of that filesystem will fail",
+                        t.backend.name()
+                    ),
+                    (false, _) => {
+                        format!("missing (the {} driver is not installed)", t.backend.name())
+                    }
+                };
+                r.add(
+                    name,
+                    level,
+                    format!("{why}; looked in {}", dirs(&config.tool_dirs)),
+                    Some(format!(
+                        "apt-get install {} (or dnf install {})",
+                        t.package, t.package
+                    )),
+                );
+            }
+        }
+    }
+    check_kernel(&mut r, &a.sysroot, &installed);
+    r.0
+}
+
+fn dirs(d: &[PathBuf]) -> String {
+    d.iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn check_config(r: &mut Report) -> Config {
+    let (path, explicit) = Config::path();
+    let name = format!("config {}", path.display());
+    match Config::load() {
+        Ok(c) => {
+            let how = if path.exists() {
+                "parses; all paths absolute"
+            } else if explicit {
+                "missing" // unreachable: load fails for a missing explicit file
+            } else {
+                "absent; the defaults apply"
+            };
+            r.ok(name, how);
+            c
+        }
+        Err(e) => {
+            r.add(
+                name,
+                Level::Fail,
+                e.to_string(),
+                Some("fix the file (README \"Configuration\" lists every key) or remove it to use the defaults; every verb but init fails until then".into()),
+            );
+            Config::default()
+        }
+    }
+}
+
+/// Whether `dir` is (or, created with its missing parents, would be) writable by us.
+fn writable_dir(dir: &Path) -> Result<&'static str, String> {
+    let mut cur = dir.to_path_buf();
+    let mut exists = true;
+    loop {
+        match std::fs::metadata(&cur) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => return Err(format!("{} is not a directory", cur.display())),
+            Err(_) => {
+                exists = false;
+                if !cur.pop() {
+                    return Err("no existing parent".into());
+                }
+            }
+        }
+    }
+    match nix::unistd::access(
+        &cur,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    ) {
+        Ok(()) if exists => Ok("exists and is writable"),
+        Ok(()) => Ok("does not exist yet; will be created"),
+        Err(e) => Err(format!("{} is not writable: {e}", cur.display())),
+    }
+}
+
+fn check_dirs(r: &mut Report, c: &Config) {
+    for (what, dir) in [
+        ("stateDir", c.state_dir.clone()),
+        ("runDir (locks)", c.lock_dir()),
+    ] {
+        let name = format!("{what} {}", dir.display());
+        match writable_dir(&dir) {
+            Ok(d) => r.ok(name, d),
+            Err(e) => r.add(
+                name,
+                Level::Fail,
+                e,
+                Some(format!(
+                    "run as root, or point the config key at a writable directory: mkdir -p {}",
+                    dir.display()
+                )),
+            ),
+        }
+    }
+    match c.log_path() {
+        None => r.add(
+            "logFile",
+            Level::Warn,
+            "off: calls are not logged to a file",
+            Some(
+                "set \"logFile\" (or \"logSyslog\": true) to see what kubelet asked and got".into(),
+            ),
+        ),
+        Some(f) => {
+            let name = format!("logFile {}", f.display());
+            let res = if f.exists() {
+                nix::unistd::access(f, nix::unistd::AccessFlags::W_OK)
+                    .map(|_| "exists and is writable")
+                    .map_err(|e| format!("not writable: {e}"))
+            } else {
+                writable_dir(f.parent().unwrap_or(Path::new("/")))
+                    .map(|_| "will be created on the first call")
+            };
+            match res {
+                Ok(d) => r.ok(name, d),
+                Err(e) => r.add(
+                    name,
+                    Level::Fail,
+                    format!("{e}; calls are not logged"),
+                    Some("fix the permissions or change \"logFile\"".into()),
+                ),
+            }
+        }
+    }
+    if c.log_syslog {
+        let s = &c.syslog_socket;
+        let name = format!("syslog {}", s.display());
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::metadata(s) {
+            Ok(m) if m.file_type().is_socket() => r.ok(name, "socket exists"),
+            _ => r.add(
+                name,
+                Level::Warn,
+                "logSyslog is on but there is no socket; records are dropped",
+                Some("start systemd-journald or rsyslog, or set \"syslogSocket\"".into()),
+            ),
+        }
+    }
+}
+
+/// Checks each flexvol driver directory; returns the backends installed.
+fn check_plugin_dir(r: &mut Report, dir: &Path, config: &Config) -> Vec<Backend> {
+    let name = format!("plugin dir {}", dir.display());
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => {
+            r.add(
+                name,
+                Level::Fail,
+                format!("cannot be read: {e}"),
+                Some(format!(
+                    "install the drivers: flexvol install --plugin-dir {} (use the directory of kubelet's --volume-plugin-dir)",
+                    dir.display()
+                )),
+            );
+            return Vec::new();
+        }
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    let mut installed = Vec::new();
+    for n in &names {
+        let Some((vendor, drv)) = n.split_once('~') else {
+            continue;
+        };
+        let Some(b) = Backend::from_name(drv) else {
+            continue; // another vendor's driver: not ours to judge
+        };
+        if check_driver(r, &dir.join(n), vendor, b, config) {
+            installed.push(b);
+        }
+    }
+    if installed.is_empty() {
+        r.add(
+            name,
+            Level::Fail,
+            "no flexvol driver is installed here",
+            Some(format!("flexvol install --plugin-dir {}", dir.display())),
+        );
+    } else {
+        r.ok(name, format!("{} flexvol driver(s)", installed.len()));
+    }
+    installed
+}
+
+/// Checks one `<vendor>~<driver>` directory; returns whether the driver is usable.
+fn check_driver(r: &mut Report, dir: &Path, vendor: &str, b: Backend, config: &Config) -> bool {
+    let check = format!("driver {vendor}/{}", b.name());
+    let exe = dir.join(b.name());
+    let reinstall = format!(
+        "flexvol install --plugin-dir {} --vendor {vendor} --drivers {}",
+        dir.parent().unwrap_or(dir).display(),
+        b.name()
+    );
+    let mut ok = true;
+    // Files kubelet's watcher sees: every write to one re-runs init; a name kubelet does not exec is clutter.
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        let mut extra: Vec<String> = rd
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != b.name())
+            .collect();
+        extra.sort();
+        for n in extra {
+            let p = dir.join(&n);
+            if n.starts_with(&format!(".{}.tmp-", b.name())) {
+                r.add(
+                    format!("{check} leftover"),
+                    Level::Warn,
+                    format!("{} is left over from an interrupted install", p.display()),
+                    Some(format!("rm {}", p.display())),
+                );
+            } else if !n.starts_with('.') {
+                ok = false;
+                r.add(
+                    format!("{check} stray file"),
+                    Level::Fail,
+                    format!("{} is not the driver: kubelet re-runs init on every change to it, and it confuses people", p.display()),
+                    Some(format!("move it out of the plugin directory: mv {} /root/", p.display())),
+                );
+            }
+        }
+    }
+    let meta = match std::fs::symlink_metadata(&exe) {
+        Ok(m) => m,
+        Err(_) => {
+            r.add(
+                check,
+                Level::Fail,
+                format!(
+                    "{} has no executable {}: kubelet logs an init error for it on every probe",
+                    dir.display(),
+                    b.name()
+                ),
+                Some(format!(
+                    "{reinstall}, or remove the empty directory: rmdir {}",
+                    dir.display()
+                )),
+            );
+            return false;
+        }
+    };
+    let target = if meta.file_type().is_symlink() {
+        match std::fs::metadata(&exe) {
+            Ok(m) => {
+                r.add(
+                    format!("{check} symlink"),
+                    Level::Warn,
+                    format!(
+                        "{} is a symlink: kubelet does not notice when its target changes",
+                        exe.display()
+                    ),
+                    Some(reinstall.clone()),
+                );
+                m
+            }
+            Err(e) => {
+                r.add(
+                    check,
+                    Level::Fail,
+                    format!("{} is a dangling symlink ({e})", exe.display()),
+                    Some(reinstall),
+                );
+                return false;
+            }
+        }
+    } else {
+        meta
+    };
+    if !target.is_file() {
+        r.add(
+            check,
+            Level::Fail,
+            format!("{} is not a regular file", exe.display()),
+            Some(reinstall),
+        );
+        return false;
+    }
+    if target.permissions().mode() & 0o111 == 0 {
+        r.add(
+            check,
+            Level::Fail,
+            format!(
+                "{} is not executable (mode {:o})",
+                exe.display(),
+                target.permissions().mode() & 0o7777
+            ),
+            Some(format!("chmod 0755 {}, or {reinstall}", exe.display())),
+        );
+        return false;
+    }
+    // Run init the way kubelet does, with our config in the environment.
+    let mut cmd = Cmd::new(&exe.to_string_lossy())
+        .arg("init")
+        .timeout(Duration::from_secs(10));
+    if let (cfg, true) = Config::path() {
+        cmd = cmd.env(crate::node::config::ENV_VAR, &cfg.to_string_lossy());
+    }
+    let runner = SystemRunner::new(config.tool_dirs.clone());
+    let out = match runner.run(&cmd) {
+        Ok(o) => o,
+        Err(e) => {
+            r.add(
+                check,
+                Level::Fail,
+                format!("init could not run: {e}"),
+                Some(reinstall),
+            );
+            return false;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = serde_json::json!({"status": "Success", "capabilities": b.capabilities()});
+    let got: Option<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .next()
+        .and_then(Result::ok);
+    let single = serde_json::from_str::<serde_json::Value>(&text).is_ok();
+    let problem = if !out.stderr.is_empty() {
+        Some(format!(
+            "init wrote to stderr ({:?}); kubelet reads stdout and stderr as one JSON value and fails with \"invalid character ...\"",
+            out.tail()
+        ))
+    } else if !single {
+        Some(format!(
+            "init printed {:?}, which is not one JSON object; kubelet fails with \"invalid character ... looking for beginning of value\"",
+            text.trim()
+        ))
+    } else if got.as_ref() != Some(&want) {
+        Some(format!("init answered {}, expected {want}", text.trim()))
+    } else if !out.success() {
+        Some(format!("init exited with {:?}", out.code))
+    } else {
+        None
+    };
+    if let Some(p) = problem {
+        r.add(
+            check,
+            Level::Fail,
+            p,
+            Some(format!(
+                "{exe} is not a working flexvol; {reinstall}",
+                exe = exe.display()
+            )),
+        );
+        return false;
+    }
+    r.ok(
+        check.clone(),
+        format!("{} answers init correctly", exe.display()),
+    );
+    if ok && b == Backend::Lvm {
+        r.ok(
+            format!("{check} controller"),
+            "attachable: kube-controller-manager must see this driver too (--flex-volume-plugin-dir, see drivers/deploy/README.md)",
+        );
+    }
+    ok
+}
+
+/// What the kernel offers: loaded, loadable (a module exists), or missing.
+fn kernel_feature(sysroot: &Path, loaded: bool, module: &str) -> Result<(), bool> {
+    if loaded {
+        return Ok(());
+    }
+    let rel =
+        std::fs::read_to_string(sysroot.join("proc/sys/kernel/osrelease")).unwrap_or_default();
+    let mods = sysroot.join("lib/modules").join(rel.trim());
+    let listed = |f: &str| {
+        std::fs::read_to_string(mods.join(f))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let path = l.split(':').next().unwrap_or("");
+                let file = path.rsplit('/').next().unwrap_or("");
+                file.split('.').next() == Some(module)
+            })
+    };
+    Err(listed("modules.dep") || listed("modules.builtin"))
+}
+
+fn read(sysroot: &Path, p: &str) -> String {
+    std::fs::read_to_string(sysroot.join(p)).unwrap_or_default()
+}
+
+fn check_kernel(r: &mut Report, sysroot: &Path, installed: &[Backend]) {
+    let devices = read(sysroot, "proc/devices");
+    let filesystems = read(sysroot, "proc/filesystems");
+    let has_dev = |n: &str| {
+        devices
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(n))
+    };
+    let has_fs = |n: &str| {
+        filesystems
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(n))
+    };
+    let features = [
+        (
+            "device-mapper",
+            Backend::Lvm,
+            has_dev("device-mapper") || sysroot.join("dev/mapper/control").exists(),
+            "dm-mod",
+            "modprobe dm_mod; echo dm_mod > /etc/modules-load.d/dm_mod.conf",
+        ),
+        (
+            "nfs filesystem",
+            Backend::Nfs,
+            has_fs("nfs") || has_fs("nfs4"),
+            "nfs",
+            "modprobe nfs (mount.nfs also loads it on the first mount)",
+        ),
+        (
+            "loop devices",
+            Backend::Lvm,
+            has_dev("loop") || sysroot.join("dev/loop-control").exists(),
+            "loop",
+            "modprobe loop",
+        ),
+    ];
+    for (name, b, loaded, module, fix) in features {
+        let check = format!("kernel {name}");
+        let needed = installed.contains(&b) && name != "loop devices";
+        match kernel_feature(sysroot, loaded, module) {
+            Ok(()) => r.ok(check, "available"),
+            Err(true) => r.add(check, Level::Warn, format!("not loaded (module {module} is available)"), Some(fix.into())),
+            Err(false) => r.add(
+                check,
+                if needed { Level::Fail } else { Level::Warn },
+                format!(
+                    "missing: not loaded and no {module} module for this kernel{}",
+                    if needed { format!("; the {} driver needs it", b.name()) } else { String::new() }
+                ),
+                Some(format!("install the kernel modules package of this kernel (apt-get install linux-image-$(uname -r)), then {fix}")),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_features_loaded_loadable_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let s = d.path();
+        std::fs::create_dir_all(s.join("proc/sys/kernel")).unwrap();
+        std::fs::create_dir_all(s.join("lib/modules/6.1.0")).unwrap();
+        std::fs::write(s.join("proc/sys/kernel/osrelease"), "6.1.0\n").unwrap();
+        std::fs::write(
+            s.join("proc/devices"),
+            "Character devices:\n  1 mem\n\nBlock devices:\n254 device-mapper\n",
+        )
+        .unwrap();
+        std::fs::write(s.join("proc/filesystems"), "nodev\tproc\n\text4\n").unwrap();
+        std::fs::write(
+            s.join("lib/modules/6.1.0/modules.dep"),
+            "kernel/fs/nfs/nfs.ko.xz: kernel/net/sunrpc/sunrpc.ko.xz\n",
+        )
+        .unwrap();
+        let mut r = Report::default();
+        check_kernel(&mut r, s, &[Backend::Nfs, Backend::Lvm]);
+        let by = |n: &str| r.0.iter().find(|c| c.check == n).unwrap().clone();
+        assert_eq!(by("kernel device-mapper").status, Level::Ok);
+        let nfs = by("kernel nfs filesystem");
+        assert_eq!(nfs.status, Level::Warn);
+        assert!(nfs.detail.contains("not loaded"), "{}", nfs.detail);
+        let lp = by("kernel loop devices");
+        assert_eq!(lp.status, Level::Warn);
+        assert!(lp.detail.starts_with("missing"), "{}", lp.detail);
+        std::fs::write(s.join("proc/devices"), "Block devices:\n  7 loop\n").unwrap();
+        let mut r = Report::default();
+        check_kernel(&mut r, s, &[Backend::Lvm]);
+        let dm =
+            r.0.iter()
+                .find(|c| c.check == "kernel device-mapper")
+                .unwrap();
+        assert_eq!(dm.status, Level::Fail);
+        assert!(dm.fix.as_deref().unwrap().contains("modprobe dm_mod"));
+    }
+}

@@ -1,0 +1,127 @@
+//! `flexvol status`: the volumes this node's drivers manage, from the state records and the live
+//! mount table side by side, with every disagreement flagged (see [`super::inventory`]).
+//! Exit status 1 when something disagrees, so a monitoring script can alert on it.
+
+#![allow(clippy::print_stdout)]
+
+use crate::node::calllog::rfc3339;
+use crate::node::config::Config;
+use crate::ops::inventory::{self, Inventory, PodState};
+use crate::sys::mountinfo::MountTable;
+use clap::Args;
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Arguments of `flexvol status`.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Print JSON (`{"volumes":[...],"corruptRecords":[...],"problems":N}`).
+    #[arg(long)]
+    pub json: bool,
+    /// Vendor part of the driver names whose mounts are listed (as given to `flexvol install`).
+    #[arg(long, default_value = "flexvol", value_name = "NAME")]
+    pub vendor: String,
+    /// File of pod uids the API server knows on this node; other pods are shown as gone.
+    #[arg(long, value_name = "FILE")]
+    pub live_pods: Option<PathBuf>,
+}
+
+/// Loads what both `status` and `gc` start from.
+pub fn load(vendor: &str, live_pods: Option<&PathBuf>) -> Result<(Config, Inventory), String> {
+    let config = Config::load().map_err(|e| e.to_string())?;
+    let live = live_pods
+        .map(|p| inventory::read_live_pods(p))
+        .transpose()?;
+    let table = MountTable::read().map_err(|e| e.to_string())?;
+    let inv = inventory::collect(&config, &table, vendor, live.as_ref());
+    Ok((config, inv))
+}
+
+/// A record time for people.
+pub fn since(secs: Option<u64>) -> String {
+    secs.map(|s| rfc3339(UNIX_EPOCH + Duration::from_secs(s)))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Runs `flexvol status`; returns the exit code.
+pub fn run(a: &StatusArgs) -> i32 {
+    let (config, inv) = match load(&a.vendor, a.live_pods.as_ref()) {
+        Ok(x) => x,
+        Err(e) => {
+            println!("flexvol status: error: {e}");
+            return 2;
+        }
+    };
+    let problems = inv.volumes.iter().filter(|v| v.problem.is_some()).count()
+        + inv.corrupt_records.len()
+        + inv
+            .volumes
+            .iter()
+            .filter(|v| matches!(v.pod_state, PodState::Gone(_)))
+            .count();
+    if a.json {
+        let v = serde_json::json!({
+            "stateDir": config.state_dir,
+            "volumes": inv.volumes,
+            "corruptRecords": inv.corrupt_records.iter().map(|(f, e)| serde_json::json!({"file": f, "error": e})).collect::<Vec<_>>(),
+            "problems": problems,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return i32::from(problems > 0);
+    }
+    if inv.volumes.is_empty() && inv.corrupt_records.is_empty() {
+        println!(
+            "no flexvol volumes on this node (records in {}, mounts from /proc/self/mountinfo)",
+            config.state_dir.display()
+        );
+        return 0;
+    }
+    for v in &inv.volumes {
+        let state = match (v.record_file.is_some(), v.mounted) {
+            (true, true) => "mounted",
+            (true, false) if !inventory::mounting_verb(&v.verb) => "recorded",
+            (true, false) => "NOT MOUNTED",
+            (false, _) => "NO RECORD",
+        };
+        println!(
+            "{} {} {}",
+            v.backend,
+            v.volume.as_deref().unwrap_or("-"),
+            state
+        );
+        println!(
+            "    pod:         {} (uid {})",
+            v.pod.as_deref().unwrap_or("-"),
+            v.pod_uid.as_deref().unwrap_or("-")
+        );
+        println!("    mount point: {}", v.mount_point.display());
+        println!(
+            "    source:      {}{}",
+            v.source,
+            match (&v.fs_type, v.read_only) {
+                (Some(t), Some(ro)) => format!(" ({t}, {})", if ro { "ro" } else { "rw" }),
+                _ => String::new(),
+            }
+        );
+        println!("    since:       {}", since(v.since));
+        if let PodState::Gone(why) = &v.pod_state {
+            println!("    POD GONE:    {why}; `flexvol gc` cleans this up");
+        }
+        if let Some(p) = &v.problem {
+            println!("    PROBLEM:     {p}");
+        }
+    }
+    for (f, e) in &inv.corrupt_records {
+        println!("corrupt record {}: {e}", f.display());
+    }
+    println!(
+        "{} volume(s), {problems} problem(s){}",
+        inv.volumes.len(),
+        if problems > 0 {
+            "; `flexvol gc` shows what it would clean up"
+        } else {
+            ""
+        }
+    );
+    i32::from(problems > 0)
+}

@@ -1,0 +1,382 @@
+//! The example manifests in `drivers/` must work as written: valid YAML, the fields the API server
+//! requires, names that refer to each other, and driver names, directories and paths that agree
+//! with what `flexvol install` creates.
+
+use flexvol::backend::Backend;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use yaml_rust2::{Yaml, YamlLoader};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn to_json(y: &Yaml) -> Value {
+    match y {
+        Yaml::Real(s) => s.parse::<f64>().map(Value::from).unwrap_or(Value::Null),
+        Yaml::Integer(i) => Value::from(*i),
+        Yaml::String(s) => Value::from(s.as_str()),
+        Yaml::Boolean(b) => Value::from(*b),
+        Yaml::Array(a) => Value::Array(a.iter().map(to_json).collect()),
+        Yaml::Hash(h) => Value::Object(
+            h.iter()
+                .map(|(k, v)| {
+                    let k = match k {
+                        Yaml::String(s) => s.clone(),
+                        other => panic!("non-string key {other:?}"),
+                    };
+                    (k, to_json(v))
+                })
+                .collect(),
+        ),
+        Yaml::Null => Value::Null,
+        other => panic!("unsupported YAML node {other:?}"),
+    }
+}
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            yaml_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every document of every `.yaml` file under `dir` (recursively), with its file.
+fn docs(dir: &Path) -> Vec<(PathBuf, Value)> {
+    let mut out = Vec::new();
+    let mut files = Vec::new();
+    yaml_files(dir, &mut files);
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let ys = YamlLoader::load_from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not valid YAML: {e}", f.display()));
+        for y in ys.iter().filter(|y| !matches!(y, Yaml::Null)) {
+            let d = to_json(y);
+            for k in ["apiVersion", "kind"] {
+                assert!(d[k].is_string(), "{}: no {k}", f.display());
+            }
+            assert!(
+                d["metadata"]["name"].is_string(),
+                "{}: no metadata.name",
+                f.display()
+            );
+            out.push((f.clone(), d));
+        }
+    }
+    out
+}
+
+fn of_kind<'a>(docs: &'a [(PathBuf, Value)], kind: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|(_, d)| d["kind"] == kind)
+        .map(|(_, d)| d)
+        .collect()
+}
+
+/// Every `flexVolume` object anywhere in a document.
+fn flex_volumes(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if k == "flexVolume" {
+                    out.push(x.clone());
+                } else {
+                    flex_volumes(x, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| flex_volumes(x, out)),
+        _ => {}
+    }
+}
+
+/// hostpath's examples must exist (this branch owns them); nfs and lvm are checked wherever their
+/// own branches have put them.
+#[test]
+fn contract_manifests_each_backend_has_working_examples() {
+    for b in Backend::ALL {
+        let dir = repo().join("drivers").join(b.name());
+        if b != Backend::HostPath && !dir.exists() {
+            continue;
+        }
+        assert!(
+            dir.join("README.md").is_file(),
+            "drivers/{}/README.md is missing",
+            b.name()
+        );
+        let docs = docs(&dir);
+        let driver = format!("flexvol/{}", b.name());
+        let ns = |d: &Value| {
+            d["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_owned()
+        };
+
+        // Every flexVolume names this directory's driver, with string options only.
+        let mut flex = Vec::new();
+        for (f, d) in &docs {
+            let before = flex.len();
+            flex_volumes(d, &mut flex);
+            for fv in &flex[before..] {
+                assert_eq!(fv["driver"], driver.as_str(), "{}", f.display());
+                for (k, v) in fv["options"].as_object().into_iter().flatten() {
+                    assert!(
+                        v.is_string(),
+                        "{}: option {k} must be a quoted string (FlexVolume options are map[string]string), got {v}",
+                        f.display()
+                    );
+                }
+                if let Some(s) = fv["secretRef"]["name"].as_str() {
+                    let secret = of_kind(&docs, "Secret")
+                        .into_iter()
+                        .find(|x| x["metadata"]["name"] == s)
+                        .unwrap_or_else(|| {
+                            panic!("{}: secret {s} is not defined beside it", f.display())
+                        });
+                    assert_eq!(
+                        secret["type"],
+                        driver.as_str(),
+                        "kubelet only passes secrets whose type is the driver name"
+                    );
+                    assert_eq!(
+                        ns(secret),
+                        ns(d),
+                        "the secret must be in the pod's namespace"
+                    );
+                }
+            }
+        }
+
+        let pvs = of_kind(&docs, "PersistentVolume");
+        let pvcs = of_kind(&docs, "PersistentVolumeClaim");
+        let pods = of_kind(&docs, "Pod");
+        assert!(
+            !pvs.is_empty() && !pvcs.is_empty(),
+            "drivers/{}: needs a PV and a PVC",
+            b.name()
+        );
+        for pv in &pvs {
+            let s = &pv["spec"];
+            assert!(s["capacity"]["storage"].is_string(), "{pv}");
+            assert!(
+                s["accessModes"].as_array().is_some_and(|a| !a.is_empty()),
+                "{pv}"
+            );
+            assert_eq!(s["flexVolume"]["driver"], driver.as_str());
+        }
+        for pvc in &pvcs {
+            let s = &pvc["spec"];
+            assert!(s["resources"]["requests"]["storage"].is_string(), "{pvc}");
+            assert!(s["accessModes"].as_array().is_some_and(|a| !a.is_empty()));
+            // It binds one of the PVs beside it.
+            assert!(
+                pvs.iter().any(|pv| {
+                    pv["spec"]["storageClassName"] == s["storageClassName"]
+                        && s["volumeName"]
+                            .as_str()
+                            .is_none_or(|n| pv["metadata"]["name"] == n)
+                }),
+                "{pvc} binds no PV in drivers/{}",
+                b.name()
+            );
+        }
+        let mut uses_claim = false;
+        let mut inline = false;
+        for pod in &pods {
+            let s = &pod["spec"];
+            let containers = s["containers"].as_array().expect("containers");
+            assert!(!containers.is_empty());
+            let vols = s["volumes"].as_array().expect("volumes");
+            for c in containers {
+                assert!(c["image"].is_string() && c["name"].is_string(), "{c}");
+                for m in c["volumeMounts"].as_array().into_iter().flatten() {
+                    assert!(
+                        vols.iter().any(|v| v["name"] == m["name"]),
+                        "{m} mounts an undefined volume"
+                    );
+                    assert!(m["mountPath"].as_str().is_some_and(|p| p.starts_with('/')));
+                }
+            }
+            for v in vols {
+                if let Some(claim) = v["persistentVolumeClaim"]["claimName"].as_str() {
+                    uses_claim = true;
+                    assert!(
+                        pvcs.iter()
+                            .any(|c| c["metadata"]["name"] == claim && ns(c) == ns(pod)),
+                        "pod {} uses claim {claim}, which is not defined beside it",
+                        pod["metadata"]["name"]
+                    );
+                }
+                inline |= v["flexVolume"].is_object();
+            }
+        }
+        assert!(
+            uses_claim,
+            "drivers/{}: needs a pod using the claim",
+            b.name()
+        );
+        // Inline attachable volumes share one device path per volume name across pods
+        // (reference §7), so the attachable LVM driver may show PVs only.
+        if !b.capabilities().attach {
+            assert!(
+                inline,
+                "drivers/{}: needs a pod with an inline flexVolume",
+                b.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn contract_manifests_deploy_matches_flexvol_install() {
+    let dir = repo().join("drivers/deploy");
+    let docs = docs(&dir);
+    let ds = of_kind(&docs, "DaemonSet");
+    assert_eq!(ds.len(), 1);
+    let spec = &ds[0]["spec"]["template"]["spec"];
+    assert_eq!(
+        ds[0]["spec"]["selector"]["matchLabels"], ds[0]["spec"]["template"]["metadata"]["labels"],
+        "the selector must match the pod labels"
+    );
+    assert!(
+        spec["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["operator"] == "Exists"),
+        "control-plane nodes need the driver too (LVM is attachable)"
+    );
+    let c = &spec["containers"][0];
+    let args: Vec<String> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    let arg = |flag: &str| -> String {
+        let i = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("no {flag} in {args:?}"));
+        args[i + 1].clone()
+    };
+    assert!(args.contains(&"--sleep".to_owned()));
+    // The args parse as `flexvol install` arguments (the image's entrypoint adds `install --binary`).
+    let containerfile = std::fs::read_to_string(dir.join("Containerfile")).unwrap();
+    let entry = containerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("ENTRYPOINT "))
+        .expect("ENTRYPOINT");
+    let entry: Vec<String> = serde_json::from_str(entry).expect("exec-form ENTRYPOINT");
+    assert_eq!(entry[1..3], ["install".to_owned(), "--binary".to_owned()]);
+    assert!(containerfile.contains(&format!(
+        "COPY --from=build /src/target/x86_64-unknown-linux-gnu/release/flexvol {}",
+        entry[0]
+    )));
+    let drivers = arg("--drivers");
+    for d in drivers.split(',') {
+        assert!(Backend::from_name(d).is_some(), "unknown driver {d}");
+    }
+
+    // Mounts: the host plugin dir at --plugin-dir, /etc/flexvol holding --config-dest, the
+    // ConfigMap holding --config.
+    let mount_of = |container_path: &str| -> &Value {
+        let m = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| {
+                let mp = m["mountPath"].as_str().unwrap();
+                Path::new(container_path).starts_with(mp)
+            })
+            .unwrap_or_else(|| panic!("nothing mounted at {container_path}"));
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .unwrap()
+    };
+    assert_eq!(
+        mount_of(&arg("--plugin-dir"))["hostPath"]["path"],
+        flexvol::ops::install::DEFAULT_PLUGIN_DIR
+    );
+    let dest = arg("--config-dest");
+    assert!(dest.ends_with("/config.json"));
+    assert_eq!(mount_of(&dest)["hostPath"]["path"], "/etc/flexvol");
+    let cm_name = mount_of(&arg("--config"))["configMap"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cm = of_kind(&docs, "ConfigMap")
+        .into_iter()
+        .find(|m| m["metadata"]["name"] == cm_name.as_str())
+        .expect("the ConfigMap the DaemonSet mounts");
+    assert_eq!(cm["metadata"]["namespace"], ds[0]["metadata"]["namespace"]);
+    let file = Path::new(&arg("--config"))
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let json = cm["data"][file.as_str()]
+        .as_str()
+        .expect("the config file in the ConfigMap");
+    flexvol::node::config::Config::parse(Path::new("configmap.yaml"), json.as_bytes())
+        .expect("the example config is valid");
+
+    // kube-controller-manager sees the same plugin directory.
+    let kcm = of_kind(&docs, "Pod");
+    let kcm = kcm
+        .iter()
+        .find(|p| p["metadata"]["name"] == "kube-controller-manager")
+        .unwrap();
+    let flag = format!(
+        "--flex-volume-plugin-dir={}",
+        flexvol::ops::install::DEFAULT_PLUGIN_DIR
+    );
+    assert!(
+        kcm["spec"]["containers"][0]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == flag.as_str())
+    );
+    assert_eq!(
+        kcm["spec"]["volumes"][0]["hostPath"]["path"],
+        flexvol::ops::install::DEFAULT_PLUGIN_DIR
+    );
+    assert_eq!(
+        kcm["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+        flexvol::ops::install::DEFAULT_PLUGIN_DIR
+    );
+}
+
+#[test]
+fn contract_manifests_validation_catches_a_broken_manifest() {
+    // The checks above must be able to fail: an unquoted option and bad YAML are caught.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("x.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  volumes:\n  - flexVolume: {driver: flexvol/hostpath, options: {uid: 1000}}\n",
+    )
+    .unwrap();
+    let docs = docs(d.path());
+    let mut flex = Vec::new();
+    flex_volumes(&docs[0].1, &mut flex);
+    assert!(
+        flex[0]["options"]["uid"].is_number(),
+        "an unquoted number stays a number"
+    );
+    std::fs::write(d.path().join("y.yaml"), "a: [\n").unwrap();
+    assert!(std::panic::catch_unwind(|| docs_of(d.path())).is_err());
+}
+
+fn docs_of(p: &Path) -> usize {
+    docs(p).len()
+}
