@@ -396,13 +396,35 @@ fn guest_lvm_existing_filesystem_is_never_reformatted() {
         "lvm",
         &["lvcreate", "-y", "-n", "pvsig", "-L", "8m", &vg.name],
     );
-    run("lvm", &["pvcreate", "-y", "-ff", &vg.dev("pvsig")]);
+    // LVM refuses to stack a PV on an LV unless told to scan LVs.
+    let scan_lvs = "devices { scan_lvs = 1 }";
+    run(
+        "lvm",
+        &[
+            "pvcreate",
+            "--config",
+            scan_lvs,
+            "-y",
+            "-ff",
+            &vg.dev("pvsig"),
+        ],
+    );
     let v = Vol::new(&env, &vg, "pv-sig", json!({"volumeID": "pvsig"}));
     v.call(&["waitforattach", &v.dev, &v.j]).ok();
     std::fs::create_dir_all(v.global()).unwrap();
     v.call(&["mountdevice", s(&v.global()), &v.dev, &v.j])
         .failed("LVM2_member");
-    run("lvm", &["pvremove", "-y", "-ff", &vg.dev("pvsig")]);
+    run(
+        "lvm",
+        &[
+            "pvremove",
+            "--config",
+            scan_lvs,
+            "-y",
+            "-ff",
+            &vg.dev("pvsig"),
+        ],
+    );
     assert!(env.mounts().is_empty());
 }
 
@@ -530,7 +552,11 @@ fn guest_lvm_eight_volumes_in_parallel() {
     let mut lvs = vg.lvs();
     lvs.sort();
     assert_eq!(lvs.len(), 8, "{lvs:?}");
-    assert!(lvs.iter().all(|lv| !vg.active(lv)));
+    let active: Vec<_> = lvs.iter().filter(|lv| vg.active(lv)).collect();
+    assert!(
+        active.is_empty(),
+        "still active after unmountdevice: {active:?}"
+    );
     assert!(env.mounts().is_empty());
 }
 

@@ -183,10 +183,20 @@ pub fn lvcreate(
     pool: Option<&str>,
     tag: &str,
 ) -> Result<()> {
+    // No autoactivation for thick LVs: this driver activates the LV in waitforattach and
+    // deactivates it in unmountdevice. Otherwise udev's `vgchange -aay` on any later PV event (and
+    // every boot) re-activates LVs no pod uses (seen in the guest tier with udev running). Thin
+    // LVs refuse the option; their pool's setting (the operator's) governs them.
     let mut cmd = lvm(ctx, "lvcreate").args(["-y", "-Wy", "--addtag", tag, "-n", lv]);
     cmd = match pool {
         Some(p) => cmd.args(["-V", &format!("{bytes}b"), "--thinpool", p]),
-        None => cmd.args(["-Zy", "-L", &format!("{bytes}b")]),
+        None => cmd.args([
+            "--setautoactivation",
+            "n",
+            "-Zy",
+            "-L",
+            &format!("{bytes}b"),
+        ]),
     };
     ctx.runner.check(&cmd.args(["--", vg]))?;
     Ok(())
