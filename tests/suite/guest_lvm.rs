@@ -747,3 +747,52 @@ fn guest_lvm_timings_per_verb() {
         .unwrap();
     assert!(warm_line.contains("1 processes [\"lvm\"]"), "{text}");
 }
+
+/// The shipped conformance runner judges the installed LVM driver with a real volume: the whole
+/// attachable lifecycle (attach, waitforattach, mountdevice twice, mount twice, unmount,
+/// unmountdevice, detach twice) as kubelet and kube-controller-manager would run it.
+#[test]
+#[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
+fn guest_lvm_conformance_runner_passes_the_lvm_driver() {
+    let vg = Vg::new(256);
+    let env = Env::new();
+    let out = std::process::Command::new(crate::util::binary())
+        .args([
+            "conformance",
+            "--plugin-dir",
+            s(&env.plugins),
+            "--driver",
+            "flexvol/lvm",
+        ])
+        .args([
+            "--kubelet-root",
+            s(&env.root().join("kubelet")),
+            "--fs-type",
+            "ext4",
+        ])
+        .args([
+            "--options",
+            &json!({"volumegroup": vg.name, "size": "32Mi"}).to_string(),
+        ])
+        .env("FLEXVOL_CONFIG", &env.config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for check in [
+        "mountdevice: Success and a real mount point",
+        "unmountdevice: Success",
+        "mount twice: Success",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("PASS") && l.contains(check)),
+            "{check}:\n{text}"
+        );
+    }
+    assert!(env.mounts().is_empty());
+    assert!(
+        !vg.active("conformance-vol"),
+        "the LV must be inactive after unmountdevice"
+    );
+}

@@ -422,9 +422,14 @@ fn mount_device(
     Ok(Reply::success())
 }
 
-/// VG and LV from a `/dev/mapper/<vg>-<lv>` name (`-` inside names is doubled).
+/// VG and LV from a mount source: `/dev/<vg>/<lv>` (how this driver and kubelet mount it) or
+/// `/dev/mapper/<vg>-<lv>` (`-` inside names doubled). Names are checked by the caller.
 fn split_dm_name(source: &str) -> Option<(String, String)> {
-    let name = source.strip_prefix("/dev/mapper/")?;
+    let Some(name) = source.strip_prefix("/dev/mapper/") else {
+        let rest = source.strip_prefix("/dev/")?;
+        let (vg, lv) = rest.split_once('/')?;
+        return (!lv.contains('/') && vg != "mapper").then(|| (vg.to_owned(), lv.to_owned()));
+    };
     let b = name.as_bytes();
     let mut i = 0;
     while i < b.len() {

@@ -672,9 +672,25 @@ fn unmountdevice_without_a_record_uses_the_mapper_name() {
         Some(("my-vg".into(), "lv-1".into()))
     );
     assert_eq!(split_dm_name("/dev/sda1"), None);
+    assert_eq!(
+        split_dm_name("/dev/vg0/lv1"),
+        Some(("vg0".into(), "lv1".into()))
+    );
+    assert_eq!(split_dm_name("/dev/mapper/x/y"), None);
+    assert_eq!(split_dm_name("/dev/a/b/c"), None);
     let w = World::new();
     let g = w.global();
     w.mounter.add("/dev/mapper/vg0-lv1", &g, "ext4", false);
+    w.call(&["unmountdevice", s(&g)]).unwrap();
+    assert_eq!(w.lines(), ["lvm lvchange -an -- vg0/lv1"]);
+}
+
+#[test]
+fn unmountdevice_without_a_record_uses_the_device_path_we_mount_by() {
+    // mountdevice (and kubelet's own fallback) mount /dev/<vg>/<lv>, which mountinfo keeps.
+    let w = World::new();
+    let g = w.global();
+    w.mounter.add(DEV, &g, "ext4", false);
     w.call(&["unmountdevice", s(&g)]).unwrap();
     assert_eq!(w.lines(), ["lvm lvchange -an -- vg0/lv1"]);
 }
