@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Runs a tool and asserts it succeeded; returns stdout.
 #[track_caller]
@@ -646,10 +646,12 @@ fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
     assert!(env.mounts().is_empty());
 }
 
-/// Wall time and child processes per verb, through wrapper tools that count their own runs.
+/// The child processes each verb spawns, through wrapper tools that count their own runs: an LV
+/// that is already active costs exactly one `lvm` command. (Wall times are printed for
+/// information; speed is measured against floors by `benches/guest.rs`, not asserted here.)
 #[test]
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
-fn guest_lvm_timings_per_verb() {
+fn guest_lvm_processes_per_verb() {
     let vg = Vg::new(256);
     let tools = tempfile::tempdir().unwrap();
     let count = tools.path().join("count");
@@ -698,7 +700,7 @@ fn guest_lvm_timings_per_verb() {
     };
     timed("attach", &["attach", &v.j, "node-1"]);
     timed("waitforattach (create)", &["waitforattach", &v.dev, &v.j]);
-    let warm = timed(
+    timed(
         "waitforattach (already active)",
         &["waitforattach", &v.dev, &v.j],
     );
@@ -739,7 +741,6 @@ fn guest_lvm_timings_per_verb() {
     }
     let _ = std::fs::remove_dir(&pod);
     let _ = std::fs::remove_dir(&g);
-    assert!(warm < Duration::from_secs(5));
     let text = report.join("\n");
     let warm_line = report
         .iter()
