@@ -106,7 +106,6 @@ impl StateStore {
             path: path.clone(),
             source,
         };
-        fs::create_dir_all(&self.dir).map_err(|e| io("create the directory of", e))?;
         let tmp = self.dir.join(format!(
             ".{}.tmp.{}",
             path.file_name()
@@ -114,11 +113,19 @@ impl StateStore {
                 .unwrap_or_default(),
             std::process::id()
         ));
-        let data = serde_json::to_vec_pretty(rec).map_err(|e| StateError::Corrupt {
+        let data = serde_json::to_vec(rec).map_err(|e| StateError::Corrupt {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        let mut f = File::create(&tmp).map_err(|e| io("create", e))?;
+        // The directory exists after the first record on a node: create it only when missing.
+        let mut f = match File::create(&tmp) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir_all(&self.dir).map_err(|e| io("create the directory of", e))?;
+                File::create(&tmp)
+            }
+            other => other,
+        }
+        .map_err(|e| io("create", e))?;
         f.write_all(&data).map_err(|e| io("write", e))?;
         fs::rename(&tmp, &path).map_err(|e| io("rename into place", e))
     }

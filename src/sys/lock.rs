@@ -46,13 +46,22 @@ impl VolumeLock {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(open_err)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(open_err)?;
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+        };
+        // The directory exists after the first call on a node: create it only when missing.
+        let file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).map_err(open_err)?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(open_err)?;
         let start = Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
