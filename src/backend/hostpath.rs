@@ -329,18 +329,12 @@ fn nix_io(what: &'static str, path: &Path, e: nix::Error) -> Error {
 /// `mount <podDir> <json>`.
 fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = HostPathOptions::parse(o)?;
-    let pod_dir = canonical_pod_dir(pod_dir)?.ok_or_else(|| {
+    let pod_dir = super::canonical_mount_dir(pod_dir)?.ok_or_else(|| {
         Error::refused(format!(
             "mount directory {} does not exist (kubelet creates it before calling mount)",
             pod_dir.display()
         ))
     })?;
-    if !pod_dir.is_dir() {
-        return Err(Error::refused(format!(
-            "mount directory {} is not a directory",
-            pod_dir.display()
-        )));
-    }
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
 
     // Resolve and check policy before creating anything.
@@ -438,13 +432,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         source: resolved.to_string_lossy().into_owned(),
         read_only: opts.read_only,
         volume: o.volume_name().map(str::to_owned),
-        pod: match (
-            o.non_empty(keys::POD_NAMESPACE),
-            o.non_empty(keys::POD_NAME),
-        ) {
-            (Some(ns), Some(n)) => Some(format!("{ns}/{n}")),
-            _ => None,
-        },
+        pod: o.pod_ref(),
         pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
         since: now_secs(),
         extra: BTreeMap::from([("type".to_owned(), format!("{:?}", opts.path_type))]),
@@ -512,25 +500,10 @@ fn already_mounted(
     }
 }
 
-/// Resolves the pod directory; `None` when it does not exist.
-fn canonical_pod_dir(dir: &Path) -> Result<Option<PathBuf>> {
-    if !dir.is_absolute() || paths::has_dotdot(dir) {
-        return Err(Error::refused(format!(
-            "mount directory {:?} must be an absolute path without \"..\"",
-            dir.display().to_string()
-        )));
-    }
-    match std::fs::canonicalize(dir) {
-        Ok(p) => Ok(Some(p)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io("resolve", dir, e)),
-    }
-}
-
 /// `unmount <podDir>`.
 fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
-    let Some(pod_dir) = canonical_pod_dir(pod_dir)? else {
+    let Some(pod_dir) = super::canonical_mount_dir(pod_dir)? else {
         // Already gone: nothing can be mounted there. Forget any record of it.
         state.remove(pod_dir)?;
         return Ok(Reply::success());

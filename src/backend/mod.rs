@@ -10,7 +10,7 @@ pub mod hostpath;
 pub mod lvm;
 pub mod nfs;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::node::config::Config;
 use crate::node::state::StateStore;
 use crate::protocol::reply::{Capabilities, Reply};
@@ -19,6 +19,7 @@ use crate::sys::exec::Runner;
 use crate::sys::lock::VolumeLock;
 use crate::sys::mount::Mounter;
 use crate::sys::process::Deadline;
+use std::path::{Path, PathBuf};
 
 /// The three backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,5 +125,25 @@ pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
             Backend::Nfs => nfs::handle(call, ctx),
             Backend::Lvm => lvm::handle(call, ctx),
         },
+    }
+}
+
+/// The canonical form of a directory kubelet names (pod or global mount directory); `None` when
+/// it does not exist. Relative paths, `..` and non-directories are refused.
+pub fn canonical_mount_dir(dir: &Path) -> Result<Option<PathBuf>> {
+    if !dir.is_absolute() || crate::sys::paths::has_dotdot(dir) {
+        return Err(Error::refused(format!(
+            "mount directory {:?} must be an absolute path without \"..\"",
+            dir.display().to_string()
+        )));
+    }
+    match std::fs::canonicalize(dir) {
+        Ok(p) if p.is_dir() => Ok(Some(p)),
+        Ok(p) => Err(Error::refused(format!(
+            "mount directory {} is not a directory",
+            p.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("resolve", dir, e)),
     }
 }

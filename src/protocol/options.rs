@@ -179,6 +179,15 @@ impl Options {
         self.non_empty(keys::PV_OR_VOLUME_NAME)
     }
 
+    /// `namespace/name` of the pod, when kubelet sent both (mount only).
+    pub fn pod_ref(&self) -> Option<String> {
+        Some(format!(
+            "{}/{}",
+            self.non_empty(keys::POD_NAMESPACE)?,
+            self.non_empty(keys::POD_NAME)?
+        ))
+    }
+
     /// The pod's fsGroup from either the 1.15+ or the older key.
     pub fn fs_group(&self) -> Result<Option<u32>, OptionsError> {
         for key in [keys::FS_GROUP, keys::FS_GROUP_LEGACY] {

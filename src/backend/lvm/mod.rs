@@ -55,7 +55,6 @@ use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
 use crate::sys::mount::{MountError, UnmountMode};
 use crate::sys::mountinfo::MountTable;
-use crate::sys::paths;
 use crate::sys::process::checkpoint;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -241,27 +240,8 @@ fn round_up(size: u64, unit: u64) -> Result<u64> {
     })
 }
 
-/// Canonical form of a directory kubelet created before calling us; `None` when absent.
-fn canonical_dir(dir: &Path) -> Result<Option<PathBuf>> {
-    if !dir.is_absolute() || paths::has_dotdot(dir) {
-        return Err(Error::refused(format!(
-            "mount directory {:?} must be an absolute path without \"..\"",
-            dir.display().to_string()
-        )));
-    }
-    match std::fs::canonicalize(dir) {
-        Ok(p) if p.is_dir() => Ok(Some(p)),
-        Ok(p) => Err(Error::refused(format!(
-            "mount directory {} is not a directory",
-            p.display()
-        ))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io("resolve", dir, e)),
-    }
-}
-
 fn require_dir(dir: &Path) -> Result<PathBuf> {
-    canonical_dir(dir)?.ok_or_else(|| {
+    crate::backend::canonical_mount_dir(dir)?.ok_or_else(|| {
         Error::refused(format!(
             "mount directory {} does not exist (kubelet creates it before this call)",
             dir.display()
@@ -449,7 +429,7 @@ fn split_dm_name(source: &str) -> Option<(String, String)> {
 /// `unmountdevice`: unmount the global directory, deactivate the LV when nothing else uses it.
 fn unmount_device(ctx: &Context, devices: &dyn Devices, dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
-    let Some(target) = canonical_dir(dir)? else {
+    let Some(target) = crate::backend::canonical_mount_dir(dir)? else {
         state.remove(dir)?;
         return Ok(Reply::success());
     };
@@ -589,7 +569,7 @@ fn mount(ctx: &Context, devices: &dyn Devices, dir: &Path, o: &LvmOptions) -> Re
 /// `unmount`: undo the bind(s) at the pod directory.
 fn unmount(ctx: &Context, dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
-    let Some(pod_dir) = canonical_dir(dir)? else {
+    let Some(pod_dir) = crate::backend::canonical_mount_dir(dir)? else {
         state.remove(dir)?;
         return Ok(Reply::success());
     };

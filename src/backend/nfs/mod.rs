@@ -163,13 +163,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options, probe: Probe) -> Result<Rep
         source: source.clone(),
         read_only: opts.read_only,
         volume: o.volume_name().map(str::to_owned),
-        pod: match (
-            o.non_empty(keys::POD_NAMESPACE),
-            o.non_empty(keys::POD_NAME),
-        ) {
-            (Some(ns), Some(n)) => Some(format!("{ns}/{n}")),
-            _ => None,
-        },
+        pod: o.pod_ref(),
         pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
         since: now_secs(),
         extra: BTreeMap::from([
