@@ -163,7 +163,12 @@ fn role(backend: Backend, verb: &str) -> &'static str {
         }
         (Backend::Nfs, "mount" | "unmount") => "",
         (Backend::Nfs, _) => "nfs answers \"Not supported\" (not attachable, not resizable).",
-        (Backend::Lvm, "mount" | "unmount") => "",
+        (Backend::Lvm, "isattached") => {
+            "lvm answers \"Not supported\": the controller cannot see a node's volume group, so any answer would be a guess; kubelet caches it and keeps the volume attached."
+        }
+        (Backend::Lvm, "expandvolume") => {
+            "lvm answers Success without side effects; expandfs does the work on the node."
+        }
         (Backend::Lvm, _) => "",
     }
 }
