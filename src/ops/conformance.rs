@@ -437,7 +437,20 @@ pub fn run(a: &ConformanceArgs) -> i32 {
     for name in &a.drivers {
         all.extend(judge_driver(a, name, &kubelet_root));
     }
-    if a.kubelet_root.is_none() {
+    let left = detach_leftovers(&kubelet_root);
+    all.push(Check {
+        driver: "(all)".into(),
+        name: "nothing left mounted under the kubelet root".into(),
+        ok: left.is_empty(),
+        detail: if left.is_empty() {
+            String::new()
+        } else {
+            format!("detached: {}", left.join(", "))
+        },
+    });
+    // Only a tree with no mount left in it is removed: removing through a mount that a broken
+    // driver left behind would delete the volume's data.
+    if a.kubelet_root.is_none() && detach_leftovers(&kubelet_root).is_empty() {
         let _ = std::fs::remove_dir_all(&kubelet_root);
     }
     let width = all.iter().map(|c| c.name.len()).max().unwrap_or(10).min(70);
@@ -452,6 +465,27 @@ pub fn run(a: &ConformanceArgs) -> i32 {
         failed
     );
     i32::from(failed > 0)
+}
+
+/// Lazily detaches every mount at or below `root` (deepest first) and names them.
+fn detach_leftovers(root: &Path) -> Vec<String> {
+    let Ok(table) = MountTable::read() else {
+        return vec!["(mount table unreadable)".into()];
+    };
+    let mut left: Vec<PathBuf> = table
+        .entries
+        .iter()
+        .filter(|e| e.mount_point.starts_with(root))
+        .map(|e| e.mount_point.clone())
+        .collect();
+    left.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    for p in &left {
+        let _ = nix::mount::umount2(
+            p,
+            nix::mount::MntFlags::MNT_DETACH | nix::mount::MntFlags::UMOUNT_NOFOLLOW,
+        );
+    }
+    left.iter().map(|p| p.display().to_string()).collect()
 }
 
 fn tempfile_dir() -> std::io::Result<PathBuf> {

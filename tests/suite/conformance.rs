@@ -144,3 +144,36 @@ fn root_conformance_passes_flexvol_hostpath() {
     }
     assert!(env.mounts().is_empty(), "{:?}", env.mounts());
 }
+
+#[test]
+fn root_conformance_never_deletes_data_behind_a_mount_a_driver_left() {
+    crate::require_root!();
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("precious"), "keep me").unwrap();
+    // Mounts for real, but its unmount does nothing: the pod dirs stay bound to `data`.
+    let sticky = GOOD.replace(
+        "*) echo '{\"status\":\"Not supported\"}' ;;",
+        &format!("mount) mount --bind {} \"$2\" && echo '{{\"status\":\"Success\"}}' ;;\n  unmount) echo '{{\"status\":\"Success\"}}' ;;\n  *) echo '{{\"status\":\"Not supported\"}}' ;;", data.display()),
+    );
+    let (ok, text) = judge(
+        t.path(),
+        "sticky",
+        &sticky,
+        &["--options", r#"{"path":"/unused"}"#, "--parallel", "2"],
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("nothing left mounted")),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("precious")).unwrap(),
+        "keep me",
+        "the runner deleted data:\n{text}"
+    );
+    let left = crate::util::mounts_under(t.path());
+    assert!(left.is_empty(), "{left:?}");
+}
