@@ -255,16 +255,6 @@ impl HostPathOptions {
     }
 }
 
-/// The kubelet root a pod directory lives under (`<root>/pods/<uid>/volumes/<plugin>/<name>`).
-fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {
-    let comps: Vec<_> = pod_dir.components().collect();
-    let n = comps.len();
-    if n >= 6 && comps[n - 5].as_os_str() == "pods" && comps[n - 3].as_os_str() == "volumes" {
-        return Some(comps[..n - 5].iter().collect());
-    }
-    None
-}
-
 /// Locations refused when the node config names no allowed roots.
 const DENIED_SUBTREES: &[&str] = &["/proc", "/sys", "/dev", "/etc", "/boot"];
 
@@ -272,7 +262,7 @@ const DENIED_SUBTREES: &[&str] = &["/proc", "/sys", "/dev", "/etc", "/boot"];
 fn check_policy(ctx: &Context, resolved: &Path, pod_dir: &Path) -> Result<()> {
     let shown = resolved.display();
     let mut kubelet_roots = vec![PathBuf::from("/var/lib/kubelet")];
-    kubelet_roots.extend(kubelet_root(pod_dir));
+    kubelet_roots.extend(super::kubelet_root(pod_dir));
     for k in &kubelet_roots {
         let k = std::fs::canonicalize(k).unwrap_or_else(|_| k.clone());
         if resolved.starts_with(&k) || k.starts_with(resolved) {
@@ -635,15 +625,17 @@ mod tests {
     #[test]
     fn kubelet_root_from_pod_dir() {
         assert_eq!(
-            kubelet_root(Path::new(
+            crate::backend::kubelet_root(Path::new(
                 "/var/lib/kubelet/pods/u/volumes/flexvol~hostpath/v"
             )),
             Some(PathBuf::from("/var/lib/kubelet"))
         );
         assert_eq!(
-            kubelet_root(Path::new("/opt/rke/var/lib/kubelet/pods/u/volumes/a~b/v")),
+            crate::backend::kubelet_root(Path::new(
+                "/opt/rke/var/lib/kubelet/pods/u/volumes/a~b/v"
+            )),
             Some(PathBuf::from("/opt/rke/var/lib/kubelet"))
         );
-        assert_eq!(kubelet_root(Path::new("/tmp/x")), None);
+        assert_eq!(crate::backend::kubelet_root(Path::new("/tmp/x")), None);
     }
 }

@@ -147,3 +147,14 @@ pub fn canonical_mount_dir(dir: &Path) -> Result<Option<PathBuf>> {
         Err(e) => Err(Error::io("resolve", dir, e)),
     }
 }
+
+/// The kubelet root a pod directory lives under (`<root>/pods/<uid>/volumes/<plugin>/<name>`);
+/// `None` for a directory of another shape.
+pub fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {
+    let comps: Vec<_> = pod_dir.components().collect();
+    let n = comps.len();
+    if n >= 6 && comps[n - 5].as_os_str() == "pods" && comps[n - 3].as_os_str() == "volumes" {
+        return Some(comps[..n - 5].iter().collect());
+    }
+    None
+}

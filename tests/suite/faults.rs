@@ -4,32 +4,11 @@
 use crate::require_root;
 use crate::util::{Env, check_protocol};
 use serde_json::json;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
 fn mounts_at(p: &Path) -> Vec<flexvol::sys::mountinfo::MountInfo> {
     let t = flexvol::sys::mountinfo::MountTable::read().unwrap();
     t.all_at(p).cloned().collect()
-}
-
-/// Runs a call that must die at `checkpoint` by SIGKILL (proving the step was reached).
-#[track_caller]
-fn killed_at(env: &Env, args: &[&str], checkpoint: &str) {
-    let out = env
-        .command("hostpath", args)
-        .env("FLEXVOL_TEST_KILL_AT", checkpoint)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.signal(),
-        Some(9),
-        "{checkpoint} was not reached: {:?}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(
-        out.stdout.is_empty() && out.stderr.is_empty(),
-        "a killed driver prints nothing"
-    );
 }
 
 #[test]
@@ -70,7 +49,7 @@ fn root_kill_9_at_every_step_then_retry_converges() {
                 let rw = if read_only { "ro" } else { "rw" };
                 let j = json!({"path": src, "type": ty, "kubernetes.io/readwrite": rw}).to_string();
                 let case = format!("{step} file_like={file_like} ro={read_only}");
-                killed_at(&env, &["mount", pod.to_str().unwrap(), &j], step);
+                env.killed_at("hostpath", &["mount", pod.to_str().unwrap(), &j], step);
                 // The retry converges to exactly one mount with the requested access.
                 env.call("hostpath", &["mount", pod.to_str().unwrap(), &j])
                     .ok();
@@ -84,7 +63,7 @@ fn root_kill_9_at_every_step_then_retry_converges() {
                 assert_eq!(m[0].read_only(), read_only, "{case}");
                 // And the unmount converges after a crash at each of its steps, too.
                 for ustep in unmount_steps {
-                    killed_at(&env, &["unmount", pod.to_str().unwrap()], ustep);
+                    env.killed_at("hostpath", &["unmount", pod.to_str().unwrap()], ustep);
                     env.call("hostpath", &["unmount", pod.to_str().unwrap()])
                         .ok();
                     assert!(
@@ -119,8 +98,8 @@ fn root_crash_after_placeholder_then_pod_deleted_leaves_a_removable_dir() {
     let env = Env::new();
     let pod = env.pod_dir("u", "v");
     let j = json!({"path": env.root().join("f"), "type": "FileOrCreate"}).to_string();
-    killed_at(
-        &env,
+    env.killed_at(
+        "hostpath",
         &["mount", pod.to_str().unwrap(), &j],
         "hostpath-mount-after-placeholder",
     );

@@ -7,7 +7,6 @@
 
 use crate::util::{Env, Reply};
 use serde_json::json;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -560,22 +559,6 @@ fn guest_lvm_eight_volumes_in_parallel() {
     assert!(env.mounts().is_empty());
 }
 
-/// Runs a verb that must die by SIGKILL at `checkpoint`.
-#[track_caller]
-fn killed_at(env: &Env, args: &[&str], checkpoint: &str) {
-    let out = env
-        .command("lvm", args)
-        .env("FLEXVOL_TEST_KILL_AT", checkpoint)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.signal(),
-        Some(9),
-        "{checkpoint} not reached: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-}
-
 #[test]
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
@@ -585,8 +568,8 @@ fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
     // waitforattach killed right after lvcreate: the retry finds the LV and succeeds.
     let v = Vol::new(&env, &vg, "pv-k1", json!({}));
     v.call(&["attach", &v.j, "node-1"]).ok();
-    killed_at(
-        &env,
+    env.killed_at(
+        "lvm",
         &["waitforattach", &v.dev, &v.j],
         "lvm-waitforattach-after-lvcreate",
     );
@@ -595,8 +578,8 @@ fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
 
     // mountdevice killed after mkfs, before mount: the retry mounts that filesystem, not a new one.
     std::fs::create_dir_all(v.global()).unwrap();
-    killed_at(
-        &env,
+    env.killed_at(
+        "lvm",
         &["mountdevice", s(&v.global()), &v.dev, &v.j],
         "lvm-mountdevice-after-mkfs",
     );
@@ -612,8 +595,8 @@ fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
     // mountdevice killed after mount (state already written): the retry sees it mounted.
     v.call(&["waitforattach", &v.dev, &v.j]).ok();
     std::fs::create_dir_all(v.global()).unwrap();
-    killed_at(
-        &env,
+    env.killed_at(
+        "lvm",
         &["mountdevice", s(&v.global()), &v.dev, &v.j],
         "lvm-mountdevice-after-mount",
     );
@@ -632,8 +615,8 @@ fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
     // unmountdevice killed after unmount, before deactivation: kubelet sees no mount point and
     // does not call again; the next attach cycle still works and the data is there.
     v.unmount_pod("u2");
-    killed_at(
-        &env,
+    env.killed_at(
+        "lvm",
         &["unmountdevice", s(&v.global())],
         "lvm-unmountdevice-after-unmount",
     );

@@ -417,7 +417,6 @@ fn guest_nfs_dead_server_mount_fails_fast_and_existing_mounts_unmount_in_bounded
 #[test]
 #[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
 fn guest_nfs_kill_9_mid_verb_converges_on_retry() {
-    use std::os::unix::process::ExitStatusExt;
     require_server();
     let env = Env::new();
     let share = export_dir("kill9");
@@ -427,32 +426,18 @@ fn guest_nfs_kill_9_mid_verb_converges_on_retry() {
     let records = || std::fs::read_dir(env.state.join("nfs")).map_or(0, |d| d.count());
 
     // Killed after recording, before mount.nfs: nothing mounted, a record; the retry mounts.
-    let out = env
-        .command("nfs", &["mount", d, &j])
-        .env("FLEXVOL_TEST_KILL_AT", "nfs-mount-before-mount")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.signal(), Some(9));
+    env.killed_at("nfs", &["mount", d, &j], "nfs-mount-before-mount");
     assert!(nfs_mounts_at(&dir).is_empty());
     assert_eq!(records(), 1);
     // kubelet may instead give up on the pod: unmount of the never-made mount succeeds too.
     unmount(&env, &dir).ok();
     assert_eq!(records(), 0);
-    let _ = env
-        .command("nfs", &["mount", d, &j])
-        .env("FLEXVOL_TEST_KILL_AT", "nfs-mount-before-mount")
-        .output()
-        .unwrap();
+    env.killed_at("nfs", &["mount", d, &j], "nfs-mount-before-mount");
     mount(&env, &dir, &j).ok();
     assert_eq!(nfs_mounts_at(&dir).len(), 1);
 
     // Killed after unmounting, before forgetting the record: the retry just forgets it.
-    let out = env
-        .command("nfs", &["unmount", d])
-        .env("FLEXVOL_TEST_KILL_AT", "nfs-unmount-before-forget")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.signal(), Some(9));
+    env.killed_at("nfs", &["unmount", d], "nfs-unmount-before-forget");
     assert!(nfs_mounts_at(&dir).is_empty());
     assert_eq!(records(), 1);
     unmount(&env, &dir).ok();

@@ -406,16 +406,10 @@ fn root_kill_9_before_bind_then_retry_converges() {
     let src = env.mkdir("data");
     let pod = env.pod_dir("u", "v");
     let j = opts(&src, json!({"kubernetes.io/readwrite": "ro"}));
-    let out = env
-        .command("hostpath", &["mount", pod.to_str().unwrap(), &j])
-        .env("FLEXVOL_TEST_KILL_AT", "hostpath-mount-before-bind")
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        out.status.signal(),
-        Some(9),
-        "the driver must have been killed at the checkpoint"
+    env.killed_at(
+        "hostpath",
+        &["mount", pod.to_str().unwrap(), &j],
+        "hostpath-mount-before-bind",
     );
     assert_eq!(mount_count(&pod), 0);
     // The record of the intended mount survives the crash; the retry converges.

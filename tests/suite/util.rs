@@ -191,6 +191,28 @@ impl Env {
         check_protocol(&out.stdout, &out.stderr, out.status.code())
     }
 
+    /// Runs a call that must die by SIGKILL at `checkpoint` (`FLEXVOL_TEST_KILL_AT`), proving the
+    /// step was reached; a killed driver has printed nothing.
+    #[track_caller]
+    pub fn killed_at(&self, driver: &str, args: &[&str], checkpoint: &str) {
+        use std::os::unix::process::ExitStatusExt;
+        let out = self
+            .command(driver, args)
+            .env("FLEXVOL_TEST_KILL_AT", checkpoint)
+            .output()
+            .expect("run driver");
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "{checkpoint} was not reached: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            out.stdout.is_empty() && out.stderr.is_empty(),
+            "a killed driver prints nothing"
+        );
+    }
+
     /// A fresh directory (like kubelet's pod volume dir), created.
     pub fn mkdir(&self, rel: &str) -> PathBuf {
         let p = self.root().join(rel);

@@ -475,20 +475,10 @@ fn unmount_device(ctx: &Context, devices: &dyn Devices, dir: &Path) -> Result<Re
     Ok(Reply::success())
 }
 
-/// The kubelet root a pod directory lives under (`<root>/pods/<uid>/volumes/<plugin>/<name>`).
-fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {
-    let comps: Vec<_> = pod_dir.components().collect();
-    let n = comps.len();
-    if n >= 6 && comps[n - 5].as_os_str() == "pods" && comps[n - 3].as_os_str() == "volumes" {
-        return Some(comps[..n - 5].iter().collect());
-    }
-    None
-}
-
 /// Where kubelet asked `mountdevice` to mount this volume (reference §7).
 pub fn global_mount_dir(driver_name: &str, pod_dir: &Path, volume: &str) -> Option<PathBuf> {
     Some(
-        kubelet_root(pod_dir)?
+        crate::backend::kubelet_root(pod_dir)?
             .join("plugins/kubernetes.io/flexvolume")
             .join(driver_name)
             .join("mounts")
