@@ -42,20 +42,20 @@ fn answer(
         Ok(c) => c,
         Err(e) => return Reply::failure(e.to_string()),
     };
+    // Verbs answered from constants: no node work, so no guard thread and no fault injection.
+    let passive = matches!(
+        call,
+        Call::Init | Call::GetVolumeName { .. } | Call::Unknown { .. }
+    );
     // init must work even with a broken config: a failing init unloads the driver entirely, and
     // the real verbs will report the config error where an operator sees it (pod events).
     let config = match (config, &call) {
         (Ok(c), _) => c,
-        (Err(_), Call::Init | Call::GetVolumeName { .. } | Call::Unknown { .. }) => {
-            Config::default()
-        }
+        (Err(_), _) if passive => Config::default(),
         (Err(e), _) => return Reply::failure(e.to_string()),
     };
     let deadline = Deadline::after(config.verb_timeout());
-    if !matches!(
-        call,
-        Call::Init | Call::GetVolumeName { .. } | Call::Unknown { .. }
-    ) {
+    if !passive {
         process::start_guards(call.verb(), deadline);
     }
     let runner = SystemRunner::new(config.tool_dirs.clone());
@@ -66,10 +66,7 @@ fn answer(
         deadline,
         driver_name,
     };
-    if !matches!(
-        call,
-        Call::Init | Call::GetVolumeName { .. } | Call::Unknown { .. }
-    ) {
+    if !passive {
         inject_test_fault(&ctx);
     }
     match backend::answer(backend, &call, &ctx) {
@@ -99,7 +96,7 @@ pub fn finish(reply: &Reply) -> i32 {
         calllog::record_final(reply);
         reply.exit_code()
     } else {
-        // The watchdog or signal thread answered first and is exiting with 1.
+        // The guard thread (deadline or signal) answered first and is exiting with 1.
         1
     }
 }
