@@ -91,6 +91,29 @@ struct VerbArgs {
     args: Vec<String>,
 }
 
+/// The program, from the raw argv: returns the exit code. An argument that is not UTF-8 is
+/// refused with one Failure reply: kubelet only ever passes UTF-8 (JSON, paths it made), and
+/// replacing bad bytes with U+FFFD would name another path than the one given.
+pub fn main_os(args: Vec<std::ffi::OsString>) -> i32 {
+    let mut text = Vec::with_capacity(args.len());
+    for (i, a) in args.into_iter().enumerate() {
+        match a.into_string() {
+            Ok(s) => text.push(s),
+            Err(_) => {
+                let what = if i == 0 {
+                    "the program name (argv[0])".to_owned()
+                } else {
+                    format!("argument {i}")
+                };
+                return driver::finish(&Reply::failure(format!(
+                    "{what} is not valid UTF-8; flexvol refuses it rather than guess which path or option was meant (kubelet only passes UTF-8)"
+                )));
+            }
+        }
+    }
+    main(&text)
+}
+
 /// The program: returns the exit code.
 pub fn main(args: &[String]) -> i32 {
     let argv0 = args.first().map(String::as_str).unwrap_or("flexvol");

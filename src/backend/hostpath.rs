@@ -118,17 +118,92 @@ pub struct HostPathOptions {
 }
 
 fn parse_id(o: &Options, key: &str) -> std::result::Result<Option<u32>, OptionsError> {
+    let bad = |v: &str| OptionsError::invalid(key, v, "expected a numeric id (digits only)");
     match o.non_empty(key) {
         None => Ok(None),
-        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) && v.len() <= 10 => v
-            .parse()
-            .map(Some)
-            .map_err(|_| OptionsError::invalid(key, v, "expected a numeric id")),
-        Some(v) => Err(OptionsError::invalid(key, v, "expected a numeric id")),
+        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) && v.len() <= 10 => {
+            let id: u32 = v.parse().map_err(|_| bad(v))?;
+            // chown(2) reads (uid_t)-1 as "leave unchanged": accepting it would silently ignore
+            // what the user asked for.
+            if id == u32::MAX {
+                return Err(OptionsError::invalid(
+                    key,
+                    v,
+                    "4294967295 is (uid_t)-1, which chown reads as \"no change\"; use an id below it",
+                ));
+            }
+            Ok(Some(id))
+        }
+        Some(v) => Err(bad(v)),
     }
 }
 
+/// The `mode` option: octal permission bits only (at most `0777`, optional `0` or `0o` prefix).
+/// Set-uid, set-gid and sticky bits are refused: a pod author must not be able to make the
+/// driver create a set-gid directory (inherited group) or a sticky one on the node.
+fn parse_mode(o: &Options) -> std::result::Result<Option<u32>, OptionsError> {
+    let Some(v) = o.non_empty("mode") else {
+        return Ok(None);
+    };
+    let digits = v.strip_prefix("0o").unwrap_or(v);
+    let bad = |why: &str| OptionsError::invalid("mode", v, why);
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+    {
+        return Err(bad("expected octal permission bits such as 0755"));
+    }
+    let m = u32::from_str_radix(digits, 8)
+        .map_err(|_| bad("expected octal permission bits such as 0755"))?;
+    if m > 0o777 {
+        return Err(bad(
+            "set-uid, set-gid and sticky bits are not allowed on what the driver creates; use permission bits only (at most 0777)",
+        ));
+    }
+    Ok(Some(m))
+}
+
+/// Linux limits: a path of at most `PATH_MAX` (4096, with its NUL) bytes and components of at
+/// most `NAME_MAX` (255) bytes. Checked before anything is created, so an over-long path cannot
+/// leave a trail of directories behind.
+pub const PATH_MAX: usize = 4096;
+/// See [`PATH_MAX`].
+pub const NAME_MAX: usize = 255;
+
+/// A value short enough for a message (long paths are cut, never echoed whole).
+fn abbreviated(v: &str) -> String {
+    match v.char_indices().nth(80) {
+        Some((i, _)) => format!("{}... ({} bytes)", &v[..i], v.len()),
+        None => v.to_owned(),
+    }
+}
+
+fn check_lengths(key: &str, p: &str) -> std::result::Result<(), OptionsError> {
+    if p.len() >= PATH_MAX {
+        return Err(OptionsError::invalid(
+            key,
+            &abbreviated(p),
+            format!(
+                "is {} bytes long; Linux paths are limited to {} bytes",
+                p.len(),
+                PATH_MAX - 1
+            ),
+        ));
+    }
+    if let Some(c) = p.split('/').find(|c| c.len() > NAME_MAX) {
+        return Err(OptionsError::invalid(
+            key,
+            &abbreviated(p),
+            format!(
+                "has a {}-byte component ({}); Linux names are limited to {NAME_MAX} bytes",
+                c.len(),
+                abbreviated(c)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_host_path(key: &str, p: &str) -> std::result::Result<(), OptionsError> {
+    check_lengths(key, p)?;
     if !p.starts_with('/') {
         return Err(OptionsError::invalid(key, p, "must be an absolute path"));
     }
@@ -207,22 +282,7 @@ impl HostPathOptions {
         let base = o.require("path", "set options.path to an absolute host path")?;
         check_host_path("path", base)?;
         let path_type = PathType::parse(o.get("type").unwrap_or(""))?;
-        let mode = match o.non_empty("mode") {
-            None => None,
-            Some(v) => {
-                let m = u32::from_str_radix(v.strip_prefix("0o").unwrap_or(v), 8)
-                    .ok()
-                    .filter(|m| *m <= 0o7777)
-                    .ok_or_else(|| {
-                        OptionsError::invalid(
-                            "mode",
-                            v,
-                            "expected octal permission bits such as 0755",
-                        )
-                    })?;
-                Some(m)
-            }
-        };
+        let mode = parse_mode(o)?;
         let ownership = Ownership {
             uid: parse_id(o, "uid")?,
             gid: parse_id(o, "gid")?,
@@ -244,6 +304,10 @@ impl HostPathOptions {
             }
             None => (PathBuf::from(base), false),
         };
+        if patterned {
+            // The expanded pattern adds to the length: check the whole path before creating.
+            check_lengths("pathPattern", &path.to_string_lossy())?;
+        }
         Ok(Self {
             path,
             path_type,
@@ -255,61 +319,179 @@ impl HostPathOptions {
     }
 }
 
-/// Locations refused when the node config names no allowed roots.
-const DENIED_SUBTREES: &[&str] = &["/proc", "/sys", "/dev", "/etc", "/boot"];
+/// Locations no hostPath volume may be, contain or be inside, whatever `hostpath.allowedRoots`
+/// says: the node's cluster machinery. A pod that can write to one of them owns the node (a CNI
+/// binary, a runtime's socket, kubelet's pods with their secrets, etcd's data, flexvol's own
+/// config, records and executable). flexvol's own locations are added by [`protected_paths`].
+pub const ALWAYS_REFUSED: &[(&str, &str)] = &[
+    (
+        "/var/lib/kubelet",
+        "the kubelet directory, which holds every pod's volumes and secrets",
+    ),
+    (
+        "/usr/libexec/kubernetes",
+        "kubelet's default volume plugin directory",
+    ),
+    (
+        "/etc/kubernetes",
+        "the Kubernetes node configuration and credentials",
+    ),
+    ("/var/lib/etcd", "etcd's data"),
+    ("/var/lib/containerd", "a container runtime's data"),
+    ("/run/containerd", "a container runtime's sockets and state"),
+    ("/var/lib/docker", "a container runtime's data"),
+    ("/run/docker", "a container runtime's state"),
+    ("/run/docker.sock", "the Docker API socket"),
+    ("/var/lib/dockershim", "a container runtime's data"),
+    ("/var/lib/containers", "a container runtime's data"),
+    ("/run/containers", "a container runtime's state"),
+    ("/var/lib/cri-o", "a container runtime's data"),
+    ("/run/crio", "a container runtime's sockets and state"),
+    ("/var/lib/rancher", "k3s/RKE2 data (runtime, kubelet, etcd)"),
+    ("/run/k3s", "k3s's runtime state"),
+    ("/var/log/pods", "every pod's logs"),
+    ("/var/log/containers", "every container's logs"),
+    ("/var/lib/cni", "the CNI plugins' state"),
+    ("/etc/cni", "the CNI configuration"),
+    ("/opt/cni", "the CNI plugin binaries, which run as root"),
+];
 
-/// Checks the resolved source path against node policy.
-fn check_policy(ctx: &Context, resolved: &Path, pod_dir: &Path) -> Result<()> {
-    let shown = resolved.display();
-    let mut kubelet_roots = vec![PathBuf::from("/var/lib/kubelet")];
-    kubelet_roots.extend(super::kubelet_root(pod_dir));
-    for k in &kubelet_roots {
-        let k = std::fs::canonicalize(k).unwrap_or_else(|_| k.clone());
-        if resolved.starts_with(&k) || k.starts_with(resolved) {
+/// Everything [`check_policy`] refuses whatever the config says, with why: [`ALWAYS_REFUSED`],
+/// the kubelet root a pod directory lives under, and flexvol's own executable and plugin
+/// directory, config file, state and run directories and log file.
+pub fn protected_paths(
+    config: &crate::node::config::Config,
+    pod_dir: Option<&Path>,
+) -> Vec<(PathBuf, &'static str)> {
+    let mut out: Vec<(PathBuf, &'static str)> = ALWAYS_REFUSED
+        .iter()
+        .map(|(p, why)| (PathBuf::from(p), *why))
+        .collect();
+    if let Some(k) = pod_dir.and_then(super::kubelet_root) {
+        out.push((
+            k,
+            "the kubelet directory, which holds every pod's volumes and secrets",
+        ));
+    }
+    // Our executable, as the kernel knows it and as kubelet named it, and the directories it is
+    // installed in: `<plugin-dir>/<vendor>~<driver>/<driver>` makes the grandparent kubelet's
+    // plugin directory.
+    let argv0 = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    for exe in std::env::current_exe().ok().into_iter().chain(argv0) {
+        if let Some(dir) = exe.parent() {
+            let installed = dir
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains('~'));
+            if installed && let Some(plugins) = dir.parent() {
+                out.push((plugins.to_owned(), "kubelet's volume plugin directory"));
+            }
+            out.push((dir.to_owned(), "the directory of flexvol's own executable"));
+        }
+        out.push((exe, "flexvol's own executable"));
+    }
+    out.push((
+        crate::node::config::Config::path().0,
+        "flexvol's node config, which sets this policy",
+    ));
+    out.push((config.state_dir.clone(), "flexvol's state directory"));
+    out.push((config.run_dir.clone(), "flexvol's lock directory"));
+    if let Some(log) = config.log_path() {
+        out.push((log.to_owned(), "flexvol's log file"));
+    }
+    out
+}
+
+/// A path as it resolves now, missing components appended (they cannot be symlinks yet).
+fn resolved(p: &Path) -> PathBuf {
+    match paths::resolve_existing(p) {
+        Ok((real, missing)) => paths::joined(&real, &missing),
+        Err(_) => p.to_owned(),
+    }
+}
+
+/// Checks the resolved source path against node policy, before anything is created:
+/// 1. never a protected location ([`protected_paths`]) nor anything inside or containing one,
+///    compared as resolved paths (a `stateDir` configured through a symlink such as `/var/run`
+///    is still recognised) and, for what is inside, by device and inode of every ancestor (a bind
+///    mount of a protected directory elsewhere is still recognised);
+/// 2. device nodes only from `/dev` (one made with mknod elsewhere is a way around the device
+///    cgroup);
+/// 3. only paths under the allowed roots: `hostpath.allowedRoots`, or [`DEFAULT_HOSTPATH_ROOT`]
+///    when unset, resolved the same way.
+///
+/// [`DEFAULT_HOSTPATH_ROOT`]: crate::node::config::DEFAULT_HOSTPATH_ROOT
+fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<()> {
+    use crate::node::config::{Config, DEFAULT_HOSTPATH_ROOT};
+    let src = resolved_source;
+    let shown = src.display();
+    if src == Path::new("/") {
+        return Err(Error::refused(
+            "host path / is refused: it would expose the whole node",
+        ));
+    }
+    let protected = protected_paths(ctx.config, Some(pod_dir));
+    let mut ids = Vec::with_capacity(protected.len());
+    for (p, why) in &protected {
+        let real = resolved(p);
+        if src.starts_with(&real) || real.starts_with(src) {
             return Err(Error::refused(format!(
-                "host path {shown} is refused: it is or contains the kubelet directory {}, which holds every pod's volumes and secrets",
-                k.display()
+                "host path {shown} is refused: it is or contains {} ({why}), which no volume may expose whatever the node config says",
+                real.display()
+            )));
+        }
+        if let Ok(m) = std::fs::metadata(&real) {
+            ids.push(((m.dev(), m.ino()), p, *why));
+        }
+    }
+    for a in src.ancestors() {
+        if let Ok(m) = std::fs::metadata(a)
+            && let Some((_, p, why)) = ids.iter().find(|(id, _, _)| *id == (m.dev(), m.ino()))
+        {
+            return Err(Error::refused(format!(
+                "host path {shown} is refused: {} is {} ({why}) under another name, which no volume may expose whatever the node config says",
+                a.display(),
+                p.display()
             )));
         }
     }
-    for own in [&ctx.config.state_dir, &ctx.config.run_dir] {
-        if resolved.starts_with(own) || own.starts_with(resolved) {
+    if let Ok(m) = std::fs::symlink_metadata(src) {
+        use std::os::unix::fs::FileTypeExt;
+        let ft = m.file_type();
+        if (ft.is_char_device() || ft.is_block_device()) && !src.starts_with("/dev") {
             return Err(Error::refused(format!(
-                "host path {shown} is refused: it is or contains flexvol's own directory {}",
-                own.display()
+                "host path {shown} is refused: it is a device node outside /dev (made with mknod, it would bypass the container's device rules); device volumes must name the node's own /dev entry"
             )));
         }
     }
-    let roots = &ctx.config.hostpath.allowed_roots;
-    if roots.is_empty() {
-        if resolved == Path::new("/") {
-            return Err(Error::refused(
-                "host path / is refused: it would expose the whole node",
-            ));
-        }
-        if let Some(d) = DENIED_SUBTREES.iter().find(|d| resolved.starts_with(d)) {
-            return Err(Error::refused(format!(
-                "host path {shown} is refused: {d} is a system location. To allow it, list it in hostpath.allowedRoots in the node config ({})",
-                crate::node::config::Config::path().0.display()
-            )));
-        }
+
+    let configured = !ctx.config.hostpath.allowed_roots.is_empty();
+    let roots = ctx.config.hostpath.roots();
+    let allowed = roots.iter().any(|r| {
+        let r = resolved(r);
+        r != Path::new("/") && src.starts_with(&r)
+    });
+    if allowed {
         return Ok(());
     }
-    let allowed = roots.iter().any(|r| {
-        let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
-        resolved.starts_with(&r)
-    });
-    if !allowed {
-        let list = roots
-            .iter()
-            .map(|r| r.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+    let config_file = Config::path().0;
+    if !configured {
         return Err(Error::refused(format!(
-            "host path {shown} is outside the allowed roots ({list}) once symlinks are resolved; use a path under them or ask the node operator to extend hostpath.allowedRoots"
+            "host path {shown} is refused: it is outside {DEFAULT_HOSTPATH_ROOT}, the only directory the hostPath driver serves on a node without hostpath.allowedRoots; use a path under {DEFAULT_HOSTPATH_ROOT}, or ask the node operator to allow it in {}: \"hostpath\": {{\"allowedRoots\": [\"{shown}\"]}} (README \"Security\")",
+            config_file.display()
         )));
     }
-    Ok(())
+    let list = roots
+        .iter()
+        .map(|r| r.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::refused(format!(
+        "host path {shown} is refused: it is outside the allowed roots ({list}) once symlinks are resolved; use a path under them, or ask the node operator to add it to \"hostpath\": {{\"allowedRoots\": [...]}} in {}",
+        config_file.display()
+    )))
 }
 
 fn nix_io(what: &'static str, path: &Path, e: nix::Error) -> Error {

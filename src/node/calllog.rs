@@ -1,11 +1,14 @@
 //! One record per call: time, pid, backend, verb, arguments, reply and duration, as one JSON line
 //! appended to the log file (and optionally sent to the system log). Never stdout or stderr.
 //!
-//! Arguments are redacted before they are stored: kubelet's secret entries and any option whose
-//! name suggests a credential are replaced by `<redacted>`, and an argument that looks like JSON
+//! Arguments are redacted before they are stored, by the same rule as every message
+//! ([`crate::protocol::options::is_sensitive_key`]): kubelet's secret entries, any option whose
+//! name suggests a credential, and credential-like `name=value` items inside list options are
+//! replaced by `<redacted>`, and an argument that looks like JSON
 //! but does not parse is not logged at all (it could be a secret-bearing payload we cannot read).
 //! A log that cannot be written is dropped silently: the reply matters more than the log.
 
+use crate::protocol::options::{REDACTED, is_sensitive_key, redact_value};
 use crate::protocol::reply::Reply;
 use serde::Serialize;
 use std::io::Write;
@@ -104,15 +107,8 @@ fn send_syslog(socket: &std::path::Path, line: &str, failure: bool) {
     }
 }
 
-fn sensitive(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    key.starts_with(crate::protocol::options::keys::SECRET_PREFIX)
-        || ["password", "passwd", "secret", "token", "credential"]
-            .iter()
-            .any(|w| k.contains(w))
-}
-
-/// Redacts one argument for the log.
+/// Redacts one argument for the log: in an options object, every value goes through the one
+/// redaction rule ([`crate::protocol::options::redact_value`]).
 pub fn redact_arg(arg: &str) -> String {
     if !arg.trim_start().starts_with('{') {
         return arg.to_owned();
@@ -120,9 +116,12 @@ pub fn redact_arg(arg: &str) -> String {
     match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(arg) {
         Ok(mut map) => {
             for (k, v) in map.iter_mut() {
-                if sensitive(k) {
-                    *v = serde_json::Value::String("<redacted>".into());
-                }
+                let shown = match v {
+                    serde_json::Value::String(s) => redact_value(k, s),
+                    _ if is_sensitive_key(k) => REDACTED.to_owned(),
+                    _ => continue,
+                };
+                *v = serde_json::Value::String(shown);
             }
             serde_json::to_string(&map).unwrap_or_else(|_| "<unprintable>".into())
         }
@@ -173,6 +172,17 @@ mod tests {
             "/var/lib/kubelet/pods/x"
         );
         assert!(!redact_arg(r#"{"kubernetes.io/secret/p":"czNjcjN0""#).contains("czNj"));
+        // The broad, case-insensitive rule, and list items.
+        let a = redact_arg(
+            r#"{"PASS":"a1","apiKey":"a2","authToken":"a3","privateData":"a4","cred":"a5","mountOptions":"ro,password=a6"}"#,
+        );
+        for v in ["a1", "a2", "a3", "a4", "a5", "a6"] {
+            assert!(!a.contains(v), "{v} leaked: {a}");
+        }
+        assert!(
+            a.contains(r#""mountOptions":"ro,password=<redacted>""#),
+            "{a}"
+        );
     }
 
     #[test]

@@ -103,7 +103,7 @@ kl_init() {
 		"$KL_TMP/state" "$KL_TMP/run"
 	: >"$KL_DRIVER_LOG"
 	cat >"$KL_CONFIG" <<EOF
-{"stateDir":"$KL_TMP/state","runDir":"$KL_TMP/run","logFile":"$KL_DRIVER_LOG"}
+{"stateDir":"$KL_TMP/state","runDir":"$KL_TMP/run","logFile":"$KL_DRIVER_LOG","hostpath":{"allowedRoots":["$KL_DATA"]}}
 EOF
 	export FLEXVOL_CONFIG="$KL_CONFIG"
 	kl_host_prepare

@@ -356,7 +356,7 @@ fn guest_nfs_dead_server_mount_fails_fast_and_existing_mounts_unmount_in_bounded
     let r = mount(&env, &fresh, &payload("uid-d4", &share, json!({})));
     let mount_took = t.elapsed();
     r.failed("NFS server 127.0.0.1 is unreachable")
-        .failed("refused the connection")
+        .failed("nothing accepted a TCP connection")
         .failed("Nothing was mounted");
     assert!(mount_took < Duration::from_secs(5), "{mount_took:?}");
     assert!(nfs_mounts_at(&fresh).is_empty());
@@ -535,7 +535,7 @@ fn guest_nfs_silent_server_costs_the_probe_budget_not_a_hang() {
     let r = mount(&env, &fresh, &payload("uid-s2", &share, json!({})));
     let mount_took = t.elapsed();
     r.failed("is unreachable")
-        .failed("no answer from 127.0.0.1:2049");
+        .failed("nothing accepted a TCP connection on 127.0.0.1:2049");
     assert!(
         mount_took >= Duration::from_secs(4) && mount_took < Duration::from_secs(8),
         "{mount_took:?}"

@@ -222,7 +222,8 @@ fn root_symlink_escape_from_allowed_root_is_refused() {
 #[test]
 fn root_system_locations_and_kubelet_root_are_refused_by_default() {
     require_root!();
-    let env = Env::new();
+    // The node's default policy: no allowedRoots.
+    let env = Env::with_config(json!({"hostpath": {}}));
     let pod = env.pod_dir("u", "v");
     for p in [
         "/",
