@@ -147,12 +147,11 @@ fn parse_mode(o: &Options) -> std::result::Result<Option<u32>, OptionsError> {
     };
     let digits = v.strip_prefix("0o").unwrap_or(v);
     let bad = |why: &str| OptionsError::invalid("mode", v, why);
-    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
-    {
-        return Err(bad("expected octal permission bits such as 0755"));
-    }
-    let m = u32::from_str_radix(digits, 8)
-        .map_err(|_| bad("expected octal permission bits such as 0755"))?;
+    let m = Some(digits)
+        .filter(|d| !d.is_empty() && d.len() <= 6 && d.bytes().all(|b| (b'0'..=b'7').contains(&b)))
+        .and_then(|d| u32::from_str_radix(d, 8).ok())
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| bad("expected octal permission bits such as 0755"))?;
     if m > 0o777 {
         return Err(bad(
             "set-uid, set-gid and sticky bits are not allowed on what the driver creates; use permission bits only (at most 0777)",

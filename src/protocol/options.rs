@@ -86,12 +86,24 @@ pub enum OptionsError {
         value: String,
         reason: String,
     },
+    /// A key the backend does not know. Its value is never shown: an unknown key may be a
+    /// credential under a name the redaction rule does not recognise.
+    #[error("option {key:?} is not known (its value is not shown): {reason}")]
+    Unknown { key: String, reason: String },
     /// A required key is absent or empty.
     #[error("option {key:?} is required: {hint}")]
     Missing { key: String, hint: String },
 }
 
 impl OptionsError {
+    /// Shorthand for an unknown key (its value is never shown).
+    pub fn unknown(key: &str, reason: impl Into<String>) -> Self {
+        OptionsError::Unknown {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// Shorthand for an invalid value.
     pub fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Self {
         OptionsError::Invalid {

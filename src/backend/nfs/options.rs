@@ -430,9 +430,8 @@ impl NfsOptions {
             .keys()
             .find(|k| !k.starts_with("kubernetes.io/") && !KNOWN_KEYS.contains(&k.as_str()))
         {
-            return Err(OptionsError::invalid(
+            return Err(OptionsError::unknown(
                 k,
-                o.get(k).unwrap_or(""),
                 format!(
                     "unknown NFS option; the options are {} (see drivers/nfs/README.md)",
                     KNOWN_KEYS.join(", ")
