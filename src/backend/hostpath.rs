@@ -362,44 +362,95 @@ pub fn protected_paths(
     config: &crate::node::config::Config,
     pod_dir: Option<&Path>,
 ) -> Vec<(PathBuf, &'static str)> {
-    let mut out: Vec<(PathBuf, &'static str)> = ALWAYS_REFUSED
+    protected(config, pod_dir)
+        .into_iter()
+        .map(|p| (p.path, p.why))
+        .collect()
+}
+
+/// One protected location. `configured` paths come from the node config (or `FLEXVOL_CONFIG`)
+/// and may run through symlinks (`/var/run/flexvol`), so they are resolved before comparing;
+/// the others are canonical already (from the kernel or a canonical pod directory) or fixed
+/// system locations, which are compared by device and inode as well.
+struct Protected {
+    path: PathBuf,
+    why: &'static str,
+    configured: bool,
+}
+
+fn protected(config: &crate::node::config::Config, pod_dir: Option<&Path>) -> Vec<Protected> {
+    let fixed = |path: PathBuf, why| Protected {
+        path,
+        why,
+        configured: false,
+    };
+    let configured = |path: PathBuf, why| Protected {
+        path,
+        why,
+        configured: true,
+    };
+    let mut out: Vec<Protected> = ALWAYS_REFUSED
         .iter()
-        .map(|(p, why)| (PathBuf::from(p), *why))
+        .map(|(p, why)| fixed(PathBuf::from(p), *why))
         .collect();
     if let Some(k) = pod_dir.and_then(super::kubelet_root) {
-        out.push((
+        out.push(fixed(
             k,
             "the kubelet directory, which holds every pod's volumes and secrets",
         ));
     }
-    // Our executable, as the kernel knows it and as kubelet named it, and the directories it is
-    // installed in: `<plugin-dir>/<vendor>~<driver>/<driver>` makes the grandparent kubelet's
-    // plugin directory.
+    // Our executable, as the kernel knows it (canonical) and as kubelet named it, and the
+    // directories it is installed in: `<plugin-dir>/<vendor>~<driver>/<driver>` makes the
+    // grandparent kubelet's plugin directory.
     let argv0 = std::env::args_os()
         .next()
         .map(PathBuf::from)
         .filter(|p| p.is_absolute());
-    for exe in std::env::current_exe().ok().into_iter().chain(argv0) {
+    for (exe, named) in std::env::current_exe()
+        .ok()
+        .map(|e| (e, false))
+        .into_iter()
+        .chain(argv0.map(|a| (a, true)))
+    {
+        let entry = |p: PathBuf, why| Protected {
+            path: p,
+            why,
+            configured: named,
+        };
         if let Some(dir) = exe.parent() {
             let installed = dir
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy().contains('~'));
             if installed && let Some(plugins) = dir.parent() {
-                out.push((plugins.to_owned(), "kubelet's volume plugin directory"));
+                out.push(entry(
+                    plugins.to_owned(),
+                    "kubelet's volume plugin directory",
+                ));
             }
-            out.push((dir.to_owned(), "the directory of flexvol's own executable"));
+            out.push(entry(
+                dir.to_owned(),
+                "the directory of flexvol's own executable",
+            ));
         }
-        out.push((exe, "flexvol's own executable"));
+        out.push(entry(exe, "flexvol's own executable"));
     }
-    out.push((
+    out.push(configured(
         crate::node::config::Config::path().0,
         "flexvol's node config, which sets this policy",
     ));
-    out.push((config.state_dir.clone(), "flexvol's state directory"));
-    out.push((config.run_dir.clone(), "flexvol's lock directory"));
+    out.push(configured(
+        config.state_dir.clone(),
+        "flexvol's state directory",
+    ));
+    out.push(configured(
+        config.run_dir.clone(),
+        "flexvol's lock directory",
+    ));
     if let Some(log) = config.log_path() {
-        out.push((log.to_owned(), "flexvol's log file"));
+        out.push(configured(log.to_owned(), "flexvol's log file"));
     }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert(p.path.clone()));
     out
 }
 
@@ -413,9 +464,10 @@ fn resolved(p: &Path) -> PathBuf {
 
 /// Checks the resolved source path against node policy, before anything is created:
 /// 1. never a protected location ([`protected_paths`]) nor anything inside or containing one,
-///    compared as resolved paths (a `stateDir` configured through a symlink such as `/var/run`
-///    is still recognised) and, for what is inside, by device and inode of every ancestor (a bind
-///    mount of a protected directory elsewhere is still recognised);
+///    compared as paths (configured ones resolved first, so a `stateDir` configured through a
+///    symlink such as `/var/run` is still recognised) and, for what is inside, by device and
+///    inode of every ancestor of the source (a protected directory reached through a symlink or
+///    bind-mounted elsewhere is still recognised);
 /// 2. device nodes only from `/dev` (one made with mknod elsewhere is a way around the device
 ///    cgroup);
 /// 3. only paths under the allowed roots: `hostpath.allowedRoots`, or [`DEFAULT_HOSTPATH_ROOT`]
@@ -431,10 +483,15 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
             "host path / is refused: it would expose the whole node",
         ));
     }
-    let protected = protected_paths(ctx.config, Some(pod_dir));
+    let protected = protected(ctx.config, Some(pod_dir));
     let mut ids = Vec::with_capacity(protected.len());
-    for (p, why) in &protected {
-        let real = resolved(p);
+    for Protected {
+        path: p,
+        why,
+        configured,
+    } in &protected
+    {
+        let real = if *configured { resolved(p) } else { p.clone() };
         if src.starts_with(&real) || real.starts_with(src) {
             return Err(Error::refused(format!(
                 "host path {shown} is refused: it is or contains {} ({why}), which no volume may expose whatever the node config says",
