@@ -516,11 +516,14 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
     if let Ok(m) = std::fs::symlink_metadata(src) {
         use std::os::unix::fs::FileTypeExt;
         let ft = m.file_type();
-        if (ft.is_char_device() || ft.is_block_device()) && !src.starts_with("/dev") {
-            return Err(Error::refused(format!(
-                "host path {shown} is refused: it is a device node outside /dev (made with mknod, it would bypass the container's device rules); device volumes must name the node's own /dev entry"
-            )));
-        }
+        let kind = if ft.is_char_device() {
+            FileKind::CharDevice
+        } else if ft.is_block_device() {
+            FileKind::BlockDevice
+        } else {
+            FileKind::Other
+        };
+        check_device_source(src, kind)?;
     }
 
     let configured = !ctx.config.hostpath.allowed_roots.is_empty();
@@ -548,6 +551,21 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
         "host path {shown} is refused: it is outside the allowed roots ({list}) once symlinks are resolved; use a path under them, or ask the node operator to add it to \"hostpath\": {{\"allowedRoots\": [...]}} in {}",
         config_file.display()
     )))
+}
+
+/// Device nodes are served only from `/dev`: one made with mknod elsewhere (say by a pod with
+/// `CAP_MKNOD` inside its volume) would bypass the device rules of the container that gets it.
+/// [`check_policy`] applies this to what the path is before anything is opened; call it again
+/// with the kind of the opened descriptor to close the window in which the path could be swapped.
+pub(crate) fn check_device_source(resolved: &Path, kind: FileKind) -> Result<()> {
+    if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && !resolved.starts_with("/dev")
+    {
+        return Err(Error::refused(format!(
+            "host path {} is refused: it is a device node outside /dev (made with mknod, it would bypass the container's device rules); device volumes must name the node's own /dev entry",
+            resolved.display()
+        )));
+    }
+    Ok(())
 }
 
 fn nix_io(what: &'static str, path: &Path, e: nix::Error) -> Error {
@@ -834,9 +852,36 @@ mod tests {
             r#"{"path":"/srv/a","mode":"17777"}"#,
             r#"{"path":"/srv/a","uid":"-1"}"#,
             r#"{"path":"/srv/a","uid":"root"}"#,
+            r#"{"path":"/srv/a","uid":"4294967295"}"#,
+            r#"{"path":"/srv/a","gid":"4294967295"}"#,
+            r#"{"path":"/srv/a","uid":"4294967296"}"#,
+            r#"{"path":"/srv/a","mode":"+755"}"#,
+            r#"{"path":"/srv/a","mode":"-755"}"#,
+            r#"{"path":"/srv/a","mode":"04755"}"#,
+            r#"{"path":"/srv/a","mode":"2775"}"#,
+            r#"{"path":"/srv/a","mode":"1777"}"#,
+            r#"{"path":"/srv/a","mode":"0o"}"#,
         ] {
             assert!(opts(bad).is_err(), "{bad} should be refused");
         }
+        for (mode, want) in [("0o750", 0o750), ("750", 0o750), ("00750", 0o750), ("0", 0)] {
+            let j = format!(r#"{{"path":"/srv/a","mode":"{mode}"}}"#);
+            assert_eq!(opts(&j).unwrap().ownership.mode, Some(want), "{mode}");
+        }
+        assert_eq!(
+            opts(r#"{"path":"/srv/a","uid":"4294967294"}"#)
+                .unwrap()
+                .ownership
+                .uid,
+            Some(4_294_967_294)
+        );
+        // Linux's limits, checked before anything is created.
+        let long = format!(r#"{{"path":"/srv/{}"}}"#, "a/".repeat(2100));
+        assert!(opts(&long).unwrap_err().to_string().contains("4095 bytes"));
+        let wide = format!(r#"{{"path":"/srv/{}"}}"#, "n".repeat(256));
+        assert!(opts(&wide).unwrap_err().to_string().contains("255 bytes"));
+        let ok = format!(r#"{{"path":"/srv/{}"}}"#, "n".repeat(255));
+        assert!(opts(&ok).is_ok());
     }
 
     #[test]
