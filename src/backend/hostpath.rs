@@ -368,10 +368,11 @@ pub fn protected_paths(
         .collect()
 }
 
-/// One protected location. `configured` paths come from the node config (or `FLEXVOL_CONFIG`)
-/// and may run through symlinks (`/var/run/flexvol`), so they are resolved before comparing;
-/// the others are canonical already (from the kernel or a canonical pod directory) or fixed
-/// system locations, which are compared by device and inode as well.
+/// One protected location. `configured` paths come from the node config (or `FLEXVOL_CONFIG`,
+/// or kubelet's argv[0]) and may run through symlinks (`/var/run/flexvol`), so they are resolved
+/// before comparing, missing components included; the others are fixed system locations or
+/// canonical already (from the kernel or a canonical pod directory), resolved when they exist.
+/// All are compared by device and inode as well.
 struct Protected {
     path: PathBuf,
     why: &'static str,
@@ -491,14 +492,20 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
         configured,
     } in &protected
     {
-        let real = if *configured { resolved(p) } else { p.clone() };
+        // What the location really is (a fixed one may be relocated by a symlink, as
+        // `/var/lib/docker` -> `/data/docker`), with its device and inode.
+        let (real, meta) = match paths::real_path(p) {
+            Ok((real, m)) => (real, Some(m)),
+            Err(_) if *configured => (resolved(p), None),
+            Err(_) => (p.clone(), None),
+        };
         if src.starts_with(&real) || real.starts_with(src) {
             return Err(Error::refused(format!(
                 "host path {shown} is refused: it is or contains {} ({why}), which no volume may expose whatever the node config says",
                 real.display()
             )));
         }
-        if let Ok(m) = std::fs::metadata(&real) {
+        if let Some(m) = meta {
             ids.push(((m.dev(), m.ino()), p, *why));
         }
     }

@@ -96,6 +96,23 @@ pub fn resolve_existing(path: &Path) -> std::io::Result<(PathBuf, Vec<OsString>)
     }
 }
 
+/// What an existing path really is: its canonical form and its metadata (symlinks followed), in
+/// a constant four syscalls whatever its depth (open `O_PATH`, fstat, readlink of
+/// `/proc/self/fd/N`, close), where `canonicalize` costs one per component.
+pub fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_PATH)
+        .open(path)?;
+    let meta = f.metadata()?;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .ok()
+        .filter(|p| p.is_absolute())
+        .map_or_else(|| std::fs::canonicalize(path), Ok)?;
+    Ok((real, meta))
+}
+
 /// The path with the missing components appended: what the path will resolve to once created.
 pub fn joined(base: &Path, rest: &[OsString]) -> PathBuf {
     let mut p = base.to_path_buf();
@@ -231,6 +248,18 @@ mod tests {
             .mode()
             & 0o7777;
         assert_eq!(m, 0o750);
+    }
+
+    #[test]
+    fn real_path_resolves_like_canonicalize() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(base.join("a/b")).unwrap();
+        std::os::unix::fs::symlink(base.join("a"), base.join("l")).unwrap();
+        let (real, meta) = real_path(&base.join("l/b")).unwrap();
+        assert_eq!(real, base.join("a/b"));
+        assert!(meta.is_dir());
+        assert!(real_path(&base.join("missing")).is_err());
     }
 
     #[test]
