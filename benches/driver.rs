@@ -165,7 +165,7 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"{0}/flexvol.log"}}"#,
+            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"{0}/flexvol.log","hostpath":{{"allowedRoots":["{0}/src"]}}}}"#,
             t.display()
         ),
     )
