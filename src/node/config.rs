@@ -156,7 +156,15 @@ impl Config {
             path: path.clone(),
             source,
         })?;
-        check_trusted(&path, &meta)?;
+        // The file's real path, as the kernel opened it (one readlink, whatever the depth).
+        let real = {
+            use std::os::fd::AsRawFd;
+            std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .ok()
+                .filter(|p| p.is_absolute())
+                .or_else(|| std::fs::canonicalize(&path).ok())
+        };
+        check_trusted(&path, real.as_deref(), &meta)?;
         let mut data = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut data).map_err(|source| ConfigError::Read {
             path: path.clone(),
@@ -268,9 +276,13 @@ impl Config {
 }
 
 /// Refuses a config file that someone other than root (or us) could have written: the file
-/// itself (`meta`, from the opened file) and every directory above it, both as named and after
-/// resolving symlinks.
-fn check_trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), ConfigError> {
+/// itself (`meta`, from the opened file) and every directory above it, both as named and as
+/// `real` (the opened file's resolved path).
+fn check_trusted(
+    path: &Path,
+    real: Option<&Path>,
+    meta: &std::fs::Metadata,
+) -> Result<(), ConfigError> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
     let untrusted = |reason: String, fix: String| ConfigError::Untrusted {
@@ -306,7 +318,7 @@ fn check_trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), ConfigErro
         std::env::current_dir().unwrap_or_default().join(path)
     };
     let mut dirs: Vec<PathBuf> = absolute.ancestors().skip(1).map(Path::to_owned).collect();
-    if let Ok(real) = std::fs::canonicalize(path) {
+    if let Some(real) = real {
         for d in real.ancestors().skip(1) {
             if !dirs.iter().any(|x| x == d) {
                 dirs.push(d.to_owned());

@@ -441,6 +441,11 @@ fn contract_untrusted_config_is_refused_and_doctor_flags_it() {
     call(&moved, &["mount", pod.to_str().unwrap(), &j])
         .failed("writable by group or others without the sticky bit");
     call(&moved, &["init"]).ok();
+    // Named through a symlink from a safe directory: judged where it really is.
+    let link = env.root().join("config-link.json");
+    std::os::unix::fs::symlink(&moved, &link).unwrap();
+    call(&link, &["mount", pod.to_str().unwrap(), &j])
+        .failed("writable by group or others without the sticky bit");
     // With the sticky bit (like /tmp) it is fine.
     std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
     call(&moved, &["mount", pod.to_str().unwrap(), &j]).failed("does not exist");
