@@ -24,7 +24,7 @@ kubelet runs this binary as <plugin-dir>/<vendor>~<driver>/<driver> (for example
 runs as selects the backend. Under its own name it runs the same verbs by hand, for debugging:
 
   flexvol --pretty hostpath init
-  flexvol hostpath mount /tmp/vol '{\"path\":\"/srv/data\",\"type\":\"DirectoryOrCreate\"}'
+  flexvol hostpath mount /tmp/vol '{\"path\":\"/srv/flexvol/data\",\"type\":\"DirectoryOrCreate\"}'
   flexvol hostpath unmount /tmp/vol
 
 Every verb prints exactly one JSON object (the reply kubelet reads) and exits 0 for Success and
@@ -75,7 +75,7 @@ enum Command {
     Gc(ops::gc::GcArgs),
     /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
     #[command(
-        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}'"
+        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/flexvol/conformance\",\"type\":\"DirectoryOrCreate\"}'"
     )]
     Conformance(ops::conformance::ConformanceArgs),
 }
@@ -198,7 +198,7 @@ fn role(backend: Backend, verb: &str) -> &'static str {
 
 fn example(backend: Backend, verb: &str) -> String {
     let json = match backend {
-        Backend::HostPath => r#"{"path":"/srv/data","type":"DirectoryOrCreate"}"#,
+        Backend::HostPath => r#"{"path":"/srv/flexvol/data","type":"DirectoryOrCreate"}"#,
         Backend::Nfs => r#"{"server":"10.0.0.5","share":"/exports/data"}"#,
         Backend::Lvm => {
             r#"{"volumegroup":"vg0","volumeID":"lv1","size":"1Gi","kubernetes.io/fsType":"ext4"}"#
