@@ -117,6 +117,9 @@ pub struct HostPathOptions {
     pub read_only: bool,
 }
 
+/// The options the hostPath backend reads (besides kubelet's own keys).
+pub const OPTION_KEYS: &[&str] = &["path", "type", "uid", "gid", "mode", "pathPattern"];
+
 fn parse_id(o: &Options, key: &str) -> std::result::Result<Option<u32>, OptionsError> {
     let bad = |v: &str| OptionsError::invalid(key, v, "expected a numeric id (digits only)");
     match o.non_empty(key) {

@@ -4,7 +4,7 @@
 //! Arguments are redacted before they are stored, by the same rule as every message
 //! ([`crate::protocol::options::is_sensitive_key`]): kubelet's secret entries, any option whose
 //! name suggests a credential, and credential-like `name=value` items inside list options are
-//! replaced by `<redacted>`, and an argument that looks like JSON
+//! replaced by `<redacted>`, the value of an option the backend does not read is not logged, and an argument that looks like JSON
 //! but does not parse is not logged at all (it could be a secret-bearing payload we cannot read).
 //! A log that cannot be written is dropped silently: the reply matters more than the log.
 
@@ -57,7 +57,7 @@ pub fn begin(
         time: SystemTime::now(),
         backend: backend.into(),
         verb: verb.into(),
-        args: args.iter().map(|a| redact_arg(a)).collect(),
+        args: args.iter().map(|a| redact_arg(backend, a)).collect(),
     };
     if let Ok(mut g) = PENDING.lock() {
         *g = Some(p);
@@ -107,9 +107,32 @@ fn send_syslog(socket: &std::path::Path, line: &str, failure: bool) {
     }
 }
 
-/// Redacts one argument for the log: in an options object, every value goes through the one
-/// redaction rule ([`crate::protocol::options::redact_value`]).
-pub fn redact_arg(arg: &str) -> String {
+/// Whether `backend` reads option `key` (kubelet's own keys included). The value of an option it
+/// does not read is not logged: its name may be a credential the redaction rule does not know.
+fn known_option(backend: &str, key: &str) -> bool {
+    crate::protocol::options::keys::KUBELET.contains(&key)
+        || match backend {
+            "hostpath" => crate::backend::hostpath::OPTION_KEYS.contains(&key),
+            "nfs" => crate::backend::nfs::options::KNOWN_KEYS.contains(&key),
+            // The keys of `backend::lvm::options::key` (a private module); a key added there
+            // and not here is only logged without its value.
+            "lvm" => [
+                "volumegroup",
+                "volumeID",
+                "size",
+                "thinpool",
+                "mkfsOptions",
+                "mountOptions",
+            ]
+            .contains(&key),
+            _ => false,
+        }
+}
+
+/// Redacts one argument of a call to `backend` for the log: in an options object, every value
+/// goes through the one redaction rule ([`crate::protocol::options::redact_value`]), and the
+/// value of an option the backend does not read is not logged at all.
+pub fn redact_arg(backend: &str, arg: &str) -> String {
     if !arg.trim_start().starts_with('{') {
         return arg.to_owned();
     }
@@ -117,8 +140,9 @@ pub fn redact_arg(arg: &str) -> String {
         Ok(mut map) => {
             for (k, v) in map.iter_mut() {
                 let shown = match v {
-                    serde_json::Value::String(s) => redact_value(k, s),
                     _ if is_sensitive_key(k) => REDACTED.to_owned(),
+                    _ if !known_option(backend, k) => "<not logged: unknown option>".to_owned(),
+                    serde_json::Value::String(s) => redact_value(k, s),
                     _ => continue,
                 };
                 *v = serde_json::Value::String(shown);
@@ -161,19 +185,21 @@ mod tests {
     #[test]
     fn redaction() {
         let a = redact_arg(
-            r#"{"kubernetes.io/secret/password":"czNjcjN0","share":"/x","mountPassword":"p"}"#,
+            "nfs",
+            r#"{"kubernetes.io/secret/password":"czNjcjN0","share":"/x","mountPassword":"p","note":"n1","kubernetes.io/pod.name":"web"}"#,
         );
         assert_eq!(
             a,
-            r#"{"kubernetes.io/secret/password":"<redacted>","mountPassword":"<redacted>","share":"/x"}"#
+            r#"{"kubernetes.io/pod.name":"web","kubernetes.io/secret/password":"<redacted>","mountPassword":"<redacted>","note":"<not logged: unknown option>","share":"/x"}"#
         );
         assert_eq!(
-            redact_arg("/var/lib/kubelet/pods/x"),
+            redact_arg("hostpath", "/var/lib/kubelet/pods/x"),
             "/var/lib/kubelet/pods/x"
         );
-        assert!(!redact_arg(r#"{"kubernetes.io/secret/p":"czNjcjN0""#).contains("czNj"));
+        assert!(!redact_arg("nfs", r#"{"kubernetes.io/secret/p":"czNjcjN0""#).contains("czNj"));
         // The broad, case-insensitive rule, and list items.
         let a = redact_arg(
+            "nfs",
             r#"{"PASS":"a1","apiKey":"a2","authToken":"a3","privateData":"a4","cred":"a5","mountOptions":"ro,password=a6"}"#,
         );
         for v in ["a1", "a2", "a3", "a4", "a5", "a6"] {

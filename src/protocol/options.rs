@@ -39,6 +39,19 @@ pub mod keys {
     pub const FS_GROUP_LEGACY: &str = "kubernetes.io/fsGroup";
     /// Prefix of secret entries.
     pub const SECRET_PREFIX: &str = "kubernetes.io/secret/";
+    /// Every plain key kubelet itself sets (a pod author may add others with this prefix, which
+    /// are then unknown options like any other).
+    pub const KUBELET: &[&str] = &[
+        FS_TYPE,
+        READWRITE,
+        PV_OR_VOLUME_NAME,
+        POD_NAME,
+        POD_NAMESPACE,
+        POD_UID,
+        SERVICE_ACCOUNT,
+        FS_GROUP,
+        FS_GROUP_LEGACY,
+    ];
 }
 
 /// A secret value. Its `Debug` and `Display` print `<redacted>`; only [`Secret::expose`] reads it.

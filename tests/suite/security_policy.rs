@@ -345,7 +345,7 @@ fn contract_credential_values_never_reach_replies_logs_or_syslog() {
         with("credentials", "Cred5pwL"),
         with("mountOptions", "ro,password=Cred6pwL"),
     ];
-    // An unknown key: its value is not shown in the reply (the log keeps non-credential values).
+    // An unknown key: its value is shown nowhere (its name may be a credential we do not know).
     let unknown = with("note", "Unknown7");
     // A known, harmless key: shown, so the user can fix it.
     let harmless = with("server", "Harmless8;");
@@ -370,6 +370,10 @@ fn contract_credential_values_never_reach_replies_logs_or_syslog() {
         assert!(!syslog.contains(&v), "{v} in syslog: {syslog}");
     }
     assert!(!replies.contains("Unknown7"), "{replies}");
+    assert!(
+        !log.contains("Unknown7") && !syslog.contains("Unknown7"),
+        "{log}"
+    );
     assert!(replies.contains("Harmless8;"), "{replies}");
     assert!(replies.contains("password=<redacted>"), "{replies}");
     assert!(log.contains("<redacted>") && syslog.contains("<redacted>"));

@@ -128,7 +128,7 @@ impl NfsOptions {
 }
 
 /// The keys a volume may set (besides kubelet's own `kubernetes.io/*`).
-const KNOWN_KEYS: &[&str] = &["server", "share", "version", "mountOptions"];
+pub const KNOWN_KEYS: &[&str] = &["server", "share", "version", "mountOptions"];
 
 /// How a mount option's value is checked.
 #[derive(Debug, Clone, Copy)]
