@@ -453,8 +453,10 @@ fn protected(config: &crate::node::config::Config, pod_dir: Option<&Path>) -> Ve
     if let Some(log) = config.log_path() {
         out.push(configured(log.to_owned(), "flexvol's log file"));
     }
+    // "/" is refused on its own in check_policy; as a protected location (a kubelet root of "/"
+    // from an odd pod directory) it would refuse everything.
     let mut seen = std::collections::HashSet::new();
-    out.retain(|p| seen.insert(p.path.clone()));
+    out.retain(|p| p.path != Path::new("/") && seen.insert(p.path.clone()));
     out
 }
 
