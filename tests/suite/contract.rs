@@ -409,14 +409,6 @@ fn contract_empty_string_arguments_are_handled() {
 }
 
 #[test]
-fn contract_isattached_accepts_both_argument_orders() {
-    let env = Env::new();
-    let a = env.call("hostpath", &["isattached", J, "node-1"]);
-    let b = env.call("hostpath", &["isattached", "node-1", J]);
-    assert_eq!(a.json, b.json);
-}
-
-#[test]
 fn contract_panic_still_prints_failure_json() {
     let env = Env::new();
     let dir = env.mkdir("pod");
