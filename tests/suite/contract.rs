@@ -437,6 +437,17 @@ fn contract_verb_deadline_answers_failure_in_bounded_time() {
         "took {:?}",
         t.elapsed()
     );
+    // The watchdog's reply reaches the call log like any other.
+    let lines = env.log_lines();
+    let last = lines.last().expect("the deadline reply was not logged");
+    assert_eq!(last["verb"], "mount");
+    assert_eq!(last["reply"]["status"], "Failure");
+    assert!(
+        last["reply"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("deadline of 1s")),
+        "{last}"
+    );
 }
 
 /// The pids of processes whose parent is `ppid` (from /proc/*/stat).

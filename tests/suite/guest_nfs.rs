@@ -528,7 +528,9 @@ fn guest_nfs_silent_server_costs_the_probe_budget_not_a_hang() {
     // The guest kernel is ours and has netem: failing to set it up is a broken guest, not a skip.
     let Some(hole) = Blackhole::new() else {
         unmount(&env, &idle).ok();
-        panic!("cannot blackhole the NFS server: `tc qdisc add dev lo root netem loss 100%` failed in the guest (sch_netem missing?)");
+        panic!(
+            "cannot blackhole the NFS server: `tc qdisc add dev lo root netem loss 100%` failed in the guest (sch_netem missing?)"
+        );
     };
     let fresh = pod_dir(&env, "uid-s2");
     let t = Instant::now();
