@@ -54,7 +54,8 @@ pub(super) fn error_paths(
     // mount on a pod directory that does not exist.
     let check = "mount on a pod directory that does not exist: Failure, non-zero exit, nothing mounted or created";
     let p = place("nodir");
-    let uid = "00000000-0000-4000-8000-00000000dead";
+    // A pod uid of this run only, so a leftover of an earlier run cannot be taken for a creation.
+    let uid = &format!("00000000-0000-4000-8000-{:012x}", std::process::id());
     let missing = pod_dir(kubelet_root, uid, vendor, name, &p.volume);
     let opts = go_json(&pod_options(
         &base_options(&a.fs_type, &p.volume, &user_options(a)),
@@ -104,7 +105,7 @@ pub(super) fn error_paths(
     // The driver's own bad options.
     if bad.is_empty() {
         d.skip(
-            "--bad-options: options the driver must refuse are refused",
+            super::BAD_OPTIONS,
             "not run: no --bad-options given (e.g. a path that does not exist, a missing required option)",
         );
     }
