@@ -352,8 +352,8 @@ fn judge(d: &mut Driver, check: &str, r: Attempt, absent: &[PathBuf]) {
 }
 
 fn shorten(s: &str) -> String {
-    if s.chars().count() > 120 {
-        format!("{}...", s.chars().take(120).collect::<String>())
+    if s.chars().count() > 200 {
+        format!("{}...", s.chars().take(200).collect::<String>())
     } else {
         s.to_string()
     }
