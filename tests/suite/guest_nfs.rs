@@ -583,6 +583,13 @@ fn guest_nfs_conformance_runner_passes_the_nfs_driver() {
             "--options",
             &serde_json::json!({"server": "127.0.0.1", "share": share}).to_string(),
         ])
+        // Options the NFS driver must refuse: no share, and a share the server does not export.
+        .args([
+            "--bad-options",
+            r#"{"server":"127.0.0.1"}"#,
+            "--bad-options",
+            r#"{"server":"127.0.0.1","share":"/srv/not-exported"}"#,
+        ])
         .env("FLEXVOL_CONFIG", &env.config)
         .output()
         .unwrap();
@@ -592,5 +599,18 @@ fn guest_nfs_conformance_runner_passes_the_nfs_driver() {
         text.contains("8 more pods mount the same volume at once"),
         "{text}"
     );
+    for check in [
+        "malformed options JSON: Failure",
+        "mount on a pod directory that does not exist: Failure",
+        "--bad-options #1 {server}: Failure",
+        "--bad-options #2 {server,share}: Failure",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("PASS") && l.contains(check)),
+            "{check}:\n{text}"
+        );
+    }
+    assert!(!text.lines().any(|l| l.starts_with("SKIP")), "{text}");
     assert!(env.mounts().is_empty());
 }
