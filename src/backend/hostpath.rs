@@ -25,11 +25,11 @@ use crate::node::state::{VolumeRecord, now_secs};
 use crate::protocol::options::{Options, OptionsError, keys};
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
-use crate::sys::mount::UnmountMode;
-use crate::sys::mountinfo::MountTable;
+use crate::sys::mount::{
+    FileId, MountError, PathState, UnmountMode, fd_id, path_state, reads_read_only,
+};
 use crate::sys::paths::{self, FileKind, Ownership};
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 const BACKEND: Backend = Backend::HostPath;
@@ -316,16 +316,120 @@ fn nix_io(what: &'static str, path: &Path, e: nix::Error) -> Error {
     Error::io(what, path, std::io::Error::from(e))
 }
 
+/// A pod volume directory of kubelet's shape, `<kubelet-root>/pods/<uid>/volumes/<vendor>~hostpath/<name>`,
+/// reached without a symlink below the kubelet root.
+struct PodDir {
+    /// Canonical path (the kubelet root resolved, the five components below it as given).
+    path: PathBuf,
+    /// What is there now: whether it is a mount point, and of what.
+    state: PathState,
+}
+
+/// Where a pod directory argument points, once checked.
+enum Located {
+    /// It exists.
+    Found(PodDir),
+    /// It does not exist; the path a record of it would be kept under.
+    Missing(PathBuf),
+}
+
+/// Checks that `dir` is a pod volume directory of this driver, in kubelet's shape, and finds it
+/// without following any symlink below the kubelet root (the root itself may be a symlink, e.g.
+/// `/var/lib/kubelet` -> `/data/kubelet`). Anything else is refused: the verbs never act on a
+/// directory kubelet did not give this driver.
+fn locate_pod_dir(dir: &Path) -> Result<Located> {
+    let refuse = |why: &str| {
+        Error::refused(format!(
+            "mount directory {:?} {why}; flexvol only acts on kubelet's pod volume directories <kubelet-root>/pods/<pod-uid>/volumes/<vendor>~{}/<volume>",
+            dir.display().to_string(),
+            BACKEND.name()
+        ))
+    };
+    if !dir.is_absolute() || paths::has_dotdot(dir) {
+        return Err(refuse("must be an absolute path without \"..\""));
+    }
+    if dir.starts_with("/proc") {
+        return Err(refuse("is below /proc"));
+    }
+    let Some(root) = super::kubelet_root(dir) else {
+        return Err(refuse("is not a pod volume directory"));
+    };
+    let below = dir.strip_prefix(&root).unwrap_or(dir);
+    let plugin = below.components().nth(3).map(|c| c.as_os_str());
+    let suffix = format!("~{}", BACKEND.name());
+    if !plugin.is_some_and(|p| {
+        let p = p.to_string_lossy();
+        p.len() > suffix.len() && p.ends_with(&suffix)
+    }) {
+        return Err(refuse("is not a volume directory of this driver"));
+    }
+    let root = match std::fs::canonicalize(&root) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Located::Missing(dir.to_owned()));
+        }
+        Err(e) => return Err(Error::io("resolve", &root, e)),
+    };
+    if root.starts_with("/proc") {
+        return Err(refuse("resolves below /proc"));
+    }
+    let path = root.join(below);
+    // Nothing below the root may be a symlink: RESOLVE_NO_SYMLINKS fails on any.
+    match paths::open_nofollow(&path) {
+        Ok(_) => {}
+        Err(nix::Error::ENOENT) => return Ok(Located::Missing(path)),
+        Err(nix::Error::ELOOP) => return Err(refuse("goes through a symlink")),
+        Err(e) => return Err(nix_io("open", &path, e)),
+    }
+    let state = path_state(&path)?
+        .ok_or_else(|| Error::refused(format!("mount directory {} vanished", path.display())))?;
+    if state.kind != FileKind::Directory {
+        return Err(Error::refused(format!(
+            "mount directory {} is not a directory",
+            path.display()
+        )));
+    }
+    Ok(Located::Found(PodDir { path, state }))
+}
+
+/// The source identity kept in a record (`extra.sourceId`), or for a record without one (written
+/// by an older version) the identity of its source path as it is now.
+fn recorded_source_id(r: &VolumeRecord) -> Option<FileId> {
+    if let Some(id) = r.extra.get(SOURCE_ID).and_then(|v| FileId::decode(v)) {
+        return Some(id);
+    }
+    let fd = paths::open_nofollow(Path::new(&r.source)).ok()?;
+    fd_id(&fd).ok()
+}
+
+/// `extra` key of a record: the source's `major:minor:inode`, which a bind of it shows at its
+/// mount point.
+const SOURCE_ID: &str = "sourceId";
+
 /// `mount <podDir> <json>`.
 fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = HostPathOptions::parse(o)?;
-    let pod_dir = super::canonical_mount_dir(pod_dir)?.ok_or_else(|| {
-        Error::refused(format!(
-            "mount directory {} does not exist (kubelet creates it before calling mount)",
-            pod_dir.display()
-        ))
-    })?;
+    let pod = match locate_pod_dir(pod_dir)? {
+        Located::Found(p) => p,
+        Located::Missing(_) => {
+            return Err(Error::refused(format!(
+                "mount directory {} does not exist (kubelet creates it before calling mount)",
+                pod_dir.display()
+            )));
+        }
+    };
+    let pod_dir = pod.path.clone();
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+    // Under the lock: what is mounted there now, not what was before waiting.
+    let pod = match locate_pod_dir(&pod_dir)? {
+        Located::Found(p) => p,
+        Located::Missing(_) => {
+            return Err(Error::refused(format!(
+                "mount directory {} vanished",
+                pod_dir.display()
+            )));
+        }
+    };
 
     // Resolve and check policy before creating anything.
     let (existing, missing) = paths::resolve_existing(&opts.path)
@@ -344,21 +448,16 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         check_policy(ctx, &paths::joined(&base_real, &base_missing), &pod_dir)?;
     }
 
-    // Create what the type asks for.
+    let state = ctx.state(BACKEND);
+    let record = state.load(&pod_dir)?;
+
+    // Create what the type asks for, once the pod directory is known to take it: a Failure must
+    // leave nothing created.
     if !missing.is_empty() {
-        match opts.path_type {
-            _ if opts.patterned => {
-                paths::create_dirs(&existing, &missing, opts.ownership)
-                    .map_err(|e| nix_io("create", &resolved, e))?;
-            }
-            PathType::DirectoryOrCreate => {
-                paths::create_dirs(&existing, &missing, opts.ownership)
-                    .map_err(|e| nix_io("create", &resolved, e))?;
-            }
-            PathType::FileOrCreate if missing.len() == 1 => {
-                paths::create_file(&existing, &missing[0], opts.ownership)
-                    .map_err(|e| nix_io("create", &resolved, e))?;
-            }
+        let creating = match opts.path_type {
+            _ if opts.patterned => FileKind::Directory,
+            PathType::DirectoryOrCreate => FileKind::Directory,
+            PathType::FileOrCreate if missing.len() == 1 => FileKind::File,
             PathType::FileOrCreate => {
                 return Err(Error::refused(format!(
                     "host path {}: its parent directory {} does not exist (FileOrCreate does not create parents, as in Kubernetes)",
@@ -372,6 +471,16 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
                     opts.path.display()
                 )));
             }
+        };
+        let mount_point = mount_point_for(&pod_dir, &resolved, creating)?;
+        // A source that does not exist yet cannot be what is mounted there.
+        target_holds(&pod, &mount_point, &resolved, None, record.as_ref())?;
+        if creating == FileKind::Directory {
+            paths::create_dirs(&existing, &missing, opts.ownership)
+                .map_err(|e| nix_io("create", &resolved, e))?;
+        } else {
+            paths::create_file(&existing, &missing[0], opts.ownership)
+                .map_err(|e| nix_io("create", &resolved, e))?;
         }
     }
 
@@ -397,24 +506,23 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
             want.describe()
         )));
     }
+    let source_id = fd_id(&fd)?;
 
     // Where the bind goes: the pod dir itself, or a same-named file inside it.
-    let file_like = kind != FileKind::Directory;
-    let mount_point = if file_like {
-        let name = resolved
-            .file_name()
-            .ok_or_else(|| Error::refused("host path has no file name"))?;
-        pod_dir.join(name)
-    } else {
-        pod_dir.clone()
-    };
-
-    let table = ctx.mounter.table()?;
-    if let Some(reply) = already_mounted(ctx, &table, &resolved, &mount_point, opts.read_only)? {
+    let mount_point = mount_point_for(&pod_dir, &resolved, kind)?;
+    let file_like = mount_point != pod_dir;
+    if let Some(reply) = already_mounted(
+        ctx,
+        &pod,
+        &mount_point,
+        &resolved,
+        source_id,
+        record.as_ref(),
+        opts.read_only,
+    )? {
         return Ok(reply);
     }
-    let state = ctx.state(BACKEND);
-    state.save(&VolumeRecord {
+    let new_record = VolumeRecord {
         backend: BACKEND.name().into(),
         verb: "mount".into(),
         target: pod_dir.clone(),
@@ -425,8 +533,12 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         pod: o.pod_ref(),
         pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
         since: now_secs(),
-        extra: BTreeMap::from([("type".to_owned(), format!("{:?}", opts.path_type))]),
-    })?;
+        extra: BTreeMap::from([
+            ("type".to_owned(), format!("{:?}", opts.path_type)),
+            (SOURCE_ID.to_owned(), source_id.encode()),
+        ]),
+    };
+    state.save(&new_record)?;
     // The placeholder comes after the record, so an unmount after a crash here still finds and
     // removes it (kubelet cannot remove a pod directory that is not empty).
     if file_like {
@@ -442,9 +554,10 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         .bind(&paths::fd_path(&fd), &mount_point, opts.read_only)
     {
         // Leave nothing behind that would keep kubelet from removing the pod directory.
-        let placeholder =
-            std::fs::symlink_metadata(&mount_point).is_ok_and(|m| m.is_file() && m.len() == 0);
-        if file_like && placeholder && !ctx.mounter.table()?.is_mount_point(&mount_point) {
+        if file_like
+            && path_state(&mount_point)?
+                .is_some_and(|p| !p.mount_root && p.kind == FileKind::File && p.size == 0)
+        {
             let _ = std::fs::remove_file(&mount_point);
         }
         let _ = state.remove(&pod_dir);
@@ -454,82 +567,191 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     Ok(Reply::success())
 }
 
-/// Decides what an existing mount at `mount_point` means for a new mount of `source`.
-fn already_mounted(
-    ctx: &Context,
-    table: &MountTable,
-    source: &Path,
+/// Where a source of `kind` is bound: the pod directory itself for a directory, else a file of
+/// the source's name inside it.
+fn mount_point_for(pod_dir: &Path, source: &Path, kind: FileKind) -> Result<PathBuf> {
+    if kind == FileKind::Directory {
+        return Ok(pod_dir.to_owned());
+    }
+    let name = source
+        .file_name()
+        .ok_or_else(|| Error::refused("host path has no file name"))?;
+    Ok(pod_dir.join(name))
+}
+
+/// Whether what is at the pod directory lets `source` be mounted at `mount_point`: `Ok(None)`
+/// when nothing of it is there yet, `Ok(Some(state))` when that source is already mounted there
+/// (`id` known), a Failure when the pod directory holds something else: another volume's record,
+/// a mount of something else, a directory volume when a file is to go inside it (the placeholder
+/// would land in that volume's source), or files a directory bind would hide.
+fn target_holds(
+    pod: &PodDir,
     mount_point: &Path,
-    read_only: bool,
-) -> Result<Option<Reply>> {
-    let Some(m) = table.at(mount_point) else {
-        return Ok(None);
-    };
-    let want = table.locate(source);
-    let have = Some((m.major, m.minor, m.root.clone()));
-    if want != have {
+    source: &Path,
+    id: Option<FileId>,
+    record: Option<&VolumeRecord>,
+) -> Result<Option<PathState>> {
+    let pod_dir = &pod.path;
+    if let Some(r) = record
+        && (Path::new(&r.source) != source || r.mount_point() != mount_point)
+    {
         return Err(Error::refused(format!(
-            "{} is already a mount point of something else ({} {} at {}); unmount it first",
-            mount_point.display(),
-            m.fs_type,
-            m.source,
-            m.root.display()
+            "{} already holds another volume ({} at {}); unmount it first",
+            pod_dir.display(),
+            r.source,
+            r.mount_point().display()
         )));
     }
-    match (m.read_only(), read_only) {
-        (false, true) => {
-            // A crash between the bind and the read-only remount: finish the job.
-            ctx.mounter.remount_readonly(mount_point)?;
-            Ok(Some(Reply::success()))
+    let foreign = |at: &Path, st: &PathState| {
+        Error::refused(format!(
+            "{} is already a mount point of something else ({}); unmount it first",
+            at.display(),
+            st.id
+        ))
+    };
+    if mount_point == pod_dir.as_path() {
+        if pod.state.mount_root {
+            return match id {
+                Some(id) if id == pod.state.id => Ok(Some(pod.state)),
+                _ => Err(foreign(pod_dir, &pod.state)),
+            };
         }
-        (true, false) => Err(Error::refused(format!(
-            "{} is already mounted read-only but read-write was asked; unmount it first",
+        let mut entries =
+            std::fs::read_dir(pod_dir).map_err(|e| Error::io("read", pod_dir.as_path(), e))?;
+        if let Some(e) = entries.next() {
+            let name = e.map(|e| e.file_name()).unwrap_or_default();
+            return Err(Error::refused(format!(
+                "{} is not empty (it holds {:?}), so a directory volume would hide what is in it; unmount the volume that is there first",
+                pod_dir.display(),
+                name
+            )));
+        }
+        return Ok(None);
+    }
+    if pod.state.mount_root {
+        return Err(Error::refused(format!(
+            "{} is a mount point ({}), so {} cannot be placed in it; unmount what is there first",
+            pod_dir.display(),
+            pod.state.id,
             mount_point.display()
+        )));
+    }
+    match path_state(mount_point)? {
+        None => Ok(None),
+        Some(st) if st.mount_root => match id {
+            Some(id) if id == st.id => Ok(Some(st)),
+            _ => Err(foreign(mount_point, &st)),
+        },
+        // Our own placeholder, left by a crash: the record says so.
+        Some(st) if record.is_some() && st.kind == FileKind::File && st.size == 0 => Ok(None),
+        Some(_) => Err(Error::refused(format!(
+            "{} already exists and was not made by flexvol; remove it or unmount what is in {} first",
+            mount_point.display(),
+            pod_dir.display()
         ))),
-        _ => Ok(Some(Reply::success())),
     }
 }
 
-/// `unmount <podDir>`.
-fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
-    let state = ctx.state(BACKEND);
-    let Some(pod_dir) = super::canonical_mount_dir(pod_dir)? else {
-        // Already gone: nothing can be mounted there. Forget any record of it.
-        state.remove(pod_dir)?;
-        return Ok(Reply::success());
+/// Decides what the pod directory means for a new mount of `source`: `None` to go ahead, Success
+/// when exactly this is already mounted with the requested access, a Failure otherwise. The
+/// record and the mount never disagree: a read-only request on a read-write mount (or the
+/// reverse) is refused, except for finishing a read-only mount that a crash left writable,
+/// which its record proves.
+fn already_mounted(
+    ctx: &Context,
+    pod: &PodDir,
+    mount_point: &Path,
+    source: &Path,
+    id: FileId,
+    record: Option<&VolumeRecord>,
+    read_only: bool,
+) -> Result<Option<Reply>> {
+    let Some(_) = target_holds(pod, mount_point, source, Some(id), record)? else {
+        return Ok(None);
     };
-    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
-    let record = state.load(&pod_dir)?;
-    let table = ctx.mounter.table()?;
-
-    // What to undo: the recorded mount point, the pod dir itself, and (without a record, e.g.
-    // state lost) any mount directly inside the pod dir, which only a file-like volume creates.
-    let mut points: Vec<PathBuf> = Vec::new();
-    if let Some(r) = &record {
-        points.push(r.mount_point().to_path_buf());
+    let access = |ro: bool| if ro { "read-only" } else { "read-write" };
+    let have = match record {
+        Some(r) => r.read_only,
+        None => reads_read_only(mount_point),
+    };
+    if have != read_only {
+        return Err(Error::refused(format!(
+            "{} is already mounted {} from {} but {} was asked; unmount it first",
+            mount_point.display(),
+            access(have),
+            source.display(),
+            access(read_only)
+        )));
+    }
+    // Finish what a crash may have interrupted: the bind made a slave, then read-only.
+    ctx.mounter.make_slave(mount_point)?;
+    if read_only {
+        ctx.mounter.remount_readonly(mount_point)?;
     }
     if record.is_none() {
-        points.extend(
-            table
-                .below(&pod_dir)
-                .filter(|m| m.mount_point.parent() == Some(pod_dir.as_path()))
-                .map(|m| m.mount_point.clone()),
-        );
+        // The record was lost (state directory wiped): write it again from the mount.
+        let file_like = mount_point != pod.path;
+        ctx.state(BACKEND).save(&VolumeRecord {
+            backend: BACKEND.name().into(),
+            verb: "mount".into(),
+            target: pod.path.clone(),
+            mount_point: file_like.then(|| mount_point.to_owned()),
+            source: source.to_string_lossy().into_owned(),
+            read_only,
+            volume: None,
+            pod: None,
+            pod_uid: None,
+            since: now_secs(),
+            extra: BTreeMap::from([(SOURCE_ID.to_owned(), id.encode())]),
+        })?;
     }
-    points.push(pod_dir.clone());
-    points.dedup();
+    Ok(Some(Reply::success()))
+}
 
-    for p in &points {
-        // Peel stacked mounts (a retried mount from an older, non-idempotent driver).
-        for _ in 0..table.all_at(p).count() {
-            ctx.mounter.unmount(p, UnmountMode::Normal).map_err(|e| match e {
-                crate::sys::mount::MountError::Unmount { errno: nix::Error::EBUSY, .. } => Error::refused(format!(
-                    "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
-                    p.display()
-                )),
-                e => e.into(),
-            })?;
+/// At most this many mounts are peeled off one mount point (stacked binds of an older,
+/// non-idempotent driver).
+const MAX_LAYERS: usize = 16;
+
+/// `unmount <podDir>`.
+///
+/// What is undone: with a record, the bind at its mount point, and only while that mount shows
+/// the recorded source (device and inode, one `statx`); a mount of anything else there is left
+/// alone and reported. Without a record (state lost), the bind at the pod directory, or, when
+/// that is not a mount point, the file-like binds directly inside it: in a pod volume directory
+/// of this driver nothing else mounts. Mounts that propagated into a bind (a shared source, or a
+/// bind made by an older version) are detached with it, never unmounted on their own, so the
+/// host's originals stay; the bind is made a slave first so nothing propagates back.
+fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
+    let state = ctx.state(BACKEND);
+    let pod = match locate_pod_dir(pod_dir)? {
+        Located::Found(p) => p,
+        Located::Missing(path) => {
+            // Already gone: nothing can be mounted there. Forget any record of it.
+            state.remove(&path)?;
+            return Ok(Reply::success());
         }
+    };
+    let pod_dir = pod.path.clone();
+    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+    let pod = match locate_pod_dir(&pod_dir)? {
+        Located::Found(p) => p,
+        Located::Missing(path) => {
+            state.remove(&path)?;
+            return Ok(Reply::success());
+        }
+    };
+    let record = state.load(&pod_dir)?;
+
+    let points: Vec<(PathBuf, Option<FileId>)> = match &record {
+        Some(r) => vec![(r.mount_point().to_owned(), recorded_source_id(r))],
+        None if pod.state.mount_root => vec![(pod_dir.clone(), None)],
+        None => file_binds_in(&pod_dir)?
+            .into_iter()
+            .map(|p| (p, None))
+            .collect(),
+    };
+    for (p, id) in &points {
+        unmount_ours(ctx, p, *id)?;
     }
 
     crate::sys::process::checkpoint("hostpath-unmount-after-unmount");
@@ -537,31 +759,97 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     // Remove the empty placeholder file a file-like volume was bound onto, so kubelet can rmdir
     // the pod directory. Only an empty regular file on the pod directory's own filesystem, which
     // is not a mount point any more, can be it: never the source.
-    let placeholders: Vec<&PathBuf> = points.iter().filter(|p| **p != pod_dir).collect();
-    let after = if placeholders.is_empty() {
-        MountTable::default()
-    } else {
-        ctx.mounter.table()?
-    };
-    for p in placeholders {
-        if after.is_mount_point(p) {
-            return Err(Error::refused(format!(
-                "{} is still mounted after unmount; retry",
-                p.display()
-            )));
-        }
-        if let (Ok(meta), Ok(dir_meta)) =
-            (std::fs::symlink_metadata(p), std::fs::metadata(&pod_dir))
-            && meta.file_type().is_file()
-            && meta.len() == 0
-            && meta.dev() == dir_meta.dev()
-        {
-            std::fs::remove_file(p).map_err(|e| Error::io("remove mount point", p, e))?;
+    for (p, _) in points.iter().filter(|(p, _)| *p != pod_dir) {
+        match path_state(p)? {
+            Some(st) if st.mount_root => {
+                return Err(Error::refused(format!(
+                    "{} is still mounted after unmount; retry",
+                    p.display()
+                )));
+            }
+            Some(st)
+                if st.kind == FileKind::File
+                    && st.size == 0
+                    && (st.id.major, st.id.minor) == (pod.state.id.major, pod.state.id.minor) =>
+            {
+                match std::fs::remove_file(p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("remove mount point", p, e)),
+                }
+            }
+            _ => {}
         }
     }
     crate::sys::process::checkpoint("hostpath-unmount-before-forget");
     state.remove(&pod_dir)?;
     Ok(Reply::success())
+}
+
+/// The file-like binds directly inside a pod directory that is not itself a mount point: entries
+/// that are mount points and not directories (a symlink or plain file is never one).
+fn file_binds_in(pod_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(pod_dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io("read", pod_dir, e)),
+    };
+    for e in rd {
+        let p = pod_dir.join(e.map_err(|e| Error::io("read", pod_dir, e))?.file_name());
+        if path_state(&p)?.is_some_and(|st| st.mount_root && st.kind != FileKind::Directory) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Unmounts the bind(s) at `at` while they show `id` (or, without one, what the first shows).
+/// A mount that shows anything else is left alone: Failure.
+fn unmount_ours(ctx: &Context, at: &Path, id: Option<FileId>) -> Result<()> {
+    let mut id = id;
+    for _ in 0..MAX_LAYERS {
+        let Some(st) = path_state(at)?.filter(|st| st.mount_root) else {
+            return Ok(());
+        };
+        let want = *id.get_or_insert(st.id);
+        if st.id != want {
+            return Err(Error::refused(format!(
+                "{} has a mount flexvol did not make ({}, not the volume's source, {}); it is left alone. Unmount it by hand if it is stale",
+                at.display(),
+                st.id,
+                want
+            )));
+        }
+        match ctx.mounter.unmount(at, UnmountMode::Normal) {
+            Ok(_) => {}
+            Err(MountError::Unmount {
+                errno: nix::Error::EBUSY,
+                ..
+            }) => detach_if_propagated(ctx, at, &st)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::refused(format!(
+        "{} still has mounts after {MAX_LAYERS} unmounts; unmount them by hand",
+        at.display()
+    )))
+}
+
+/// A bind that is busy: either a process uses it (Failure, kubelet retries), or mounts have
+/// propagated into it from its source. Those are copies inside our bind; detaching the bind
+/// removes them with it, in this namespace only, once the bind is a slave (so the unmount of the
+/// copies cannot propagate to the source's own mounts).
+fn detach_if_propagated(ctx: &Context, at: &Path, st: &PathState) -> Result<()> {
+    if !crate::sys::mountinfo::has_children(st.mnt_id).map_err(MountError::from)? {
+        return Err(Error::refused(format!(
+            "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
+            at.display()
+        )));
+    }
+    ctx.mounter.make_slave(at)?;
+    ctx.mounter.unmount(at, UnmountMode::Detach)?;
+    Ok(())
 }
 
 #[cfg(test)]
