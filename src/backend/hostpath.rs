@@ -325,19 +325,12 @@ struct PodDir {
     state: PathState,
 }
 
-/// Where a pod directory argument points, once checked.
-enum Located {
-    /// It exists.
-    Found(PodDir),
-    /// It does not exist; the path a record of it would be kept under.
-    Missing(PathBuf),
-}
-
-/// Checks that `dir` is a pod volume directory of this driver, in kubelet's shape, and finds it
-/// without following any symlink below the kubelet root (the root itself may be a symlink, e.g.
-/// `/var/lib/kubelet` -> `/data/kubelet`). Anything else is refused: the verbs never act on a
-/// directory kubelet did not give this driver.
-fn locate_pod_dir(dir: &Path) -> Result<Located> {
+/// Checks that `dir` is a pod volume directory of this driver, in kubelet's shape, and returns
+/// the path to act on: the kubelet root resolved (it may be a symlink, e.g. `/var/lib/kubelet`
+/// -> `/data/kubelet`), the five components below it as given. Anything else is refused: the
+/// verbs never act on a directory kubelet did not give this driver. Looks at nothing below the
+/// root; [`open_pod_dir`] does, under the volume's lock.
+fn pod_dir_path(dir: &Path) -> Result<PathBuf> {
     let refuse = |why: &str| {
         Error::refused(format!(
             "mount directory {:?} {why}; flexvol only acts on kubelet's pod volume directories <kubelet-root>/pods/<pod-uid>/volumes/<vendor>~{}/<volume>",
@@ -365,31 +358,44 @@ fn locate_pod_dir(dir: &Path) -> Result<Located> {
     }
     let root = match std::fs::canonicalize(&root) {
         Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Located::Missing(dir.to_owned()));
-        }
+        // No kubelet root, no pod directory: callers find it missing.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(dir.to_owned()),
         Err(e) => return Err(Error::io("resolve", &root, e)),
     };
     if root.starts_with("/proc") {
         return Err(refuse("resolves below /proc"));
     }
-    let path = root.join(below);
-    // Nothing below the root may be a symlink: RESOLVE_NO_SYMLINKS fails on any.
-    match paths::open_nofollow(&path) {
+    Ok(root.join(below))
+}
+
+/// Opens the pod directory [`pod_dir_path`] returned, refusing a symlink anywhere below the
+/// (resolved) kubelet root; `None` when it does not exist.
+fn open_pod_dir(path: &Path) -> Result<Option<PodDir>> {
+    // RESOLVE_NO_SYMLINKS fails on any symlink on the way.
+    match paths::open_nofollow(path) {
         Ok(_) => {}
-        Err(nix::Error::ENOENT) => return Ok(Located::Missing(path)),
-        Err(nix::Error::ELOOP) => return Err(refuse("goes through a symlink")),
-        Err(e) => return Err(nix_io("open", &path, e)),
+        Err(nix::Error::ENOENT) => return Ok(None),
+        Err(nix::Error::ELOOP) => {
+            return Err(Error::refused(format!(
+                "mount directory {} goes through a symlink; flexvol never acts through one",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(nix_io("open", path, e)),
     }
-    let state = path_state(&path)?
-        .ok_or_else(|| Error::refused(format!("mount directory {} vanished", path.display())))?;
+    let Some(state) = path_state(path)? else {
+        return Ok(None);
+    };
     if state.kind != FileKind::Directory {
         return Err(Error::refused(format!(
             "mount directory {} is not a directory",
             path.display()
         )));
     }
-    Ok(Located::Found(PodDir { path, state }))
+    Ok(Some(PodDir {
+        path: path.to_owned(),
+        state,
+    }))
 }
 
 /// The source identity kept in a record (`extra.sourceId`), or for a record without one (written
@@ -409,27 +415,15 @@ const SOURCE_ID: &str = "sourceId";
 /// `mount <podDir> <json>`.
 fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = HostPathOptions::parse(o)?;
-    let pod = match locate_pod_dir(pod_dir)? {
-        Located::Found(p) => p,
-        Located::Missing(_) => {
-            return Err(Error::refused(format!(
-                "mount directory {} does not exist (kubelet creates it before calling mount)",
-                pod_dir.display()
-            )));
-        }
-    };
-    let pod_dir = pod.path.clone();
+    let pod_dir = pod_dir_path(pod_dir)?;
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
     // Under the lock: what is mounted there now, not what was before waiting.
-    let pod = match locate_pod_dir(&pod_dir)? {
-        Located::Found(p) => p,
-        Located::Missing(_) => {
-            return Err(Error::refused(format!(
-                "mount directory {} vanished",
-                pod_dir.display()
-            )));
-        }
-    };
+    let pod = open_pod_dir(&pod_dir)?.ok_or_else(|| {
+        Error::refused(format!(
+            "mount directory {} does not exist (kubelet creates it before calling mount)",
+            pod_dir.display()
+        ))
+    })?;
 
     // Resolve and check policy before creating anything.
     let (existing, missing) = paths::resolve_existing(&opts.path)
@@ -723,22 +717,18 @@ const MAX_LAYERS: usize = 16;
 /// host's originals stay; the bind is made a slave first so nothing propagates back.
 fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
-    let pod = match locate_pod_dir(pod_dir)? {
-        Located::Found(p) => p,
-        Located::Missing(path) => {
-            // Already gone: nothing can be mounted there. Forget any record of it.
-            state.remove(&path)?;
-            return Ok(Reply::success());
-        }
-    };
-    let pod_dir = pod.path.clone();
+    let pod_dir = pod_dir_path(pod_dir)?;
+    if std::fs::symlink_metadata(&pod_dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        // Already gone: nothing can be mounted there. Forget any record of it.
+        state.remove(&pod_dir)?;
+        return Ok(Reply::success());
+    }
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
-    let pod = match locate_pod_dir(&pod_dir)? {
-        Located::Found(p) => p,
-        Located::Missing(path) => {
-            state.remove(&path)?;
-            return Ok(Reply::success());
-        }
+    let Some(pod) = open_pod_dir(&pod_dir)? else {
+        // Already gone: nothing can be mounted there. Forget any record of it.
+        state.remove(&pod_dir)?;
+        return Ok(Reply::success());
     };
     let record = state.load(&pod_dir)?;
 
