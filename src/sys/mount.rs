@@ -341,6 +341,27 @@ pub fn path_state(path: &Path) -> Result<Option<PathState>, MountError> {
     Ok(Some(state))
 }
 
+/// [`path_state`] of an open file (an `O_PATH` descriptor will do), without walking its path
+/// again; `path` is where it was opened, for the mountinfo fallback on old kernels.
+pub fn fd_state(fd: impl AsFd, path: &Path) -> Result<PathState, MountError> {
+    let st = statx_raw(fd.as_fd(), Path::new(""), AtFlags::EMPTY_PATH).map_err(|errno| {
+        MountError::Inspect {
+            target: path.to_owned(),
+            errno: nix::Error::from_raw(errno.raw_os_error()),
+        }
+    })?;
+    let (mut state, known) = to_state(&st);
+    if !known {
+        let table = MountTable::read()?;
+        let m = table.at(path);
+        state.mount_root = m.is_some();
+        state.mnt_id = m
+            .or_else(|| table.containing(path))
+            .map_or(0, |m| u64::from(m.id));
+    }
+    Ok(state)
+}
+
 /// The identity of an open file (an `O_PATH` descriptor will do).
 pub fn fd_id(fd: impl AsFd) -> Result<FileId, MountError> {
     let st = statx_raw(fd.as_fd(), Path::new(""), AtFlags::EMPTY_PATH).map_err(|errno| {
