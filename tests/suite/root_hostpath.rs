@@ -851,3 +851,73 @@ fn root_fifty_concurrent_calls_converge() {
         0
     );
 }
+
+/// A bind a process still uses is not detached behind its back: "busy", and kubelet retries.
+#[test]
+fn root_unmount_of_a_bind_in_use_is_busy_until_released() {
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    let pod = env.pod_dir("u", "v");
+    mount(&env, &pod, &opts(&src, json!({}))).ok();
+    let mut user = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(&pod)
+        .spawn()
+        .unwrap();
+    unmount(&env, &pod).failed("busy");
+    assert_eq!(mount_count(&pod), 1);
+    assert!(record_of(&env, &pod).is_some());
+    user.kill().unwrap();
+    user.wait().unwrap();
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().is_empty());
+}
+
+/// A bind an older version left in the source's peer group (shared), with a mount that
+/// propagated into it: a lazy unmount of it as it is would propagate and unmount the host's
+/// original. `unmount` makes it a slave first, so only the pod's side goes.
+#[test]
+fn root_unmount_of_an_old_shared_bind_leaves_the_hosts_submount() {
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    bind(&src, &src);
+    nix::mount::mount(
+        None::<&str>,
+        &src,
+        None::<&str>,
+        nix::mount::MsFlags::MS_SHARED,
+        None::<&str>,
+    )
+    .unwrap();
+    std::fs::create_dir(src.join("host-sub")).unwrap();
+    let pod = env.pod_dir("u", "v");
+    // What the old driver made, and its record (no source identity in it).
+    bind(&src, &pod);
+    write_record(
+        &env,
+        &pod,
+        json!({"backend": "hostpath", "verb": "mount", "target": pod, "source": src,
+               "readOnly": false, "since": 1}),
+    );
+    tmpfs(&src.join("host-sub"));
+    std::fs::write(src.join("host-sub/marker"), "host").unwrap();
+    assert_eq!(
+        mount_count(&pod.join("host-sub")),
+        1,
+        "propagated into the bind"
+    );
+    unmount(&env, &pod).ok();
+    assert_eq!(mount_count(&pod), 0);
+    assert_eq!(
+        mount_count(&src.join("host-sub")),
+        1,
+        "the host's own submount was unmounted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(src.join("host-sub/marker")).unwrap(),
+        "host"
+    );
+    assert!(record_of(&env, &pod).is_none());
+}
