@@ -564,7 +564,9 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     {
         // Leave nothing behind that would keep kubelet from removing the pod directory.
         if file_like
-            && path_state(&mount_point)?
+            && path_state(&mount_point)
+                .ok()
+                .flatten()
                 .is_some_and(|p| !p.mount_root && p.kind == FileKind::File && p.size == 0)
         {
             let _ = std::fs::remove_file(&mount_point);
