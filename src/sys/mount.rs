@@ -21,8 +21,8 @@
 //! - "Is this a mount, and which one" is answered by one `statx` ([`path_state`]:
 //!   `STATX_ATTR_MOUNT_ROOT`, `STATX_MNT_ID`, device and inode), never by comparing the device of
 //!   a directory with its parent's (a bind from the same filesystem has the same device). It costs
-//!   the same whatever the size of the node's mount table; `mountinfo` is only read on kernels
-//!   older than 5.8, which lack those statx fields.
+//!   the same whatever the size of the node's mount table; it falls back to `mountinfo` only on
+//!   kernels older than 5.8, which lack those statx fields.
 //! - Unmounting something not mounted (EINVAL) counts as done.
 
 use crate::sys::mountinfo::{MountInfoError, MountTable};
