@@ -76,7 +76,8 @@ enum Command {
     Gc(ops::gc::GcArgs),
     /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
     #[command(
-        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}'"
+        long_about = "Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.\n\nEach check is PASS, FAIL or SKIP; SKIP means it was not run and is never counted as a pass. Always checked: the install, init, unknown verbs, exit codes, and the error paths that need no options (malformed options JSON, a pod directory that does not exist: each must be a Failure with a non-zero exit that mounts and creates nothing). With --options, the whole volume lifecycle of a test volume is replayed (without it, it is SKIP and the summary says how to run it). With --bad-options (repeatable), options the driver must refuse are tried the same way. Exit status 1 when any check fails, 2 for bad arguments.",
+        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs    # probe and generic error paths only\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath \\\n    --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}' \\\n    --bad-options '{\"path\":\"/srv/does-not-exist\",\"type\":\"Directory\"}' --bad-options '{\"type\":\"Directory\"}'"
     )]
     Conformance(ops::conformance::ConformanceArgs),
 }

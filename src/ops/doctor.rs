@@ -15,7 +15,8 @@
 use crate::backend::Backend;
 use crate::node::config::Config;
 use crate::ops::install::{DEFAULT_PLUGIN_DIR, detect_plugin_dir};
-use crate::sys::exec::{Cmd, Runner, SystemRunner};
+use crate::protocol::init::judge_init;
+use crate::sys::exec::{Cmd, SystemRunner};
 use clap::Args;
 use serde::Serialize;
 use std::os::unix::fs::PermissionsExt;
@@ -505,8 +506,10 @@ fn check_driver(r: &mut Report, dir: &Path, vendor: &str, b: Backend, config: &C
     if let (cfg, true) = Config::path() {
         cmd = cmd.env(crate::node::config::ENV_VAR, &cfg.to_string_lossy());
     }
+    // Judged by the same rules as `install` and `conformance` (protocol::init), on the bytes
+    // kubelet would read: stdout and stderr through one pipe.
     let runner = SystemRunner::new(config.tool_dirs.clone());
-    let out = match runner.run(&cmd) {
+    let out = match runner.run_combined(&cmd) {
         Ok(o) => o,
         Err(e) => {
             r.add(
@@ -518,30 +521,7 @@ fn check_driver(r: &mut Report, dir: &Path, vendor: &str, b: Backend, config: &C
             return false;
         }
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let want = serde_json::json!({"status": "Success", "capabilities": b.capabilities()});
-    let got: Option<serde_json::Value> = serde_json::Deserializer::from_str(&text)
-        .into_iter()
-        .next()
-        .and_then(Result::ok);
-    let single = serde_json::from_str::<serde_json::Value>(&text).is_ok();
-    let problem = if !out.stderr.is_empty() {
-        Some(format!(
-            "init wrote to stderr ({:?}); kubelet reads stdout and stderr as one JSON value and fails with \"invalid character ...\"",
-            out.tail()
-        ))
-    } else if !single {
-        Some(format!(
-            "init printed {:?}, which is not one JSON object; kubelet fails with \"invalid character ... looking for beginning of value\"",
-            text.trim()
-        ))
-    } else if got.as_ref() != Some(&want) {
-        Some(format!("init answered {}, expected {want}", text.trim()))
-    } else if !out.success() {
-        Some(format!("init exited with {:?}", out.code))
-    } else {
-        None
-    };
+    let problem = judge_init(&out.output, out.code, Some(b.capabilities().into())).err();
     if let Some(p) = problem {
         r.add(
             check,

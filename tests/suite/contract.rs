@@ -409,14 +409,6 @@ fn contract_empty_string_arguments_are_handled() {
 }
 
 #[test]
-fn contract_isattached_accepts_both_argument_orders() {
-    let env = Env::new();
-    let a = env.call("hostpath", &["isattached", J, "node-1"]);
-    let b = env.call("hostpath", &["isattached", "node-1", J]);
-    assert_eq!(a.json, b.json);
-}
-
-#[test]
 fn contract_panic_still_prints_failure_json() {
     let env = Env::new();
     let dir = env.mkdir("pod");
@@ -444,6 +436,17 @@ fn contract_verb_deadline_answers_failure_in_bounded_time() {
         t.elapsed() < Duration::from_secs(5),
         "took {:?}",
         t.elapsed()
+    );
+    // The watchdog's reply reaches the call log like any other.
+    let lines = env.log_lines();
+    let last = lines.last().expect("the deadline reply was not logged");
+    assert_eq!(last["verb"], "mount");
+    assert_eq!(last["reply"]["status"], "Failure");
+    assert!(
+        last["reply"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("deadline of 1s")),
+        "{last}"
     );
 }
 

@@ -758,6 +758,17 @@ fn guest_lvm_conformance_runner_passes_the_lvm_driver() {
             "--options",
             &json!({"volumegroup": vg.name, "size": "32Mi"}).to_string(),
         ])
+        // Options the LVM driver must refuse: a bad LV name, no volume group, and a volume group
+        // that does not exist (attach answers Success without touching the host; waitforattach
+        // must refuse, and the runner detaches again).
+        .args([
+            "--bad-options",
+            &json!({"volumegroup": vg.name, "volumeID": "bad/name", "size": "32Mi"}).to_string(),
+            "--bad-options",
+            &json!({"size": "32Mi"}).to_string(),
+            "--bad-options",
+            &json!({"volumegroup": "flexvol-no-such-vg", "size": "32Mi"}).to_string(),
+        ])
         .env("FLEXVOL_CONFIG", &env.config)
         .output()
         .unwrap();
@@ -767,6 +778,11 @@ fn guest_lvm_conformance_runner_passes_the_lvm_driver() {
         "mountdevice: Success and a real mount point",
         "unmountdevice: Success",
         "mount twice: Success",
+        "malformed options JSON: Failure",
+        "mount on a pod directory that does not exist: Failure",
+        "--bad-options #1 {size,volumeID,volumegroup}: Failure",
+        "--bad-options #2 {size}: Failure",
+        "--bad-options #3 {size,volumegroup}: Failure",
     ] {
         assert!(
             text.lines()
