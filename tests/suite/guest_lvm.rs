@@ -942,7 +942,21 @@ fn guest_lvm_sec_default_policy_protects_the_nodes_lvs() {
     let vg = Vg::new(256);
     let env = Env::new();
     for lv in ["root", "spare"] {
-        run("lvm", &["lvcreate", "-y", "-n", lv, "-L", "32m", &vg.name]);
+        // No autoactivation: with udev, a later PV event would activate "spare" by itself.
+        run(
+            "lvm",
+            &[
+                "lvcreate",
+                "-y",
+                "--setautoactivation",
+                "n",
+                "-n",
+                lv,
+                "-L",
+                "32m",
+                &vg.name,
+            ],
+        );
         run("mkfs.ext4", &["-q", &vg.dev(lv)]);
     }
     // The host's root LV, mounted outside kubelet's directories.
