@@ -12,10 +12,12 @@
 //!   `"attached": true` would do.
 //! - `detach <volume> <node>`: Success, nothing to do (the LV is deactivated by `unmountdevice`).
 //! - `waitforattach <device> <json>` (node): under the volume lock, one `lvm lvs` of the VG tells
-//!   whether the LV exists, is active and where it is. Active with its device node present:
-//!   Success at once. Missing: with `size`, create it under the VG lock (free space checked,
-//!   size rounded up to whole extents, tagged `flexvol.created`); without, fail. Then activate and
-//!   wait (bounded) for `/dev/<vg>/<lv>`.
+//!   whether the LV exists, is active and where it is, and whether the node policy lets volumes
+//!   use it (`policy.rs`: allowed VG or tagged LV, not in use by the host). Active with its device
+//!   node present: Success at once. Missing: with `size` and an allowed VG, create it under the
+//!   VG lock (`maxVolumeSize`, free space and `vgReserve` checked, size rounded up to whole
+//!   extents, tagged `flexvol.created`); without, fail. Then activate and wait (bounded) for
+//!   `/dev/<vg>/<lv>`.
 //! - `mountdevice <globalDir> <device> <json>` (node): under the volume lock: already mounted there
 //!   from this device → Success. Otherwise probe with `blkid -p`: exit 2 (blank) → mkfs (never for
 //!   a read-only volume, never for an LV tagged `flexvol.formatted`, i.e. one that lost its
