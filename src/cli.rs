@@ -24,8 +24,9 @@ kubelet runs this binary as <plugin-dir>/<vendor>~<driver>/<driver> (for example
 runs as selects the backend. Under its own name it runs the same verbs by hand, for debugging:
 
   flexvol --pretty hostpath init
-  flexvol hostpath mount /tmp/vol '{\"path\":\"/srv/flexvol/data\",\"type\":\"DirectoryOrCreate\"}'
-  flexvol hostpath unmount /tmp/vol
+  mkdir -p /tmp/k/pods/p1/volumes/flexvol~hostpath/vol
+  flexvol hostpath mount /tmp/k/pods/p1/volumes/flexvol~hostpath/vol '{\"path\":\"/srv/flexvol/data\",\"type\":\"DirectoryOrCreate\"}'
+  flexvol hostpath unmount /tmp/k/pods/p1/volumes/flexvol~hostpath/vol
 
 Every verb prints exactly one JSON object (the reply kubelet reads) and exits 0 for Success and
 \"Not supported\", 1 for Failure. Node configuration: /etc/flexvol/config.json, or the file named
@@ -218,8 +219,11 @@ fn example(backend: Backend, verb: &str) -> String {
         "unmountdevice" => format!(
             "flexvol {b} unmountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1"
         ),
-        "mount" => format!("mkdir -p /tmp/vol && flexvol {b} mount /tmp/vol '{json}'"),
-        "unmount" => format!("flexvol {b} unmount /tmp/vol"),
+        // hostpath acts only on directories of kubelet's shape: <root>/pods/<uid>/volumes/<plugin>/<name>.
+        "mount" => format!(
+            "mkdir -p /tmp/k/pods/p1/volumes/flexvol~{b}/vol && flexvol {b} mount /tmp/k/pods/p1/volumes/flexvol~{b}/vol '{json}'"
+        ),
+        "unmount" => format!("flexvol {b} unmount /tmp/k/pods/p1/volumes/flexvol~{b}/vol"),
         "expandvolume" => format!(
             "flexvol {b} expandvolume '{json}' /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 2147483648 1073741824"
         ),

@@ -58,6 +58,27 @@ impl VolumeRecord {
     pub fn mount_point(&self) -> &Path {
         self.mount_point.as_deref().unwrap_or(&self.target)
     }
+
+    /// Checks the record against its own target before anyone acts on it: a mount point other
+    /// than the target must be a single plain name directly inside it (`<target>/<name>`, no
+    /// `.`, `..` or separators). A record that says otherwise was not written by flexvol, and
+    /// unmounting or deleting what it names could hit anything on the node.
+    pub fn check(&self) -> Result<(), String> {
+        let Some(mp) = &self.mount_point else {
+            return Ok(());
+        };
+        let name = mp
+            .file_name()
+            .filter(|n| !n.is_empty() && *n != "." && *n != "..");
+        match name {
+            Some(n) if self.target.join(n).as_os_str() == mp.as_os_str() => Ok(()),
+            _ => Err(format!(
+                "its mount point {} is not a file directly inside its target {}",
+                mp.display(),
+                self.target.display()
+            )),
+        }
+    }
 }
 
 /// Why state could not be read or written.
@@ -157,6 +178,8 @@ impl StateStore {
                 reason: format!("it is for {}", rec.target.display()),
             });
         }
+        rec.check()
+            .map_err(|reason| StateError::Corrupt { path, reason })?;
         Ok(Some(rec))
     }
 
@@ -249,5 +272,32 @@ mod tests {
         s.remove(Path::new(t)).unwrap();
         s.remove(Path::new(t)).unwrap();
         assert!(s.list().is_empty());
+    }
+
+    #[test]
+    fn records_whose_mount_point_leaves_their_target_are_corrupt() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateStore::new(d.path(), "hostpath");
+        let t = "/k/pods/u/volumes/flexvol~hostpath/v";
+        let mut r = rec(t);
+        r.mount_point = Some(PathBuf::from(format!("{t}/app.sock")));
+        s.save(&r).unwrap();
+        assert_eq!(s.load(Path::new(t)).unwrap(), Some(r.clone()));
+        for bad in [
+            "/srv/data/file".to_owned(),
+            format!("{t}/../other"),
+            format!("{t}/a/b"),
+            format!("{t}/."),
+            format!("{t}/"),
+            t.to_owned(),
+            "/k/pods/u/volumes/flexvol~hostpath".to_owned(),
+        ] {
+            r.mount_point = Some(PathBuf::from(&bad));
+            s.save(&r).unwrap();
+            assert!(
+                matches!(s.load(Path::new(t)), Err(StateError::Corrupt { .. })),
+                "{bad} must be refused"
+            );
+        }
     }
 }

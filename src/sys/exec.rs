@@ -47,6 +47,8 @@ pub struct Cmd {
     pub stdin: Option<Vec<u8>>,
     /// How long the child may run.
     pub timeout: Duration,
+    /// Working directory of the child; `/` when `None`.
+    pub cwd: Option<PathBuf>,
 }
 
 impl fmt::Debug for Cmd {
@@ -65,7 +67,14 @@ impl Cmd {
             env: Vec::new(),
             stdin: None,
             timeout: Duration::from_secs(60),
+            cwd: None,
         }
+    }
+
+    /// Sets the child's working directory (default `/`).
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
     }
 
     /// Appends one argument.
@@ -368,7 +377,7 @@ impl Runner for SystemRunner {
             .env("LVM_SUPPRESS_FD_WARNINGS", "1")
             .stdout(Stdio::from(out_f.try_clone().map_err(spawn_err)?))
             .stderr(Stdio::from(err_f.try_clone().map_err(spawn_err)?))
-            .current_dir("/")
+            .current_dir(cmd.cwd.as_deref().unwrap_or(Path::new("/")))
             .process_group(0);
         for (k, v) in &cmd.env {
             c.env(k, v);

@@ -534,7 +534,7 @@ fn contract_broken_config_fails_verbs_but_not_init() {
 #[test]
 fn contract_lock_wait_is_bounded() {
     let env = Env::with_config(json!({"lockTimeoutSeconds": 1}));
-    let dir = env.mkdir("pod");
+    let dir = env.pod_dir("u", "v");
     let key = format!("hostpath:{}", dir.display());
     let lock_path = env
         .run
@@ -555,7 +555,7 @@ fn contract_lock_wait_is_bounded() {
 #[test]
 fn contract_one_log_record_per_call_with_secrets_redacted() {
     let env = Env::new();
-    let dir = env.mkdir("pod");
+    let dir = env.pod_dir("u", "v");
     let j = serde_json::json!({"path": env.root().join("nonexistent"), "kubernetes.io/secret/password": "czNjcjN0", "mountPassword": "hunter2"}).to_string();
     let j = j.as_str();
     env.call("hostpath", &["init"]).ok();
