@@ -50,7 +50,7 @@ impl Backend {
         }
     }
 
-    /// What `init` reports (reference §5): all five, always explicit.
+    /// What `init` reports (docs/protocol.md §5): all five, always explicit.
     pub fn capabilities(self) -> Capabilities {
         match self {
             Backend::HostPath | Backend::Nfs => Capabilities {

@@ -1,5 +1,5 @@
 //! `flexvol install`: put one copy of this binary under each driver name in kubelet's plugin
-//! directory, the way the FlexVolume deployment design asks (reference §6.4):
+//! directory, the way the FlexVolume deployment design asks (docs/protocol.md §6.4):
 //! copy to a dot-file in the driver directory (kubelet's watcher ignores dot-files), fsync,
 //! chmod 0755, rename over the old binary (atomic; a running old process keeps its inode), fsync
 //! the directory. Nothing but the driver executables is ever written into the plugin directory:

@@ -3,7 +3,7 @@
 //! it, `gc` acts on it.
 //!
 //! A mount "looks like flexvol" when its mount point has one of the shapes kubelet gives our
-//! drivers (reference §7), whatever the kubelet root is:
+//! drivers (docs/protocol.md §7), whatever the kubelet root is:
 //! - `<root>/pods/<uid>/volumes/<vendor>~<driver>/<volume>` (a `mount`; a file-like hostPath
 //!   volume is mounted on a file one level below it),
 //! - `<root>/plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<volume>` (a `mountdevice`).

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Keys kubelet sets (reference §4.1).
+/// Keys kubelet sets (docs/protocol.md §4.1).
 pub mod keys {
     /// `spec.flexVolume.fsType`, `""` when unset.
     pub const FS_TYPE: &str = "kubernetes.io/fsType";

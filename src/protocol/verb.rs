@@ -1,7 +1,8 @@
 //! kubelet's argv grammar: the one place the twelve verbs are spelled and their arguments ordered.
 //!
-//! The grammar follows kubelet's Go code, not the community document (reference §2.0): `detach`
-//! gets a volume name, `unmountdevice` a directory, `expandvolume`/`expandfs` take the JSON first.
+//! The grammar follows kubelet's Go code, not the community document (docs/protocol.md §2.0):
+//! `detach` gets a volume name, `unmountdevice` a directory, `expandvolume`/`expandfs` take the
+//! JSON first.
 //! Parsing is positional and lenient where kubelet has varied: extra trailing arguments are
 //! ignored, empty strings are accepted (kubelet passes `""` as the device of a non-attached
 //! volume), and `isattached` accepts the JSON before or after the node name (1.6 sent it after).

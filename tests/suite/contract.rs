@@ -100,7 +100,7 @@ fn contract_hostpath_attach_side_verbs_are_consistently_not_supported() {
     }
 }
 
-/// An NFS mount payload as kubelet sends it (reference §12.3), with `extra` merged in.
+/// An NFS mount payload as kubelet sends it (docs/protocol.md §12.3), with `extra` merged in.
 fn nfs_json(extra: serde_json::Value) -> String {
     let mut j = json!({
         "kubernetes.io/fsType": "nfs",

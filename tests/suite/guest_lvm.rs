@@ -1,6 +1,6 @@
 //! Guest tier for LVM: real device-mapper, real loop devices, the real binary, kubelet's exact call
-//! sequence (reference §12.2). Runs only inside the test VM (`tests/vm/run <suite> --ignored
-//! --test-threads=1 guest_lvm`); this host kernel has no device-mapper.
+//! sequence (docs/protocol.md §12.2). Runs only inside the test VM (`tests/vm/run <suite>
+//! --ignored --test-threads=1 guest_lvm`); this host kernel has no device-mapper.
 //!
 //! Each test builds its own loop file and volume group with a unique name and removes both at the
 //! end, even when it fails (RAII [`Vg`]).

@@ -1,7 +1,8 @@
 //! Guest tier, NFS: the real binary against a real kernel NFS server and client, inside the test
 //! VM (`tests/vm/run --nfs-server SUITE --ignored --test-threads=1 guest_nfs`), which exports a
 //! tmpfs at `127.0.0.1:/srv/nfs`. Calls follow kubelet's sequence for a non-attachable NFS volume
-//! (reference §12.3): `mount <podDir> <json with pod info and secrets>`, later `unmount <podDir>`.
+//! (docs/protocol.md §12.3): `mount <podDir> <json with pod info and secrets>`, later
+//! `unmount <podDir>`.
 //!
 //! Each test works in its own subdirectory of the export. The dead-server test stops nfsd
 //! (`rpc.nfsd 0`) and always restarts it, even when it fails.
@@ -32,7 +33,7 @@ fn export_dir(name: &str) -> PathBuf {
     p
 }
 
-/// kubelet's mount payload (§12.3) for `share`, with `extra` merged in.
+/// kubelet's mount payload (docs/protocol.md §12.3) for `share`, with `extra` merged in.
 fn payload(uid: &str, share: &Path, extra: serde_json::Value) -> String {
     let mut j = json!({
         "kubernetes.io/fsType": "nfs",

@@ -222,7 +222,7 @@ fn contract_manifests_each_backend_has_working_examples() {
             b.name()
         );
         // Inline attachable volumes share one device path per volume name across pods
-        // (reference §7), so the attachable LVM driver may show PVs only.
+        // (docs/protocol.md §7), so the attachable LVM driver may show PVs only.
         if !b.capabilities().attach {
             assert!(
                 inline,

@@ -1,9 +1,10 @@
 //! LVM: attachable logical volumes, created on demand, formatted only when provably blank,
 //! resizable.
 //!
-//! Who runs what (reference §3): with `attach: true`, kube-controller-manager runs `attach`,
-//! `isattached` and `detach` on a control-plane host that cannot see the node's volume groups, so
-//! those verbs never touch the host. All node work happens in the verbs kubelet runs on the node.
+//! Who runs what (docs/protocol.md §3): with `attach: true`, kube-controller-manager runs
+//! `attach`, `isattached` and `detach` on a control-plane host that cannot see the node's volume
+//! groups, so those verbs never touch the host. All node work happens in the verbs kubelet runs on
+//! the node.
 //!
 //! - `attach <json> <node>`: validate the options, answer `/dev/<vg>/<lv>`. A pure function.
 //! - `isattached`: "Not supported", always. The controller cannot see node-local LVM, so any
@@ -25,8 +26,8 @@
 //!   partition table, an LVM/RAID/crypto signature, an ambivalent probe or a probe error →
 //!   Failure, and no mkfs. The state record is written before mkfs and mount.
 //! - `mount <podDir> <json>` (node): bind the global mount onto the pod directory (read-only when
-//!   asked). The global directory is computed the way kubelet computes it (reference §7): the
-//!   kubelet root (the pod directory's prefix before `/pods/<uid>/volumes/...`) +
+//!   asked). The global directory is computed the way kubelet computes it (docs/protocol.md §7):
+//!   the kubelet root (the pod directory's prefix before `/pods/<uid>/volumes/...`) +
 //!   `plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<pvOrVolumeName>`, and then
 //!   checked in mountinfo to be a mount of this LV; a mismatch fails instead of binding something
 //!   else. Computing beats searching state: it needs no record to survive, and the check makes it
@@ -518,7 +519,7 @@ fn unmount_device(ctx: &Context, devices: &dyn Devices, dir: &Path) -> Result<Re
     Ok(Reply::success())
 }
 
-/// Where kubelet asked `mountdevice` to mount this volume (reference §7).
+/// Where kubelet asked `mountdevice` to mount this volume (docs/protocol.md §7).
 pub fn global_mount_dir(driver_name: &str, pod_dir: &Path, volume: &str) -> Option<PathBuf> {
     Some(
         crate::backend::kubelet_root(pod_dir)?

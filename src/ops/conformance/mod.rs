@@ -3,7 +3,7 @@
 //! SKIP. A check that was not run is SKIP, counted apart and never a pass; the summary says what
 //! was not run and how to run it. Any FAIL makes the exit status 1.
 //!
-//! It is written against the protocol (reference §1, §2, §12), not against flexvol:
+//! It is written against the protocol (docs/protocol.md §1, §2, §12), not against flexvol:
 //! - every call is an exec of `<plugin-dir>/<vendor>~<name>/<name>` with argv[0] the full path,
 //!   stdin `/dev/null`, and stdout and stderr merged into one pipe read to end of file (Go's
 //!   `CombinedOutput`), so stray stderr output or a helper holding the pipe shows up as kubelet
