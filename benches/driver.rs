@@ -13,7 +13,14 @@
 //! Nothing here asserts a time: it prints the table and the targets, so a regression is seen, not
 //! flaked on. Needs root (real mounts) and a C compiler for the floors.
 
-#![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used)]
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+// Float statistics for display (MiB, ratios): u64 -> f64 has no `From`, and a rounded ratio is fine.
+#![allow(clippy::as_conversions)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -388,7 +395,7 @@ fn main() {
         "\nhostPath mount+unmount pair against the mount table (private namespace, {table_iters} pairs each, interleaved with the floor):"
     );
     for v in &table_rows {
-        let d = |ns: u128| Duration::from_nanos(ns as u64);
+        let d = |ns: u128| Duration::from_nanos(u64::try_from(ns).unwrap());
         row(
             &format!("+{} mounts ({} entries)", v[0], v[1]),
             &Stats {

@@ -11,7 +11,12 @@
 //! for the NFS pair. Each is exec'd exactly as the driver is, so the ratio is flexvol's own cost.
 //! Prints medians, p90s, ratios and the processes each verb spawns; asserts nothing about time.
 
-#![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used)]
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -156,7 +156,9 @@ pub fn redact_arg(backend: &str, arg: &str) -> String {
 /// Formats a time as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
+    // SystemTime is a timespec (i64 seconds), so a time after the epoch always fits; the
+    // fallback is as unreachable as the pre-epoch one above.
+    let secs = i64::try_from(d.as_secs()).unwrap_or_default();
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;

@@ -315,14 +315,14 @@ fn kind(v: &serde_json::Value) -> &'static str {
 /// other alphabet are refused rather than skipped.
 pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     fn val(c: u8) -> Option<u32> {
-        Some(match c {
+        Some(u32::from(match c {
             b'A'..=b'Z' => c - b'A',
             b'a'..=b'z' => c - b'a' + 26,
             b'0'..=b'9' => c - b'0' + 52,
             b'+' => 62,
             b'/' => 63,
             _ => return None,
-        } as u32)
+        }))
     }
     let bytes = s.as_bytes();
     if !bytes.len().is_multiple_of(4) {
@@ -339,8 +339,9 @@ pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
         for &c in &chunk[..4 - pad] {
             n = (n << 6) | val(c)?;
         }
-        n <<= 6 * pad as u32;
-        let decoded = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        n <<= 6 * pad;
+        let [_, b0, b1, b2] = n.to_be_bytes(); // n holds 24 bits
+        let decoded = [b0, b1, b2];
         out.extend_from_slice(&decoded[..3 - pad]);
     }
     Some(out)
@@ -476,9 +477,9 @@ mod tests {
             const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
             let mut enc = String::new();
             for c in data.chunks(3) {
-                let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+                let n = u32::from(c[0]) << 16 | u32::from(*c.get(1).unwrap_or(&0)) << 8 | u32::from(*c.get(2).unwrap_or(&0));
                 for i in 0..4 {
-                    if i <= c.len() { enc.push(A[(n >> (18 - 6 * i) & 63) as usize] as char) } else { enc.push('=') }
+                    if i <= c.len() { enc.push(char::from(A[usize::try_from(n >> (18 - 6 * i) & 63).unwrap()])) } else { enc.push('=') }
                 }
             }
             proptest::prop_assert_eq!(base64_decode(&enc), Some(data));

@@ -314,7 +314,7 @@ impl SystemRunner {
         });
         let mut child = c.spawn().map_err(spawn_err)?;
         drop(c); // closes our copies of the pipe's write end: EOF comes when the child's side closes
-        let pid = child.id() as i32;
+        let pid = pid_of(&child);
         process::register_child(pid);
         let started = Instant::now();
         let (tx, rx) = mpsc::channel();
@@ -349,6 +349,13 @@ impl SystemRunner {
             }
         }
     }
+}
+
+/// The child's pid, which is also its process group (`process_group(0)`), as the signed type
+/// kill(2) takes. A Linux pid is at most `PID_MAX_LIMIT` (2^22), so the reinterpretation never
+/// wraps.
+fn pid_of(child: &std::process::Child) -> i32 {
+    child.id().cast_signed()
 }
 
 fn memfile(name: &str) -> Result<File, std::io::Error> {
@@ -397,7 +404,7 @@ impl Runner for SystemRunner {
         });
         let mut child = c.spawn().map_err(spawn_err)?;
         drop(c); // closes our copies of the child's descriptors
-        let pid = child.id() as i32;
+        let pid = pid_of(&child);
         process::register_child(pid);
 
         let (tx, rx) = mpsc::channel();

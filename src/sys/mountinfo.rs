@@ -231,11 +231,11 @@ pub fn unescape(field: &[u8]) -> Vec<u8> {
         if field[i] == b'\\' && i + 3 < field.len() {
             let oct = &field[i + 1..i + 4];
             if oct.iter().all(|b| (b'0'..=b'7').contains(b)) {
-                let v = (oct[0] - b'0') as u32 * 64
-                    + (oct[1] - b'0') as u32 * 8
-                    + (oct[2] - b'0') as u32;
-                if v <= 255 {
-                    out.push(v as u8);
+                let v = u32::from(oct[0] - b'0') * 64
+                    + u32::from(oct[1] - b'0') * 8
+                    + u32::from(oct[2] - b'0');
+                if let Ok(v) = u8::try_from(v) {
+                    out.push(v);
                     i += 4;
                     continue;
                 }

@@ -7,7 +7,7 @@ pub fn file_key(key: &str) -> String {
     let mut s = String::with_capacity(key.len());
     for b in key.bytes() {
         if b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-' {
-            s.push(b as char);
+            s.push(char::from(b));
         } else {
             s.push_str(&format!("%{b:02X}"));
         }
@@ -18,7 +18,7 @@ pub fn file_key(key: &str) -> String {
     // FNV-1a: stable across versions and platforms; collisions are caught by the target check.
     let mut h: u64 = 0xcbf29ce484222325;
     for b in key.bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        h = (h ^ u64::from(b)).wrapping_mul(0x100000001b3);
     }
     let tail: String = s
         .chars()

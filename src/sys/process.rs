@@ -134,7 +134,9 @@ fn termination_signals() -> SigSet {
 /// small stack: every call pays for it, so it is kept cheap. Children never inherit the alarm
 /// (fork clears it).
 pub fn start_guards(verb: &str, deadline: Deadline) {
-    let secs = deadline.total().as_secs().clamp(1, u64::from(u32::MAX)) as u32;
+    let secs = u32::try_from(deadline.total().as_secs())
+        .unwrap_or(u32::MAX)
+        .max(1);
     let verb = verb.to_owned();
     let spawned = std::thread::Builder::new().name("guard".into()).stack_size(64 * 1024).spawn(move || {
         let Ok(sig) = termination_signals().wait() else { return };

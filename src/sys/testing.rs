@@ -202,7 +202,7 @@ impl FakeMounter {
     /// Adds an entry to the table, as if mounted before this test.
     pub fn add(&self, source: &str, mount_point: &Path, fs_type: &str, read_only: bool) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let id = t.len() as u32 + 100;
+        let id = u32::try_from(t.len()).map_or(u32::MAX, |n| n.saturating_add(100));
         t.push(MountInfo {
             id,
             parent: 1,

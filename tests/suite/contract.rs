@@ -497,7 +497,7 @@ fn contract_sigterm_kills_children_and_prints_failure_json() {
     }
     assert!(!helpers.is_empty(), "the injected helper never started");
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();

@@ -256,7 +256,7 @@ fn blkid_uuid(dev: &str) -> String {
 
 fn fs_size(p: &Path) -> u64 {
     let st = nix::sys::statvfs::statvfs(p).unwrap();
-    st.blocks() as u64 * st.fragment_size() as u64
+    st.blocks() * st.fragment_size()
 }
 
 #[test]

@@ -100,7 +100,7 @@ fn install_fresh_idempotent_upgrade_under_load_and_uninstall() {
     );
     // The old process was untouched and still answers (here: SIGTERM -> Failure JSON).
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(running.id() as i32),
+        nix::unistd::Pid::from_raw(i32::try_from(running.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();

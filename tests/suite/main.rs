@@ -2,7 +2,12 @@
 //! `contract_*` (no privileges), `root_*` (real mounts, needs root), `install_*`, `guest_*`
 //! (ignored on the host; run inside the test VM).
 
-#![allow(clippy::print_stderr, clippy::print_stdout, clippy::unwrap_used)]
+#![allow(
+    clippy::print_stderr,
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 mod conformance;
 mod contract;

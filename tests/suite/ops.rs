@@ -635,7 +635,7 @@ fn contract_ops_install_checks_and_installs_the_config_then_sleeps_until_sigterm
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(child.try_wait().unwrap().is_none(), "it must keep running");
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();

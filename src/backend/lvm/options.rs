@@ -249,7 +249,7 @@ pub fn derive_lv_name(name: &str) -> String {
         .collect();
     let mut h: u32 = 0x811c9dc5; // FNV-1a, stable across versions
     for b in name.bytes() {
-        h = (h ^ b as u32).wrapping_mul(0x01000193);
+        h = (h ^ u32::from(b)).wrapping_mul(0x01000193);
     }
     format!("fv_{clean}_{h:08x}")
 }
@@ -290,18 +290,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         0
     } else {
         let f: u128 = frac.parse().map_err(|_| HINT.to_owned())?;
-        let scale = 10u128.pow(frac.len() as u32);
+        // At most 18 digits (checked above), so the conversion cannot fail.
+        let digits = u32::try_from(frac.len()).map_err(|_| HINT.to_owned())?;
+        let scale = 10u128.pow(digits);
         (f * mult).div_ceil(scale)
     };
     let bytes = int
         .checked_mul(mult)
         .and_then(|b| b.checked_add(frac_bytes))
-        .filter(|b| *b <= u64::MAX as u128)
+        .and_then(|b| u64::try_from(b).ok())
         .ok_or("is too large for a volume (more than 2^64-1 bytes)")?;
     if bytes == 0 {
         return Err("must be more than zero".into());
     }
-    Ok(bytes as u64)
+    Ok(bytes)
 }
 
 /// One mkfs flag the allow-list accepts, and what its value may be.

@@ -378,10 +378,8 @@ impl Devices for SysDevices {
         match std::fs::metadata(path) {
             Ok(m) if m.file_type().is_block_device() => {
                 let rdev = m.rdev();
-                Ok(Some((
-                    nix::sys::stat::major(rdev) as u32,
-                    nix::sys::stat::minor(rdev) as u32,
-                )))
+                // rustix splits dev_t as the kernel does (major 12 bits, minor 20): both are u32.
+                Ok(Some((rustix::fs::major(rdev), rustix::fs::minor(rdev))))
             }
             Ok(_) => Err(Error::refused(format!(
                 "{} exists but is not a block device; refusing to use it",
