@@ -106,7 +106,8 @@ fn resolve(runner: &dyn Runner, server: &str, budget: Duration) -> Result<Vec<Ip
 mod tests {
     use super::*;
     use crate::sys::testing::FakeRunner;
-    use std::net::TcpListener;
+    use nix::errno::Errno;
+    use std::net::{Ipv6Addr, TcpListener};
 
     #[test]
     fn a_listening_port_is_reachable_and_a_closed_one_is_refused_at_once() {
@@ -157,10 +158,38 @@ mod tests {
     #[test]
     fn ipv6_literals_in_brackets() {
         let runner = FakeRunner::new();
-        if let Ok(l) = TcpListener::bind("[::1]:0") {
-            let port = l.local_addr().unwrap().port();
-            reachable(&runner, "[::1]", port, Duration::from_secs(2)).unwrap();
+        let budget = Duration::from_secs(2);
+        match TcpListener::bind("[::1]:0") {
+            Ok(l) => {
+                let port = l.local_addr().unwrap().port();
+                let addr = reachable(&runner, "[::1]", port, budget).unwrap();
+                assert_eq!(addr, SocketAddr::from((Ipv6Addr::LOCALHOST, port)));
+                drop(l);
+                let e = reachable(&runner, "[::1]", port, budget).unwrap_err();
+                assert!(
+                    e.contains(&format!(
+                        "nothing accepted a TCP connection on [::1]:{port}"
+                    )),
+                    "{e}"
+                );
+            }
+            // A host without an IPv6 loopback (IPv6 disabled): the kernel says exactly that, and
+            // the bracketed literal is still taken as an address, not as a name to look up.
+            Err(e) => {
+                let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
+                assert!(
+                    matches!(errno, Errno::EADDRNOTAVAIL | Errno::EAFNOSUPPORT),
+                    "binding [::1] failed in an unexpected way: {e}"
+                );
+                let e = reachable(&runner, "[::1]", 2049, budget).unwrap_err();
+                assert!(
+                    e.contains("nothing accepted a TCP connection on [::1]:2049"),
+                    "{e}"
+                );
+            }
         }
+        // An IP literal, bracketed or not, never runs the resolver.
+        assert!(runner.calls().is_empty());
     }
 
     #[test]
