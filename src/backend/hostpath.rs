@@ -46,6 +46,7 @@ use crate::sys::mount::{
     FileId, MountError, PathState, UnmountMode, fd_id, fd_state, path_state, reads_read_only,
 };
 use crate::sys::paths::{self, FileKind, Ownership};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -338,6 +339,33 @@ impl HostPathOptions {
     }
 }
 
+/// The one directory the hostPath driver serves when `hostpath.allowedRoots` is not set. Under
+/// `/srv` ("data for services provided by this system", FHS 3.0), apart from flexvol's own state
+/// in `/var/lib/flexvol`, and empty on a fresh node: a default that hands out nothing that
+/// already exists.
+pub const DEFAULT_HOSTPATH_ROOT: &str = "/srv/flexvol";
+
+/// Node policy for hostPath (`"hostpath"` in the config file).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HostPathConfig {
+    /// Volumes may only use paths under these directories (after resolving symlinks). When empty,
+    /// only [`DEFAULT_HOSTPATH_ROOT`] is served. Some locations are refused whatever this says
+    /// (see the hostPath backend's policy).
+    pub allowed_roots: Vec<PathBuf>,
+}
+
+impl HostPathConfig {
+    /// The roots in effect: the configured ones, or the default root.
+    pub fn roots(&self) -> Vec<PathBuf> {
+        if self.allowed_roots.is_empty() {
+            vec![PathBuf::from(DEFAULT_HOSTPATH_ROOT)]
+        } else {
+            self.allowed_roots.clone()
+        }
+    }
+}
+
 /// Locations no hostPath volume may be, contain or be inside, whatever `hostpath.allowedRoots`
 /// says: the node's cluster machinery. A pod that can write to one of them owns the node (a CNI
 /// binary, a runtime's socket, kubelet's pods with their secrets, etcd's data, flexvol's own
@@ -495,10 +523,8 @@ fn resolved(p: &Path) -> PathBuf {
 ///    cgroup);
 /// 3. only paths under the allowed roots: `hostpath.allowedRoots`, or [`DEFAULT_HOSTPATH_ROOT`]
 ///    when unset, resolved the same way.
-///
-/// [`DEFAULT_HOSTPATH_ROOT`]: crate::node::config::DEFAULT_HOSTPATH_ROOT
 fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<()> {
-    use crate::node::config::{Config, DEFAULT_HOSTPATH_ROOT};
+    use crate::node::config::Config;
     use std::os::unix::fs::MetadataExt;
     let src = resolved_source;
     let shown = src.display();

@@ -4,6 +4,15 @@
 //! state, locks and log. All keys are optional; an unknown key is an error, because a typo in a
 //! policy key must not silently fall back to a permissive default.
 //!
+//! Each backend owns the type of its policy section (`hostpath`: [`HostPathConfig`], `nfs`:
+//! [`NfsConfig`], `lvm`: [`LvmConfig`]), next to the code that enforces it; this file composes
+//! them, decides whether the file is trusted, and checks the values every section shares the
+//! rules of (paths, `...Seconds` ranges).
+//!
+//! [`HostPathConfig`]: crate::backend::hostpath::HostPathConfig
+//! [`NfsConfig`]: crate::backend::nfs::NfsConfig
+//! [`LvmConfig`]: crate::backend::lvm::LvmConfig
+//!
 //! Safety rules:
 //! - The file is trusted only if nobody but root (or the user flexvol runs as) could have written
 //!   it, like sshd's `StrictModes`: it must be a regular file owned by root or us, not writable by
@@ -22,12 +31,6 @@ use std::time::Duration;
 pub const DEFAULT_PATH: &str = "/etc/flexvol/config.json";
 /// Environment variable naming another config file (tests, unusual nodes).
 pub const ENV_VAR: &str = "FLEXVOL_CONFIG";
-
-/// The one directory the hostPath driver serves when `hostpath.allowedRoots` is not set. Under
-/// `/srv` ("data for services provided by this system", FHS 3.0), apart from flexvol's own state
-/// in `/var/lib/flexvol`, and empty on a fresh node: a default that hands out nothing that
-/// already exists.
-pub const DEFAULT_HOSTPATH_ROOT: &str = "/srv/flexvol";
 
 /// Allowed range of every `...Seconds` key (0 only where [`Config::parse`] says so): one day is
 /// more than any kubelet waits for a verb, and keeps every deadline computation far from overflow.
@@ -56,32 +59,11 @@ pub struct Config {
     /// Directories searched for tools (mount.nfs, lvm, blkid, mkfs.*), in order.
     pub tool_dirs: Vec<PathBuf>,
     /// hostPath backend policy.
-    pub hostpath: HostPathConfig,
+    pub hostpath: crate::backend::hostpath::HostPathConfig,
     /// NFS backend policy.
     pub nfs: crate::backend::nfs::NfsConfig,
     /// LVM backend policy.
     pub lvm: crate::backend::lvm::LvmConfig,
-}
-
-/// Policy for the hostPath backend.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct HostPathConfig {
-    /// Volumes may only use paths under these directories (after resolving symlinks). When empty,
-    /// only [`DEFAULT_HOSTPATH_ROOT`] is served. Some locations are refused whatever this says
-    /// (see the hostPath backend's policy).
-    pub allowed_roots: Vec<PathBuf>,
-}
-
-impl HostPathConfig {
-    /// The roots in effect: the configured ones, or the default root.
-    pub fn roots(&self) -> Vec<PathBuf> {
-        if self.allowed_roots.is_empty() {
-            vec![PathBuf::from(DEFAULT_HOSTPATH_ROOT)]
-        } else {
-            self.allowed_roots.clone()
-        }
-    }
 }
 
 impl Default for Config {
@@ -99,7 +81,7 @@ impl Default for Config {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
-            hostpath: HostPathConfig::default(),
+            hostpath: Default::default(),
             nfs: Default::default(),
             lvm: Default::default(),
         }
