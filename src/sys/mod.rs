@@ -8,4 +8,5 @@ pub mod mountinfo;
 pub mod names;
 pub mod paths;
 pub mod process;
+#[cfg(test)]
 pub mod testing;

@@ -1,6 +1,7 @@
 //! Test doubles for the system seams: a runner that records every command and answers from a
 //! script, and a mounter that records every call against an in-memory mount table. Used by the
-//! backends' unit tests; the real thing is proven by the root and guest tiers.
+//! backends' unit tests; the real thing is proven by the root and guest tiers. Compiled only for
+//! the unit tests (`#[cfg(test)]`): nothing here is in the release binary.
 
 use crate::sys::exec::{Cmd, ExecError, Output, Runner};
 use crate::sys::mount::{MountError, Mounter, UnmountMode};
@@ -202,7 +203,7 @@ impl FakeMounter {
     /// Adds an entry to the table, as if mounted before this test.
     pub fn add(&self, source: &str, mount_point: &Path, fs_type: &str, read_only: bool) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let id = u32::try_from(t.len()).map_or(u32::MAX, |n| n.saturating_add(100));
+        let id = u32::try_from(t.len()).unwrap() + 100;
         t.push(MountInfo {
             id,
             parent: 1,
