@@ -4,6 +4,8 @@
 //! Every path out of here, including a config error, a parse error, a deadline, SIGTERM and a
 //! panic, ends in exactly one JSON reply on stdout and an exit code that matches it.
 
+use crate::backend::lvm::SysDevices;
+use crate::backend::nfs::probe::TcpProber;
 use crate::backend::{self, Backend, Context};
 use crate::node::calllog;
 use crate::node::config::Config;
@@ -65,6 +67,8 @@ fn answer(
         config: &config,
         runner: &runner,
         mounter: &SysMounter,
+        devices: &SysDevices,
+        prober: &TcpProber,
         deadline,
         driver_name,
     };

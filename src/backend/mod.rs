@@ -9,6 +9,8 @@
 pub mod hostpath;
 pub mod lvm;
 pub mod nfs;
+#[cfg(test)]
+pub mod testing;
 
 use crate::error::{Error, Result};
 use crate::node::config::Config;
@@ -19,6 +21,8 @@ use crate::sys::exec::Runner;
 use crate::sys::lock::VolumeLock;
 use crate::sys::mount::Mounter;
 use crate::sys::process::Deadline;
+use lvm::Devices;
+use nfs::probe::Prober;
 use std::path::{Path, PathBuf};
 
 /// The three backends.
@@ -71,7 +75,8 @@ impl Backend {
     }
 }
 
-/// Everything a verb may use: the node config and the system seams, plus the call's deadline.
+/// Everything a verb may use: the node config and every seam to the system (unit tests replace
+/// each one), plus the call's deadline.
 pub struct Context<'a> {
     /// Node configuration.
     pub config: &'a Config,
@@ -79,6 +84,11 @@ pub struct Context<'a> {
     pub runner: &'a dyn Runner,
     /// The mount seam.
     pub mounter: &'a dyn Mounter,
+    /// Block devices: device numbers, swap, holders (LVM; the real one is
+    /// [`lvm::SysDevices`]).
+    pub devices: &'a dyn Devices,
+    /// Is an NFS server there (the real one is [`nfs::probe::TcpProber`]).
+    pub prober: &'a dyn Prober,
     /// When this call must have answered.
     pub deadline: Deadline,
     /// `<vendor>/<driver>` as kubelet knows this install (e.g. `flexvol/lvm`); kubelet derives

@@ -18,6 +18,8 @@
 
 #![allow(clippy::print_stdout)]
 
+use crate::backend::lvm::SysDevices;
+use crate::backend::nfs::probe::TcpProber;
 use crate::backend::{self, Backend, Context};
 use crate::node::calllog;
 use crate::node::config::Config;
@@ -135,6 +137,8 @@ fn unmount(config: &Config, f: &Finding) -> Result<(), String> {
         config,
         runner: &runner,
         mounter: &SysMounter,
+        devices: &SysDevices,
+        prober: &TcpProber,
         deadline: Deadline::after(config.verb_timeout()),
         driver_name: "flexvol/gc",
     };

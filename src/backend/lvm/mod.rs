@@ -72,11 +72,7 @@ pub const TAG_FORMATTED: &str = "flexvol.formatted";
 
 /// Answers the LVM verbs.
 pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
-    handle_with(call, ctx, &SysDevices)
-}
-
-/// [`handle`] with a device seam (unit tests pass fake device numbers).
-pub fn handle_with(call: &Call, ctx: &Context, devices: &dyn Devices) -> Result<Reply> {
+    let devices = ctx.devices;
     let parse =
         |json: &str| -> Result<LvmOptions> { Ok(LvmOptions::parse(&Options::parse(json)?)?) };
     match call {

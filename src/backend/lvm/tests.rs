@@ -2,15 +2,11 @@
 //! 2.03.16's JSON format, captured on Debian 12) and a recording mounter.
 
 use super::*;
+use crate::backend::testing::{DEV, DEVNUM, FakeDevices, World};
 use crate::node::config::Config;
-use crate::sys::process::Deadline;
-use crate::sys::testing::{FakeMounter, FakeRunner, MountCall};
-use std::sync::Mutex;
+use crate::sys::testing::MountCall;
 
 const J: &str = r#"{"kubernetes.io/fsType":"ext4","kubernetes.io/pvOrVolumeName":"pv-lvm-1","kubernetes.io/readwrite":"rw","size":"1Gi","volumeID":"lv1","volumegroup":"vg0"}"#;
-const DEV: &str = "/dev/vg0/lv1";
-/// The fake mounter numbers its first mount (0, 100); the fake LV device has that number.
-const DEVNUM: (u32, u32) = (0, 100);
 
 fn lvs_json(rows: &[(&str, &str, u64, &str, &str)]) -> String {
     let rows: Vec<String> = rows
@@ -33,101 +29,30 @@ fn vgs_json(free: u64) -> String {
     )
 }
 
-/// The LV's device number (when present), the swap devices and the LV's holders.
-struct FakeDevices(
-    Mutex<Option<(u32, u32)>>,
-    Mutex<Vec<(u32, u32)>>,
-    Mutex<Vec<String>>,
-);
-
-impl FakeDevices {
-    fn present() -> Self {
-        Self(Mutex::new(Some(DEVNUM)), Mutex::default(), Mutex::default())
-    }
-    fn absent() -> Self {
-        Self(Mutex::new(None), Mutex::default(), Mutex::default())
-    }
+/// vg0 allowed: any of its LVs may be used and created.
+fn world() -> World {
+    with_lvm(LvmConfig {
+        device_wait_seconds: 1,
+        allowed_volume_groups: vec!["vg0".into()],
+        ..LvmConfig::default()
+    })
 }
 
-impl Devices for FakeDevices {
-    fn block_device(&self, path: &Path) -> Result<Option<(u32, u32)>> {
-        Ok(if path == Path::new(DEV) {
-            *self.0.lock().unwrap()
-        } else {
-            None
-        })
-    }
-    fn swaps(&self) -> Result<Vec<(u32, u32)>> {
-        Ok(self.1.lock().unwrap().clone())
-    }
-    fn holders(&self, dev: (u32, u32)) -> Result<Vec<String>> {
-        Ok(if dev == DEVNUM {
-            self.2.lock().unwrap().clone()
-        } else {
-            Vec::new()
-        })
-    }
+/// The default policy: no VG allowed, only tagged LVs.
+fn default_policy() -> World {
+    with_lvm(LvmConfig {
+        device_wait_seconds: 1,
+        ..LvmConfig::default()
+    })
 }
 
-struct World {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    config: Config,
-    runner: FakeRunner,
-    mounter: FakeMounter,
-    devices: FakeDevices,
+fn with_lvm(lvm: LvmConfig) -> World {
+    let mut w = World::new(Backend::Lvm);
+    w.config.lvm = lvm;
+    w
 }
 
 impl World {
-    /// vg0 allowed: any of its LVs may be used and created.
-    fn new() -> Self {
-        Self::with_lvm(LvmConfig {
-            device_wait_seconds: 1,
-            allowed_volume_groups: vec!["vg0".into()],
-            ..LvmConfig::default()
-        })
-    }
-
-    /// The default policy: no VG allowed, only tagged LVs.
-    fn default_policy() -> Self {
-        Self::with_lvm(LvmConfig {
-            device_wait_seconds: 1,
-            ..LvmConfig::default()
-        })
-    }
-
-    fn with_lvm(lvm: LvmConfig) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        let config = Config {
-            state_dir: root.join("state"),
-            run_dir: root.join("run"),
-            lvm,
-            ..Config::default()
-        };
-        Self {
-            _dir: dir,
-            root,
-            config,
-            runner: FakeRunner::new(),
-            mounter: FakeMounter::new(),
-            devices: FakeDevices::present(),
-        }
-    }
-
-    fn call(&self, args: &[&str]) -> Result<Reply> {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let call = Call::parse(&args).unwrap();
-        let ctx = Context {
-            config: &self.config,
-            runner: &self.runner,
-            mounter: &self.mounter,
-            deadline: Deadline::after(Duration::from_secs(30)),
-            driver_name: "example.com/lvm",
-        };
-        handle_with(&call, &ctx, &self.devices)
-    }
-
     fn global(&self) -> PathBuf {
         let p = self
             .root
@@ -142,10 +67,6 @@ impl World {
             .join("kubelet/pods/6f3c1b8e/volumes/example.com~lvm/pv-lvm-1");
         std::fs::create_dir_all(&p).unwrap();
         p
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.runner.lines()
     }
 
     fn state_files(&self) -> usize {
@@ -165,7 +86,7 @@ const LVS: &str = "lvm lvs --reportformat json --units b --nosuffix -o vg_name,l
 
 #[test]
 fn attach_is_pure_and_controller_verbs_do_nothing() {
-    let w = World::new();
+    let w = world();
     w.devices.0.lock().unwrap().take();
     let r = w.call(&["attach", J, "node-1"]).unwrap();
     assert_eq!(r.device.as_deref(), Some(DEV));
@@ -195,7 +116,7 @@ fn attach_is_pure_and_controller_verbs_do_nothing() {
 
 #[test]
 fn waitforattach_already_active_is_one_lvm_command() {
-    let w = World::new();
+    let w = world();
     w.runner.on(
         "lvm",
         &["lvs"],
@@ -213,7 +134,7 @@ fn waitforattach_already_active_is_one_lvm_command() {
 
 #[test]
 fn waitforattach_inactive_activates() {
-    let w = World::new();
+    let w = world();
     w.runner.on(
         "lvm",
         &["lvs"],
@@ -227,7 +148,7 @@ fn waitforattach_inactive_activates() {
 
 #[test]
 fn waitforattach_creates_a_missing_lv_rounded_to_extents() {
-    let w = World::new();
+    let w = world();
     w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
     w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");
     let j = J.replace("\"1Gi\"", "\"1.001Gi\"");
@@ -246,7 +167,7 @@ fn waitforattach_creates_a_missing_lv_rounded_to_extents() {
 
 #[test]
 fn waitforattach_creates_thin_lvs_in_an_existing_pool() {
-    let w = World::new();
+    let w = world();
     w.runner.on(
         "lvm",
         &["lvs"],
@@ -262,7 +183,7 @@ fn waitforattach_creates_thin_lvs_in_an_existing_pool() {
     );
     // A pool that is not a thin pool, or no pool: refused before lvcreate.
     for rows in [vec![("pool", "-wi-a-----", 1u64 << 30, "", "")], vec![]] {
-        let w = World::new();
+        let w = world();
         w.runner.on("lvm", &["lvs"], 0, &lvs_json(&rows), "");
         let e = w.call(&["waitforattach", DEV, &j]).unwrap_err();
         assert!(e.to_string().contains("thin"), "{e}");
@@ -272,21 +193,21 @@ fn waitforattach_creates_thin_lvs_in_an_existing_pool() {
 
 #[test]
 fn waitforattach_refuses_without_size_too_big_missing_vg_or_a_pool_lv() {
-    let w = World::new();
+    let w = world();
     w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
     let e = w
         .call(&["waitforattach", DEV, &J.replace(r#""size":"1Gi","#, "")])
         .unwrap_err();
     assert!(e.to_string().contains("no size was given"), "{e}");
 
-    let w = World::new();
+    let w = world();
     w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
     w.runner.on("lvm", &["vgs"], 0, &vgs_json(1 << 29), "");
     let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
     assert!(e.to_string().contains("has 536870912 bytes free"), "{e}");
     assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
 
-    let w = World::new();
+    let w = world();
     w.runner.on(
         "lvm",
         &["lvs"],
@@ -305,7 +226,7 @@ fn waitforattach_refuses_without_size_too_big_missing_vg_or_a_pool_lv() {
         "{e}"
     );
 
-    let w = World::new();
+    let w = world();
     w.runner.on(
         "lvm",
         &["lvs"],
@@ -318,7 +239,7 @@ fn waitforattach_refuses_without_size_too_big_missing_vg_or_a_pool_lv() {
     assert_eq!(w.lines(), [LVS]);
 
     // A device argument that is not this volume's.
-    let w = World::new();
+    let w = world();
     let e = w.call(&["waitforattach", "/dev/vg0/other", J]).unwrap_err();
     assert!(e.to_string().contains("does not match"), "{e}");
     assert!(w.lines().is_empty());
@@ -326,7 +247,7 @@ fn waitforattach_refuses_without_size_too_big_missing_vg_or_a_pool_lv() {
 
 #[test]
 fn waitforattach_times_out_when_the_device_never_appears() {
-    let mut w = World::new();
+    let mut w = world();
     w.devices = FakeDevices::absent();
     w.runner.on(
         "lvm",
@@ -385,7 +306,7 @@ fn bad_names_and_sizes_create_and_mount_nothing() {
     cases.push(base("mountOptions", "noatime"));
     cases.push(base("kubernetes.io/fsType", "ext4 -F"));
     for j in &cases {
-        let w = World::new();
+        let w = world();
         let g = w.global();
         let p = w.pod();
         for args in [
@@ -429,7 +350,7 @@ const EXT4: &str = "DEVNAME=/dev/vg0/lv1\nUUID=0b4a3c1e-7f3e-4c8e-a8c4-1f1e2d3c4
 
 #[test]
 fn mountdevice_formats_only_a_blank_device() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.runner.on(
         "lvm",
@@ -468,7 +389,7 @@ fn mountdevice_formats_only_a_blank_device() {
 
 #[test]
 fn mountdevice_mounts_an_existing_filesystem_without_mkfs() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 0, EXT4);
     let j = J
@@ -517,7 +438,7 @@ fn mountdevice_never_formats_anything_but_a_blank_probe() {
         (1, "", "exit status 1"),
     ];
     for (code, out, want) in cases {
-        let w = World::new();
+        let w = world();
         let g = w.global();
         blkid(&w, *code, out);
         let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
@@ -531,7 +452,7 @@ fn mountdevice_never_formats_anything_but_a_blank_probe() {
         assert_eq!(w.state_files(), 0);
     }
     // blkid killed by its timeout: an error, not "blank".
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.runner.time_out("blkid");
     assert!(w.call(&["mountdevice", s(&g), DEV, J]).is_err());
@@ -540,7 +461,7 @@ fn mountdevice_never_formats_anything_but_a_blank_probe() {
 
 #[test]
 fn mountdevice_refuses_blank_when_read_only_or_formatted_before() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 2, "");
     let e = w
@@ -552,7 +473,7 @@ fn mountdevice_refuses_blank_when_read_only_or_formatted_before() {
         "{e}"
     );
 
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 2, "");
     w.runner.on(
@@ -576,7 +497,7 @@ fn mountdevice_refuses_blank_when_read_only_or_formatted_before() {
 
 #[test]
 fn mountdevice_xfs_with_options_and_unknown_types() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 2, "");
     w.runner.on(
@@ -598,7 +519,7 @@ fn mountdevice_xfs_with_options_and_unknown_types() {
         w.lines()
     );
 
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.runner.without("mkfs.btrfs");
     let e = w
@@ -615,7 +536,7 @@ fn mountdevice_xfs_with_options_and_unknown_types() {
 
 #[test]
 fn mountdevice_refuses_a_global_dir_holding_something_else_and_an_inactive_lv() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.mounter
         .add("/dev/other", Path::new("/elsewhere"), "ext4", false); // takes (0, 100)
@@ -626,7 +547,7 @@ fn mountdevice_refuses_a_global_dir_holding_something_else_and_an_inactive_lv() 
         "{e}"
     );
 
-    let mut w = World::new();
+    let mut w = world();
     w.devices = FakeDevices::absent();
     let g = w.global();
     let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
@@ -636,7 +557,7 @@ fn mountdevice_refuses_a_global_dir_holding_something_else_and_an_inactive_lv() 
 
 #[test]
 fn mount_binds_the_global_mount_and_unmount_undoes_it() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     let p = w.pod();
     let e = w.call(&["mount", s(&p), J]).unwrap_err();
@@ -664,7 +585,7 @@ fn mount_binds_the_global_mount_and_unmount_undoes_it() {
 
 #[test]
 fn mount_outside_a_kubelet_tree_fails() {
-    let w = World::new();
+    let w = world();
     let d = w.root.join("somewhere");
     std::fs::create_dir_all(&d).unwrap();
     let e = w.call(&["mount", s(&d), J]).unwrap_err();
@@ -676,7 +597,7 @@ fn mount_outside_a_kubelet_tree_fails() {
 
 #[test]
 fn unmountdevice_unmounts_and_deactivates_once() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 0, EXT4);
     w.call(&["mountdevice", s(&g), DEV, J]).unwrap();
@@ -708,7 +629,7 @@ fn unmountdevice_without_a_record_uses_the_mapper_name() {
     );
     assert_eq!(split_dm_name("/dev/mapper/x/y"), None);
     assert_eq!(split_dm_name("/dev/a/b/c"), None);
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.mounter.add("/dev/mapper/vg0-lv1", &g, "ext4", false);
     w.call(&["unmountdevice", s(&g)]).unwrap();
@@ -718,7 +639,7 @@ fn unmountdevice_without_a_record_uses_the_mapper_name() {
 #[test]
 fn unmountdevice_without_a_record_uses_the_device_path_we_mount_by() {
     // mountdevice (and kubelet's own fallback) mount /dev/<vg>/<lv>, which mountinfo keeps.
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.mounter.add(DEV, &g, "ext4", false);
     w.call(&["unmountdevice", s(&g)]).unwrap();
@@ -727,7 +648,7 @@ fn unmountdevice_without_a_record_uses_the_device_path_we_mount_by() {
 
 #[test]
 fn unmountdevice_leaves_an_lv_mounted_elsewhere_active() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.mounter.add(DEV, Path::new("/mnt/by-hand"), "ext4", false); // (0, 100) = the LV
     w.mounter.add("/dev/mapper/vg0-lv1", &g, "ext4", false);
@@ -737,7 +658,7 @@ fn unmountdevice_leaves_an_lv_mounted_elsewhere_active() {
 
 #[test]
 fn expandfs_extends_then_grows_and_repeats_cleanly() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     let p = w.pod();
     w.mounter.add(DEV, &g, "ext4", false);
@@ -773,7 +694,7 @@ fn expandfs_extends_then_grows_and_repeats_cleanly() {
 
 #[test]
 fn expandfs_xfs_grows_by_mount_point_and_checks_free_space() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     let p = w.pod();
     w.mounter.add(DEV, &g, "xfs", false);
@@ -797,7 +718,7 @@ fn expandfs_xfs_grows_by_mount_point_and_checks_free_space() {
 
 #[test]
 fn expandfs_needs_a_mounted_filesystem() {
-    let w = World::new();
+    let w = world();
     let p = w.pod();
     w.runner.on(
         "lvm",
@@ -850,7 +771,7 @@ fn mkfs_options_with_paths_are_refused_before_anything_runs() {
         ext4("-e panic"),
     ];
     for j in &cases {
-        let w = World::new();
+        let w = world();
         let g = w.global();
         blkid(&w, 2, "");
         for args in [
@@ -869,7 +790,7 @@ fn mkfs_options_with_paths_are_refused_before_anything_runs() {
 /// #1 (defence in depth): mkfs runs in an empty private directory, not in `/`.
 #[test]
 fn mkfs_runs_in_an_empty_private_directory() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 2, "");
     lvs_with(&w, "-wi-a-----", "");
@@ -897,7 +818,7 @@ fn mkfs_runs_in_an_empty_private_directory() {
         ["-q", "-E", "lazy_itable_init=0", "-O", "^has_journal", DEV]
     );
     // A symlink in its place is refused, never followed.
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 2, "");
     lvs_with(&w, "-wi-a-----", "");
@@ -921,7 +842,7 @@ fn unknown_option_keys_are_refused_without_echoing_their_value() {
         let mut m: serde_json::Map<String, serde_json::Value> = serde_json::from_str(J).unwrap();
         m.insert(k.into(), v.into());
         let j = serde_json::Value::Object(m).to_string();
-        let w = World::new();
+        let w = world();
         let g = w.global();
         let p = w.pod();
         for args in [
@@ -944,7 +865,7 @@ fn unknown_option_keys_are_refused_without_echoing_their_value() {
         r#""size""#,
         r#""kubernetes.io/pod.name":"p","kubernetes.io/mounterArgs.FsGroup":"2000","kubernetes.io/serviceAccount.name":"default","size""#,
     );
-    World::new().call(&["attach", &j, "n"]).unwrap();
+    world().call(&["attach", &j, "n"]).unwrap();
 }
 
 /// #12: mount options that panic the node or skip journal replay are refused.
@@ -962,7 +883,7 @@ fn dangerous_mount_options_are_refused() {
         ("xfs", "grpid"),
         ("xfs", "dax=always"),
     ] {
-        let w = World::new();
+        let w = world();
         let g = w.global();
         blkid(&w, 0, EXT4);
         let j = J
@@ -991,7 +912,7 @@ fn lvs_with(w: &World, attr: &str, tags: &str) {
 fn default_policy_refuses_untagged_lvs_and_creation() {
     // The node's root LV, inactive or active: refused after the one lvs report.
     for attr in ["-wi-------", "-wi-ao----"] {
-        let w = World::default_policy();
+        let w = default_policy();
         lvs_with(&w, attr, "");
         let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
         assert!(
@@ -1001,16 +922,16 @@ fn default_policy_refuses_untagged_lvs_and_creation() {
         assert_eq!(w.lines(), [LVS], "{attr}");
     }
     // Missing LV with a size: the same message, no vgs, no lvcreate.
-    let w = World::default_policy();
+    let w = default_policy();
     w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
     let missing = w.call(&["waitforattach", DEV, J]).unwrap_err().to_string();
     assert_eq!(w.lines(), [LVS]);
-    let w = World::default_policy();
+    let w = default_policy();
     lvs_with(&w, "-wi-------", "other.tag");
     let existing = w.call(&["waitforattach", DEV, J]).unwrap_err().to_string();
     assert_eq!(missing, existing);
     // mountdevice never formats such an LV either.
-    let w = World::default_policy();
+    let w = default_policy();
     let g = w.global();
     blkid(&w, 2, "");
     lvs_with(&w, "-wi-a-----", "");
@@ -1023,7 +944,7 @@ fn default_policy_refuses_untagged_lvs_and_creation() {
     assert!(w.mounter.calls().is_empty());
     assert_eq!(w.state_files(), 0);
     // expandfs of it: refused before lvextend.
-    let w = World::default_policy();
+    let w = default_policy();
     let g = w.global();
     let p = w.pod();
     w.mounter.add(DEV, &g, "ext4", false);
@@ -1041,7 +962,7 @@ fn default_policy_refuses_untagged_lvs_and_creation() {
 #[test]
 fn default_policy_accepts_lvs_tagged_for_flexvol() {
     for tags in ["flexvol.allowed", "x,flexvol.created,flexvol.formatted"] {
-        let w = World::default_policy();
+        let w = default_policy();
         lvs_with(&w, "-wi-------", tags);
         w.call(&["waitforattach", DEV, J]).unwrap();
         assert_eq!(w.lines(), [LVS, "lvm lvchange -ay -K -- vg0/lv1"]);
@@ -1052,7 +973,7 @@ fn default_policy_accepts_lvs_tagged_for_flexvol() {
 #[test]
 fn an_lv_the_host_uses_is_refused() {
     // Mounted at / (the node's root LV in an allowed VG): waitforattach and mountdevice refuse.
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.mounter.add(DEV, Path::new("/"), "ext4", false); // DEVNUM
     lvs_with(&w, "-wi-ao----", "");
@@ -1069,30 +990,30 @@ fn an_lv_the_host_uses_is_refused() {
     assert_eq!(w.state_files(), 0);
 
     // Swap, a device stacked on it, open without a mount.
-    let w = World::new();
+    let w = world();
     w.devices.1.lock().unwrap().push(DEVNUM);
     lvs_with(&w, "-wi-ao----", "");
     let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
     assert!(e.to_string().contains("active swap"), "{e}");
-    let w = World::new();
+    let w = world();
     w.devices.2.lock().unwrap().push("dm-7".into());
     lvs_with(&w, "-wi-ao----", "");
     let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
     assert!(e.to_string().contains("dm-7 is stacked on it"), "{e}");
-    let w = World::new();
+    let w = world();
     lvs_with(&w, "-wi-ao----", "");
     let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
     assert!(e.to_string().contains("its device is open"), "{e}");
 
     // Open because kubelet mounted it at its global dir: fine, one lvm command.
-    let w = World::new();
+    let w = world();
     let g = w.global();
     w.mounter.add(DEV, &g, "ext4", false);
     lvs_with(&w, "-wi-ao----", "");
     w.call(&["waitforattach", DEV, J]).unwrap();
     assert_eq!(w.lines(), [LVS]);
     // ... but not another driver's directories.
-    let w = World::new();
+    let w = world();
     w.mounter.add(
         DEV,
         &w.root
@@ -1104,7 +1025,7 @@ fn an_lv_the_host_uses_is_refused() {
     assert!(w.call(&["waitforattach", DEV, J]).is_err());
 
     // expandfs of an LV the host mounted: refused before lvextend.
-    let w = World::new();
+    let w = world();
     let p = w.pod();
     w.mounter.add(DEV, Path::new("/srv"), "ext4", false);
     lvs_with(&w, "-wi-ao----", "");
@@ -1118,7 +1039,7 @@ fn an_lv_the_host_uses_is_refused() {
 /// #8: a blank LV held open raw (a VM's disk, say) is not formatted by mountdevice.
 #[test]
 fn mountdevice_never_formats_an_open_lv_kubelet_has_not_mounted() {
-    let w = World::new();
+    let w = world();
     let g = w.global();
     blkid(&w, 2, "");
     lvs_with(&w, "-wi-ao----", "");
@@ -1132,7 +1053,7 @@ fn mountdevice_never_formats_an_open_lv_kubelet_has_not_mounted() {
 /// that goes away on re-reading is not host use.
 #[test]
 fn a_transient_open_flag_is_not_host_use() {
-    let w = World::new();
+    let w = world();
     lvs_with(&w, "-wi-a-----", "");
     w.runner.once(
         "lvm",
@@ -1171,7 +1092,7 @@ fn kubelet_owned_paths() {
 #[test]
 fn sizes_are_capped_by_node_config() {
     let capped = || {
-        World::with_lvm(LvmConfig {
+        with_lvm(LvmConfig {
             device_wait_seconds: 1,
             allowed_volume_groups: vec!["vg0".into()],
             max_volume_size: Some(512 << 20),
@@ -1195,7 +1116,7 @@ fn sizes_are_capped_by_node_config() {
         assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
     }
     // Under the cap, but it would eat into the reserve: 8 GiB free - 7 GiB reserved < 1.5 GiB.
-    let w = World::with_lvm(LvmConfig {
+    let w = with_lvm(LvmConfig {
         device_wait_seconds: 1,
         allowed_volume_groups: vec!["vg0".into()],
         max_volume_size: None,

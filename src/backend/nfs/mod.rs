@@ -49,28 +49,22 @@ use std::time::{Duration, Instant};
 
 const BACKEND: Backend = Backend::Nfs;
 
-/// The reachability check: `(ctx, server, port)` → the address that answered, or why none did.
-pub type Probe<'a> = &'a dyn Fn(&Context, &str, u16) -> std::result::Result<SocketAddr, String>;
-
-/// The real probe, bounded by `probeTimeoutSeconds` and the verb deadline.
+/// The probe (`ctx.prober`), bounded by `probeTimeoutSeconds` and the verb deadline.
 fn probe_server(ctx: &Context, server: &str, port: u16) -> std::result::Result<SocketAddr, String> {
     let budget = ctx
         .deadline
         .cap(Duration::from_secs(ctx.config.nfs.probe_timeout_seconds));
-    probe::reachable(ctx.runner, server, port, budget)
+    ctx.prober.reachable(ctx.runner, server, port, budget)
 }
 
 /// Answers the NFS verbs. Only `mount` and `unmount` do work: the driver is not attachable and
 /// not resizable, so the other verbs are consistently "Not supported".
 pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
     match call {
-        Call::Mount { mount_dir, options } => mount(
-            ctx,
-            Path::new(mount_dir),
-            &Options::parse(options)?,
-            &probe_server,
-        ),
-        Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir), &probe_server),
+        Call::Mount { mount_dir, options } => {
+            mount(ctx, Path::new(mount_dir), &Options::parse(options)?)
+        }
+        Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir)),
         _ => Ok(Reply::not_supported()),
     }
 }
@@ -114,7 +108,7 @@ fn same_source(mounted: &str, server: &str, share: &str) -> bool {
 }
 
 /// `mount <podDir> <json>`.
-fn mount(ctx: &Context, pod_dir: &Path, o: &Options, probe: Probe) -> Result<Reply> {
+fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = NfsOptions::parse(o, &ctx.config.nfs)?;
     let source = opts.source();
     let target = target_path(pod_dir)?.ok_or_else(|| {
@@ -147,7 +141,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options, probe: Probe) -> Result<Rep
         Err(e) => return Err(Error::io("inspect", &target, e)),
     }
 
-    probe(ctx, &opts.server, opts.port).map_err(|why| {
+    probe_server(ctx, &opts.server, opts.port).map_err(|why| {
         Error::refused(format!(
             "NFS server {} is unreachable: {why}. Nothing was mounted. Check that the server is up and exports {}, that this node can reach it on TCP port {}, and the server name in the volume",
             opts.server, opts.share, opts.port
@@ -328,7 +322,7 @@ fn server_of(m: &MountInfo, record: Option<&VolumeRecord>) -> Option<(String, u1
 }
 
 /// `unmount <podDir>`.
-fn unmount(ctx: &Context, pod_dir: &Path, probe: Probe) -> Result<Reply> {
+fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
     let Some(target) = target_path(pod_dir)? else {
         state.remove(pod_dir)?;
@@ -347,7 +341,7 @@ fn unmount(ctx: &Context, pod_dir: &Path, probe: Probe) -> Result<Reply> {
             break;
         };
         let alive = match server_of(m, record.as_ref()) {
-            Some((server, port)) => match probe(ctx, &server, port) {
+            Some((server, port)) => match probe_server(ctx, &server, port) {
                 Ok(_) => true,
                 Err(why) => {
                     notes.push(format!("NFS server {server} is unreachable ({why})"));

@@ -20,6 +20,34 @@ use crate::sys::exec::{Cmd, ExecError, Runner};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+/// The reachability seam: the real [`TcpProber`], or a test double.
+pub trait Prober {
+    /// Checks that `server` accepts TCP connections on `port` within `budget` (names resolved
+    /// through `runner`); the address that answered, or why none did, in words for the message.
+    fn reachable(
+        &self,
+        runner: &dyn Runner,
+        server: &str,
+        port: u16,
+        budget: Duration,
+    ) -> Result<SocketAddr, String>;
+}
+
+/// The real probe: [`reachable`].
+pub struct TcpProber;
+
+impl Prober for TcpProber {
+    fn reachable(
+        &self,
+        runner: &dyn Runner,
+        server: &str,
+        port: u16,
+        budget: Duration,
+    ) -> Result<SocketAddr, String> {
+        reachable(runner, server, port, budget)
+    }
+}
+
 /// Checks that `server` (hostname, IPv4 or `[IPv6]`) accepts TCP connections on `port` within
 /// `budget`. On failure returns why, in words for the message.
 pub fn reachable(

@@ -2,133 +2,30 @@
 //! an unreachable server, and the unmount escalation order.
 
 use super::*;
-use crate::node::config::Config;
-use crate::sys::exec::{Output, Runner};
-use crate::sys::mount::{Mounter, UnmountMode};
-use crate::sys::process::Deadline;
-use crate::sys::testing::{FakeMounter, FakeRunner, MountCall};
-use std::cell::RefCell;
+use crate::backend::testing::World;
+use crate::sys::mount::Mounter;
+use crate::sys::testing::MountCall;
 
-/// A FakeRunner whose successful `mount.nfs` and `umount` change the FakeMounter's table, as the
-/// real tools change the kernel's.
-struct SimRunner<'a> {
-    fake: &'a FakeRunner,
-    mounter: &'a FakeMounter,
-}
-
-impl Runner for SimRunner<'_> {
-    fn run(&self, cmd: &Cmd) -> std::result::Result<Output, ExecError> {
-        let out = self.fake.run(cmd)?;
-        let args: Vec<String> = cmd
-            .args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        if out.success() {
-            match cmd.tool.as_str() {
-                "mount.nfs" => {
-                    let ro = args[3].split(',').any(|o| o == "ro");
-                    let fs = if args[3].contains("vers=3") {
-                        "nfs"
-                    } else {
-                        "nfs4"
-                    };
-                    self.mounter.add(&args[0], Path::new(&args[1]), fs, ro);
-                }
-                "umount" => {
-                    let mode = if args.iter().any(|a| a == "-f") {
-                        UnmountMode::Force
-                    } else if args.iter().any(|a| a == "-l") {
-                        UnmountMode::Detach
-                    } else {
-                        UnmountMode::Normal
-                    };
-                    let _ = self.mounter.unmount(Path::new(&args[args.len() - 1]), mode);
-                }
-                _ => {}
-            }
-        }
-        Ok(out)
-    }
-
-    fn has_tool(&self, tool: &str) -> bool {
-        self.fake.has_tool(tool)
-    }
-}
-
-struct World {
-    dir: tempfile::TempDir,
-    config: Config,
-    mounter: FakeMounter,
-    runner: FakeRunner,
-    probes: RefCell<Vec<(String, u16)>>,
-    server_up: bool,
+fn world() -> World {
+    World::new(Backend::Nfs)
 }
 
 impl World {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        let config = Config {
-            state_dir: root.join("state"),
-            run_dir: root.join("run"),
-            log_file: None,
-            ..Config::default()
-        };
-        Self {
-            dir,
-            config,
-            mounter: FakeMounter::new(),
-            runner: FakeRunner::new(),
-            probes: RefCell::new(Vec::new()),
-            server_up: true,
-        }
-    }
-
-    fn root(&self) -> PathBuf {
-        std::fs::canonicalize(self.dir.path()).unwrap()
-    }
-
     /// A created pod volume directory.
     fn pod_dir(&self, uid: &str) -> PathBuf {
         let p = self
-            .root()
+            .root
             .join(format!("pods/{uid}/volumes/flexvol~nfs/data"));
         std::fs::create_dir_all(&p).unwrap();
         p
     }
 
-    fn with_ctx<T>(&self, f: impl FnOnce(&Context, Probe) -> T) -> T {
-        let runner = SimRunner {
-            fake: &self.runner,
-            mounter: &self.mounter,
-        };
-        let ctx = Context {
-            config: &self.config,
-            runner: &runner,
-            mounter: &self.mounter,
-            deadline: Deadline::after(Duration::from_secs(300)),
-            driver_name: "flexvol/nfs",
-        };
-        let probe = |_: &Context, server: &str, port: u16| {
-            self.probes.borrow_mut().push((server.to_owned(), port));
-            if self.server_up {
-                Ok(SocketAddr::from(([127, 0, 0, 1], port)))
-            } else {
-                Err(format!(
-                    "nothing accepted a TCP connection on 127.0.0.1:{port} (the server may be down, not serving NFS on port {port}, or filtered)"
-                ))
-            }
-        };
-        f(&ctx, &probe)
-    }
-
     fn mount(&self, dir: &Path, json: &str) -> Result<Reply> {
-        self.with_ctx(|ctx, probe| mount(ctx, dir, &Options::parse(json).unwrap(), probe))
+        self.with_ctx(|ctx| mount(ctx, dir, &Options::parse(json).unwrap()))
     }
 
     fn unmount(&self, dir: &Path) -> Result<Reply> {
-        self.with_ctx(|ctx, probe| unmount(ctx, dir, probe))
+        self.with_ctx(|ctx| unmount(ctx, dir))
     }
 
     fn record(&self, dir: &Path) -> Option<VolumeRecord> {
@@ -139,6 +36,10 @@ impl World {
 
     fn nfs_at(&self, dir: &Path) -> usize {
         self.mounter.table().unwrap().all_at(dir).count()
+    }
+
+    fn probes(&self) -> std::cell::Ref<'_, Vec<(String, u16)>> {
+        self.prober.probes.borrow()
     }
 }
 
@@ -165,7 +66,7 @@ fn mount_runs_mount_nfs_with_exact_argv_and_records_it_first() {
             "rw,vers=4.2,retrans=2,soft,timeo=100,noresvport,nosuid,nodev",
         ),
     ] {
-        let w = World::new();
+        let w = world();
         let dir = w.pod_dir("u1");
         w.mount(&dir, &j(extra)).unwrap();
         assert_eq!(
@@ -178,7 +79,7 @@ fn mount_runs_mount_nfs_with_exact_argv_and_records_it_first() {
         );
         assert_eq!(w.runner.calls()[0].timeout, Duration::from_secs(60));
         assert!(w.runner.calls()[0].stdin.is_none(), "no secret on stdin");
-        assert_eq!(w.probes.borrow().as_slice(), [("127.0.0.1".into(), 2049)]);
+        assert_eq!(w.probes().as_slice(), [("127.0.0.1".into(), 2049)]);
         let rec = w.record(&dir).expect("state recorded");
         assert_eq!(rec.source, "127.0.0.1:/srv/nfs");
         assert_eq!(rec.extra["mountOptions"], opts);
@@ -194,15 +95,15 @@ fn mount_runs_mount_nfs_with_exact_argv_and_records_it_first() {
 
 #[test]
 fn port_option_is_probed() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mount(&dir, &j(r#","mountOptions":"port=20490""#))
         .unwrap();
-    assert_eq!(w.probes.borrow().as_slice(), [("127.0.0.1".into(), 20490)]);
+    assert_eq!(w.probes().as_slice(), [("127.0.0.1".into(), 20490)]);
     assert_eq!(w.record(&dir).unwrap().extra["port"], "20490");
     // unmount probes the recorded port.
     w.unmount(&dir).unwrap();
-    assert_eq!(w.probes.borrow()[1], ("127.0.0.1".into(), 20490));
+    assert_eq!(w.probes()[1], ("127.0.0.1".into(), 20490));
 }
 
 #[test]
@@ -220,7 +121,7 @@ fn injection_attempts_run_nothing_and_record_nothing() {
         r#"{"server":"127.0.0.1 -o suid","share":"/srv/nfs"}"#,
         r#"{"server":"127.0.0.1","share":"/srv/nfs","kubernetes.io/readwrite":"yes"}"#,
     ] {
-        let w = World::new();
+        let w = world();
         let dir = w.pod_dir("u1");
         let e = w.mount(&dir, bad).unwrap_err();
         assert!(e.to_string().starts_with("option "), "{bad}: {e}");
@@ -229,7 +130,7 @@ fn injection_attempts_run_nothing_and_record_nothing() {
             "{bad}: ran {:?}",
             w.runner.lines()
         );
-        assert!(w.probes.borrow().is_empty(), "{bad}: probed");
+        assert!(w.probes().is_empty(), "{bad}: probed");
         assert!(w.mounter.calls().is_empty());
         assert!(w.record(&dir).is_none());
     }
@@ -237,8 +138,8 @@ fn injection_attempts_run_nothing_and_record_nothing() {
 
 #[test]
 fn unreachable_server_fails_before_anything_runs() {
-    let mut w = World::new();
-    w.server_up = false;
+    let w = world();
+    w.prober.up.set(false);
     let dir = w.pod_dir("u1");
     let e = w.mount(&dir, &j("")).unwrap_err().to_string();
     assert!(
@@ -253,18 +154,18 @@ fn unreachable_server_fails_before_anything_runs() {
 
 #[test]
 fn existing_mounts_at_the_target() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     // Same export (trailing slash aside): Success without probing or running anything.
     w.mounter.add("127.0.0.1:/srv/nfs/", &dir, "nfs4", false);
     w.mount(&dir, &j("")).unwrap();
-    assert!(w.runner.calls().is_empty() && w.probes.borrow().is_empty());
+    assert!(w.runner.calls().is_empty() && w.probes().is_empty());
     let e = w
         .mount(&dir, &j(r#","kubernetes.io/readwrite":"ro""#))
         .unwrap_err();
     assert!(e.to_string().contains("already mounted read-write"), "{e}");
 
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mounter.add("10.9.9.9:/other", &dir, "nfs4", false);
     let e = w.mount(&dir, &j("")).unwrap_err();
@@ -277,14 +178,14 @@ fn existing_mounts_at_the_target() {
 
 #[test]
 fn missing_or_odd_pod_dirs() {
-    let w = World::new();
+    let w = world();
     let e = w
-        .mount(&w.root().join("pods/none/volumes/x/data"), &j(""))
+        .mount(&w.root.join("pods/none/volumes/x/data"), &j(""))
         .unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
     let e = w.mount(Path::new("relative/dir"), &j("")).unwrap_err();
     assert!(e.to_string().contains("absolute path"), "{e}");
-    let file = w.root().join("file");
+    let file = w.root.join("file");
     std::fs::write(&file, "").unwrap();
     let e = w.mount(&file, &j("")).unwrap_err();
     assert!(e.to_string().contains("not a directory"), "{e}");
@@ -293,7 +194,7 @@ fn missing_or_odd_pod_dirs() {
 
 #[test]
 fn failed_mount_nfs_says_why_and_forgets_the_record() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.runner.on(
         "mount.nfs",
@@ -309,7 +210,7 @@ fn failed_mount_nfs_says_why_and_forgets_the_record() {
     );
     assert!(w.record(&dir).is_none());
 
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.runner.time_out("mount.nfs");
     let e = w.mount(&dir, &j("")).unwrap_err().to_string();
@@ -319,7 +220,7 @@ fn failed_mount_nfs_says_why_and_forgets_the_record() {
     );
     assert!(w.record(&dir).is_none());
 
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.runner.without("mount.nfs");
     let e = w.mount(&dir, &j("")).unwrap_err().to_string();
@@ -336,19 +237,19 @@ fn umount_lines(w: &World) -> Vec<String> {
 
 #[test]
 fn unmount_of_nothing_succeeds_and_runs_nothing() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.unmount(&dir).unwrap();
     w.unmount(&dir).unwrap();
     // The parent is gone too.
-    w.unmount(&w.root().join("pods/gone/volumes/flexvol~nfs/data"))
+    w.unmount(&w.root.join("pods/gone/volumes/flexvol~nfs/data"))
         .unwrap();
-    assert!(w.runner.calls().is_empty() && w.probes.borrow().is_empty());
+    assert!(w.runner.calls().is_empty() && w.probes().is_empty());
 }
 
 #[test]
 fn unmount_with_a_live_server_is_one_plain_umount() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mount(&dir, &j("")).unwrap();
     let r = w.unmount(&dir).unwrap();
@@ -366,8 +267,8 @@ fn unmount_with_a_live_server_is_one_plain_umount() {
 fn unmount_does_not_need_to_look_at_the_mount_point() {
     // The pod dir does not exist as far as the filesystem goes (as if looking at it would hang):
     // mountinfo alone drives the unmount.
-    let w = World::new();
-    let parent = w.root().join("pods/u1/volumes/flexvol~nfs");
+    let w = world();
+    let parent = w.root.join("pods/u1/volumes/flexvol~nfs");
     std::fs::create_dir_all(&parent).unwrap();
     let dir = parent.join("data");
     w.mounter.add("127.0.0.1:/srv/nfs", &dir, "nfs4", false);
@@ -377,7 +278,7 @@ fn unmount_does_not_need_to_look_at_the_mount_point() {
 
 #[test]
 fn busy_with_a_live_server_fails_without_forcing() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mount(&dir, &j("")).unwrap();
     let busy = format!("umount: {}: target is busy.", dir.display());
@@ -391,7 +292,7 @@ fn busy_with_a_live_server_fails_without_forcing() {
 
 #[test]
 fn a_hanging_plain_umount_escalates_to_force_then_lazy() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mount(&dir, &j("")).unwrap();
     w.runner.time_out("umount");
@@ -410,7 +311,7 @@ fn a_hanging_plain_umount_escalates_to_force_then_lazy() {
     assert_eq!(w.nfs_at(&dir), 0);
     assert!(w.record(&dir).is_none());
     // Force is enough when it works.
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mount(&dir, &j("")).unwrap();
     w.runner.time_out("umount");
@@ -421,10 +322,10 @@ fn a_hanging_plain_umount_escalates_to_force_then_lazy() {
 
 #[test]
 fn a_dead_server_goes_straight_to_force_then_lazy() {
-    let mut w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mount(&dir, &j("")).unwrap();
-    w.server_up = false;
+    w.prober.up.set(false);
     w.runner
         .on("umount", &["-f"], 32, "", "umount: target is busy.");
     let r = w.unmount(&dir).unwrap();
@@ -447,10 +348,10 @@ fn a_dead_server_goes_straight_to_force_then_lazy() {
 
 #[test]
 fn unmount_fails_clearly_when_even_lazy_fails() {
-    let mut w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mount(&dir, &j("")).unwrap();
-    w.server_up = false;
+    w.prober.up.set(false);
     w.runner.time_out("umount");
     let e = w.unmount(&dir).unwrap_err().to_string();
     assert!(
@@ -463,7 +364,7 @@ fn unmount_fails_clearly_when_even_lazy_fails() {
 
 #[test]
 fn unmount_leaves_foreign_mounts_alone() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mounter.add("tmpfs", &dir, "tmpfs", false);
     let e = w.unmount(&dir).unwrap_err().to_string();
@@ -479,7 +380,7 @@ fn unmount_leaves_foreign_mounts_alone() {
 
 #[test]
 fn stacked_nfs_mounts_are_all_removed() {
-    let w = World::new();
+    let w = world();
     let dir = w.pod_dir("u1");
     w.mounter.add("127.0.0.1:/srv/nfs", &dir, "nfs4", false);
     w.mounter.add("127.0.0.1:/srv/nfs", &dir, "nfs4", false);
@@ -519,8 +420,8 @@ fn the_probe_target_of_a_mount() {
 
 #[test]
 fn other_verbs_are_not_supported() {
-    let w = World::new();
-    w.with_ctx(|ctx, _| {
+    let w = world();
+    w.with_ctx(|ctx| {
         let call = Call::parse(&["attach".into(), "{}".into(), "node".into()]).unwrap();
         assert_eq!(handle(&call, ctx).unwrap(), Reply::not_supported());
     });
