@@ -39,6 +39,7 @@ use crate::protocol::options::{Options, keys};
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
 use crate::sys::exec::{Cmd, ExecError};
+use crate::sys::mount::UnmountMode;
 use crate::sys::mountinfo::{MountInfo, MountTable};
 use crate::sys::paths;
 use options::{NfsOptions, split_source};
@@ -258,24 +259,13 @@ fn already_mounted(m: &MountInfo, opts: &NfsOptions, target: &Path) -> Result<Re
     Ok(Reply::success())
 }
 
-/// How hard an unmount step pushes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// Plain unmount: fails when busy, may block on a dead server.
-    Normal,
-    /// `MNT_FORCE`: aborts the mount's pending requests first.
-    Force,
-    /// `MNT_DETACH`: detaches now, cleans up when no longer used.
-    Detach,
-}
-
-impl Step {
-    fn describe(self) -> &'static str {
-        match self {
-            Step::Normal => "unmount",
-            Step::Force => "forced unmount",
-            Step::Detach => "lazy unmount",
-        }
+/// An unmount step in words. The steps are the kernel's modes, run through `umount` (plain, `-f`,
+/// `-l`) because a plain unmount may block on a dead server and `umount` runs under a deadline.
+fn describe(step: UnmountMode) -> &'static str {
+    match step {
+        UnmountMode::Normal => "unmount",
+        UnmountMode::Force => "forced unmount",
+        UnmountMode::Detach => "lazy unmount",
     }
 }
 
@@ -352,8 +342,8 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
         };
         let source = m.source.clone();
         let used = unmount_one(ctx, &target, &source, alive)?;
-        if used != Step::Normal {
-            notes.push(format!("{source} was removed by a {}", used.describe()));
+        if used != UnmountMode::Normal {
+            notes.push(format!("{source} was removed by a {}", describe(used)));
         }
     }
     if nfs_mount_at(&ctx.mounter.table()?, &target)?.is_some() {
@@ -373,11 +363,11 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
 
 /// Removes the topmost NFS mount of `source` at `target`, escalating as the module doc says.
 /// Returns the step that removed it.
-fn unmount_one(ctx: &Context, target: &Path, source: &str, alive: bool) -> Result<Step> {
-    let steps: &[Step] = if alive {
-        &[Step::Normal, Step::Force, Step::Detach]
+fn unmount_one(ctx: &Context, target: &Path, source: &str, alive: bool) -> Result<UnmountMode> {
+    let steps: &[UnmountMode] = if alive {
+        &[UnmountMode::Normal, UnmountMode::Force, UnmountMode::Detach]
     } else {
-        &[Step::Force, Step::Detach]
+        &[UnmountMode::Force, UnmountMode::Detach]
     };
     let before = ctx.mounter.table()?.all_at(target).count();
     let mut tried: Vec<String> = Vec::new();
@@ -387,9 +377,9 @@ fn unmount_one(ctx: &Context, target: &Path, source: &str, alive: bool) -> Resul
             .cap(Duration::from_secs(ctx.config.nfs.unmount_timeout_seconds));
         let mut cmd = Cmd::new("umount").arg("-i").arg("-c");
         match step {
-            Step::Normal => {}
-            Step::Force => cmd = cmd.arg("-f"),
-            Step::Detach => cmd = cmd.arg("-l"),
+            UnmountMode::Normal => {}
+            UnmountMode::Force => cmd = cmd.arg("-f"),
+            UnmountMode::Detach => cmd = cmd.arg("-l"),
         }
         let cmd = cmd.arg(target).timeout(timeout);
         let started = Instant::now();
@@ -407,7 +397,7 @@ fn unmount_one(ctx: &Context, target: &Path, source: &str, alive: bool) -> Resul
             Err(e) => e.to_string(),
         };
         let busy = matches!(&result, Err(ExecError::Failed { output, .. }) if output.tail().contains("busy"));
-        if step == Step::Normal && busy {
+        if step == UnmountMode::Normal && busy {
             return Err(Error::refused(format!(
                 "{} (NFS {source}) is busy: a process still uses it; kubelet will retry once the pod's containers are gone",
                 target.display()
@@ -419,7 +409,7 @@ fn unmount_one(ctx: &Context, target: &Path, source: &str, alive: bool) -> Resul
                 target.display()
             )));
         }
-        tried.push(format!("{}: {why}", step.describe()));
+        tried.push(format!("{}: {why}", describe(step)));
         if ctx.deadline.expired() {
             break;
         }
