@@ -910,13 +910,7 @@ fn target_holds(
             r.mount_point().display()
         )));
     }
-    let foreign = |at: &Path, st: &PathState| {
-        Error::refused(format!(
-            "{} is already a mount point of something else ({}); unmount it first",
-            at.display(),
-            st.id
-        ))
-    };
+    let foreign = |at: &Path, st: &PathState| crate::backend::foreign_mount(at, &st.id);
     if mount_point == pod_dir.as_path() {
         if pod.state.mount_root {
             return match id {
@@ -1127,10 +1121,7 @@ fn unmount_ours(ctx: &Context, at: &Path, id: Option<FileId>) -> Result<()> {
         }
         match ctx.mounter.unmount(at, UnmountMode::Normal) {
             Ok(_) => {}
-            Err(MountError::Unmount {
-                errno: nix::Error::EBUSY,
-                ..
-            }) => detach_if_propagated(ctx, at, &st)?,
+            Err(e) if crate::backend::is_busy(&e) => detach_if_propagated(ctx, at, &st)?,
             Err(e) => return Err(e.into()),
         }
     }
@@ -1146,10 +1137,7 @@ fn unmount_ours(ctx: &Context, at: &Path, id: Option<FileId>) -> Result<()> {
 /// copies cannot propagate to the source's own mounts).
 fn detach_if_propagated(ctx: &Context, at: &Path, st: &PathState) -> Result<()> {
     if !crate::sys::mountinfo::has_children(st.mnt_id).map_err(MountError::from)? {
-        return Err(Error::refused(format!(
-            "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
-            at.display()
-        )));
+        return Err(crate::backend::busy(at));
     }
     ctx.mounter.make_slave(at)?;
     ctx.mounter.unmount(at, UnmountMode::Detach)?;

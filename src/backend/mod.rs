@@ -19,7 +19,7 @@ use crate::protocol::reply::{Capabilities, Reply};
 use crate::protocol::verb::Call;
 use crate::sys::exec::Runner;
 use crate::sys::lock::VolumeLock;
-use crate::sys::mount::Mounter;
+use crate::sys::mount::{MountError, Mounter};
 use crate::sys::process::Deadline;
 use lvm::Devices;
 use nfs::probe::Prober;
@@ -136,6 +136,35 @@ pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
             Backend::Lvm => lvm::handle(call, ctx),
         },
     }
+}
+
+/// Refuses to mount on `at`: it is already a mount point of something other than this volume
+/// (`what`: its filesystem and source, or its identity). Every backend says it the same way.
+pub fn foreign_mount(at: &Path, what: &dyn std::fmt::Display) -> Error {
+    Error::refused(format!(
+        "{} is already a mount point of something else ({what}); unmount it first",
+        at.display()
+    ))
+}
+
+/// Whether an unmount failed because the mount is in use (EBUSY).
+pub fn is_busy(e: &MountError) -> bool {
+    matches!(
+        e,
+        MountError::Unmount {
+            errno: nix::Error::EBUSY,
+            ..
+        }
+    )
+}
+
+/// The Failure for a mount at `at` that a process still uses: nothing to do but wait, and
+/// kubelet retries.
+pub fn busy(at: &Path) -> Error {
+    Error::refused(format!(
+        "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
+        at.display()
+    ))
 }
 
 /// The canonical form of a directory kubelet names (pod or global mount directory); `None` when

@@ -291,15 +291,10 @@ fn active_device(devices: &dyn Devices, o: &LvmOptions) -> Result<(u32, u32)> {
 }
 
 fn busy(e: MountError, what: &Path) -> Error {
-    match e {
-        MountError::Unmount {
-            errno: nix::Error::EBUSY,
-            ..
-        } => Error::refused(format!(
-            "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
-            what.display()
-        )),
-        e => e.into(),
+    if crate::backend::is_busy(&e) {
+        crate::backend::busy(what)
+    } else {
+        e.into()
     }
 }
 
@@ -349,12 +344,10 @@ fn mount_device(
     let table = ctx.mounter.table()?;
     if let Some(m) = table.at(&target) {
         if (m.major, m.minor) != devnum {
-            return Err(Error::refused(format!(
-                "{} is already a mount point of something else ({} {}); unmount it first",
-                target.display(),
-                m.fs_type,
-                m.source
-            )));
+            return Err(crate::backend::foreign_mount(
+                &target,
+                &format_args!("{} {}", m.fs_type, m.source),
+            ));
         }
         if m.read_only() != o.read_only {
             return Err(Error::refused(format!(
@@ -569,12 +562,10 @@ fn mount(ctx: &Context, devices: &dyn Devices, dir: &Path, o: &LvmOptions) -> Re
     }
     if let Some(m) = table.at(&pod_dir) {
         if (m.major, m.minor) != devnum {
-            return Err(Error::refused(format!(
-                "{} is already a mount point of something else ({} {}); unmount it first",
-                pod_dir.display(),
-                m.fs_type,
-                m.source
-            )));
+            return Err(crate::backend::foreign_mount(
+                &pod_dir,
+                &format_args!("{} {}", m.fs_type, m.source),
+            ));
         }
         return match (m.read_only(), o.read_only) {
             (false, true) => {

@@ -556,6 +556,26 @@ fn mountdevice_refuses_a_global_dir_holding_something_else_and_an_inactive_lv() 
 }
 
 #[test]
+fn unmount_of_a_bind_in_use_is_busy_and_keeps_the_record() {
+    let w = world();
+    let g = w.global();
+    let p = w.pod();
+    w.mounter.add(DEV, &g, "ext4", false);
+    w.call(&["mount", s(&p), J]).unwrap();
+    w.mounter
+        .fail_unmount(UnmountMode::Normal, nix::Error::EBUSY);
+    let e = w.call(&["unmount", s(&p)]).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "{} is busy (a process still uses it); kubelet will retry",
+            p.display()
+        )),
+        "{e}"
+    );
+    assert_eq!(w.state_files(), 1);
+}
+
+#[test]
 fn mount_binds_the_global_mount_and_unmount_undoes_it() {
     let w = world();
     let g = w.global();

@@ -237,12 +237,10 @@ fn mount_failed(opts: &NfsOptions, target: &Path, e: ExecError) -> Error {
 /// What an existing mount at the target means for a new mount.
 fn already_mounted(m: &MountInfo, opts: &NfsOptions, target: &Path) -> Result<Reply> {
     if !is_nfs(m) || !same_source(&m.source, &opts.server, &opts.share) {
-        return Err(Error::refused(format!(
-            "{} is already a mount point of something else ({} {}); unmount it first",
-            target.display(),
-            m.fs_type,
-            m.source
-        )));
+        return Err(crate::backend::foreign_mount(
+            target,
+            &format_args!("{} {}", m.fs_type, m.source),
+        ));
     }
     if m.read_only() != opts.read_only {
         let (have, want) = if m.read_only() {
