@@ -38,7 +38,7 @@
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
-use crate::node::state::{VolumeRecord, now_secs};
+use crate::node::state::VolumeRecord;
 use crate::protocol::options::{Options, OptionsError, keys};
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
@@ -829,20 +829,19 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         return Ok(reply);
     }
     let new_record = VolumeRecord {
-        backend: BACKEND.name().into(),
-        verb: "mount".into(),
-        target: pod_dir.clone(),
         mount_point: file_like.then(|| mount_point.clone()),
-        source: resolved.to_string_lossy().into_owned(),
-        read_only: opts.read_only,
-        volume: o.volume_name().map(str::to_owned),
-        pod: o.pod_ref(),
-        pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
-        since: now_secs(),
         extra: BTreeMap::from([
             ("type".to_owned(), format!("{:?}", opts.path_type)),
             (SOURCE_ID.to_owned(), source_id.encode()),
         ]),
+        ..crate::backend::record(
+            BACKEND,
+            "mount",
+            &pod_dir,
+            resolved.to_string_lossy().into_owned(),
+            opts.read_only,
+            Some(o),
+        )
     };
     state.save(&new_record)?;
     // The placeholder comes after the record, so an unmount after a crash here still finds and
@@ -994,17 +993,16 @@ fn already_mounted(
         // The record was lost (state directory wiped): write it again from the mount.
         let file_like = mount_point != pod.path;
         ctx.state(BACKEND).save(&VolumeRecord {
-            backend: BACKEND.name().into(),
-            verb: "mount".into(),
-            target: pod.path.clone(),
             mount_point: file_like.then(|| mount_point.to_owned()),
-            source: source.to_string_lossy().into_owned(),
-            read_only,
-            volume: None,
-            pod: None,
-            pod_uid: None,
-            since: now_secs(),
             extra: BTreeMap::from([(SOURCE_ID.to_owned(), id.encode())]),
+            ..crate::backend::record(
+                BACKEND,
+                "mount",
+                &pod.path,
+                source.to_string_lossy().into_owned(),
+                read_only,
+                None,
+            )
         })?;
     }
     Ok(Some(Reply::success()))

@@ -14,7 +14,8 @@ pub mod testing;
 
 use crate::error::{Error, Result};
 use crate::node::config::Config;
-use crate::node::state::StateStore;
+use crate::node::state::{StateStore, VolumeRecord, now_secs};
+use crate::protocol::options::{Options, keys};
 use crate::protocol::reply::{Capabilities, Reply};
 use crate::protocol::verb::Call;
 use crate::sys::exec::Runner;
@@ -23,6 +24,7 @@ use crate::sys::mount::{MountError, Mounter};
 use crate::sys::process::Deadline;
 use lvm::Devices;
 use nfs::probe::Prober;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The three backends.
@@ -135,6 +137,32 @@ pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
             Backend::Nfs => nfs::handle(call, ctx),
             Backend::Lvm => lvm::handle(call, ctx),
         },
+    }
+}
+
+/// A state record of `backend`'s `verb` on `target`, stamped now, with what every backend fills
+/// the same way; `pod` (the call's options) adds the volume and the pod kubelet named. Callers
+/// add the rest (mount point, `extra`) with struct update syntax.
+pub fn record(
+    backend: Backend,
+    verb: &str,
+    target: &Path,
+    source: String,
+    read_only: bool,
+    pod: Option<&Options>,
+) -> VolumeRecord {
+    VolumeRecord {
+        backend: backend.name().into(),
+        verb: verb.into(),
+        target: target.to_path_buf(),
+        mount_point: None,
+        source,
+        read_only,
+        volume: pod.and_then(|o| o.volume_name().map(str::to_owned)),
+        pod: pod.and_then(Options::pod_ref),
+        pod_uid: pod.and_then(|o| o.non_empty(keys::POD_UID).map(str::to_owned)),
+        since: now_secs(),
+        extra: BTreeMap::new(),
     }
 }
 

@@ -54,7 +54,7 @@ pub use tools::{Devices, LvRow, Probe, SysDevices};
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
-use crate::node::state::{VolumeRecord, now_secs};
+use crate::node::state::VolumeRecord;
 use crate::protocol::options::Options;
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
@@ -300,21 +300,20 @@ fn busy(e: MountError, what: &Path) -> Error {
 
 fn record(o: &LvmOptions, verb: &str, target: &Path, source: &Path) -> VolumeRecord {
     VolumeRecord {
-        backend: BACKEND.name().into(),
-        verb: verb.into(),
-        target: target.to_path_buf(),
-        mount_point: None,
-        source: source.to_string_lossy().into_owned(),
-        read_only: o.read_only,
         volume: o.volume_name.clone(),
-        pod: None,
-        pod_uid: None,
-        since: now_secs(),
         extra: BTreeMap::from([
             ("vg".to_owned(), o.vg.clone()),
             ("lv".to_owned(), o.lv.clone()),
             ("fsType".to_owned(), o.fs.name().to_owned()),
         ]),
+        ..crate::backend::record(
+            BACKEND,
+            verb,
+            target,
+            source.to_string_lossy().into_owned(),
+            o.read_only,
+            None,
+        )
     }
 }
 

@@ -34,8 +34,8 @@ pub use options::NfsConfig;
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
-use crate::node::state::{VolumeRecord, now_secs};
-use crate::protocol::options::{Options, keys};
+use crate::node::state::VolumeRecord;
+use crate::protocol::options::Options;
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
 use crate::sys::exec::{Cmd, ExecError};
@@ -151,20 +151,18 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
 
     let state = ctx.state(BACKEND);
     state.save(&VolumeRecord {
-        backend: BACKEND.name().into(),
-        verb: "mount".into(),
-        target: target.clone(),
-        mount_point: None,
-        source: source.clone(),
-        read_only: opts.read_only,
-        volume: o.volume_name().map(str::to_owned),
-        pod: o.pod_ref(),
-        pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
-        since: now_secs(),
         extra: BTreeMap::from([
             ("mountOptions".to_owned(), opts.mount_options.clone()),
             ("port".to_owned(), opts.port.to_string()),
         ]),
+        ..crate::backend::record(
+            BACKEND,
+            "mount",
+            &target,
+            source.clone(),
+            opts.read_only,
+            Some(o),
+        )
     })?;
     crate::sys::process::checkpoint("nfs-mount-before-mount");
 
