@@ -72,32 +72,27 @@ pub const TAG_FORMATTED: &str = "flexvol.formatted";
 
 /// Answers the LVM verbs.
 pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
-    let devices = ctx.devices;
     let parse =
         |json: &str| -> Result<LvmOptions> { Ok(LvmOptions::parse(&Options::parse(json)?)?) };
     match call {
         Call::Attach { options, .. } => attach(&parse(options)?),
         Call::IsAttached { .. } => Ok(Reply::not_supported()),
         Call::Detach { .. } | Call::ExpandVolume { .. } => Ok(Reply::success()),
-        Call::WaitForAttach { device, options } => {
-            wait_for_attach(ctx, devices, device, &parse(options)?)
-        }
+        Call::WaitForAttach { device, options } => wait_for_attach(ctx, device, &parse(options)?),
         Call::MountDevice {
             mount_dir,
             device,
             options,
-        } => mount_device(ctx, devices, Path::new(mount_dir), device, &parse(options)?),
-        Call::UnmountDevice { mount_dir } => unmount_device(ctx, devices, Path::new(mount_dir)),
-        Call::Mount { mount_dir, options } => {
-            mount(ctx, devices, Path::new(mount_dir), &parse(options)?)
-        }
+        } => mount_device(ctx, Path::new(mount_dir), device, &parse(options)?),
+        Call::UnmountDevice { mount_dir } => unmount_device(ctx, Path::new(mount_dir)),
+        Call::Mount { mount_dir, options } => mount(ctx, Path::new(mount_dir), &parse(options)?),
         Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir)),
         Call::ExpandFs {
             options,
             device,
             new_size,
             ..
-        } => expand_fs(ctx, devices, device, *new_size, &parse(options)?),
+        } => expand_fs(ctx, device, *new_size, &parse(options)?),
         _ => Ok(Reply::not_supported()),
     }
 }
@@ -120,12 +115,7 @@ fn check_device_arg(device: &str, o: &LvmOptions) -> Result<()> {
 }
 
 /// `waitforattach`: make the LV exist and be active, return its device.
-fn wait_for_attach(
-    ctx: &Context,
-    devices: &dyn Devices,
-    device: &str,
-    o: &LvmOptions,
-) -> Result<Reply> {
+fn wait_for_attach(ctx: &Context, device: &str, o: &LvmOptions) -> Result<Reply> {
     check_device_arg(device, o)?;
     let _lock = ctx.lock(BACKEND, &o.key())?;
     let lvs = tools::list_lvs(ctx, &o.vg)?;
@@ -136,7 +126,7 @@ fn wait_for_attach(
             create(ctx, o, &lvs)?;
             checkpoint("lvm-waitforattach-after-lvcreate");
             tools::activate(ctx, &o.key())?;
-            tools::wait_for_device(ctx, devices, &o.device(), device_wait(ctx))?;
+            tools::wait_for_device(ctx, &o.device(), device_wait(ctx))?;
             return Ok(Reply::device(o.device().to_string_lossy()));
         }
     };
@@ -154,16 +144,16 @@ fn wait_for_attach(
         )));
     }
     if lv.active()
-        && let Some(devnum) = devices.block_device(&o.device())?
+        && let Some(devnum) = ctx.devices.block_device(&o.device())?
     {
-        check_not_in_use(ctx, devices, o, devnum, lv.open())?;
+        check_not_in_use(ctx, o, devnum, lv.open())?;
         return Ok(Reply::device(o.device().to_string_lossy()));
     }
     tools::activate(ctx, &o.key())?;
-    let devnum = tools::wait_for_device(ctx, devices, &o.device(), device_wait(ctx))?;
+    let devnum = tools::wait_for_device(ctx, &o.device(), device_wait(ctx))?;
     if lv.active() {
         // Active before we came (its device node was late): the host may be using it.
-        check_not_in_use(ctx, devices, o, devnum, lv.open())?;
+        check_not_in_use(ctx, o, devnum, lv.open())?;
     }
     Ok(Reply::device(o.device().to_string_lossy()))
 }
@@ -171,18 +161,12 @@ fn wait_for_attach(
 /// The host-use check (policy.rs) for an active LV, given its `lvs` row's open flag. A device
 /// that is not open is not mounted, not swap and has no holders (each of those holds it open),
 /// so the hot path (an LV activated for a first pod) reads nothing more than the `lvs` it ran.
-fn check_not_in_use(
-    ctx: &Context,
-    devices: &dyn Devices,
-    o: &LvmOptions,
-    devnum: (u32, u32),
-    open: bool,
-) -> Result<()> {
+fn check_not_in_use(ctx: &Context, o: &LvmOptions, devnum: (u32, u32), open: bool) -> Result<()> {
     if !open {
         return Ok(());
     }
     let table = ctx.mounter.table()?;
-    check_open(ctx, devices, &table, o, devnum, open)
+    check_open(ctx, &table, o, devnum, open)
 }
 
 /// Mounts, swap and holders first (no waiting), then the open flag unless kubelet's mounts
@@ -191,13 +175,12 @@ fn check_not_in_use(
 /// re-reading; only a refusal pays for that.
 fn check_open(
     ctx: &Context,
-    devices: &dyn Devices,
     table: &MountTable,
     o: &LvmOptions,
     devnum: (u32, u32),
     open: bool,
 ) -> Result<()> {
-    policy::check_not_in_use(ctx.driver_name, devices, table, o, devnum, None)?;
+    policy::check_not_in_use(ctx.driver_name, ctx.devices, table, o, devnum, None)?;
     let by_kubelet = table
         .entries
         .iter()
@@ -213,7 +196,7 @@ fn check_open(
             return Ok(());
         }
     }
-    policy::check_not_in_use(ctx.driver_name, devices, table, o, devnum, Some(true))
+    policy::check_not_in_use(ctx.driver_name, ctx.devices, table, o, devnum, Some(true))
 }
 
 fn device_wait(ctx: &Context) -> Duration {
@@ -280,8 +263,8 @@ fn require_dir(dir: &Path) -> Result<PathBuf> {
     })
 }
 
-fn active_device(devices: &dyn Devices, o: &LvmOptions) -> Result<(u32, u32)> {
-    devices.block_device(&o.device())?.ok_or_else(|| {
+fn active_device(ctx: &Context, o: &LvmOptions) -> Result<(u32, u32)> {
+    ctx.devices.block_device(&o.device())?.ok_or_else(|| {
         Error::refused(format!(
             "{} does not exist: the LV is missing or not active. kubelet activates it with waitforattach first; check `lvs {}`",
             o.device().display(),
@@ -318,13 +301,7 @@ fn record(o: &LvmOptions, verb: &str, target: &Path, source: &Path) -> VolumeRec
 }
 
 /// `mountdevice`: format if provably blank, mount at the global directory.
-fn mount_device(
-    ctx: &Context,
-    devices: &dyn Devices,
-    dir: &Path,
-    device: &str,
-    o: &LvmOptions,
-) -> Result<Reply> {
+fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Result<Reply> {
     check_device_arg(device, o)?;
     let target = require_dir(dir)?;
     if let FsType::Other(_) = o.fs
@@ -338,7 +315,7 @@ fn mount_device(
     }
     let _lock = ctx.lock(BACKEND, &o.key())?;
     let dev = o.device();
-    let devnum = active_device(devices, o)?;
+    let devnum = active_device(ctx, o)?;
 
     let table = ctx.mounter.table()?;
     if let Some(m) = table.at(&target) {
@@ -366,7 +343,7 @@ fn mount_device(
         }
         return Ok(Reply::success());
     }
-    policy::check_not_in_use(ctx.driver_name, devices, &table, o, devnum, None)?;
+    policy::check_not_in_use(ctx.driver_name, ctx.devices, &table, o, devnum, None)?;
 
     let blank = match tools::probe(ctx, &dev)? {
         Probe::Blank => true,
@@ -397,14 +374,7 @@ fn mount_device(
         let row = lvs.iter().find(|r| r.lv_name == o.lv);
         policy::check_allowed(&ctx.config.lvm, o, row)?;
         // Blank and open, yet not mounted by kubelet: someone uses it raw (a VM, a database).
-        check_open(
-            ctx,
-            devices,
-            &table,
-            o,
-            devnum,
-            row.is_some_and(LvRow::open),
-        )?;
+        check_open(ctx, &table, o, devnum, row.is_some_and(LvRow::open))?;
         if row.is_some_and(|r| r.has_tag(TAG_FORMATTED)) {
             return Err(Error::refused(format!(
                 "{} was formatted by flexvol before but now shows no filesystem; refusing to format it again (that would hide data loss). Check the device, or remove the tag with `lvchange --deltag {TAG_FORMATTED} {}` to allow formatting",
@@ -459,7 +429,7 @@ fn split_dm_name(source: &str) -> Option<(String, String)> {
 }
 
 /// `unmountdevice`: unmount the global directory, deactivate the LV when nothing else uses it.
-fn unmount_device(ctx: &Context, devices: &dyn Devices, dir: &Path) -> Result<Reply> {
+fn unmount_device(ctx: &Context, dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
     let Some(target) = crate::backend::canonical_mount_dir(dir)? else {
         state.remove(dir)?;
@@ -489,7 +459,7 @@ fn unmount_device(ctx: &Context, devices: &dyn Devices, dir: &Path) -> Result<Re
     checkpoint("lvm-unmountdevice-after-unmount");
     if let Some((vg, lv)) = &ids {
         let dev = PathBuf::from(format!("/dev/{vg}/{lv}"));
-        if let Some(devnum) = devices.block_device(&dev)? {
+        if let Some(devnum) = ctx.devices.block_device(&dev)? {
             let after = ctx.mounter.table()?;
             let elsewhere = after.entries.iter().find(|m| (m.major, m.minor) == devnum);
             match elsewhere {
@@ -519,7 +489,7 @@ pub fn global_mount_dir(driver_name: &str, pod_dir: &Path, volume: &str) -> Opti
 }
 
 /// `mount`: bind the global mount onto the pod directory.
-fn mount(ctx: &Context, devices: &dyn Devices, dir: &Path, o: &LvmOptions) -> Result<Reply> {
+fn mount(ctx: &Context, dir: &Path, o: &LvmOptions) -> Result<Reply> {
     let pod_dir = require_dir(dir)?;
     let volume = o.volume_name.as_deref().ok_or_else(|| {
         Error::refused(
@@ -538,7 +508,7 @@ fn mount(ctx: &Context, devices: &dyn Devices, dir: &Path, o: &LvmOptions) -> Re
         ))
     })?;
     let _lock = ctx.lock(BACKEND, &o.key())?;
-    let devnum = active_device(devices, o)?;
+    let devnum = active_device(ctx, o)?;
     let table = ctx.mounter.table()?;
     match table.at(&global) {
         Some(g) if (g.major, g.minor) == devnum => {}
@@ -620,13 +590,7 @@ fn fs_mount(table: &MountTable, devnum: (u32, u32)) -> Option<&crate::sys::mount
 }
 
 /// `expandfs`: grow the LV to the new size, then the mounted filesystem.
-fn expand_fs(
-    ctx: &Context,
-    devices: &dyn Devices,
-    device: &str,
-    new_size: u64,
-    o: &LvmOptions,
-) -> Result<Reply> {
+fn expand_fs(ctx: &Context, device: &str, new_size: u64, o: &LvmOptions) -> Result<Reply> {
     check_device_arg(device, o)?;
     if new_size == 0 {
         return Err(Error::refused(
@@ -640,9 +604,9 @@ fn expand_fs(
         .find(|r| r.lv_name == o.lv)
         .ok_or_else(|| Error::refused(format!("logical volume {} does not exist", o.key())))?;
     policy::check_allowed(&ctx.config.lvm, o, Some(lv))?;
-    let devnum = active_device(devices, o)?;
+    let devnum = active_device(ctx, o)?;
     let table = ctx.mounter.table()?;
-    policy::check_not_in_use(ctx.driver_name, devices, &table, o, devnum, None)?;
+    policy::check_not_in_use(ctx.driver_name, ctx.devices, &table, o, devnum, None)?;
     if lv.lv_size < new_size {
         let bytes = round_up(new_size, lv.vg_extent_size.max(1))?;
         policy::check_max_size(&ctx.config.lvm, o, bytes)?;

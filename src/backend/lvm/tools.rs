@@ -432,15 +432,10 @@ impl Devices for SysDevices {
 
 /// Waits (bounded by `limit` and the call's deadline) for the device node to appear: with udev the
 /// `/dev/<vg>/<lv>` link may come a moment after `lvchange` returns.
-pub fn wait_for_device(
-    ctx: &Context,
-    devices: &dyn Devices,
-    dev: &Path,
-    limit: Duration,
-) -> Result<(u32, u32)> {
+pub fn wait_for_device(ctx: &Context, dev: &Path, limit: Duration) -> Result<(u32, u32)> {
     let until = Instant::now() + ctx.deadline.cap(limit);
     loop {
-        if let Some(n) = devices.block_device(dev)? {
+        if let Some(n) = ctx.devices.block_device(dev)? {
             return Ok(n);
         }
         if Instant::now() >= until {
