@@ -523,7 +523,11 @@ fn resolved(p: &Path) -> PathBuf {
 ///    cgroup);
 /// 3. only paths under the allowed roots: `hostpath.allowedRoots`, or [`DEFAULT_HOSTPATH_ROOT`]
 ///    when unset, resolved the same way.
-fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<()> {
+///
+/// Checks `resolved_source` against the node policy; on success returns the (resolved) root that
+/// serves it, so that `mount` creates that root and its ancestors as the node's own (root, 0755)
+/// and never with a pod's `uid`/`gid`/`mode`.
+fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<PathBuf> {
     use crate::node::config::Config;
     use std::os::unix::fs::MetadataExt;
     let src = resolved_source;
@@ -584,12 +588,13 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
 
     let configured = !ctx.config.hostpath.allowed_roots.is_empty();
     let roots = ctx.config.hostpath.roots();
-    let allowed = roots.iter().any(|r| {
-        let r = resolved(r);
-        r != Path::new("/") && src.starts_with(&r)
-    });
-    if allowed {
-        return Ok(());
+    let serving = roots
+        .iter()
+        .map(|r| resolved(r))
+        .filter(|r| r != Path::new("/") && src.starts_with(r))
+        .max_by_key(|r| r.components().count());
+    if let Some(root) = serving {
+        return Ok(root);
     }
     let config_file = Config::path().0;
     if !configured {
@@ -739,7 +744,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let (existing, missing) = paths::resolve_existing(&opts.path)
         .map_err(|e| Error::io("resolve host path", &opts.path, e))?;
     let resolved = paths::joined(&existing, &missing);
-    check_policy(ctx, &resolved, &pod_dir)?;
+    let root = check_policy(ctx, &resolved, &pod_dir)?;
     if opts.patterned {
         let (base_real, base_missing) = paths::resolve_existing(&opts.base)
             .map_err(|e| Error::io("resolve host path", &opts.base, e))?;
@@ -780,7 +785,15 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         // A source that does not exist yet cannot be what is mounted there.
         target_holds(&pod, &mount_point, &resolved, None, record.as_ref())?;
         if creating == FileKind::Directory {
-            paths::create_dirs(&existing, &missing, opts.ownership)
+            // The serving root and anything above it belong to the node: created root-owned
+            // 0755, so the first pod cannot hand the shared root its own uid or mode 0777.
+            let node_owned = (1..=missing.len())
+                .take_while(|&k| root.starts_with(paths::joined(&existing, &missing[..k])))
+                .count();
+            paths::create_dirs(&existing, &missing[..node_owned], Ownership::default())
+                .map_err(|e| nix_io("create", &resolved, e))?;
+            let below = paths::joined(&existing, &missing[..node_owned]);
+            paths::create_dirs(&below, &missing[node_owned..], opts.ownership)
                 .map_err(|e| nix_io("create", &resolved, e))?;
         } else {
             paths::create_file(&existing, &missing[0], opts.ownership)

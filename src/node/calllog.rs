@@ -114,17 +114,7 @@ fn known_option(backend: &str, key: &str) -> bool {
         || match backend {
             "hostpath" => crate::backend::hostpath::OPTION_KEYS.contains(&key),
             "nfs" => crate::backend::nfs::options::KNOWN_KEYS.contains(&key),
-            // The keys of `backend::lvm::options::key` (a private module); a key added there
-            // and not here is only logged without its value.
-            "lvm" => [
-                "volumegroup",
-                "volumeID",
-                "size",
-                "thinpool",
-                "mkfsOptions",
-                "mountOptions",
-            ]
-            .contains(&key),
+            "lvm" => crate::backend::lvm::options::key::ALL.contains(&key),
             _ => false,
         }
 }

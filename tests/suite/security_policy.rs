@@ -507,3 +507,41 @@ fn contract_doctor_warns_about_roots_that_hand_out_system_paths() {
         "{c}"
     );
 }
+
+/// A missing serving root is created as the node's own (root, 0755), never with the pod's
+/// `uid`/`gid`/`mode`: otherwise the first pod could make a shared root 0777 or its own.
+/// Old code: the root got the pod's uid and mode like every directory it created.
+#[test]
+fn root_a_missing_root_is_created_as_the_nodes_own_not_the_pods() {
+    require_root!();
+    use std::os::unix::fs::MetadataExt;
+    let scratch = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(scratch.path()).unwrap();
+    let root = base.join("shared-root");
+    let env = Env::with_config(json!({"hostpath": {"allowedRoots": [root]}}));
+    let pod = env.pod_dir("u", "v");
+    let vol = root.join("team").join("vol");
+    mount(
+        &env,
+        &pod,
+        &opts(
+            &vol,
+            json!({"type": "DirectoryOrCreate", "uid": "4321", "gid": "4321", "mode": "0777"}),
+        ),
+    )
+    .ok();
+    let r = std::fs::metadata(&root).unwrap();
+    assert_eq!((r.uid(), r.gid(), r.mode() & 0o7777), (0, 0, 0o755));
+    for d in [root.join("team"), vol.clone()] {
+        let m = std::fs::metadata(&d).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.mode() & 0o7777),
+            (4321, 4321, 0o777),
+            "{}",
+            d.display()
+        );
+    }
+    env.call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
+    assert!(env.mounts().is_empty());
+}

@@ -44,7 +44,7 @@
 //! Every mutating verb holds the lock `lvm:<vg>/<lv>`; creation also holds `lvm:vg:<vg>` so that
 //! parallel creations in one VG check free space one at a time.
 
-mod options;
+pub mod options;
 mod policy;
 mod tools;
 

@@ -2,7 +2,7 @@
 //! Kubernetes quantities, the filesystem type, and mkfs/mount options through an allow-list so that
 //! no value can smuggle an extra argument (`-f`, a second device) into a command line.
 
-use crate::protocol::options::{Options, OptionsError, keys};
+use crate::protocol::options::{Options, OptionsError, keys, shown_value};
 use std::path::PathBuf;
 
 /// Option keys the LVM backend reads (besides kubelet's own).
@@ -596,7 +596,8 @@ fn check_value(spec: &MkfsFlag, value: &str) -> Result<(), String> {
             for item in value.split(',') {
                 if !names.contains(&item.strip_prefix('^').unwrap_or(item)) {
                     return Err(format!(
-                        "feature {item:?} is not allowed with {}; allowed: {}",
+                        "feature {} is not allowed with {}; allowed: {}",
+                        shown_value(key::MKFS_OPTIONS, item),
                         spec.flag,
                         names.join(" ")
                     ));
@@ -619,8 +620,9 @@ fn check_value(spec: &MkfsFlag, value: &str) -> Result<(), String> {
                 };
                 if !s.kind.accepts(v) {
                     return Err(format!(
-                        "{} sub-option {item:?} has a bad value; {}",
+                        "{} sub-option {} has a bad value; {}",
                         spec.flag,
+                        shown_value(key::MKFS_OPTIONS, item),
                         expected()
                     ));
                 }
@@ -811,15 +813,20 @@ fn parse_mount_options(fs: &FsType, s: &str) -> Result<String, OptionsError> {
                     .iter()
                     .find(|(o, _)| *o == opt || *o == name)
                 {
-                    format!("{opt:?} is refused: {why}")
+                    format!("{} is refused: {why}", shown_value(key::MOUNT_OPTIONS, opt))
                 } else if MOUNT_FLAGS.contains(&name) {
                     format!(
-                        "{opt:?} is a mount flag, not a filesystem option; read-only comes from the claim's readOnly, the others are not supported"
+                        "{} is a mount flag, not a filesystem option; read-only comes from the claim's readOnly, the others are not supported",
+                        shown_value(key::MOUNT_OPTIONS, opt)
                     )
                 } else if matches!(fs, FsType::Other(_)) {
                     format!("mountOptions are not supported for fsType {}", fs.name())
                 } else {
-                    format!("{opt:?} is not an allowed {} mount option", fs.name())
+                    format!(
+                        "{} is not an allowed {} mount option",
+                        shown_value(key::MOUNT_OPTIONS, opt),
+                        fs.name()
+                    )
                 },
             ));
         }
@@ -831,6 +838,29 @@ fn parse_mount_options(fs: &FsType, s: &str) -> Result<String, OptionsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_mount_and_mkfs_items_never_echo_a_credential() {
+        for (fs, mount, mkfs) in [
+            ("ext4", "noatime,password=S3CRETpwL", "-E token=S3CRETpwL"),
+            ("xfs", "secret=S3CRETpwL", "-d auth=S3CRETpwL"),
+        ] {
+            let m = parse(&format!(
+                r#"{{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"{fs}","mountOptions":"{mount}"}}"#
+            ))
+            .unwrap_err()
+            .to_string();
+            let k = parse(&format!(
+                r#"{{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"{fs}","mkfsOptions":"{mkfs}"}}"#
+            ))
+            .unwrap_err()
+            .to_string();
+            for (msg, key) in [(m, "mountOptions"), (k, "mkfsOptions")] {
+                assert!(msg.contains(key) && msg.contains("<redacted>"), "{msg}");
+                assert!(!msg.contains("S3CRETpwL"), "{msg}");
+            }
+        }
+    }
 
     fn parse(json: &str) -> Result<LvmOptions, OptionsError> {
         LvmOptions::parse(&Options::parse(json).unwrap())
