@@ -179,7 +179,6 @@ kc_start_kubelet() { # NODE INDEX
 		--v=2
 		--kubeconfig="$KC_DIR/$node.kubeconfig"
 		--hostname-override="$node"
-		--node-ip=127.0.0.1
 		--address=127.0.0.1
 		--port="$(kc_port kubelet "$i")"
 		--healthz-port=0
