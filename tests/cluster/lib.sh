@@ -329,7 +329,7 @@ EOF
 		--service-account-issuer=https://kubernetes.default.svc \
 		--service-cluster-ip-range=10.254.0.0/24 --allow-privileged=true \
 		--cert-dir="$KC_DIR/apiserver-certs" --profiling=false --v=1
-	kc_wait_for "the API server to be ready (/readyz)" 90 kc_kubectl get --raw /readyz
+	kc_wait_for "the API server to be ready (/readyz)" 300 kc_kubectl get --raw /readyz
 
 	kc_spawn kube-controller-manager "$KC_DIR/logs/kube-controller-manager.log" \
 		env FLEXVOL_CONFIG="$KC_DIR/controller/flexvol-config.json" "$KC_BIN/kube-controller-manager" \
@@ -356,10 +356,10 @@ EOF
 		i=$((i + 1))
 	done
 	for node in "${KC_NODES[@]}"; do
-		kc_wait_for "node $node to be Ready" 120 kc_node_ready "$node"
+		kc_wait_for "node $node to be Ready" 300 kc_node_ready "$node"
 	done
 	# Pods need their namespace's default service account (the ServiceAccount admission plugin).
-	kc_wait_for "the default service account" 60 kc_kubectl -n default get serviceaccount default
+	kc_wait_for "the default service account" 180 kc_kubectl -n default get serviceaccount default
 	KC_UP_SECONDS="$(kl_since "$t0")"
 	kc_log "cluster up in $KC_UP_SECONDS s: nodes ${KC_NODES[*]}; KUBECONFIG=$KC_DIR/admin.kubeconfig"
 }
