@@ -129,7 +129,7 @@ kc_pid_ours() {
 	[ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
 	st="$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)"
 	[ "$st" != Z ] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$KC_DIR"
+	{ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$KC_DIR"
 }
 
 # kc_stop_name NAME [GRACE]: SIGTERM, wait, SIGKILL; removes NAME from DIR/pids.
@@ -329,7 +329,7 @@ EOF
 		--service-account-issuer=https://kubernetes.default.svc \
 		--service-cluster-ip-range=10.254.0.0/24 --allow-privileged=true \
 		--cert-dir="$KC_DIR/apiserver-certs" --profiling=false --v=1
-	kc_wait_for "the API server to be ready (/readyz)" 300 kc_kubectl get --raw /readyz
+	kc_wait_for "the API server to be ready (/readyz)" 600 kc_kubectl get --raw /readyz
 
 	kc_spawn kube-controller-manager "$KC_DIR/logs/kube-controller-manager.log" \
 		env FLEXVOL_CONFIG="$KC_DIR/controller/flexvol-config.json" "$KC_BIN/kube-controller-manager" \
