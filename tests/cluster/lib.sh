@@ -117,6 +117,14 @@ kc_spawn() {
 		echo $!
 	)"
 	echo "$name $pid" >>"$KC_DIR/pids"
+	# Until the forked shell has exec'd CMD, /proc/PID/cmdline is the shell's, which does not
+	# name DIR, and kc_pid_ours would call the process gone: wait for the exec (or its death).
+	local i
+	for ((i = 0; i < 100; i++)); do
+		kc_pid_ours "$pid" && break
+		[ -e "/proc/$pid" ] || break
+		sleep 0.05
+	done
 	kc_log "$name: pid $pid"
 }
 
@@ -241,6 +249,14 @@ kc_flexvol_config() {
 		"$d" "$d" "$d" "${extra:+,$extra}" >"$d/flexvol-config.json"
 }
 
+# kc_resolve_flexvol: KC_FLEXVOL defaults to the newest release build in target/.
+kc_resolve_flexvol() {
+	if [ -z "${KC_FLEXVOL:-}" ]; then
+		KC_FLEXVOL="$(ls -t "$KC_REPO/target/x86_64-unknown-linux-gnu/release/flexvol" "$KC_REPO/target/release/flexvol" 2>/dev/null | head -n1 || true)"
+	fi
+	[ -n "$KC_FLEXVOL" ] && [ -x "$KC_FLEXVOL" ] || kc_fail "no flexvol binary (cargo build --release, or set KC_FLEXVOL)"
+}
+
 # kc_up DIR NODE...: start the cluster; returns when every node is Ready.
 kc_up() {
 	KC_DIR="$1"
@@ -255,10 +271,7 @@ kc_up() {
 	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet flexvol-fakeruntime flexvol-pki; do
 		[ -x "$KC_BIN/$b" ] || kc_fail "no $b in $KC_BIN (run tests/kubelet/setup)"
 	done
-	if [ -z "${KC_FLEXVOL:-}" ]; then
-		KC_FLEXVOL="$(ls -t "$KC_REPO/target/x86_64-unknown-linux-gnu/release/flexvol" "$KC_REPO/target/release/flexvol" 2>/dev/null | head -n1 || true)"
-	fi
-	[ -n "$KC_FLEXVOL" ] && [ -x "$KC_FLEXVOL" ] || kc_fail "no flexvol binary (cargo build --release, or set KC_FLEXVOL)"
+	kc_resolve_flexvol
 	[ ! -e "$KC_DIR/state" ] || kc_fail "$KC_DIR already holds a cluster (tests/cluster/down $KC_DIR)"
 	mkdir -p "$KC_DIR"/{logs,etcd,controller/plugins}
 	chmod 755 "$KC_DIR"
