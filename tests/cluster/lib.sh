@@ -1,0 +1,414 @@
+# shellcheck shell=bash
+# tests/cluster/lib.sh — a real Kubernetes 1.20.2 control plane (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler) and N kubelets with kubelet's fake CRI runtime, all on
+# loopback, with flexvol installed on every node and in the controller-manager. Sourced by
+# tests/cluster/{up,down,e2e}; usable by other harnesses:
+#
+#   source tests/cluster/lib.sh
+#   kc_up DIR node-a node-b          # start everything, wait until the nodes are Ready
+#   kc_kubectl get nodes             # kubectl as the admin (client certificate, system:masters)
+#   kc_down DIR                      # stop everything, unmount, undo host fix-ups, remove DIR
+#
+# Everything lives under DIR, and DIR/state records what kc_up did (pids, host fix-ups), so
+# kc_down also works from another process (tests/cluster/down). Security: TLS everywhere with a
+# CA made at start (etcd too), client-certificate authentication, --authorization-mode=Node,RBAC
+# and the NodeRestriction admission plugin. Each kubelet is system:node:<name>; the
+# controller-manager is system:kube-controller-manager with --use-service-account-credentials
+# (each controller as its own service account, as kubeadm sets it up); the scheduler is
+# system:kube-scheduler.
+#
+# Caller-settable before kc_up:
+#   KC_BIN            dir with the Kubernetes binaries (default: the output of tests/kubelet/setup)
+#   KC_FLEXVOL        flexvol binary to install (default: the newest release build in target/)
+#   KC_DRIVERS        drivers installed on every node and in the controller-manager
+#                     (default hostpath,nfs,lvm)
+#   KC_PORT_BASE      ports used: base+379/380 etcd, +443 apiserver, +250+i kubelet i
+#                     (default 17000; all on 127.0.0.1)
+#   KC_KUBELET_FLAGS  array of extra flags for every kubelet
+#   KC_NODE_CONFIG    extra JSON members for each node's flexvol config (e.g. '"lvm":{...}')
+#   KC_KEEP=1         kc_down keeps DIR (logs)
+
+KC_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KC_REPO="$(cd "$KC_HERE/../.." && pwd)"
+# kl_host_prepare, kl_mounts_under, kl_unmount_all_under, kl_is_mounted, kl_now, kl_since
+# shellcheck source=../kubelet/lib.sh
+source "$KC_HERE/../kubelet/lib.sh"
+
+KC_DIR=""
+KC_NODES=()
+KC_LOG_TAIL_LINES="${KC_LOG_TAIL_LINES:-30}"
+
+kc_log() { echo "cluster: $*" >&2; }
+
+kc_fail() {
+	echo "cluster: FAIL: $*" >&2
+	kc_dump_logs
+	exit 1
+}
+
+kc_dump_logs() {
+	[ -n "$KC_DIR" ] && [ -d "$KC_DIR/logs" ] || return 0
+	local f
+	for f in "$KC_DIR"/logs/*.log; do
+		[ -s "$f" ] || continue
+		echo "----- tail -n $KC_LOG_TAIL_LINES $f -----" >&2
+		tail -n "$KC_LOG_TAIL_LINES" "$f" | cut -c1-400 >&2
+	done
+	echo "----- mounts under $KC_DIR -----" >&2
+	kl_mounts_under "$KC_DIR" >&2 || true
+	echo "-----" >&2
+}
+
+# kubectl as the cluster admin.
+kc_kubectl() { "$KC_BIN/kubectl" --kubeconfig "$KC_DIR/admin.kubeconfig" --request-timeout=30s "$@"; }
+
+kc_port() { # kc_port etcd|etcd-peer|apiserver|kubelet INDEX
+	local b="${KC_PORT_BASE:-17000}"
+	case "$1" in
+	etcd) echo $((b + 379)) ;;
+	etcd-peer) echo $((b + 380)) ;;
+	apiserver) echo $((b + 443)) ;;
+	kubelet) echo $((b + 250 + $2)) ;;
+	esac
+}
+
+# kc_node_dir NODE: that node's directory (root, plugins, flexvol config, state, log).
+kc_node_dir() { echo "$KC_DIR/nodes/$1"; }
+kc_node_flexvol_log() { echo "$KC_DIR/nodes/$1/flexvol.log"; }
+kc_controller_flexvol_log() { echo "$KC_DIR/controller/flexvol.log"; }
+
+# Load DIR/state (kc_up's record) into this shell.
+kc_load() {
+	KC_DIR="$1"
+	[ -f "$KC_DIR/state" ] || {
+		kc_log "no cluster state in $KC_DIR"
+		return 1
+	}
+	# shellcheck source=/dev/null
+	source "$KC_DIR/state"
+}
+
+kc_write_kubeconfig() { # FILE NAME (uses pki/NAME.{crt,key})
+	cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: flexvol
+  cluster: {server: "https://127.0.0.1:$(kc_port apiserver)", certificate-authority: "$KC_DIR/pki/ca.crt"}
+users:
+- name: $2
+  user: {client-certificate: "$KC_DIR/pki/$2.crt", client-key: "$KC_DIR/pki/$2.key"}
+contexts:
+- name: flexvol
+  context: {cluster: flexvol, user: $2}
+current-context: flexvol
+EOF
+}
+
+# kc_spawn NAME LOGFILE CMD...: start CMD detached (own session, not our child, so kc_down
+# works from any process) and record its pid in DIR/pids as "NAME PID". Only etcd inherits the
+# machine-wide kubelet lock (KC_LOCKFD).
+kc_spawn() {
+	local name="$1" logf="$2" pid
+	shift 2
+	pid="$(
+		if [ -n "${KC_LOCKFD:-}" ] && [ "$name" != etcd ]; then exec {KC_LOCKFD}>&-; fi
+		setsid "$@" </dev/null >"$logf" 2>&1 &
+		echo $!
+	)"
+	echo "$name $pid" >>"$KC_DIR/pids"
+	# Until the forked shell has exec'd CMD, /proc/PID/cmdline is the shell's, which does not
+	# name DIR, and kc_pid_ours would call the process gone: wait for the exec (or its death).
+	local i
+	for ((i = 0; i < 100; i++)); do
+		kc_pid_ours "$pid" && break
+		[ -e "/proc/$pid" ] || break
+		sleep 0.05
+	done
+	kc_log "$name: pid $pid"
+}
+
+kc_pid_of() { awk -v n="$1" '$1 == n { p = $2 } END { print p }' "$KC_DIR/pids"; }
+
+# True when PID is alive (not a zombie) and its command line names our DIR (so a recycled pid is
+# never signalled).
+kc_pid_ours() {
+	local pid="$1" st
+	[ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+	st="$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)"
+	[ "$st" != Z ] || return 1
+	{ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$KC_DIR"
+}
+
+# kc_stop_name NAME [GRACE]: SIGTERM, wait, SIGKILL; removes NAME from DIR/pids.
+kc_stop_name() {
+	local name="$1" grace="${2:-10}" pid i
+	pid="$(kc_pid_of "$name")"
+	if kc_pid_ours "$pid"; then
+		kill -TERM "$pid" 2>/dev/null || true
+		for ((i = 0; i < grace * 10; i++)); do
+			kc_pid_ours "$pid" || break
+			sleep 0.1
+		done
+		if kc_pid_ours "$pid"; then
+			kc_log "$name (pid $pid) ignored SIGTERM for $grace s: SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.2
+		fi
+	fi
+	awk -v n="$name" '$1 != n' "$KC_DIR/pids" >"$KC_DIR/pids.new" && mv -f "$KC_DIR/pids.new" "$KC_DIR/pids"
+}
+
+kc_assert_running() {
+	local name pid
+	while read -r name pid; do
+		kc_pid_ours "$pid" || kc_fail "$name (pid $pid) is not running (log: $KC_DIR/logs/$name.log)"
+	done <"$KC_DIR/pids"
+}
+
+# kc_wait_for DESCRIPTION TIMEOUT CMD...: poll CMD every 0.5 s until it succeeds.
+kc_wait_for() {
+	local what="$1" timeout="$2" t0
+	shift 2
+	t0="$(kl_now)"
+	until "$@" >/dev/null 2>&1; do
+		kc_assert_running
+		if awk -v a="$t0" -v b="$(kl_now)" -v t="$timeout" 'BEGIN { exit !(b - a > t) }'; then
+			kc_fail "timed out after $timeout s waiting for $what"
+		fi
+		sleep 0.5
+	done
+}
+
+kc_start_kubelet() { # NODE INDEX
+	local node="$1" i="$2" nd
+	nd="$(kc_node_dir "$node")"
+	local flags=(
+		--v=2
+		--kubeconfig="$KC_DIR/$node.kubeconfig"
+		--hostname-override="$node"
+		--address=127.0.0.1
+		--port="$(kc_port kubelet "$i")"
+		--healthz-port=0
+		--read-only-port=0
+		--root-dir="$nd/root"
+		--cert-dir="$nd/pki"
+		--seccomp-profile-root="$nd/seccomp"
+		--volume-plugin-dir="$nd/plugins"
+		--container-runtime=remote
+		--container-runtime-endpoint="unix://$nd/runtime.sock"
+		--image-service-endpoint="unix://$nd/runtime.sock"
+		--runtime-request-timeout=30s
+		--sync-frequency=10s
+		--node-status-update-frequency=4s
+		--volume-stats-agg-period=0
+		--fail-swap-on=false
+		--cgroups-per-qos=false
+		--enforce-node-allocatable=
+		--cgroup-driver=cgroupfs
+		--make-iptables-util-chains=false
+		--hairpin-mode=none
+		--image-gc-high-threshold=100
+		--image-gc-low-threshold=99
+		--eviction-hard=
+		--eviction-soft=
+	)
+	if [ -n "${KC_KUBELET_FLAGS+x}" ]; then
+		flags+=("${KC_KUBELET_FLAGS[@]}")
+	fi
+	# The kubelet passes its environment to the drivers: FLEXVOL_CONFIG names this node's config.
+	kc_spawn "kubelet-$node" "$KC_DIR/logs/kubelet-$node.log" \
+		env FLEXVOL_CONFIG="$nd/flexvol-config.json" "$KC_BIN/kubelet" "${flags[@]}"
+}
+
+kc_start_runtime() { # NODE
+	local nd
+	nd="$(kc_node_dir "$1")"
+	rm -f "$nd/runtime.sock"
+	kc_spawn "runtime-$1" "$KC_DIR/logs/runtime-$1.log" "$KC_BIN/flexvol-fakeruntime" "unix://$nd/runtime.sock"
+	kc_wait_for "the fake runtime of $1 ($nd/runtime.sock)" 20 test -S "$nd/runtime.sock"
+}
+
+kc_node_ready() {
+	[ "$(kc_kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+# kc_install_drivers PLUGIN_DIR: flexvol's install.sh, as an operator would run it.
+kc_install_drivers() {
+	"$KC_REPO/install.sh" --plugin-dir "$1" --binary "$KC_FLEXVOL" --vendor flexvol \
+		--drivers "${KC_DRIVERS:-hostpath,nfs,lvm}" >>"$KC_DIR/logs/install.log" 2>&1 ||
+		kc_fail "install.sh --plugin-dir $1 failed: $(tail -n 5 "$KC_DIR/logs/install.log")"
+}
+
+# kc_flexvol_config DIR: a flexvol node config with its state, lock dir and call log under DIR.
+kc_flexvol_config() {
+	local d="$1" extra="${KC_NODE_CONFIG:-}"
+	mkdir -p "$d/state" "$d/run"
+	: >>"$d/flexvol.log"
+	printf '{"stateDir":"%s/state","runDir":"%s/run","logFile":"%s/flexvol.log"%s}\n' \
+		"$d" "$d" "$d" "${extra:+,$extra}" >"$d/flexvol-config.json"
+}
+
+# kc_resolve_flexvol: KC_FLEXVOL defaults to the newest release build in target/.
+kc_resolve_flexvol() {
+	if [ -z "${KC_FLEXVOL:-}" ]; then
+		KC_FLEXVOL="$(ls -t "$KC_REPO/target/x86_64-unknown-linux-gnu/release/flexvol" "$KC_REPO/target/release/flexvol" 2>/dev/null | head -n1 || true)"
+	fi
+	[ -n "$KC_FLEXVOL" ] && [ -x "$KC_FLEXVOL" ] || kc_fail "no flexvol binary (cargo build --release, or set KC_FLEXVOL)"
+}
+
+# kc_up DIR NODE...: start the cluster; returns when every node is Ready.
+kc_up() {
+	KC_DIR="$1"
+	shift
+	KC_NODES=("$@")
+	[ "${#KC_NODES[@]}" -ge 1 ] || kc_fail "kc_up needs at least one node name"
+	[ "$(id -u)" = 0 ] || kc_fail "must run as root (kubelets, mounts)"
+	if [ -z "${KC_BIN:-}" ]; then
+		KC_BIN="$("$KC_REPO/tests/kubelet/setup" | tail -n1)/bin"
+	fi
+	local b
+	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet flexvol-fakeruntime flexvol-pki; do
+		[ -x "$KC_BIN/$b" ] || kc_fail "no $b in $KC_BIN (run tests/kubelet/setup)"
+	done
+	kc_resolve_flexvol
+	[ ! -e "$KC_DIR/state" ] || kc_fail "$KC_DIR already holds a cluster (tests/cluster/down $KC_DIR)"
+	mkdir -p "$KC_DIR"/{logs,etcd,controller/plugins}
+	chmod 755 "$KC_DIR"
+	: >"$KC_DIR/pids"
+	local t0 node i
+	t0="$(kl_now)"
+
+	# One cluster (or standalone kubelet e2e) per machine: kubelet 1.20 hard-codes
+	# /var/lib/kubelet/device-plugins/kubelet.sock. etcd inherits the lock's file descriptor
+	# and so holds the lock for the cluster's lifetime.
+	exec {KC_LOCKFD}>"$KL_LOCK_FILE"
+	if ! flock -n "$KC_LOCKFD"; then
+		kc_log "another kubelet run holds $KL_LOCK_FILE; waiting (max 600 s)"
+		flock -w 600 "$KC_LOCKFD" || kc_fail "timed out waiting for $KL_LOCK_FILE"
+	fi
+
+	# Host fix-ups (cpuinfo, cgroup2, sysctls kubelet rewrites), recorded for kc_down.
+	KL_TMP="$KC_DIR"
+	kl_host_prepare
+	{
+		declare -p KC_BIN KC_FLEXVOL KC_NODES
+		declare -p KL_SYSCTL_SAVED KL_CPUINFO_BOUND KL_CGROUP_MOUNTED KL_CREATED_HOST_DIRS
+		echo "KC_PORT_BASE=${KC_PORT_BASE:-17000}"
+	} | sed 's/^declare /declare -g /' >"$KC_DIR/state" # (-g: kc_load sources it in a function)
+
+	# PKI: a CA, serving certificates, one client certificate per identity.
+	local clients=(admin=flexvol-admin/system:masters kcm=system:kube-controller-manager
+		scheduler=system:kube-scheduler etcd-client=kube-apiserver-etcd-client)
+	for node in "${KC_NODES[@]}"; do
+		clients+=("$node=system:node:$node/system:nodes")
+	done
+	"$KC_BIN/flexvol-pki" "$KC_DIR/pki" "${clients[@]}" || kc_fail "flexvol-pki failed"
+	kc_write_kubeconfig "$KC_DIR/admin.kubeconfig" admin
+	kc_write_kubeconfig "$KC_DIR/kcm.kubeconfig" kcm
+	kc_write_kubeconfig "$KC_DIR/scheduler.kubeconfig" scheduler
+	for node in "${KC_NODES[@]}"; do
+		kc_write_kubeconfig "$KC_DIR/$node.kubeconfig" "$node"
+	done
+	cat >"$KC_DIR/env" <<EOF
+# source this file to use the test cluster: kubectl is the one built with it
+export KUBECONFIG="$KC_DIR/admin.kubeconfig"
+export PATH="$KC_BIN:\$PATH"
+EOF
+
+	# etcd, TLS for clients (mutual) and peers, on loopback.
+	local pki="$KC_DIR/pki" etcd_url
+	etcd_url="https://127.0.0.1:$(kc_port etcd)"
+	kc_spawn etcd "$KC_DIR/logs/etcd.log" "$KC_BIN/etcd" --name flexvol --data-dir "$KC_DIR/etcd" \
+		--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+		--listen-peer-urls "http://127.0.0.1:$(kc_port etcd-peer)" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$(kc_port etcd-peer)" \
+		--initial-cluster "flexvol=http://127.0.0.1:$(kc_port etcd-peer)" \
+		--cert-file "$pki/apiserver.crt" --key-file "$pki/apiserver.key" \
+		--client-cert-auth --trusted-ca-file "$pki/ca.crt" \
+		--log-level warn --logger zap
+	exec {KC_LOCKFD}>&-
+	KC_LOCKFD=""
+
+	kc_spawn kube-apiserver "$KC_DIR/logs/kube-apiserver.log" "$KC_BIN/kube-apiserver" \
+		--etcd-servers="$etcd_url" --etcd-cafile="$pki/ca.crt" \
+		--etcd-certfile="$pki/etcd-client.crt" --etcd-keyfile="$pki/etcd-client.key" \
+		--bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+		--secure-port="$(kc_port apiserver)" --insecure-port=0 \
+		--tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+		--client-ca-file="$pki/ca.crt" --anonymous-auth=false \
+		--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+		--service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
+		--service-account-issuer=https://kubernetes.default.svc \
+		--service-cluster-ip-range=10.254.0.0/24 --allow-privileged=true \
+		--cert-dir="$KC_DIR/apiserver-certs" --profiling=false --v=1
+	kc_wait_for "the API server to be ready (/readyz)" 600 kc_kubectl get --raw /readyz
+
+	kc_spawn kube-controller-manager "$KC_DIR/logs/kube-controller-manager.log" \
+		env FLEXVOL_CONFIG="$KC_DIR/controller/flexvol-config.json" "$KC_BIN/kube-controller-manager" \
+		--kubeconfig="$KC_DIR/kcm.kubeconfig" --use-service-account-credentials=true \
+		--service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
+		--flex-volume-plugin-dir="$KC_DIR/controller/plugins" \
+		--leader-elect=false --port=0 --secure-port=0 --profiling=false \
+		--controllers='*,-bootstrapsigner,-tokencleaner' --v=2
+	kc_spawn kube-scheduler "$KC_DIR/logs/kube-scheduler.log" "$KC_BIN/kube-scheduler" \
+		--kubeconfig="$KC_DIR/scheduler.kubeconfig" --leader-elect=false --port=0 --secure-port=0 \
+		--profiling=false --v=1
+	kc_flexvol_config "$KC_DIR/controller"
+	kc_install_drivers "$KC_DIR/controller/plugins"
+
+	i=0
+	for node in "${KC_NODES[@]}"; do
+		local nd
+		nd="$(kc_node_dir "$node")"
+		mkdir -p "$nd/root" "$nd/plugins" "$nd/pki"
+		kc_flexvol_config "$nd"
+		kc_install_drivers "$nd/plugins"
+		kc_start_runtime "$node"
+		kc_start_kubelet "$node" "$i"
+		i=$((i + 1))
+	done
+	for node in "${KC_NODES[@]}"; do
+		kc_wait_for "node $node to be Ready" 300 kc_node_ready "$node"
+	done
+	# Pods need their namespace's default service account (the ServiceAccount admission plugin).
+	kc_wait_for "the default service account" 180 kc_kubectl -n default get serviceaccount default
+	KC_UP_SECONDS="$(kl_since "$t0")"
+	kc_log "cluster up in $KC_UP_SECONDS s: nodes ${KC_NODES[*]}; KUBECONFIG=$KC_DIR/admin.kubeconfig"
+}
+
+# kc_down [DIR]: stop everything kc_up started, unmount everything under DIR, undo the host
+# fix-ups, remove DIR (unless KC_KEEP=1 or something is still mounted there).
+kc_down() {
+	local dir="${1:-$KC_DIR}" name pid
+	[ -n "$dir" ] || return 0
+	kc_load "$dir" || return 0
+	# Kubelets first (they call the drivers), then the controllers, etcd last.
+	for name in $(awk '$1 ~ /^kubelet-/ { print $1 }' "$KC_DIR/pids"); do kc_stop_name "$name" 10; done
+	for name in kube-controller-manager kube-scheduler kube-apiserver etcd; do kc_stop_name "$name" 10; done
+	while read -r name pid; do kc_stop_name "$name" 5; done < <(cat "$KC_DIR/pids")
+	for node in "${KC_NODES[@]}"; do
+		kl_unmount_all_under "$(kc_node_dir "$node")/root" || true
+	done
+	kl_unmount_all_under "$KC_DIR" || true
+	if [ "$KL_CPUINFO_BOUND" = 1 ]; then umount /proc/cpuinfo || true; fi
+	if [ "$KL_CGROUP_MOUNTED" = 1 ]; then umount /sys/fs/cgroup || true; fi
+	local kv d
+	for kv in "${KL_SYSCTL_SAVED[@]}"; do
+		if [ "$(cat "/proc/sys/${kv%%=*}")" != "${kv#*=}" ]; then
+			echo "${kv#*=}" >"/proc/sys/${kv%%=*}" 2>/dev/null || kc_log "could not restore sysctl ${kv%%=*}"
+		fi
+	done
+	for d in "${KL_CREATED_HOST_DIRS[@]}"; do
+		[ -d "$d" ] && rm -rf --one-file-system "$d"
+	done
+	rm -f "$KC_DIR/state"
+	if [ -n "$(kl_mounts_under "$KC_DIR")" ] || kl_is_mounted "$KC_DIR"; then
+		kc_log "NOT removing $KC_DIR: something is still mounted there"
+		return 1
+	elif [ "${KC_KEEP:-0}" = 1 ]; then
+		kc_log "kept $KC_DIR"
+	else
+		rm -rf --one-file-system "$KC_DIR"
+	fi
+}
