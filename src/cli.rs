@@ -78,6 +78,11 @@ enum Command {
         after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}'"
     )]
     Conformance(ops::conformance::ConformanceArgs),
+    /// Provision hostPath volumes for claims of a `<vendor>/hostpath` StorageClass on this node (a daemon; one per node).
+    #[command(
+        after_help = "Roots come from the node config's local-path keys (nodePathMap, storageClassConfigs).\n\nExample:\n  flexvol provisioner --node-name $(hostname)                        # in the DaemonSet (service account)\n  flexvol provisioner --node-name node-a --kubeconfig ~/.kube/config"
+    )]
+    Provisioner(crate::provision::ProvisionerArgs),
 }
 
 #[derive(Args)]
@@ -134,6 +139,7 @@ pub fn main(args: &[String]) -> i32 {
         Command::Status(a) => ops::status::run(&a),
         Command::Gc(a) => ops::gc::run(&a),
         Command::Conformance(a) => ops::conformance::run(&a),
+        Command::Provisioner(a) => crate::provision::run(&a),
     }
 }
 

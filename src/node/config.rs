@@ -41,6 +41,10 @@ pub struct Config {
     pub nfs: crate::backend::nfs::NfsConfig,
     /// LVM backend policy.
     pub lvm: crate::backend::lvm::LvmConfig,
+    /// Provisioning roots, in rancher local-path-provisioner's `config.json` keys at the top level
+    /// (`nodePathMap`, `storageClassConfigs`, ...): parsed apart, see [`Config::parse`].
+    #[serde(skip)]
+    pub local_path: crate::provision::localpath::LocalPathConfig,
 }
 
 /// Policy for the hostPath backend.
@@ -70,6 +74,7 @@ impl Default for Config {
             hostpath: HostPathConfig::default(),
             nfs: Default::default(),
             lvm: Default::default(),
+            local_path: Default::default(),
         }
     }
 }
@@ -116,7 +121,17 @@ impl Config {
             path: path.to_owned(),
             reason,
         };
-        let c: Config = serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
+        // local-path-provisioner's keys are split off first, so its config.json is a valid config
+        // as it is; every root it names is also an allowed hostPath root (added to the list).
+        let mut obj: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
+        let local_path = crate::provision::localpath::LocalPathConfig::split_off(&mut obj)
+            .map_err(invalid)?
+            .unwrap_or_default();
+        let mut c: Config = serde_json::from_value(serde_json::Value::Object(obj))
+            .map_err(|e| invalid(e.to_string()))?;
+        c.hostpath.allowed_roots.extend(local_path.all_roots());
+        c.local_path = local_path;
         for (name, p) in [
             ("stateDir", &c.state_dir),
             ("runDir", &c.run_dir),
