@@ -413,6 +413,7 @@ pub fn delete_volume_dir(
     let parent = open_dir(&root.real.join(parent_rel)).map_err(|e| fail(&e))?;
     let root_fd = open_dir(&root.real).map_err(|e| fail(&e))?;
     renameat(&parent, leaf, &root_fd, tomb.as_str()).map_err(|e| fail(&e))?;
+    crate::sys::process::checkpoint("provisioner-delete-after-rename");
     remove_tombstone(root, &tomb)?;
     Ok(Deleted::Removed)
 }

@@ -84,7 +84,15 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
 }
 
 async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
-    let mut config = Config::load().map_err(|e| e.to_string())?;
+    // The installer container writes the config; until a valid one exists, wait (no pass on an
+    // unknown config: it would take the node's label away).
+    let mut config = loop {
+        match Config::load() {
+            Ok(c) => break c,
+            Err(e) => log(&format!("{e}; waiting for a valid config")),
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
     let client = kube::client(a.kubeconfig.as_deref()).await?;
     let wake = Arc::new(tokio::sync::Notify::new());
     let cluster = kube::KubeCluster::start(client, a.node_name.clone(), wake.clone());

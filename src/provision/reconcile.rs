@@ -18,6 +18,7 @@
 use super::api::{ApiErrorKind, Cluster, EventSpec};
 use super::hostpath::{self, ClassParams, DirState, Marker, Root};
 use super::localpath::LocalPathConfig;
+use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
@@ -174,7 +175,10 @@ impl<C: Cluster> Reconciler<C> {
             report.failed.push(e);
         }
 
-        let hostname = self.sync_label(!node_roots.is_empty(), &mut report).await;
+        // Labelled while a root can be used now (a root that is gone takes the label away, so the
+        // scheduler stops picking this node).
+        let (usable, _) = usable_roots(&node_roots, true);
+        let hostname = self.sync_label(!usable.is_empty(), &mut report).await;
 
         match self.cluster.volumes().await {
             Err(e) => report.failed.push(e.to_string()),
@@ -418,10 +422,14 @@ impl<C: Cluster> Reconciler<C> {
             Ok(p) => p,
             Err(why) => return Step::Fail(why),
         };
+        checkpoint("provisioner-after-directory");
 
         let pv = self.build_pv(c, &class, &pv_name, &path, hostname, size, modes);
         match self.cluster.create_volume(&pv).await {
-            Ok(()) => Step::Done(pv_name, path),
+            Ok(()) => {
+                checkpoint("provisioner-after-pv");
+                Step::Done(pv_name, path)
+            }
             Err(e) if e.kind == ApiErrorKind::AlreadyExists => {
                 match self.cluster.get_volume(&pv_name).await {
                     Ok(Some(v)) if self.is_ours_for(&v, uid) => Step::Done(pv_name, path),
@@ -575,13 +583,16 @@ impl<C: Cluster> Reconciler<C> {
         };
         let failure = match result {
             Err(why) => Some(why),
-            Ok(()) => match self.cluster.delete_volume(&name, &uid).await {
-                Ok(()) => None,
-                Err(e) if e.kind == ApiErrorKind::NotFound => None,
-                Err(e) => Some(format!(
-                    "the directory was removed but the PV was not: {e}; retrying"
-                )),
-            },
+            Ok(()) => {
+                checkpoint("provisioner-delete-before-pv");
+                match self.cluster.delete_volume(&name, &uid).await {
+                    Ok(()) => None,
+                    Err(e) if e.kind == ApiErrorKind::NotFound => None,
+                    Err(e) => Some(format!(
+                        "the directory was removed but the PV was not: {e}; retrying"
+                    )),
+                }
+            }
         };
         match failure {
             None => report.deleted.push(name),
