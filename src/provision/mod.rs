@@ -64,6 +64,17 @@ pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
 
 /// Runs the provisioner until killed; returns the exit code on a fatal error.
 pub fn run(a: &ProvisionerArgs) -> i32 {
+    // main() blocks the termination signals for the driver verbs (and every thread inherits the
+    // mask). The provisioner may stop anywhere (every step is restart-safe), so SIGTERM from
+    // kubelet stopping the pod ends it at once, like the default action.
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            set.add(s);
+        }
+        let _ = set.thread_unblock();
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
