@@ -4,7 +4,11 @@
 //! - a hostPath mount+unmount pair vs two minimal static C programs doing the same raw syscalls
 //!   (bind mount, then umount2), exec'd the same way;
 //! - peak memory (max RSS) per verb, from `getrusage(RUSAGE_CHILDREN)` in a fresh sub-process;
-//! - 64 hostPath mounts in parallel vs 64 sequential ones divided by the cores.
+//! - 64 hostPath mounts in parallel vs 64 sequential ones divided by the cores;
+//! - the mount+unmount pair and its floor again with the node's mount table grown: in a private
+//!   mount namespace (`unshare --mount`, so nothing leaks to the host and everything vanishes with
+//!   the process) with 0, 1,000 and 4,000 unrelated bind mounts added (`FLEXVOL_BENCH_TABLE`, a
+//!   comma list, overrides the sizes).
 //!
 //! Nothing here asserts a time: it prints the table and the targets, so a regression is seen, not
 //! flaked on. Needs root (real mounts) and a C compiler for the floors.
@@ -125,10 +129,100 @@ fn max_rss_kib(bin: &Path, args: &[&str], config: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Sub-process mode, run inside a private mount namespace: add `n` unrelated bind mounts, then
+/// measure the pair and its floor and print `n <entries> <pair ns> <floor ns>`.
+fn table_mode(args: &[String]) {
+    // Make every mount private first, so nothing below propagates anywhere.
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .unwrap();
+    let [
+        _,
+        _,
+        n,
+        iters,
+        t,
+        hostpath,
+        floor_mount,
+        floor_umount,
+        config,
+    ] = args
+    else {
+        panic!("bad --table arguments: {args:?}");
+    };
+    let (n, iters): (usize, usize) = (n.parse().unwrap(), iters.parse().unwrap());
+    let t = Path::new(t);
+    let filler = t.join(format!("filler-{n}"));
+    let src = filler.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..n {
+        let d = filler.join(i.to_string());
+        std::fs::create_dir(&d).unwrap();
+        nix::mount::mount(
+            Some(&src),
+            &d,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
+    }
+    let entries = std::fs::read("/proc/self/mountinfo")
+        .unwrap()
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    let env = [("FLEXVOL_CONFIG", Path::new(config))];
+    let data = t.join("src");
+    let pod = t.join("kubelet/pods/uid/volumes/flexvol~hostpath/v");
+    let pod_s = pod.to_str().unwrap();
+    let opts = format!(
+        r#"{{"kubernetes.io/pvOrVolumeName":"v","kubernetes.io/readwrite":"rw","path":"{}"}}"#,
+        data.display()
+    );
+    let (hostpath, floor_mount, floor_umount) = (
+        Path::new(hostpath),
+        Path::new(floor_mount),
+        Path::new(floor_umount),
+    );
+    // Interleaved, so a busy machine slows both alike.
+    let mut f = Vec::new();
+    let mut x = Vec::new();
+    for i in 0..iters + iters / 10 {
+        let t0 = Instant::now();
+        run(floor_mount, &[data.to_str().unwrap(), pod_s], &[]);
+        run(floor_umount, &[pod_s], &[]);
+        let t1 = Instant::now();
+        run(hostpath, &["mount", pod_s, &opts], &env);
+        run(hostpath, &["unmount", pod_s], &env);
+        if i >= iters / 10 {
+            f.push(t1 - t0);
+            x.push(t1.elapsed());
+        }
+    }
+    f.sort();
+    x.sort();
+    println!(
+        "{n} {entries} {} {} {} {}",
+        x[x.len() / 2].as_nanos(),
+        x[x.len() * 9 / 10].as_nanos(),
+        f[f.len() / 2].as_nanos(),
+        f[f.len() * 9 / 10].as_nanos()
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--rss") {
         return rss_mode(&args);
+    }
+    if args.get(1).map(String::as_str) == Some("--table") {
+        return table_mode(&args);
     }
     if !nix::unistd::geteuid().is_root() {
         println!("benchmarks need root (real mounts); skipped");
@@ -165,7 +259,7 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"{0}/flexvol.log"}}"#,
+            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"{0}/flexvol.log","hostpath":{{"allowedRoots":["{0}/src"]}}}}"#,
             t.display()
         ),
     )
@@ -232,6 +326,35 @@ fn main() {
     let rss_floor = max_rss_kib(&floor_json, &[], &config);
     let size = std::fs::metadata(&bin).unwrap().len();
 
+    // The pair against the size of the mount table, each size in its own private namespace.
+    let sizes: Vec<usize> = std::env::var("FLEXVOL_BENCH_TABLE")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![0, 1000, 4000]);
+    let table_iters = (iters / 3).max(20);
+    let mut table_rows = Vec::new();
+    for n in &sizes {
+        let out = Command::new("/usr/bin/unshare")
+            .args(["--mount", "--propagation", "private", "--"])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--table", &n.to_string(), &table_iters.to_string()])
+            .arg(&t)
+            .args([&hostpath, &floor_mount, &floor_umount, &config])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("unshare (util-linux) for the mount-table benchmark");
+        assert!(
+            out.status.success(),
+            "mount-table benchmark with {n} mounts failed"
+        );
+        let v: Vec<u128> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect();
+        table_rows.push(v);
+    }
+
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     let row = |name: &str, x: &Stats, f: &Stats, target: &str| {
         println!(
@@ -261,6 +384,24 @@ fn main() {
         rss_unmount as f64 / 1024.0,
         rss_floor as f64 / 1024.0
     );
+    println!(
+        "\nhostPath mount+unmount pair against the mount table (private namespace, {table_iters} pairs each, interleaved with the floor):"
+    );
+    for v in &table_rows {
+        let d = |ns: u128| Duration::from_nanos(ns as u64);
+        row(
+            &format!("+{} mounts ({} entries)", v[0], v[1]),
+            &Stats {
+                median: d(v[2]),
+                p90: d(v[3]),
+            },
+            &Stats {
+                median: d(v[4]),
+                p90: d(v[5]),
+            },
+            "<= 1.5x",
+        );
+    }
     println!(
         "{:<28} {:.2} MiB (static, stripped)",
         "binary size",

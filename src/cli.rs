@@ -24,8 +24,9 @@ kubelet runs this binary as <plugin-dir>/<vendor>~<driver>/<driver> (for example
 runs as selects the backend. Under its own name it runs the same verbs by hand, for debugging:
 
   flexvol --pretty hostpath init
-  flexvol hostpath mount /tmp/vol '{\"path\":\"/srv/data\",\"type\":\"DirectoryOrCreate\"}'
-  flexvol hostpath unmount /tmp/vol
+  mkdir -p /tmp/k/pods/p1/volumes/flexvol~hostpath/vol
+  flexvol hostpath mount /tmp/k/pods/p1/volumes/flexvol~hostpath/vol '{\"path\":\"/srv/flexvol/data\",\"type\":\"DirectoryOrCreate\"}'
+  flexvol hostpath unmount /tmp/k/pods/p1/volumes/flexvol~hostpath/vol
 
 Every verb prints exactly one JSON object (the reply kubelet reads) and exits 0 for Success and
 \"Not supported\", 1 for Failure. Node configuration: /etc/flexvol/config.json, or the file named
@@ -75,7 +76,8 @@ enum Command {
     Gc(ops::gc::GcArgs),
     /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
     #[command(
-        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath --options '{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}'"
+        long_about = "Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.\n\nEach check is PASS, FAIL or SKIP; SKIP means it was not run and is never counted as a pass. Always checked: the install, init, unknown verbs, exit codes, and the error paths that need no options (malformed options JSON, a pod directory that does not exist: each must be a Failure with a non-zero exit that mounts and creates nothing). With --options, the whole volume lifecycle of a test volume is replayed (without it, it is SKIP and the summary says how to run it). With --bad-options (repeatable), options the driver must refuse are tried the same way. Exit status 1 when any check fails, 2 for bad arguments.",
+        after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs    # probe and generic error paths only\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath \\\n    --options '{\"path\":\"/srv/flexvol/conformance\",\"type\":\"DirectoryOrCreate\"}' \\\n    --bad-options '{\"path\":\"/srv/flexvol/does-not-exist\",\"type\":\"Directory\"}' --bad-options '{\"type\":\"Directory\"}'"
     )]
     Conformance(ops::conformance::ConformanceArgs),
     /// Provision hostPath volumes for claims of a `<vendor>/hostpath` StorageClass on this node (a daemon; one per node).
@@ -94,6 +96,29 @@ struct VerbArgs {
         value_name = "VERB [ARGS]"
     )]
     args: Vec<String>,
+}
+
+/// The program, from the raw argv: returns the exit code. An argument that is not UTF-8 is
+/// refused with one Failure reply: kubelet only ever passes UTF-8 (JSON, paths it made), and
+/// replacing bad bytes with U+FFFD would name another path than the one given.
+pub fn main_os(args: Vec<std::ffi::OsString>) -> i32 {
+    let mut text = Vec::with_capacity(args.len());
+    for (i, a) in args.into_iter().enumerate() {
+        match a.into_string() {
+            Ok(s) => text.push(s),
+            Err(_) => {
+                let what = if i == 0 {
+                    "the program name (argv[0])".to_owned()
+                } else {
+                    format!("argument {i}")
+                };
+                return driver::finish(&Reply::failure(format!(
+                    "{what} is not valid UTF-8; flexvol refuses it rather than guess which path or option was meant (kubelet only passes UTF-8)"
+                )));
+            }
+        }
+    }
+    main(&text)
 }
 
 /// The program: returns the exit code.
@@ -181,7 +206,7 @@ fn role(backend: Backend, verb: &str) -> &'static str {
 
 fn example(backend: Backend, verb: &str) -> String {
     let json = match backend {
-        Backend::HostPath => r#"{"path":"/srv/data","type":"DirectoryOrCreate"}"#,
+        Backend::HostPath => r#"{"path":"/srv/flexvol/data","type":"DirectoryOrCreate"}"#,
         Backend::Nfs => r#"{"server":"10.0.0.5","share":"/exports/data"}"#,
         Backend::Lvm => {
             r#"{"volumegroup":"vg0","volumeID":"lv1","size":"1Gi","kubernetes.io/fsType":"ext4"}"#
@@ -200,8 +225,11 @@ fn example(backend: Backend, verb: &str) -> String {
         "unmountdevice" => format!(
             "flexvol {b} unmountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1"
         ),
-        "mount" => format!("mkdir -p /tmp/vol && flexvol {b} mount /tmp/vol '{json}'"),
-        "unmount" => format!("flexvol {b} unmount /tmp/vol"),
+        // hostpath acts only on directories of kubelet's shape: <root>/pods/<uid>/volumes/<plugin>/<name>.
+        "mount" => format!(
+            "mkdir -p /tmp/k/pods/p1/volumes/flexvol~{b}/vol && flexvol {b} mount /tmp/k/pods/p1/volumes/flexvol~{b}/vol '{json}'"
+        ),
+        "unmount" => format!("flexvol {b} unmount /tmp/k/pods/p1/volumes/flexvol~{b}/vol"),
         "expandvolume" => format!(
             "flexvol {b} expandvolume '{json}' /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 2147483648 1073741824"
         ),

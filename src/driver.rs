@@ -28,6 +28,8 @@ pub fn run(backend: Backend, argv0: &str, args: &[String]) -> i32 {
         ),
         Err(_) => calllog::begin(None, None, backend.name(), verb, args),
     }
+    // Replies written by the deadline, signal or panic paths are logged like any other.
+    process::after_reply(calllog::record_final);
     let reply = answer(backend, &driver_name(backend, argv0), args, config);
     finish(&reply)
 }

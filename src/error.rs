@@ -44,14 +44,6 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The backend exists in name only in this build.
-    #[error(
-        "the {backend} backend is not built yet in flexvol {version}; only init works. Use a release that ships it, or the hostpath driver"
-    )]
-    NotBuilt {
-        backend: &'static str,
-        version: &'static str,
-    },
 }
 
 impl Error {

@@ -3,7 +3,7 @@
 //! Layout, by what a file is about:
 //! - the protocol surface kubelet sees: [`protocol`] (argv grammar, options, the reply) and
 //!   [`driver`] (one call, top to bottom);
-//! - the backends: [`backend`] (`hostpath`, later `nfs` and `lvm`);
+//! - the backends: [`backend`] (`hostpath`, `nfs`, `lvm`);
 //! - system seams: [`sys`] (running programs, mount syscalls, mountinfo, locks, paths, our own
 //!   process) and node bookkeeping in [`node`] (config, state records, call log);
 //! - commands for people: [`cli`] and [`ops`].

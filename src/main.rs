@@ -10,8 +10,5 @@ fn main() {
             "internal error in flexvol ({info}); please report it with the matching line of the flexvol log"
         ))
     }));
-    let args: Vec<String> = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    std::process::exit(flexvol::cli::main(&args));
+    std::process::exit(flexvol::cli::main_os(std::env::args_os().collect()));
 }

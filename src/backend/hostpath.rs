@@ -1,23 +1,40 @@
 //! hostPath: bind-mount a directory (or file, socket, device) of the node into the pod.
 //!
+//! Both verbs act only on a pod volume directory of this driver in kubelet's shape,
+//! `<kubelet-root>/pods/<uid>/volumes/<vendor>~hostpath/<name>`, with no symlink below the kubelet
+//! root; anything else (`/`, a symlinked pod directory, another plugin's directory) is refused.
+//!
 //! `mount <podDir> <json>`:
 //! 1. validate every option and the node policy; bad input changes nothing;
-//! 2. under the pod directory's lock, create the source if its type says so (`DirectoryOrCreate`,
-//!    `FileOrCreate`, or a per-volume `pathPattern` directory), never following symlinks;
-//! 3. open the source `O_PATH` without following symlinks and check its type against kubelet's
+//! 2. under the pod directory's lock, check what the pod directory holds (its record, and one
+//!    `statx` of the mount point) *before* creating anything: another volume's record, a mount
+//!    of something else, a directory volume where a file is to go, or files a directory bind
+//!    would hide, fail here;
+//! 3. create the source if its type says so (`DirectoryOrCreate`, `FileOrCreate`, or a
+//!    per-volume `pathPattern` directory), never following symlinks;
+//! 4. open the source `O_PATH` without following symlinks and check its type against kubelet's
 //!    HostPathType rules;
-//! 4. if the pod directory already shows this source, answer Success (converging a read-only
-//!    request that a crash left writable); if it shows something else, fail;
-//! 5. record the mount (state), bind-mount the opened inode, make it read-only if asked.
+//! 5. if the pod directory already shows this source (same device and inode at a mount root),
+//!    answer Success when the access matches the record (finishing a read-only or slave remount
+//!    a crash interrupted); a different access mode is refused, so the record never disagrees
+//!    with the mount;
+//! 6. record the mount (state, with the source's device and inode), bind-mount the opened inode,
+//!    make the bind a slave (nothing propagates from the pod back to the host), make it
+//!    read-only if asked.
 //!
 //! A directory source is bound onto the pod directory itself. A file-like source (file, socket,
 //! device) cannot be: the pod directory is a directory. It is bound onto an empty file of the same
 //! name *inside* the pod directory, so a container that mounts the volume at `/data` sees
 //! `/data/<name>`.
 //!
-//! `unmount <podDir>` (no options): unmount what the record (or, without one, the mount table) says
-//! is mounted at or directly inside the pod directory, remove the placeholder file of a file-like
-//! source, forget the record. Never writes to the source.
+//! `unmount <podDir>` (no options): unmount the bind the record names, and only while it shows the
+//! recorded source (a mount of anything else is left alone: Failure); without a record, the bind
+//! at the pod directory or the file-like binds directly inside it. Mounts that propagated into
+//! the bind are detached with it, never unmounted on their own (that would unmount the host's
+//! originals). Then remove the placeholder file of a file-like source and forget the record.
+//! Never writes to the source. Neither verb reads the mount table on its normal path (only an
+//! unmount that finds the bind busy does, once): mount facts come from `statx` (see
+//! `sys::mount`), so a call costs the same on a node with 20 mounts or 4,000.
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
@@ -25,11 +42,11 @@ use crate::node::state::{VolumeRecord, now_secs};
 use crate::protocol::options::{Options, OptionsError, keys};
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
-use crate::sys::mount::UnmountMode;
-use crate::sys::mountinfo::MountTable;
+use crate::sys::mount::{
+    FileId, MountError, PathState, UnmountMode, fd_id, fd_state, path_state, reads_read_only,
+};
 use crate::sys::paths::{self, FileKind, Ownership};
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 const BACKEND: Backend = Backend::HostPath;
@@ -117,18 +134,95 @@ pub struct HostPathOptions {
     pub read_only: bool,
 }
 
+/// The options the hostPath backend reads (besides kubelet's own keys).
+pub const OPTION_KEYS: &[&str] = &["path", "type", "uid", "gid", "mode", "pathPattern"];
+
 fn parse_id(o: &Options, key: &str) -> std::result::Result<Option<u32>, OptionsError> {
+    let bad = |v: &str| OptionsError::invalid(key, v, "expected a numeric id (digits only)");
     match o.non_empty(key) {
         None => Ok(None),
-        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) && v.len() <= 10 => v
-            .parse()
-            .map(Some)
-            .map_err(|_| OptionsError::invalid(key, v, "expected a numeric id")),
-        Some(v) => Err(OptionsError::invalid(key, v, "expected a numeric id")),
+        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) && v.len() <= 10 => {
+            let id: u32 = v.parse().map_err(|_| bad(v))?;
+            // chown(2) reads (uid_t)-1 as "leave unchanged": accepting it would silently ignore
+            // what the user asked for.
+            if id == u32::MAX {
+                return Err(OptionsError::invalid(
+                    key,
+                    v,
+                    "4294967295 is (uid_t)-1, which chown reads as \"no change\"; use an id below it",
+                ));
+            }
+            Ok(Some(id))
+        }
+        Some(v) => Err(bad(v)),
     }
 }
 
+/// The `mode` option: octal permission bits only (at most `0777`, optional `0` or `0o` prefix).
+/// Set-uid, set-gid and sticky bits are refused: a pod author must not be able to make the
+/// driver create a set-gid directory (inherited group) or a sticky one on the node.
+fn parse_mode(o: &Options) -> std::result::Result<Option<u32>, OptionsError> {
+    let Some(v) = o.non_empty("mode") else {
+        return Ok(None);
+    };
+    let digits = v.strip_prefix("0o").unwrap_or(v);
+    let bad = |why: &str| OptionsError::invalid("mode", v, why);
+    let m = Some(digits)
+        .filter(|d| !d.is_empty() && d.len() <= 6 && d.bytes().all(|b| (b'0'..=b'7').contains(&b)))
+        .and_then(|d| u32::from_str_radix(d, 8).ok())
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| bad("expected octal permission bits such as 0755"))?;
+    if m > 0o777 {
+        return Err(bad(
+            "set-uid, set-gid and sticky bits are not allowed on what the driver creates; use permission bits only (at most 0777)",
+        ));
+    }
+    Ok(Some(m))
+}
+
+/// Linux limits: a path of at most `PATH_MAX` (4096, with its NUL) bytes and components of at
+/// most `NAME_MAX` (255) bytes. Checked before anything is created, so an over-long path cannot
+/// leave a trail of directories behind.
+pub const PATH_MAX: usize = 4096;
+/// See [`PATH_MAX`].
+pub const NAME_MAX: usize = 255;
+
+/// A value short enough for a message (long paths are cut, never echoed whole).
+fn abbreviated(v: &str) -> String {
+    match v.char_indices().nth(80) {
+        Some((i, _)) => format!("{}... ({} bytes)", &v[..i], v.len()),
+        None => v.to_owned(),
+    }
+}
+
+fn check_lengths(key: &str, p: &str) -> std::result::Result<(), OptionsError> {
+    if p.len() >= PATH_MAX {
+        return Err(OptionsError::invalid(
+            key,
+            &abbreviated(p),
+            format!(
+                "is {} bytes long; Linux paths are limited to {} bytes",
+                p.len(),
+                PATH_MAX - 1
+            ),
+        ));
+    }
+    if let Some(c) = p.split('/').find(|c| c.len() > NAME_MAX) {
+        return Err(OptionsError::invalid(
+            key,
+            &abbreviated(p),
+            format!(
+                "has a {}-byte component ({}); Linux names are limited to {NAME_MAX} bytes",
+                c.len(),
+                abbreviated(c)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_host_path(key: &str, p: &str) -> std::result::Result<(), OptionsError> {
+    check_lengths(key, p)?;
     if !p.starts_with('/') {
         return Err(OptionsError::invalid(key, p, "must be an absolute path"));
     }
@@ -207,22 +301,7 @@ impl HostPathOptions {
         let base = o.require("path", "set options.path to an absolute host path")?;
         check_host_path("path", base)?;
         let path_type = PathType::parse(o.get("type").unwrap_or(""))?;
-        let mode = match o.non_empty("mode") {
-            None => None,
-            Some(v) => {
-                let m = u32::from_str_radix(v.strip_prefix("0o").unwrap_or(v), 8)
-                    .ok()
-                    .filter(|m| *m <= 0o7777)
-                    .ok_or_else(|| {
-                        OptionsError::invalid(
-                            "mode",
-                            v,
-                            "expected octal permission bits such as 0755",
-                        )
-                    })?;
-                Some(m)
-            }
-        };
+        let mode = parse_mode(o)?;
         let ownership = Ownership {
             uid: parse_id(o, "uid")?,
             gid: parse_id(o, "gid")?,
@@ -244,6 +323,10 @@ impl HostPathOptions {
             }
             None => (PathBuf::from(base), false),
         };
+        if patterned {
+            // The expanded pattern adds to the length: check the whole path before creating.
+            check_lengths("pathPattern", &path.to_string_lossy())?;
+        }
         Ok(Self {
             path,
             path_type,
@@ -255,58 +338,265 @@ impl HostPathOptions {
     }
 }
 
-/// Locations refused when the node config names no allowed roots.
-const DENIED_SUBTREES: &[&str] = &["/proc", "/sys", "/dev", "/etc", "/boot"];
+/// Locations no hostPath volume may be, contain or be inside, whatever `hostpath.allowedRoots`
+/// says: the node's cluster machinery. A pod that can write to one of them owns the node (a CNI
+/// binary, a runtime's socket, kubelet's pods with their secrets, etcd's data, flexvol's own
+/// config, records and executable). flexvol's own locations are added by [`protected_paths`].
+pub const ALWAYS_REFUSED: &[(&str, &str)] = &[
+    (
+        "/var/lib/kubelet",
+        "the kubelet directory, which holds every pod's volumes and secrets",
+    ),
+    (
+        "/usr/libexec/kubernetes",
+        "kubelet's default volume plugin directory",
+    ),
+    (
+        "/etc/kubernetes",
+        "the Kubernetes node configuration and credentials",
+    ),
+    ("/var/lib/etcd", "etcd's data"),
+    ("/var/lib/containerd", "a container runtime's data"),
+    ("/run/containerd", "a container runtime's sockets and state"),
+    ("/var/lib/docker", "a container runtime's data"),
+    ("/run/docker", "a container runtime's state"),
+    ("/run/docker.sock", "the Docker API socket"),
+    ("/var/lib/dockershim", "a container runtime's data"),
+    ("/var/lib/containers", "a container runtime's data"),
+    ("/run/containers", "a container runtime's state"),
+    ("/var/lib/cri-o", "a container runtime's data"),
+    ("/run/crio", "a container runtime's sockets and state"),
+    ("/var/lib/rancher", "k3s/RKE2 data (runtime, kubelet, etcd)"),
+    ("/run/k3s", "k3s's runtime state"),
+    ("/var/log/pods", "every pod's logs"),
+    ("/var/log/containers", "every container's logs"),
+    ("/var/lib/cni", "the CNI plugins' state"),
+    ("/etc/cni", "the CNI configuration"),
+    ("/opt/cni", "the CNI plugin binaries, which run as root"),
+];
 
-/// Checks the resolved source path against node policy.
-fn check_policy(ctx: &Context, resolved: &Path, pod_dir: &Path) -> Result<()> {
-    let shown = resolved.display();
-    let mut kubelet_roots = vec![PathBuf::from("/var/lib/kubelet")];
-    kubelet_roots.extend(super::kubelet_root(pod_dir));
-    for k in &kubelet_roots {
-        let k = std::fs::canonicalize(k).unwrap_or_else(|_| k.clone());
-        if resolved.starts_with(&k) || k.starts_with(resolved) {
-            return Err(Error::refused(format!(
-                "host path {shown} is refused: it is or contains the kubelet directory {}, which holds every pod's volumes and secrets",
-                k.display()
-            )));
-        }
+/// Everything [`check_policy`] refuses whatever the config says, with why: [`ALWAYS_REFUSED`],
+/// the kubelet root a pod directory lives under, and flexvol's own executable and plugin
+/// directory, config file, state and run directories and log file.
+pub fn protected_paths(
+    config: &crate::node::config::Config,
+    pod_dir: Option<&Path>,
+) -> Vec<(PathBuf, &'static str)> {
+    protected(config, pod_dir)
+        .into_iter()
+        .map(|p| (p.path, p.why))
+        .collect()
+}
+
+/// One protected location. `configured` paths come from the node config (or `FLEXVOL_CONFIG`,
+/// or kubelet's argv[0]) and may run through symlinks (`/var/run/flexvol`), so they are resolved
+/// before comparing, missing components included; the others are fixed system locations or
+/// canonical already (from the kernel or a canonical pod directory), resolved when they exist.
+/// All are compared by device and inode as well.
+struct Protected {
+    path: PathBuf,
+    why: &'static str,
+    configured: bool,
+}
+
+fn protected(config: &crate::node::config::Config, pod_dir: Option<&Path>) -> Vec<Protected> {
+    let fixed = |path: PathBuf, why| Protected {
+        path,
+        why,
+        configured: false,
+    };
+    let configured = |path: PathBuf, why| Protected {
+        path,
+        why,
+        configured: true,
+    };
+    let mut out: Vec<Protected> = ALWAYS_REFUSED
+        .iter()
+        .map(|(p, why)| fixed(PathBuf::from(p), *why))
+        .collect();
+    if let Some(k) = pod_dir.and_then(super::kubelet_root) {
+        out.push(fixed(
+            k,
+            "the kubelet directory, which holds every pod's volumes and secrets",
+        ));
     }
-    for own in [&ctx.config.state_dir, &ctx.config.run_dir] {
-        if resolved.starts_with(own) || own.starts_with(resolved) {
-            return Err(Error::refused(format!(
-                "host path {shown} is refused: it is or contains flexvol's own directory {}",
-                own.display()
-            )));
-        }
-    }
-    let roots = &ctx.config.hostpath.allowed_roots;
-    if roots.is_empty() {
-        if resolved == Path::new("/") {
-            return Err(Error::refused(
-                "host path / is refused: it would expose the whole node",
+    // Our executable, as the kernel knows it (canonical) and as kubelet named it, and the
+    // directories it is installed in: `<plugin-dir>/<vendor>~<driver>/<driver>` makes the
+    // grandparent kubelet's plugin directory.
+    let argv0 = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    for (exe, named) in std::env::current_exe()
+        .ok()
+        .map(|e| (e, false))
+        .into_iter()
+        .chain(argv0.map(|a| (a, true)))
+    {
+        let entry = |p: PathBuf, why| Protected {
+            path: p,
+            why,
+            configured: named,
+        };
+        if let Some(dir) = exe.parent() {
+            let installed = dir
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains('~'));
+            if installed && let Some(plugins) = dir.parent() {
+                out.push(entry(
+                    plugins.to_owned(),
+                    "kubelet's volume plugin directory",
+                ));
+            }
+            out.push(entry(
+                dir.to_owned(),
+                "the directory of flexvol's own executable",
             ));
         }
-        if let Some(d) = DENIED_SUBTREES.iter().find(|d| resolved.starts_with(d)) {
+        out.push(entry(exe, "flexvol's own executable"));
+    }
+    out.push(configured(
+        crate::node::config::Config::path().0,
+        "flexvol's node config, which sets this policy",
+    ));
+    out.push(configured(
+        config.state_dir.clone(),
+        "flexvol's state directory",
+    ));
+    out.push(configured(
+        config.run_dir.clone(),
+        "flexvol's lock directory",
+    ));
+    if let Some(log) = config.log_path() {
+        out.push(configured(log.to_owned(), "flexvol's log file"));
+    }
+    // "/" is refused on its own in check_policy; as a protected location (a kubelet root of "/"
+    // from an odd pod directory) it would refuse everything.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| p.path != Path::new("/") && seen.insert(p.path.clone()));
+    out
+}
+
+/// A path as it resolves now, missing components appended (they cannot be symlinks yet).
+fn resolved(p: &Path) -> PathBuf {
+    match paths::resolve_existing(p) {
+        Ok((real, missing)) => paths::joined(&real, &missing),
+        Err(_) => p.to_owned(),
+    }
+}
+
+/// Checks the resolved source path against node policy, before anything is created:
+/// 1. never a protected location ([`protected_paths`]) nor anything inside or containing one,
+///    compared as paths (configured ones resolved first, so a `stateDir` configured through a
+///    symlink such as `/var/run` is still recognised) and, for what is inside, by device and
+///    inode of every ancestor of the source (a protected directory reached through a symlink or
+///    bind-mounted elsewhere is still recognised);
+/// 2. device nodes only from `/dev` (one made with mknod elsewhere is a way around the device
+///    cgroup);
+/// 3. only paths under the allowed roots: `hostpath.allowedRoots`, or [`DEFAULT_HOSTPATH_ROOT`]
+///    when unset, resolved the same way.
+///
+/// [`DEFAULT_HOSTPATH_ROOT`]: crate::node::config::DEFAULT_HOSTPATH_ROOT
+/// Checks `resolved_source` against the node policy; on success returns the (resolved) root that
+/// serves it, so that `mount` creates that root and its ancestors as the node's own (root, 0755)
+/// and never with a pod's `uid`/`gid`/`mode`.
+fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<PathBuf> {
+    use crate::node::config::{Config, DEFAULT_HOSTPATH_ROOT};
+    use std::os::unix::fs::MetadataExt;
+    let src = resolved_source;
+    let shown = src.display();
+    if src == Path::new("/") {
+        return Err(Error::refused(
+            "host path / is refused: it would expose the whole node",
+        ));
+    }
+    let protected = protected(ctx.config, Some(pod_dir));
+    let mut ids = Vec::with_capacity(protected.len());
+    for Protected {
+        path: p,
+        why,
+        configured,
+    } in &protected
+    {
+        // What the location really is (a fixed one may be relocated by a symlink, as
+        // `/var/lib/docker` -> `/data/docker`), with its device and inode.
+        let (real, meta) = match paths::real_path(p) {
+            Ok((real, m)) => (real, Some(m)),
+            Err(_) if *configured => (resolved(p), None),
+            Err(_) => (p.clone(), None),
+        };
+        if src.starts_with(&real) || real.starts_with(src) {
             return Err(Error::refused(format!(
-                "host path {shown} is refused: {d} is a system location. To allow it, list it in hostpath.allowedRoots in the node config ({})",
-                crate::node::config::Config::path().0.display()
+                "host path {shown} is refused: it is or contains {} ({why}), which no volume may expose whatever the node config says",
+                real.display()
             )));
         }
-        return Ok(());
+        if let Some(m) = meta {
+            ids.push(((m.dev(), m.ino()), p, *why));
+        }
     }
-    let allowed = roots.iter().any(|r| {
-        let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
-        resolved.starts_with(&r)
-    });
-    if !allowed {
-        let list = roots
-            .iter()
-            .map(|r| r.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+    for a in src.ancestors() {
+        if let Ok(m) = std::fs::metadata(a)
+            && let Some((_, p, why)) = ids.iter().find(|(id, _, _)| *id == (m.dev(), m.ino()))
+        {
+            return Err(Error::refused(format!(
+                "host path {shown} is refused: {} is {} ({why}) under another name, which no volume may expose whatever the node config says",
+                a.display(),
+                p.display()
+            )));
+        }
+    }
+    if let Ok(m) = std::fs::symlink_metadata(src) {
+        use std::os::unix::fs::FileTypeExt;
+        let ft = m.file_type();
+        let kind = if ft.is_char_device() {
+            FileKind::CharDevice
+        } else if ft.is_block_device() {
+            FileKind::BlockDevice
+        } else {
+            FileKind::Other
+        };
+        check_device_source(src, kind)?;
+    }
+
+    let configured = !ctx.config.hostpath.allowed_roots.is_empty();
+    let roots = ctx.config.hostpath.roots();
+    let serving = roots
+        .iter()
+        .map(|r| resolved(r))
+        .filter(|r| r != Path::new("/") && src.starts_with(r))
+        .max_by_key(|r| r.components().count());
+    if let Some(root) = serving {
+        return Ok(root);
+    }
+    let config_file = Config::path().0;
+    if !configured {
         return Err(Error::refused(format!(
-            "host path {shown} is outside the allowed roots ({list}) once symlinks are resolved; use a path under them or ask the node operator to extend hostpath.allowedRoots"
+            "host path {shown} is refused: it is outside {DEFAULT_HOSTPATH_ROOT}, the only directory the hostPath driver serves on a node without hostpath.allowedRoots; use a path under {DEFAULT_HOSTPATH_ROOT}, or ask the node operator to allow it in {}: \"hostpath\": {{\"allowedRoots\": [\"{shown}\"]}} (README \"Security\")",
+            config_file.display()
+        )));
+    }
+    let list = roots
+        .iter()
+        .map(|r| r.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::refused(format!(
+        "host path {shown} is refused: it is outside the allowed roots ({list}) once symlinks are resolved; use a path under them, or ask the node operator to add it to \"hostpath\": {{\"allowedRoots\": [...]}} in {}",
+        config_file.display()
+    )))
+}
+
+/// Device nodes are served only from `/dev`: one made with mknod elsewhere (say by a pod with
+/// `CAP_MKNOD` inside its volume) would bypass the device rules of the container that gets it.
+/// [`check_policy`] applies this to what the path is before anything is created, and `mount`
+/// again to the opened descriptor, so a device swapped in after the check is refused too.
+pub(crate) fn check_device_source(resolved: &Path, kind: FileKind) -> Result<()> {
+    if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && !resolved.starts_with("/dev")
+    {
+        return Err(Error::refused(format!(
+            "host path {} is refused: it is a device node outside /dev (made with mknod, it would bypass the container's device rules); device volumes must name the node's own /dev entry",
+            resolved.display()
         )));
     }
     Ok(())
@@ -316,22 +606,118 @@ fn nix_io(what: &'static str, path: &Path, e: nix::Error) -> Error {
     Error::io(what, path, std::io::Error::from(e))
 }
 
+/// A pod volume directory of kubelet's shape, `<kubelet-root>/pods/<uid>/volumes/<vendor>~hostpath/<name>`,
+/// reached without a symlink below the kubelet root.
+struct PodDir {
+    /// Canonical path (the kubelet root resolved, the five components below it as given).
+    path: PathBuf,
+    /// What is there now: whether it is a mount point, and of what.
+    state: PathState,
+}
+
+/// Checks that `dir` is a pod volume directory of this driver, in kubelet's shape, and returns
+/// the path to act on: the kubelet root resolved (it may be a symlink, e.g. `/var/lib/kubelet`
+/// -> `/data/kubelet`), the five components below it as given. Anything else is refused: the
+/// verbs never act on a directory kubelet did not give this driver. Looks at nothing below the
+/// root; [`open_pod_dir`] does, under the volume's lock.
+fn pod_dir_path(dir: &Path) -> Result<PathBuf> {
+    let refuse = |why: &str| {
+        Error::refused(format!(
+            "mount directory {:?} {why}; flexvol only acts on kubelet's pod volume directories <kubelet-root>/pods/<pod-uid>/volumes/<vendor>~{}/<volume>",
+            dir.display().to_string(),
+            BACKEND.name()
+        ))
+    };
+    if !dir.is_absolute() || paths::has_dotdot(dir) {
+        return Err(refuse("must be an absolute path without \"..\""));
+    }
+    if dir.starts_with("/proc") {
+        return Err(refuse("is below /proc"));
+    }
+    let Some(root) = super::kubelet_root(dir) else {
+        return Err(refuse("is not a pod volume directory"));
+    };
+    let below = dir.strip_prefix(&root).unwrap_or(dir);
+    let plugin = below.components().nth(3).map(|c| c.as_os_str());
+    let suffix = format!("~{}", BACKEND.name());
+    if !plugin.is_some_and(|p| {
+        let p = p.to_string_lossy();
+        p.len() > suffix.len() && p.ends_with(&suffix)
+    }) {
+        return Err(refuse("is not a volume directory of this driver"));
+    }
+    let root = match std::fs::canonicalize(&root) {
+        Ok(r) => r,
+        // No kubelet root, no pod directory: callers find it missing.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(dir.to_owned()),
+        Err(e) => return Err(Error::io("resolve", &root, e)),
+    };
+    if root.starts_with("/proc") {
+        return Err(refuse("resolves below /proc"));
+    }
+    Ok(root.join(below))
+}
+
+/// Opens the pod directory [`pod_dir_path`] returned, refusing a symlink anywhere below the
+/// (resolved) kubelet root; `None` when it does not exist.
+fn open_pod_dir(path: &Path) -> Result<Option<PodDir>> {
+    // RESOLVE_NO_SYMLINKS fails on any symlink on the way.
+    let fd = match paths::open_nofollow(path) {
+        Ok(fd) => fd,
+        Err(nix::Error::ENOENT) => return Ok(None),
+        Err(nix::Error::ELOOP) => {
+            return Err(Error::refused(format!(
+                "mount directory {} goes through a symlink; flexvol never acts through one",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(nix_io("open", path, e)),
+    };
+    let state = fd_state(&fd, path)?;
+    if state.kind != FileKind::Directory {
+        return Err(Error::refused(format!(
+            "mount directory {} is not a directory",
+            path.display()
+        )));
+    }
+    Ok(Some(PodDir {
+        path: path.to_owned(),
+        state,
+    }))
+}
+
+/// The source identity kept in a record (`extra.sourceId`), or for a record without one (written
+/// by an older version) the identity of its source path as it is now.
+fn recorded_source_id(r: &VolumeRecord) -> Option<FileId> {
+    if let Some(id) = r.extra.get(SOURCE_ID).and_then(|v| FileId::decode(v)) {
+        return Some(id);
+    }
+    let fd = paths::open_nofollow(Path::new(&r.source)).ok()?;
+    fd_id(&fd).ok()
+}
+
+/// `extra` key of a record: the source's `major:minor:inode`, which a bind of it shows at its
+/// mount point.
+const SOURCE_ID: &str = "sourceId";
+
 /// `mount <podDir> <json>`.
 fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = HostPathOptions::parse(o)?;
-    let pod_dir = super::canonical_mount_dir(pod_dir)?.ok_or_else(|| {
+    let pod_dir = pod_dir_path(pod_dir)?;
+    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+    // Under the lock: what is mounted there now, not what was before waiting.
+    let pod = open_pod_dir(&pod_dir)?.ok_or_else(|| {
         Error::refused(format!(
             "mount directory {} does not exist (kubelet creates it before calling mount)",
             pod_dir.display()
         ))
     })?;
-    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
 
     // Resolve and check policy before creating anything.
     let (existing, missing) = paths::resolve_existing(&opts.path)
         .map_err(|e| Error::io("resolve host path", &opts.path, e))?;
     let resolved = paths::joined(&existing, &missing);
-    check_policy(ctx, &resolved, &pod_dir)?;
+    let root = check_policy(ctx, &resolved, &pod_dir)?;
     if opts.patterned {
         let (base_real, base_missing) = paths::resolve_existing(&opts.base)
             .map_err(|e| Error::io("resolve host path", &opts.base, e))?;
@@ -344,21 +730,16 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         check_policy(ctx, &paths::joined(&base_real, &base_missing), &pod_dir)?;
     }
 
-    // Create what the type asks for.
+    let state = ctx.state(BACKEND);
+    let record = state.load(&pod_dir)?;
+
+    // Create what the type asks for, once the pod directory is known to take it: a Failure must
+    // leave nothing created.
     if !missing.is_empty() {
-        match opts.path_type {
-            _ if opts.patterned => {
-                paths::create_dirs(&existing, &missing, opts.ownership)
-                    .map_err(|e| nix_io("create", &resolved, e))?;
-            }
-            PathType::DirectoryOrCreate => {
-                paths::create_dirs(&existing, &missing, opts.ownership)
-                    .map_err(|e| nix_io("create", &resolved, e))?;
-            }
-            PathType::FileOrCreate if missing.len() == 1 => {
-                paths::create_file(&existing, &missing[0], opts.ownership)
-                    .map_err(|e| nix_io("create", &resolved, e))?;
-            }
+        let creating = match opts.path_type {
+            _ if opts.patterned => FileKind::Directory,
+            PathType::DirectoryOrCreate => FileKind::Directory,
+            PathType::FileOrCreate if missing.len() == 1 => FileKind::File,
             PathType::FileOrCreate => {
                 return Err(Error::refused(format!(
                     "host path {}: its parent directory {} does not exist (FileOrCreate does not create parents, as in Kubernetes)",
@@ -372,6 +753,24 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
                     opts.path.display()
                 )));
             }
+        };
+        let mount_point = mount_point_for(&pod_dir, &resolved, creating)?;
+        // A source that does not exist yet cannot be what is mounted there.
+        target_holds(&pod, &mount_point, &resolved, None, record.as_ref())?;
+        if creating == FileKind::Directory {
+            // The serving root and anything above it belong to the node: created root-owned
+            // 0755, so the first pod cannot hand the shared root its own uid or mode 0777.
+            let node_owned = (1..=missing.len())
+                .take_while(|&k| root.starts_with(paths::joined(&existing, &missing[..k])))
+                .count();
+            paths::create_dirs(&existing, &missing[..node_owned], Ownership::default())
+                .map_err(|e| nix_io("create", &resolved, e))?;
+            let below = paths::joined(&existing, &missing[..node_owned]);
+            paths::create_dirs(&below, &missing[node_owned..], opts.ownership)
+                .map_err(|e| nix_io("create", &resolved, e))?;
+        } else {
+            paths::create_file(&existing, &missing[0], opts.ownership)
+                .map_err(|e| nix_io("create", &resolved, e))?;
         }
     }
 
@@ -386,6 +785,8 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         e => nix_io("open", &resolved, e),
     })?;
     let kind = paths::kind_of(&fd).map_err(|e| nix_io("stat", &resolved, e))?;
+    // The policy's device rule again, on the pinned inode (the path may have been swapped).
+    check_device_source(&resolved, kind)?;
     if let Some(want) = opts.path_type.expected()
         && want != kind
     {
@@ -397,24 +798,23 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
             want.describe()
         )));
     }
+    let source_id = fd_id(&fd)?;
 
     // Where the bind goes: the pod dir itself, or a same-named file inside it.
-    let file_like = kind != FileKind::Directory;
-    let mount_point = if file_like {
-        let name = resolved
-            .file_name()
-            .ok_or_else(|| Error::refused("host path has no file name"))?;
-        pod_dir.join(name)
-    } else {
-        pod_dir.clone()
-    };
-
-    let table = ctx.mounter.table()?;
-    if let Some(reply) = already_mounted(ctx, &table, &resolved, &mount_point, opts.read_only)? {
+    let mount_point = mount_point_for(&pod_dir, &resolved, kind)?;
+    let file_like = mount_point != pod_dir;
+    if let Some(reply) = already_mounted(
+        ctx,
+        &pod,
+        &mount_point,
+        &resolved,
+        source_id,
+        record.as_ref(),
+        opts.read_only,
+    )? {
         return Ok(reply);
     }
-    let state = ctx.state(BACKEND);
-    state.save(&VolumeRecord {
+    let new_record = VolumeRecord {
         backend: BACKEND.name().into(),
         verb: "mount".into(),
         target: pod_dir.clone(),
@@ -425,8 +825,12 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         pod: o.pod_ref(),
         pod_uid: o.non_empty(keys::POD_UID).map(str::to_owned),
         since: now_secs(),
-        extra: BTreeMap::from([("type".to_owned(), format!("{:?}", opts.path_type))]),
-    })?;
+        extra: BTreeMap::from([
+            ("type".to_owned(), format!("{:?}", opts.path_type)),
+            (SOURCE_ID.to_owned(), source_id.encode()),
+        ]),
+    };
+    state.save(&new_record)?;
     // The placeholder comes after the record, so an unmount after a crash here still finds and
     // removes it (kubelet cannot remove a pod directory that is not empty).
     if file_like {
@@ -442,9 +846,12 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         .bind(&paths::fd_path(&fd), &mount_point, opts.read_only)
     {
         // Leave nothing behind that would keep kubelet from removing the pod directory.
-        let placeholder =
-            std::fs::symlink_metadata(&mount_point).is_ok_and(|m| m.is_file() && m.len() == 0);
-        if file_like && placeholder && !ctx.mounter.table()?.is_mount_point(&mount_point) {
+        if file_like
+            && path_state(&mount_point)
+                .ok()
+                .flatten()
+                .is_some_and(|p| !p.mount_root && p.kind == FileKind::File && p.size == 0)
+        {
             let _ = std::fs::remove_file(&mount_point);
         }
         let _ = state.remove(&pod_dir);
@@ -454,82 +861,187 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     Ok(Reply::success())
 }
 
-/// Decides what an existing mount at `mount_point` means for a new mount of `source`.
-fn already_mounted(
-    ctx: &Context,
-    table: &MountTable,
-    source: &Path,
+/// Where a source of `kind` is bound: the pod directory itself for a directory, else a file of
+/// the source's name inside it.
+fn mount_point_for(pod_dir: &Path, source: &Path, kind: FileKind) -> Result<PathBuf> {
+    if kind == FileKind::Directory {
+        return Ok(pod_dir.to_owned());
+    }
+    let name = source
+        .file_name()
+        .ok_or_else(|| Error::refused("host path has no file name"))?;
+    Ok(pod_dir.join(name))
+}
+
+/// Whether what is at the pod directory lets `source` be mounted at `mount_point`: `Ok(None)`
+/// when nothing of it is there yet, `Ok(Some(state))` when that source is already mounted there
+/// (`id` known), a Failure when the pod directory holds something else: another volume's record,
+/// a mount of something else, a directory volume when a file is to go inside it (the placeholder
+/// would land in that volume's source), or files a directory bind would hide.
+fn target_holds(
+    pod: &PodDir,
     mount_point: &Path,
-    read_only: bool,
-) -> Result<Option<Reply>> {
-    let Some(m) = table.at(mount_point) else {
-        return Ok(None);
-    };
-    let want = table.locate(source);
-    let have = Some((m.major, m.minor, m.root.clone()));
-    if want != have {
+    source: &Path,
+    id: Option<FileId>,
+    record: Option<&VolumeRecord>,
+) -> Result<Option<PathState>> {
+    let pod_dir = &pod.path;
+    if let Some(r) = record
+        && (Path::new(&r.source) != source || r.mount_point() != mount_point)
+    {
         return Err(Error::refused(format!(
-            "{} is already a mount point of something else ({} {} at {}); unmount it first",
-            mount_point.display(),
-            m.fs_type,
-            m.source,
-            m.root.display()
+            "{} already holds another volume ({} at {}); unmount it first",
+            pod_dir.display(),
+            r.source,
+            r.mount_point().display()
         )));
     }
-    match (m.read_only(), read_only) {
-        (false, true) => {
-            // A crash between the bind and the read-only remount: finish the job.
-            ctx.mounter.remount_readonly(mount_point)?;
-            Ok(Some(Reply::success()))
+    let foreign = |at: &Path, st: &PathState| {
+        Error::refused(format!(
+            "{} is already a mount point of something else ({}); unmount it first",
+            at.display(),
+            st.id
+        ))
+    };
+    if mount_point == pod_dir.as_path() {
+        if pod.state.mount_root {
+            return match id {
+                Some(id) if id == pod.state.id => Ok(Some(pod.state)),
+                _ => Err(foreign(pod_dir, &pod.state)),
+            };
         }
-        (true, false) => Err(Error::refused(format!(
-            "{} is already mounted read-only but read-write was asked; unmount it first",
+        let mut entries =
+            std::fs::read_dir(pod_dir).map_err(|e| Error::io("read", pod_dir.as_path(), e))?;
+        if let Some(e) = entries.next() {
+            let name = e.map(|e| e.file_name()).unwrap_or_default();
+            return Err(Error::refused(format!(
+                "{} is not empty (it holds {:?}), so a directory volume would hide what is in it; unmount the volume that is there first",
+                pod_dir.display(),
+                name
+            )));
+        }
+        return Ok(None);
+    }
+    if pod.state.mount_root {
+        return Err(Error::refused(format!(
+            "{} is a mount point ({}), so {} cannot be placed in it; unmount what is there first",
+            pod_dir.display(),
+            pod.state.id,
             mount_point.display()
+        )));
+    }
+    match path_state(mount_point)? {
+        None => Ok(None),
+        Some(st) if st.mount_root => match id {
+            Some(id) if id == st.id => Ok(Some(st)),
+            _ => Err(foreign(mount_point, &st)),
+        },
+        // Our own placeholder, left by a crash: the record says so.
+        Some(st) if record.is_some() && st.kind == FileKind::File && st.size == 0 => Ok(None),
+        Some(_) => Err(Error::refused(format!(
+            "{} already exists and was not made by flexvol; remove it or unmount what is in {} first",
+            mount_point.display(),
+            pod_dir.display()
         ))),
-        _ => Ok(Some(Reply::success())),
     }
 }
 
-/// `unmount <podDir>`.
-fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
-    let state = ctx.state(BACKEND);
-    let Some(pod_dir) = super::canonical_mount_dir(pod_dir)? else {
-        // Already gone: nothing can be mounted there. Forget any record of it.
-        state.remove(pod_dir)?;
-        return Ok(Reply::success());
+/// Decides what the pod directory means for a new mount of `source`: `None` to go ahead, Success
+/// when exactly this is already mounted with the requested access, a Failure otherwise. The
+/// record and the mount never disagree: a read-only request on a read-write mount (or the
+/// reverse) is refused, except for finishing a read-only mount that a crash left writable,
+/// which its record proves.
+fn already_mounted(
+    ctx: &Context,
+    pod: &PodDir,
+    mount_point: &Path,
+    source: &Path,
+    id: FileId,
+    record: Option<&VolumeRecord>,
+    read_only: bool,
+) -> Result<Option<Reply>> {
+    let Some(_) = target_holds(pod, mount_point, source, Some(id), record)? else {
+        return Ok(None);
     };
-    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
-    let record = state.load(&pod_dir)?;
-    let table = ctx.mounter.table()?;
-
-    // What to undo: the recorded mount point, the pod dir itself, and (without a record, e.g.
-    // state lost) any mount directly inside the pod dir, which only a file-like volume creates.
-    let mut points: Vec<PathBuf> = Vec::new();
-    if let Some(r) = &record {
-        points.push(r.mount_point().to_path_buf());
+    let access = |ro: bool| if ro { "read-only" } else { "read-write" };
+    let have = match record {
+        Some(r) => r.read_only,
+        None => reads_read_only(mount_point),
+    };
+    if have != read_only {
+        return Err(Error::refused(format!(
+            "{} is already mounted {} from {} but {} was asked; unmount it first",
+            mount_point.display(),
+            access(have),
+            source.display(),
+            access(read_only)
+        )));
+    }
+    // Finish what a crash may have interrupted: the bind made a slave, then read-only.
+    ctx.mounter.make_slave(mount_point)?;
+    if read_only {
+        ctx.mounter.remount_readonly(mount_point)?;
     }
     if record.is_none() {
-        points.extend(
-            table
-                .below(&pod_dir)
-                .filter(|m| m.mount_point.parent() == Some(pod_dir.as_path()))
-                .map(|m| m.mount_point.clone()),
-        );
+        // The record was lost (state directory wiped): write it again from the mount.
+        let file_like = mount_point != pod.path;
+        ctx.state(BACKEND).save(&VolumeRecord {
+            backend: BACKEND.name().into(),
+            verb: "mount".into(),
+            target: pod.path.clone(),
+            mount_point: file_like.then(|| mount_point.to_owned()),
+            source: source.to_string_lossy().into_owned(),
+            read_only,
+            volume: None,
+            pod: None,
+            pod_uid: None,
+            since: now_secs(),
+            extra: BTreeMap::from([(SOURCE_ID.to_owned(), id.encode())]),
+        })?;
     }
-    points.push(pod_dir.clone());
-    points.dedup();
+    Ok(Some(Reply::success()))
+}
 
-    for p in &points {
-        // Peel stacked mounts (a retried mount from an older, non-idempotent driver).
-        for _ in 0..table.all_at(p).count() {
-            ctx.mounter.unmount(p, UnmountMode::Normal).map_err(|e| match e {
-                crate::sys::mount::MountError::Unmount { errno: nix::Error::EBUSY, .. } => Error::refused(format!(
-                    "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
-                    p.display()
-                )),
-                e => e.into(),
-            })?;
-        }
+/// At most this many mounts are peeled off one mount point (stacked binds of an older,
+/// non-idempotent driver).
+const MAX_LAYERS: usize = 16;
+
+/// `unmount <podDir>`.
+///
+/// What is undone: with a record, the bind at its mount point, and only while that mount shows
+/// the recorded source (device and inode, one `statx`); a mount of anything else there is left
+/// alone and reported. Without a record (state lost), the bind at the pod directory, or, when
+/// that is not a mount point, the file-like binds directly inside it: in a pod volume directory
+/// of this driver nothing else mounts. Mounts that propagated into a bind (a shared source, or a
+/// bind made by an older version) are detached with it, never unmounted on their own, so the
+/// host's originals stay; the bind is made a slave first so nothing propagates back.
+fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
+    let state = ctx.state(BACKEND);
+    let pod_dir = pod_dir_path(pod_dir)?;
+    if std::fs::symlink_metadata(&pod_dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        // Already gone: nothing can be mounted there. Forget any record of it.
+        state.remove(&pod_dir)?;
+        return Ok(Reply::success());
+    }
+    let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+    let Some(pod) = open_pod_dir(&pod_dir)? else {
+        // Already gone: nothing can be mounted there. Forget any record of it.
+        state.remove(&pod_dir)?;
+        return Ok(Reply::success());
+    };
+    let record = state.load(&pod_dir)?;
+
+    let points: Vec<(PathBuf, Option<FileId>)> = match &record {
+        Some(r) => vec![(r.mount_point().to_owned(), recorded_source_id(r))],
+        None if pod.state.mount_root => vec![(pod_dir.clone(), None)],
+        None => file_binds_in(&pod_dir)?
+            .into_iter()
+            .map(|p| (p, None))
+            .collect(),
+    };
+    for (p, id) in &points {
+        unmount_ours(ctx, p, *id)?;
     }
 
     crate::sys::process::checkpoint("hostpath-unmount-after-unmount");
@@ -537,31 +1049,97 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     // Remove the empty placeholder file a file-like volume was bound onto, so kubelet can rmdir
     // the pod directory. Only an empty regular file on the pod directory's own filesystem, which
     // is not a mount point any more, can be it: never the source.
-    let placeholders: Vec<&PathBuf> = points.iter().filter(|p| **p != pod_dir).collect();
-    let after = if placeholders.is_empty() {
-        MountTable::default()
-    } else {
-        ctx.mounter.table()?
-    };
-    for p in placeholders {
-        if after.is_mount_point(p) {
-            return Err(Error::refused(format!(
-                "{} is still mounted after unmount; retry",
-                p.display()
-            )));
-        }
-        if let (Ok(meta), Ok(dir_meta)) =
-            (std::fs::symlink_metadata(p), std::fs::metadata(&pod_dir))
-            && meta.file_type().is_file()
-            && meta.len() == 0
-            && meta.dev() == dir_meta.dev()
-        {
-            std::fs::remove_file(p).map_err(|e| Error::io("remove mount point", p, e))?;
+    for (p, _) in points.iter().filter(|(p, _)| *p != pod_dir) {
+        match path_state(p)? {
+            Some(st) if st.mount_root => {
+                return Err(Error::refused(format!(
+                    "{} is still mounted after unmount; retry",
+                    p.display()
+                )));
+            }
+            Some(st)
+                if st.kind == FileKind::File
+                    && st.size == 0
+                    && (st.id.major, st.id.minor) == (pod.state.id.major, pod.state.id.minor) =>
+            {
+                match std::fs::remove_file(p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("remove mount point", p, e)),
+                }
+            }
+            _ => {}
         }
     }
     crate::sys::process::checkpoint("hostpath-unmount-before-forget");
     state.remove(&pod_dir)?;
     Ok(Reply::success())
+}
+
+/// The file-like binds directly inside a pod directory that is not itself a mount point: entries
+/// that are mount points and not directories (a symlink or plain file is never one).
+fn file_binds_in(pod_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(pod_dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io("read", pod_dir, e)),
+    };
+    for e in rd {
+        let p = pod_dir.join(e.map_err(|e| Error::io("read", pod_dir, e))?.file_name());
+        if path_state(&p)?.is_some_and(|st| st.mount_root && st.kind != FileKind::Directory) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Unmounts the bind(s) at `at` while they show `id` (or, without one, what the first shows).
+/// A mount that shows anything else is left alone: Failure.
+fn unmount_ours(ctx: &Context, at: &Path, id: Option<FileId>) -> Result<()> {
+    let mut id = id;
+    for _ in 0..MAX_LAYERS {
+        let Some(st) = path_state(at)?.filter(|st| st.mount_root) else {
+            return Ok(());
+        };
+        let want = *id.get_or_insert(st.id);
+        if st.id != want {
+            return Err(Error::refused(format!(
+                "{} has a mount flexvol did not make ({}, not the volume's source, {}); it is left alone. Unmount it by hand if it is stale",
+                at.display(),
+                st.id,
+                want
+            )));
+        }
+        match ctx.mounter.unmount(at, UnmountMode::Normal) {
+            Ok(_) => {}
+            Err(MountError::Unmount {
+                errno: nix::Error::EBUSY,
+                ..
+            }) => detach_if_propagated(ctx, at, &st)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::refused(format!(
+        "{} still has mounts after {MAX_LAYERS} unmounts; unmount them by hand",
+        at.display()
+    )))
+}
+
+/// A bind that is busy: either a process uses it (Failure, kubelet retries), or mounts have
+/// propagated into it from its source. Those are copies inside our bind; detaching the bind
+/// removes them with it, in this namespace only, once the bind is a slave (so the unmount of the
+/// copies cannot propagate to the source's own mounts).
+fn detach_if_propagated(ctx: &Context, at: &Path, st: &PathState) -> Result<()> {
+    if !crate::sys::mountinfo::has_children(st.mnt_id).map_err(MountError::from)? {
+        return Err(Error::refused(format!(
+            "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
+            at.display()
+        )));
+    }
+    ctx.mounter.make_slave(at)?;
+    ctx.mounter.unmount(at, UnmountMode::Detach)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -596,9 +1174,36 @@ mod tests {
             r#"{"path":"/srv/a","mode":"17777"}"#,
             r#"{"path":"/srv/a","uid":"-1"}"#,
             r#"{"path":"/srv/a","uid":"root"}"#,
+            r#"{"path":"/srv/a","uid":"4294967295"}"#,
+            r#"{"path":"/srv/a","gid":"4294967295"}"#,
+            r#"{"path":"/srv/a","uid":"4294967296"}"#,
+            r#"{"path":"/srv/a","mode":"+755"}"#,
+            r#"{"path":"/srv/a","mode":"-755"}"#,
+            r#"{"path":"/srv/a","mode":"04755"}"#,
+            r#"{"path":"/srv/a","mode":"2775"}"#,
+            r#"{"path":"/srv/a","mode":"1777"}"#,
+            r#"{"path":"/srv/a","mode":"0o"}"#,
         ] {
             assert!(opts(bad).is_err(), "{bad} should be refused");
         }
+        for (mode, want) in [("0o750", 0o750), ("750", 0o750), ("00750", 0o750), ("0", 0)] {
+            let j = format!(r#"{{"path":"/srv/a","mode":"{mode}"}}"#);
+            assert_eq!(opts(&j).unwrap().ownership.mode, Some(want), "{mode}");
+        }
+        assert_eq!(
+            opts(r#"{"path":"/srv/a","uid":"4294967294"}"#)
+                .unwrap()
+                .ownership
+                .uid,
+            Some(4_294_967_294)
+        );
+        // Linux's limits, checked before anything is created.
+        let long = format!(r#"{{"path":"/srv/{}"}}"#, "a/".repeat(2100));
+        assert!(opts(&long).unwrap_err().to_string().contains("4095 bytes"));
+        let wide = format!(r#"{{"path":"/srv/{}"}}"#, "n".repeat(256));
+        assert!(opts(&wide).unwrap_err().to_string().contains("255 bytes"));
+        let ok = format!(r#"{{"path":"/srv/{}"}}"#, "n".repeat(255));
+        assert!(opts(&ok).is_ok());
     }
 
     #[test]

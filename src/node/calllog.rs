@@ -1,11 +1,14 @@
 //! One record per call: time, pid, backend, verb, arguments, reply and duration, as one JSON line
 //! appended to the log file (and optionally sent to the system log). Never stdout or stderr.
 //!
-//! Arguments are redacted before they are stored: kubelet's secret entries and any option whose
-//! name suggests a credential are replaced by `<redacted>`, and an argument that looks like JSON
+//! Arguments are redacted before they are stored, by the same rule as every message
+//! ([`crate::protocol::options::is_sensitive_key`]): kubelet's secret entries, any option whose
+//! name suggests a credential, and credential-like `name=value` items inside list options are
+//! replaced by `<redacted>`, the value of an option the backend does not read is not logged, and an argument that looks like JSON
 //! but does not parse is not logged at all (it could be a secret-bearing payload we cannot read).
 //! A log that cannot be written is dropped silently: the reply matters more than the log.
 
+use crate::protocol::options::{REDACTED, is_sensitive_key, redact_value};
 use crate::protocol::reply::Reply;
 use serde::Serialize;
 use std::io::Write;
@@ -54,7 +57,7 @@ pub fn begin(
         time: SystemTime::now(),
         backend: backend.into(),
         verb: verb.into(),
-        args: args.iter().map(|a| redact_arg(a)).collect(),
+        args: args.iter().map(|a| redact_arg(backend, a)).collect(),
     };
     if let Ok(mut g) = PENDING.lock() {
         *g = Some(p);
@@ -104,16 +107,22 @@ fn send_syslog(socket: &std::path::Path, line: &str, failure: bool) {
     }
 }
 
-fn sensitive(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    key.starts_with(crate::protocol::options::keys::SECRET_PREFIX)
-        || ["password", "passwd", "secret", "token", "credential"]
-            .iter()
-            .any(|w| k.contains(w))
+/// Whether `backend` reads option `key` (kubelet's own keys included). The value of an option it
+/// does not read is not logged: its name may be a credential the redaction rule does not know.
+fn known_option(backend: &str, key: &str) -> bool {
+    crate::protocol::options::keys::KUBELET.contains(&key)
+        || match backend {
+            "hostpath" => crate::backend::hostpath::OPTION_KEYS.contains(&key),
+            "nfs" => crate::backend::nfs::options::KNOWN_KEYS.contains(&key),
+            "lvm" => crate::backend::lvm::options::key::ALL.contains(&key),
+            _ => false,
+        }
 }
 
-/// Redacts one argument for the log.
-pub fn redact_arg(arg: &str) -> String {
+/// Redacts one argument of a call to `backend` for the log: in an options object, every value
+/// goes through the one redaction rule ([`crate::protocol::options::redact_value`]), and the
+/// value of an option the backend does not read is not logged at all.
+pub fn redact_arg(backend: &str, arg: &str) -> String {
     if !arg.trim_start().starts_with('{') {
         return arg.to_owned();
     }
@@ -122,9 +131,13 @@ pub fn redact_arg(arg: &str) -> String {
     match serde_json::from_str::<std::collections::BTreeMap<String, serde_json::Value>>(arg) {
         Ok(mut map) => {
             for (k, v) in map.iter_mut() {
-                if sensitive(k) {
-                    *v = serde_json::Value::String("<redacted>".into());
-                }
+                let shown = match v {
+                    _ if is_sensitive_key(k) => REDACTED.to_owned(),
+                    _ if !known_option(backend, k) => "<not logged: unknown option>".to_owned(),
+                    serde_json::Value::String(s) => redact_value(k, s),
+                    _ => continue,
+                };
+                *v = serde_json::Value::String(shown);
             }
             serde_json::to_string(&map).unwrap_or_else(|_| "<unprintable>".into())
         }
@@ -164,17 +177,30 @@ mod tests {
     #[test]
     fn redaction() {
         let a = redact_arg(
-            r#"{"kubernetes.io/secret/password":"czNjcjN0","share":"/x","mountPassword":"p"}"#,
+            "nfs",
+            r#"{"kubernetes.io/secret/password":"czNjcjN0","share":"/x","mountPassword":"p","note":"n1","kubernetes.io/pod.name":"web"}"#,
         );
         assert_eq!(
             a,
-            r#"{"kubernetes.io/secret/password":"<redacted>","mountPassword":"<redacted>","share":"/x"}"#
+            r#"{"kubernetes.io/pod.name":"web","kubernetes.io/secret/password":"<redacted>","mountPassword":"<redacted>","note":"<not logged: unknown option>","share":"/x"}"#
         );
         assert_eq!(
-            redact_arg("/var/lib/kubelet/pods/x"),
+            redact_arg("hostpath", "/var/lib/kubelet/pods/x"),
             "/var/lib/kubelet/pods/x"
         );
-        assert!(!redact_arg(r#"{"kubernetes.io/secret/p":"czNjcjN0""#).contains("czNj"));
+        assert!(!redact_arg("nfs", r#"{"kubernetes.io/secret/p":"czNjcjN0""#).contains("czNj"));
+        // The broad, case-insensitive rule, and list items.
+        let a = redact_arg(
+            "nfs",
+            r#"{"PASS":"a1","apiKey":"a2","authToken":"a3","privateData":"a4","cred":"a5","mountOptions":"ro,password=a6"}"#,
+        );
+        for v in ["a1", "a2", "a3", "a4", "a5", "a6"] {
+            assert!(!a.contains(v), "{v} leaked: {a}");
+        }
+        assert!(
+            a.contains(r#""mountOptions":"ro,password=<redacted>""#),
+            "{a}"
+        );
     }
 
     #[test]

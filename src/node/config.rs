@@ -3,6 +3,16 @@
 //! It holds node policy (which host paths hostPath volumes may use, ...) and where flexvol keeps its
 //! state, locks and log. All keys are optional; an unknown key is an error, because a typo in a
 //! policy key must not silently fall back to a permissive default.
+//!
+//! Safety rules:
+//! - The file is trusted only if nobody but root (or the user flexvol runs as) could have written
+//!   it, like sshd's `StrictModes`: it must be a regular file owned by root or us, not writable by
+//!   group or others, and every directory above it (as named and after resolving symlinks) must be
+//!   owned by root or us and not writable by group or others unless sticky (`/tmp`). Anything else
+//!   is [`ConfigError::Untrusted`]: whoever can write the config decides what pods may mount.
+//! - Every value is checked here, before any verb uses it: paths absolute and without `..`,
+//!   numbers within [`SECONDS_RANGE`] ranges, so no later arithmetic can overflow. `init` never
+//!   depends on the config (the driver answers it from defaults when the config is bad).
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -12,6 +22,16 @@ use std::time::Duration;
 pub const DEFAULT_PATH: &str = "/etc/flexvol/config.json";
 /// Environment variable naming another config file (tests, unusual nodes).
 pub const ENV_VAR: &str = "FLEXVOL_CONFIG";
+
+/// The one directory the hostPath driver serves when `hostpath.allowedRoots` is not set. Under
+/// `/srv` ("data for services provided by this system", FHS 3.0), apart from flexvol's own state
+/// in `/var/lib/flexvol`, and empty on a fresh node: a default that hands out nothing that
+/// already exists.
+pub const DEFAULT_HOSTPATH_ROOT: &str = "/srv/flexvol";
+
+/// Allowed range of every `...Seconds` key (0 only where [`Config::parse`] says so): one day is
+/// more than any kubelet waits for a verb, and keeps every deadline computation far from overflow.
+pub const SECONDS_RANGE: (u64, u64) = (1, 86_400);
 
 /// The whole node configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -51,9 +71,21 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct HostPathConfig {
-    /// When non-empty, volumes may only use paths under these directories (after resolving
-    /// symlinks). When empty, a built-in list of system locations is refused instead.
+    /// Volumes may only use paths under these directories (after resolving symlinks). When empty,
+    /// only [`DEFAULT_HOSTPATH_ROOT`] is served. Some locations are refused whatever this says
+    /// (see the hostPath backend's policy).
     pub allowed_roots: Vec<PathBuf>,
+}
+
+impl HostPathConfig {
+    /// The roots in effect: the configured ones, or the default root.
+    pub fn roots(&self) -> Vec<PathBuf> {
+        if self.allowed_roots.is_empty() {
+            vec![PathBuf::from(DEFAULT_HOSTPATH_ROOT)]
+        } else {
+            self.allowed_roots.clone()
+        }
+    }
 }
 
 impl Default for Config {
@@ -93,6 +125,15 @@ pub enum ConfigError {
         "the flexvol config {path} is invalid: {reason}; fix it (see README \"Configuration\") or remove it to use the defaults"
     )]
     Invalid { path: PathBuf, reason: String },
+    /// Someone other than root could have written the file (see the module doc).
+    #[error(
+        "the flexvol config {path} is not trusted: {reason}, so someone other than root could have written the node's policy; {fix} (flexvol refuses such a config, as sshd's StrictModes does)"
+    )]
+    Untrusted {
+        path: PathBuf,
+        reason: String,
+        fix: String,
+    },
 }
 
 impl Config {
@@ -105,14 +146,36 @@ impl Config {
     }
 
     /// Loads the config in effect. A missing file is fine only at the default path: a file named
-    /// explicitly by `FLEXVOL_CONFIG` must exist.
+    /// explicitly by `FLEXVOL_CONFIG` must exist. The file must be trusted (module doc).
     pub fn load() -> Result<Self, ConfigError> {
         let (path, explicit) = Self::path();
-        match std::fs::read(&path) {
-            Ok(data) => Self::parse(&path, &data),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Ok(Self::default()),
-            Err(source) => Err(ConfigError::Read { path, source }),
-        }
+        let mut file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                return Ok(Self::default());
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        // Judge the opened file itself (fstat), so a swap after the check cannot slip through.
+        let meta = file.metadata().map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        // The file's real path, as the kernel opened it (one readlink, whatever the depth).
+        let real = {
+            use std::os::fd::AsRawFd;
+            std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .ok()
+                .filter(|p| p.is_absolute())
+                .or_else(|| std::fs::canonicalize(&path).ok())
+        };
+        check_trusted(&path, real.as_deref(), &meta)?;
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut data).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&path, &data)
     }
 
     /// Parses config JSON and checks its values.
@@ -122,7 +185,8 @@ impl Config {
             reason,
         };
         // local-path-provisioner's keys are split off first, so its config.json is a valid config
-        // as it is; every root it names is also an allowed hostPath root (added to the list).
+        // as it is; every root it names is also an allowed hostPath root (added to the roots in
+        // effect, the default root included when none is configured).
         let mut obj: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
         let local_path = crate::provision::localpath::LocalPathConfig::split_off(&mut obj)
@@ -130,41 +194,71 @@ impl Config {
             .unwrap_or_default();
         let mut c: Config = serde_json::from_value(serde_json::Value::Object(obj))
             .map_err(|e| invalid(e.to_string()))?;
-        c.hostpath.allowed_roots.extend(local_path.all_roots());
+        if !local_path.is_empty() {
+            let mut roots = c.hostpath.roots();
+            roots.extend(local_path.all_roots());
+            roots.sort();
+            roots.dedup();
+            c.hostpath.allowed_roots = roots;
+        }
         c.local_path = local_path;
+        let path_ok = |p: &Path| p.is_absolute() && !crate::sys::paths::has_dotdot(p);
         for (name, p) in [
             ("stateDir", &c.state_dir),
             ("runDir", &c.run_dir),
             ("syslogSocket", &c.syslog_socket),
         ] {
-            if !p.is_absolute() {
+            if !path_ok(p) {
                 return Err(invalid(format!(
-                    "{name} must be an absolute path, got {:?}",
+                    "{name} must be an absolute path without \"..\", got {:?}",
                     p.display().to_string()
                 )));
             }
         }
         if let Some(f) = &c.log_file
             && !f.as_os_str().is_empty()
-            && !f.is_absolute()
+            && !path_ok(f)
         {
             return Err(invalid(format!(
-                "logFile must be an absolute path, got {:?}",
+                "logFile must be an absolute path without \"..\", got {:?}",
                 f.display().to_string()
             )));
         }
-        for r in &c.hostpath.allowed_roots {
-            if !r.is_absolute() || r == Path::new("/") {
+        for d in &c.tool_dirs {
+            if !path_ok(d) {
                 return Err(invalid(format!(
-                    "hostpath.allowedRoots entries must be absolute directories other than /, got {:?}",
+                    "toolDirs entries must be absolute paths without \"..\" (a relative one would find tools wherever flexvol happens to run), got {:?}",
+                    d.display().to_string()
+                )));
+            }
+        }
+        for r in &c.hostpath.allowed_roots {
+            if !path_ok(r) || r == Path::new("/") {
+                return Err(invalid(format!(
+                    "hostpath.allowedRoots entries must be absolute paths without \"..\", other than /, got {:?}",
                     r.display().to_string()
                 )));
             }
         }
-        if c.verb_timeout_seconds == 0 || c.command_timeout_seconds == 0 {
-            return Err(invalid(
-                "verbTimeoutSeconds and commandTimeoutSeconds must be at least 1".into(),
-            ));
+        let (lo, hi) = SECONDS_RANGE;
+        for (name, value, min) in [
+            ("lockTimeoutSeconds", c.lock_timeout_seconds, 0),
+            ("verbTimeoutSeconds", c.verb_timeout_seconds, lo),
+            ("commandTimeoutSeconds", c.command_timeout_seconds, lo),
+            ("nfs.probeTimeoutSeconds", c.nfs.probe_timeout_seconds, lo),
+            ("nfs.mountTimeoutSeconds", c.nfs.mount_timeout_seconds, lo),
+            (
+                "nfs.unmountTimeoutSeconds",
+                c.nfs.unmount_timeout_seconds,
+                lo,
+            ),
+            ("lvm.deviceWaitSeconds", c.lvm.device_wait_seconds, lo),
+        ] {
+            if !(min..=hi).contains(&value) {
+                return Err(invalid(format!(
+                    "{name} must be between {min} and {hi} seconds, got {value}"
+                )));
+            }
         }
         Ok(c)
     }
@@ -176,25 +270,110 @@ impl Config {
             .filter(|p| !p.as_os_str().is_empty())
     }
 
-    /// Lock wait as a duration.
+    /// Lock wait as a duration (clamped to [`SECONDS_RANGE`], also for a config built in code).
     pub fn lock_timeout(&self) -> Duration {
-        Duration::from_secs(self.lock_timeout_seconds)
+        Duration::from_secs(self.lock_timeout_seconds.min(SECONDS_RANGE.1))
     }
 
-    /// Verb deadline as a duration.
+    /// Verb deadline as a duration (clamped to [`SECONDS_RANGE`]).
     pub fn verb_timeout(&self) -> Duration {
-        Duration::from_secs(self.verb_timeout_seconds)
+        Duration::from_secs(
+            self.verb_timeout_seconds
+                .clamp(SECONDS_RANGE.0, SECONDS_RANGE.1),
+        )
     }
 
-    /// Per-command cap as a duration.
+    /// Per-command cap as a duration (clamped to [`SECONDS_RANGE`]).
     pub fn command_timeout(&self) -> Duration {
-        Duration::from_secs(self.command_timeout_seconds)
+        Duration::from_secs(
+            self.command_timeout_seconds
+                .clamp(SECONDS_RANGE.0, SECONDS_RANGE.1),
+        )
     }
 
     /// Where this backend's locks live.
     pub fn lock_dir(&self) -> PathBuf {
         self.run_dir.join("locks")
     }
+}
+
+/// Refuses a config file that someone other than root (or us) could have written: the file
+/// itself (`meta`, from the opened file) and every directory above it, both as named and as
+/// `real` (the opened file's resolved path).
+fn check_trusted(
+    path: &Path,
+    real: Option<&Path>,
+    meta: &std::fs::Metadata,
+) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let untrusted = |reason: String, fix: String| ConfigError::Untrusted {
+        path: path.to_owned(),
+        reason,
+        fix,
+    };
+    let shown = path.display();
+    if !meta.is_file() {
+        return Err(untrusted(
+            "it is not a regular file".into(),
+            "replace it with a regular file owned by root, mode 0644".into(),
+        ));
+    }
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(untrusted(
+            format!("it is owned by uid {}, not root", meta.uid()),
+            format!("chown root:root {shown}"),
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(untrusted(
+            format!(
+                "it is writable by group or others (mode {:04o})",
+                meta.mode() & 0o7777
+            ),
+            format!("chmod go-w {shown}"),
+        ));
+    }
+    let absolute = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut dirs: Vec<PathBuf> = absolute.ancestors().skip(1).map(Path::to_owned).collect();
+    if let Some(real) = real {
+        for d in real.ancestors().skip(1) {
+            if !dirs.iter().any(|x| x == d) {
+                dirs.push(d.to_owned());
+            }
+        }
+    }
+    for d in dirs {
+        // stat follows symlinks: a symlinked directory is judged by what it points to.
+        let Ok(m) = std::fs::metadata(&d) else {
+            continue;
+        };
+        if m.uid() != 0 && m.uid() != me {
+            return Err(untrusted(
+                format!(
+                    "its directory {} is owned by uid {}, not root",
+                    d.display(),
+                    m.uid()
+                ),
+                format!("chown root:root {}", d.display()),
+            ));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Err(untrusted(
+                format!(
+                    "its directory {} is writable by group or others without the sticky bit (mode {:04o})",
+                    d.display(),
+                    m.mode() & 0o7777
+                ),
+                format!("chmod go-w {}", d.display()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -225,6 +404,41 @@ mod tests {
     }
 
     #[test]
+    fn numbers_out_of_range_name_the_key_and_the_range() {
+        for (json, key) in [
+            (
+                r#"{"verbTimeoutSeconds":9300000000000000000}"#,
+                "verbTimeoutSeconds",
+            ),
+            (
+                r#"{"nfs":{"unmountTimeoutSeconds":0}}"#,
+                "nfs.unmountTimeoutSeconds",
+            ),
+            (
+                r#"{"lvm":{"deviceWaitSeconds":86401}}"#,
+                "lvm.deviceWaitSeconds",
+            ),
+        ] {
+            let e = Config::parse(Path::new("c"), json.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains("between"), "{e}");
+        }
+        let c = Config::parse(
+            Path::new("c"),
+            br#"{"lockTimeoutSeconds":0,"verbTimeoutSeconds":86400}"#,
+        )
+        .unwrap();
+        assert_eq!(c.verb_timeout(), Duration::from_secs(86_400));
+        // Accessors stay bounded even for a config built in code.
+        let wild = Config {
+            verb_timeout_seconds: u64::MAX,
+            ..Config::default()
+        };
+        assert_eq!(wild.verb_timeout(), Duration::from_secs(86_400));
+    }
+
+    #[test]
     fn typos_and_bad_values_are_errors() {
         for bad in [
             &br#"{"statedir":"/s"}"#[..],
@@ -232,6 +446,18 @@ mod tests {
             br#"{"stateDir":"rel"}"#,
             br#"{"hostpath":{"allowedRoots":["/"]}}"#,
             br#"{"verbTimeoutSeconds":0}"#,
+            br#"{"verbTimeoutSeconds":9300000000000000000}"#,
+            br#"{"verbTimeoutSeconds":86401}"#,
+            br#"{"commandTimeoutSeconds":18446744073709551615}"#,
+            br#"{"lockTimeoutSeconds":100000}"#,
+            br#"{"nfs":{"probeTimeoutSeconds":0}}"#,
+            br#"{"nfs":{"mountTimeoutSeconds":99999999999}}"#,
+            br#"{"lvm":{"deviceWaitSeconds":99999999999}}"#,
+            br#"{"toolDirs":["sbin"]}"#,
+            br#"{"toolDirs":["/usr/sbin", "./bin"]}"#,
+            br#"{"toolDirs":["/usr/../tmp"]}"#,
+            br#"{"hostpath":{"allowedRoots":["/srv/../etc"]}}"#,
+            br#"{"hostpath":{"allowedRoots":["srv"]}}"#,
             b"{",
         ] {
             let e = Config::parse(Path::new("/etc/flexvol/config.json"), bad).unwrap_err();

@@ -17,6 +17,9 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Record files are named by [`file_key`] of their target (shared with the lock files).
+pub use crate::sys::names::file_key;
+
 /// What flexvol mounted for one target directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -54,6 +57,27 @@ impl VolumeRecord {
     /// Where to look in mountinfo for this record's mount.
     pub fn mount_point(&self) -> &Path {
         self.mount_point.as_deref().unwrap_or(&self.target)
+    }
+
+    /// Checks the record against its own target before anyone acts on it: a mount point other
+    /// than the target must be a single plain name directly inside it (`<target>/<name>`, no
+    /// `.`, `..` or separators). A record that says otherwise was not written by flexvol, and
+    /// unmounting or deleting what it names could hit anything on the node.
+    pub fn check(&self) -> Result<(), String> {
+        let Some(mp) = &self.mount_point else {
+            return Ok(());
+        };
+        let name = mp
+            .file_name()
+            .filter(|n| !n.is_empty() && *n != "." && *n != "..");
+        match name {
+            Some(n) if self.target.join(n).as_os_str() == mp.as_os_str() => Ok(()),
+            _ => Err(format!(
+                "its mount point {} is not a file directly inside its target {}",
+                mp.display(),
+                self.target.display()
+            )),
+        }
     }
 }
 
@@ -154,6 +178,8 @@ impl StateStore {
                 reason: format!("it is for {}", rec.target.display()),
             });
         }
+        rec.check()
+            .map_err(|reason| StateError::Corrupt { path, reason })?;
         Ok(Some(rec))
     }
 
@@ -206,36 +232,6 @@ impl StateStore {
     }
 }
 
-/// A file name for an arbitrary key (a path): readable, reversible for short keys (bytes outside
-/// `[A-Za-z0-9._-]` become `%XX`), and a hash plus a readable tail for keys too long for a name.
-pub fn file_key(key: &str) -> String {
-    let mut s = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-' {
-            s.push(b as char);
-        } else {
-            s.push_str(&format!("%{b:02X}"));
-        }
-    }
-    if s.len() <= 200 {
-        return s;
-    }
-    // FNV-1a: stable across versions and platforms; collisions are caught by the target check.
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in key.bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-    }
-    let tail: String = s
-        .chars()
-        .rev()
-        .take(100)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    format!("{h:016x}-{tail}")
-}
-
 /// Seconds since the epoch.
 pub fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -279,11 +275,29 @@ mod tests {
     }
 
     #[test]
-    fn file_keys_are_safe_names() {
-        assert_eq!(file_key("/a b/c~d"), "%2Fa%20b%2Fc%7Ed");
-        let long = format!("/{}", "x".repeat(400));
-        let k = file_key(&long);
-        assert!(k.len() < 255 && !k.contains('/'), "{k}");
-        assert_ne!(file_key(&format!("{long}1")), file_key(&format!("{long}2")));
+    fn records_whose_mount_point_leaves_their_target_are_corrupt() {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateStore::new(d.path(), "hostpath");
+        let t = "/k/pods/u/volumes/flexvol~hostpath/v";
+        let mut r = rec(t);
+        r.mount_point = Some(PathBuf::from(format!("{t}/app.sock")));
+        s.save(&r).unwrap();
+        assert_eq!(s.load(Path::new(t)).unwrap(), Some(r.clone()));
+        for bad in [
+            "/srv/data/file".to_owned(),
+            format!("{t}/../other"),
+            format!("{t}/a/b"),
+            format!("{t}/."),
+            format!("{t}/"),
+            t.to_owned(),
+            "/k/pods/u/volumes/flexvol~hostpath".to_owned(),
+        ] {
+            r.mount_point = Some(PathBuf::from(&bad));
+            s.save(&r).unwrap();
+            assert!(
+                matches!(s.load(Path::new(t)), Err(StateError::Corrupt { .. })),
+                "{bad} must be refused"
+            );
+        }
     }
 }

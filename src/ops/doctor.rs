@@ -9,13 +9,19 @@
 //! files beside it, because every write there re-runs `init`).
 //!
 //! A tool or kernel feature of a backend that is not installed is only a warning.
+//!
+//! Policy: a config that is untrusted (writable by others, owned by another user: see
+//! [`crate::node::config`]) fails like an invalid one; the hostPath roots in effect are listed,
+//! and a root that hands out system locations (`/`, `/etc`, `/usr`, `/root`, `/var`, `/run`,
+//! `/home`, ...) is a warning: pod authors can reach it through inline volumes.
 
 #![allow(clippy::print_stdout)]
 
 use crate::backend::Backend;
 use crate::node::config::Config;
 use crate::ops::install::{DEFAULT_PLUGIN_DIR, detect_plugin_dir};
-use crate::sys::exec::{Cmd, Runner, SystemRunner};
+use crate::protocol::init::judge_init;
+use crate::sys::exec::{Cmd, SystemRunner};
 use clap::Args;
 use serde::Serialize;
 use std::os::unix::fs::PermissionsExt;
@@ -171,6 +177,7 @@ pub fn run(a: &DoctorArgs) -> i32 {
 pub fn diagnose(a: &DoctorArgs) -> Vec<Check> {
     let mut r = Report::default();
     let config = check_config(&mut r);
+    check_hostpath_policy(&mut r, &config);
     check_dirs(&mut r, &config);
     let plugin_dir = match &a.plugin_dir {
         Some(d) => d.clone(),
@@ -231,7 +238,7 @@ fn check_config(r: &mut Report) -> Config {
     match Config::load() {
         Ok(c) => {
             let how = if path.exists() {
-                "parses; all paths absolute"
+                "parses, values in range; trusted (no one but root or us can write it or its directories)"
             } else if explicit {
                 "missing" // unreachable: load fails for a missing explicit file
             } else {
@@ -249,6 +256,77 @@ fn check_config(r: &mut Report) -> Config {
             );
             Config::default()
         }
+    }
+}
+
+/// System trees: a hostPath root equal to one, inside one or containing one hands out the node's
+/// programs, configuration or kernel interfaces.
+const SYSTEM_TREES: &[&str] = &[
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc",
+    "/sys", "/root",
+];
+
+/// Shared system directories: a root equal to one or containing one hands out everything in it
+/// (a root inside one, such as `/var/lib/app` or `/run/app`, is fine).
+const SYSTEM_DIRS: &[&str] = &[
+    "/var",
+    "/var/lib",
+    "/var/log",
+    "/var/cache",
+    "/var/spool",
+    "/run",
+    "/home",
+    "/dev",
+    "/opt",
+    "/tmp",
+    "/var/tmp",
+];
+
+/// Which system location a hostPath root hands out, if any (`root` already resolved).
+pub fn system_location(root: &Path) -> Option<&'static str> {
+    if root == Path::new("/") {
+        return Some("/");
+    }
+    SYSTEM_TREES
+        .iter()
+        .find(|t| root.starts_with(t) || Path::new(t).starts_with(root))
+        .or_else(|| SYSTEM_DIRS.iter().find(|d| Path::new(d).starts_with(root)))
+        .copied()
+}
+
+fn check_hostpath_policy(r: &mut Report, c: &Config) {
+    let roots = c.hostpath.roots();
+    let configured = !c.hostpath.allowed_roots.is_empty();
+    let mut flagged = false;
+    for root in &roots {
+        let real = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+        if let Some(sys) = system_location(&real) {
+            flagged = true;
+            let shown = if real == *root {
+                root.display().to_string()
+            } else {
+                format!("{} (= {})", root.display(), real.display())
+            };
+            r.add(
+                format!("hostpath root {}", root.display()),
+                Level::Warn,
+                format!(
+                    "hostpath.allowedRoots hands out {sys}: {shown} lets anyone who can create a pod (inline flexVolume) or a PV bind it read-write"
+                ),
+                Some("list only data directories made for volumes, e.g. /srv/flexvol or /data/volumes (README \"Security\")".into()),
+            );
+        }
+    }
+    if !flagged {
+        let list = dirs(&roots);
+        r.ok(
+            "hostpath roots",
+            if configured {
+                format!("served: {list}")
+            } else {
+                format!("served: {list} (the default; set hostpath.allowedRoots to change it)")
+            },
+        );
     }
 }
 
@@ -505,8 +583,10 @@ fn check_driver(r: &mut Report, dir: &Path, vendor: &str, b: Backend, config: &C
     if let (cfg, true) = Config::path() {
         cmd = cmd.env(crate::node::config::ENV_VAR, &cfg.to_string_lossy());
     }
+    // Judged by the same rules as `install` and `conformance` (protocol::init), on the bytes
+    // kubelet would read: stdout and stderr through one pipe.
     let runner = SystemRunner::new(config.tool_dirs.clone());
-    let out = match runner.run(&cmd) {
+    let out = match runner.run_combined(&cmd) {
         Ok(o) => o,
         Err(e) => {
             r.add(
@@ -518,30 +598,7 @@ fn check_driver(r: &mut Report, dir: &Path, vendor: &str, b: Backend, config: &C
             return false;
         }
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let want = serde_json::json!({"status": "Success", "capabilities": b.capabilities()});
-    let got: Option<serde_json::Value> = serde_json::Deserializer::from_str(&text)
-        .into_iter()
-        .next()
-        .and_then(Result::ok);
-    let single = serde_json::from_str::<serde_json::Value>(&text).is_ok();
-    let problem = if !out.stderr.is_empty() {
-        Some(format!(
-            "init wrote to stderr ({:?}); kubelet reads stdout and stderr as one JSON value and fails with \"invalid character ...\"",
-            out.tail()
-        ))
-    } else if !single {
-        Some(format!(
-            "init printed {:?}, which is not one JSON object; kubelet fails with \"invalid character ... looking for beginning of value\"",
-            text.trim()
-        ))
-    } else if got.as_ref() != Some(&want) {
-        Some(format!("init answered {}, expected {want}", text.trim()))
-    } else if !out.success() {
-        Some(format!("init exited with {:?}", out.code))
-    } else {
-        None
-    };
+    let problem = judge_init(&out.output, out.code, Some(b.capabilities().into())).err();
     if let Some(p) = problem {
         r.add(
             check,
@@ -650,6 +707,37 @@ fn check_kernel(r: &mut Report, sysroot: &Path, installed: &[Backend]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roots_that_hand_out_system_locations() {
+        for bad in [
+            "/",
+            "/etc",
+            "/etc/ssl",
+            "/usr",
+            "/usr/local/bin",
+            "/root",
+            "/var",
+            "/run",
+            "/home",
+            "/dev",
+            "/var/lib",
+            "/var/log",
+            "/tmp",
+        ] {
+            assert!(system_location(Path::new(bad)).is_some(), "{bad}");
+        }
+        for fine in [
+            "/srv",
+            "/srv/flexvol",
+            "/data/volumes",
+            "/var/lib/app",
+            "/run/app",
+            "/home/alice/vols",
+        ] {
+            assert_eq!(system_location(Path::new(fine)), None, "{fine}");
+        }
+    }
 
     #[test]
     fn kernel_features_loaded_loadable_missing() {

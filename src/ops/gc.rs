@@ -59,6 +59,9 @@ pub struct GcArgs {
     /// `flexvol provisioner` whose PV is not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
     pub live_pvs: Option<PathBuf>,
+    /// Only look at mounts below this kubelet root (default: every kubelet-shaped mount).
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_root: Option<PathBuf>,
 }
 
 /// One thing gc found and what it did (or would do) about it.
@@ -202,13 +205,14 @@ fn forget(config: &Config, f: &Finding) -> Result<(), String> {
 
 /// Runs `flexvol gc`; returns the exit code.
 pub fn run(a: &GcArgs) -> i32 {
-    let (config, inv) = match super::status::load(&a.vendor, a.live_pods.as_ref()) {
-        Ok(x) => x,
-        Err(e) => {
-            println!("flexvol gc: error: {e}");
-            return 2;
-        }
-    };
+    let (config, inv) =
+        match super::status::load(&a.vendor, a.live_pods.as_ref(), a.kubelet_root.as_deref()) {
+            Ok(x) => x,
+            Err(e) => {
+                println!("flexvol gc: error: {e}");
+                return 2;
+            }
+        };
     let mut findings = plan(&inv.volumes, now_secs(), config.verb_timeout());
     if a.apply {
         for f in &mut findings {

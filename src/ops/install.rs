@@ -8,11 +8,14 @@
 #![allow(clippy::print_stdout)]
 
 use crate::backend::Backend;
+use crate::protocol::init::judge_init;
+use crate::sys::exec::{Cmd, SystemRunner};
 use clap::Args;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// kubelet's default `--volume-plugin-dir`.
 pub const DEFAULT_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec";
@@ -247,26 +250,21 @@ pub fn uninstall_one(dir: &Path, exec_name: &str) -> Result<&'static str, Instal
     })
 }
 
-/// Runs the installed copy's `init` to prove it starts under that name and answers.
-fn verify(path: &Path) -> Result<String, InstallError> {
-    let out = std::process::Command::new(path)
+/// Runs the installed copy's `init` the way kubelet's prober does (through the `sys::exec` seam,
+/// stdout and stderr on one pipe, with a deadline) and judges it by the rules `doctor` and
+/// `conformance` use (`protocol::init`): it must start under that name and answer Success with
+/// this backend's capabilities.
+fn verify(path: &Path, b: Backend) -> Result<String, InstallError> {
+    let cmd = Cmd::new(&path.to_string_lossy())
         .arg("init")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(io("run", path))?;
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if !out.status.success()
-        || !out.stderr.is_empty()
-        || !text.starts_with(r#"{"status":"Success""#)
-    {
-        return Err(InstallError::Invalid(format!(
-            "{} init answered {text:?} (exit {:?}, stderr {:?}); the install is broken",
-            path.display(),
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    Ok(text)
+        .timeout(Duration::from_secs(10));
+    let out = SystemRunner::default()
+        .run_combined(&cmd)
+        .map_err(|e| InstallError::Invalid(format!("{e}; the install is broken")))?;
+    judge_init(&out.output, out.code, Some(b.capabilities().into())).map_err(|e| {
+        InstallError::Invalid(format!("{}: {e}; the install is broken", path.display()))
+    })?;
+    Ok(String::from_utf8_lossy(&out.output).trim().to_owned())
 }
 
 /// Runs `flexvol install`; returns the exit code.
@@ -335,7 +333,7 @@ fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
             println!("{}/{}: {what} ({})", a.vendor, b.name(), dir.display());
         } else {
             let what = install_one(&binary, &dir, b.name())?;
-            let reply = verify(&dir.join(b.name()))?;
+            let reply = verify(&dir.join(b.name()), b)?;
             println!(
                 "{}/{}: {what} {} -> init: {reply}",
                 a.vendor,

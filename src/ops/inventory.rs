@@ -214,12 +214,14 @@ fn pod_state(
     PodState::Alive
 }
 
-/// Collects the records of every backend and the flexvol-looking mounts of `vendor`.
+/// Collects the records of every backend and the flexvol-looking mounts of `vendor` (only those
+/// below `kubelet_root`, when given).
 pub fn collect(
     config: &Config,
     table: &MountTable,
     vendor: &str,
     live: Option<&BTreeSet<String>>,
+    kubelet_root: Option<&Path>,
 ) -> Inventory {
     let mut volumes = Vec::new();
     let mut corrupt_records = Vec::new();
@@ -248,6 +250,9 @@ pub fn collect(
         let k = parse_kubelet_dir(&clean)
             .or_else(|| parse_kubelet_dir(clean.parent()?).filter(|k| k.pod_uid.is_some()));
         let Some(k) = k else { continue };
+        if kubelet_root.is_some_and(|r| r != k.root) {
+            continue;
+        }
         let backend = match Backend::from_name(&k.driver) {
             Some(b) => b,
             None => continue,

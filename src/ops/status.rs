@@ -9,7 +9,7 @@ use crate::node::config::Config;
 use crate::ops::inventory::{self, Inventory, PodState};
 use crate::sys::mountinfo::MountTable;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 /// Arguments of `flexvol status`.
@@ -24,16 +24,23 @@ pub struct StatusArgs {
     /// File of pod uids the API server knows on this node; other pods are shown as gone.
     #[arg(long, value_name = "FILE")]
     pub live_pods: Option<PathBuf>,
+    /// Only look at mounts below this kubelet root (default: every kubelet-shaped mount).
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_root: Option<PathBuf>,
 }
 
 /// Loads what both `status` and `gc` start from.
-pub fn load(vendor: &str, live_pods: Option<&PathBuf>) -> Result<(Config, Inventory), String> {
+pub fn load(
+    vendor: &str,
+    live_pods: Option<&PathBuf>,
+    kubelet_root: Option<&Path>,
+) -> Result<(Config, Inventory), String> {
     let config = Config::load().map_err(|e| e.to_string())?;
     let live = live_pods
         .map(|p| inventory::read_live_pods(p))
         .transpose()?;
     let table = MountTable::read().map_err(|e| e.to_string())?;
-    let inv = inventory::collect(&config, &table, vendor, live.as_ref());
+    let inv = inventory::collect(&config, &table, vendor, live.as_ref(), kubelet_root);
     Ok((config, inv))
 }
 
@@ -45,7 +52,7 @@ pub fn since(secs: Option<u64>) -> String {
 
 /// Runs `flexvol status`; returns the exit code.
 pub fn run(a: &StatusArgs) -> i32 {
-    let (config, inv) = match load(&a.vendor, a.live_pods.as_ref()) {
+    let (config, inv) = match load(&a.vendor, a.live_pods.as_ref(), a.kubelet_root.as_deref()) {
         Ok(x) => x,
         Err(e) => {
             println!("flexvol status: error: {e}");
@@ -74,7 +81,12 @@ pub fn run(a: &StatusArgs) -> i32 {
     print_provisioned(&provisioned);
     if inv.volumes.is_empty() && inv.corrupt_records.is_empty() {
         println!(
-            "no flexvol volumes on this node (records in {}, mounts from /proc/self/mountinfo)",
+            "no flexvol volumes {}on this node (records in {}, mounts from /proc/self/mountinfo)",
+            if provisioned.is_empty() {
+                ""
+            } else {
+                "mounted "
+            },
             config.state_dir.display()
         );
         return 0;

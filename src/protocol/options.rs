@@ -5,6 +5,14 @@
 //! Secrets arrive base64-encoded as `kubernetes.io/secret/<key>` (mount only). They are decoded
 //! into [`Secret`], which cannot be printed, and are removed from the map so nothing that logs or
 //! stores the options can carry them.
+//!
+//! Plain options can carry secrets too (a PV author writing `password: ...` into options). One
+//! rule decides which keys are credential-like, [`is_sensitive_key`], and [`shown_value`] applies
+//! it to anything that would print a value: [`OptionsError`]'s messages (every backend's validation
+//! messages), the call log and syslog ([`crate::node::calllog`]). A value of such a key is never
+//! printed, and neither is the value of a `name=value` item with such a name inside a list option
+//! (`mountOptions: "password=x"`). Callers that format a value themselves must go through
+//! [`shown_value`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -31,6 +39,19 @@ pub mod keys {
     pub const FS_GROUP_LEGACY: &str = "kubernetes.io/fsGroup";
     /// Prefix of secret entries.
     pub const SECRET_PREFIX: &str = "kubernetes.io/secret/";
+    /// Every plain key kubelet itself sets (a pod author may add others with this prefix, which
+    /// are then unknown options like any other).
+    pub const KUBELET: &[&str] = &[
+        FS_TYPE,
+        READWRITE,
+        PV_OR_VOLUME_NAME,
+        POD_NAME,
+        POD_NAMESPACE,
+        POD_UID,
+        SERVICE_ACCOUNT,
+        FS_GROUP,
+        FS_GROUP_LEGACY,
+    ];
 }
 
 /// A secret value. Its `Debug` and `Display` print `<redacted>`; only [`Secret::expose`] reads it.
@@ -67,19 +88,35 @@ pub enum OptionsError {
     /// A value that is not a string.
     #[error("option {key:?} must be a JSON string, got {got}")]
     NotAString { key: String, got: &'static str },
-    /// A key with a bad value.
-    #[error("option {key:?} has an invalid value {value:?}: {reason}")]
+    /// A key with a bad value. The value is shown through [`shown_value`], so a credential-like
+    /// key's value never reaches a message.
+    #[error(
+        "option {key:?} has an invalid value {}: {reason}",
+        shown_value(key, value)
+    )]
     Invalid {
         key: String,
         value: String,
         reason: String,
     },
+    /// A key the backend does not know. Its value is never shown: an unknown key may be a
+    /// credential under a name the redaction rule does not recognise.
+    #[error("option {key:?} is not known (its value is not shown): {reason}")]
+    Unknown { key: String, reason: String },
     /// A required key is absent or empty.
     #[error("option {key:?} is required: {hint}")]
     Missing { key: String, hint: String },
 }
 
 impl OptionsError {
+    /// Shorthand for an unknown key (its value is never shown).
+    pub fn unknown(key: &str, reason: impl Into<String>) -> Self {
+        OptionsError::Unknown {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// Shorthand for an invalid value.
     pub fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Self {
         OptionsError::Invalid {
@@ -88,6 +125,67 @@ impl OptionsError {
             reason: reason.into(),
         }
     }
+}
+
+/// Parts of option names that mark them as credentials, matched case-insensitively anywhere in
+/// the name: deliberately broad, since printing `<redacted>` for a harmless key costs nothing.
+pub const SENSITIVE_KEY_PARTS: &[&str] = &[
+    "pass", "pwd", "secret", "token", "key", "cred", "auth", "priv", "session", "cookie", "cert",
+    "sign", "salt", "bearer", "sasl", "krb", "kerberos", "otp",
+];
+
+/// What is printed instead of a value that may be a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// Whether an option (or a `name=value` item inside one) may hold a credential: kubelet's secret
+/// entries, and any name containing one of [`SENSITIVE_KEY_PARTS`], case-insensitively. The one
+/// rule every message, log line and syslog record uses.
+pub fn is_sensitive_key(key: &str) -> bool {
+    if key.starts_with(keys::SECRET_PREFIX) {
+        return true;
+    }
+    let k = key.to_ascii_lowercase();
+    SENSITIVE_KEY_PARTS.iter().any(|w| k.contains(w))
+}
+
+/// How the value of option `key` may be shown in a message or log, quoted: `"<redacted>"` for a
+/// credential-like key, otherwise the value with the value of every credential-like
+/// `name=value` item of a comma or space separated list replaced (`"vers=4,password=<redacted>"`).
+pub fn shown_value(key: &str, value: &str) -> String {
+    format!("{:?}", redact_value(key, value))
+}
+
+/// [`shown_value`] without the quotes: the value of `key` as it may be stored in a log.
+pub fn redact_value(key: &str, value: &str) -> String {
+    if is_sensitive_key(key) {
+        return REDACTED.to_owned();
+    }
+    if !value.contains('=') {
+        return value.to_owned();
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut item = String::new();
+    let flush = |item: &mut String, out: &mut String| {
+        match item.split_once('=') {
+            Some((name, _)) if is_sensitive_key(name) => {
+                out.push_str(name);
+                out.push('=');
+                out.push_str(REDACTED);
+            }
+            _ => out.push_str(item),
+        }
+        item.clear();
+    };
+    for c in value.chars() {
+        if c == ',' || c.is_whitespace() {
+            flush(&mut item, &mut out);
+            out.push(c);
+        } else {
+            item.push(c);
+        }
+    }
+    flush(&mut item, &mut out);
+    out
 }
 
 /// Parsed options: plain keys in a sorted map, secrets decoded and kept apart.
@@ -116,7 +214,7 @@ impl Options {
             if let Some(name) = key.strip_prefix(keys::SECRET_PREFIX) {
                 let bytes = base64_decode(&s).ok_or_else(|| OptionsError::Invalid {
                     key: key.clone(),
-                    value: "<redacted>".into(),
+                    value: REDACTED.into(),
                     reason: "secret values must be standard base64, as kubelet sends them".into(),
                 })?;
                 out.secrets.insert(name.to_owned(), Secret(bytes));
@@ -309,6 +407,53 @@ mod tests {
                 .read_only()
                 .is_err()
         );
+    }
+
+    #[test]
+    fn credential_like_values_never_reach_messages() {
+        for key in [
+            "password",
+            "PassWord",
+            "mountPass",
+            "apiToken",
+            "sshKey",
+            "credentials",
+            "AUTH",
+            "privateData",
+            "kubernetes.io/secret/x",
+        ] {
+            let e = OptionsError::invalid(key, "S3CRETpwL", "expected something else");
+            let m = e.to_string();
+            assert!(!m.contains("S3CRETpwL"), "{key}: {m}");
+            assert!(m.contains("<redacted>") && m.contains(key), "{m}");
+        }
+        // Harmless keys keep their value, which is what the user needs to fix it...
+        let m = OptionsError::invalid("server", "nfs..example", "bad").to_string();
+        assert!(m.contains("\"nfs..example\""), "{m}");
+        // ...except credential-like items inside a list.
+        let m = OptionsError::invalid("mountOptions", "vers=4,password=S3CRETpwL,ro", "bad")
+            .to_string();
+        assert!(m.contains("vers=4,password=<redacted>,ro"), "{m}");
+        assert!(!m.contains("S3CRET"), "{m}");
+        for harmless in [
+            "path",
+            "server",
+            "share",
+            "volumegroup",
+            "size",
+            "mode",
+            "uid",
+        ] {
+            assert!(!is_sensitive_key(harmless), "{harmless}");
+        }
+        for k in [
+            keys::POD_NAME,
+            keys::POD_UID,
+            keys::PV_OR_VOLUME_NAME,
+            keys::SERVICE_ACCOUNT,
+        ] {
+            assert!(!is_sensitive_key(k), "{k}");
+        }
     }
 
     #[test]

@@ -778,13 +778,22 @@ fn readme_local_path_config_is_a_valid_node_config() {
         ]
     );
     assert!(c.local_path.node_roots("yasker-lp-dev3").is_empty());
-    // Every root it names is an allowed root of the hostPath driver.
+    // Every root it names is also an allowed root of the hostPath driver, next to the default
+    // root (no allowedRoots configured).
+    let mut want = vec![
+        PathBuf::from("/data1"),
+        PathBuf::from("/opt/local-path-provisioner"),
+        PathBuf::from(crate::node::config::DEFAULT_HOSTPATH_ROOT),
+    ];
+    want.sort();
+    assert_eq!(c.hostpath.allowed_roots, want);
+    // With allowedRoots configured, they are added to those.
+    let with =
+        br#"{"hostpath":{"allowedRoots":["/srv"]},"nodePathMap":[{"node":"a","paths":["/data"]}]}"#;
+    let c = crate::node::config::Config::parse(Path::new("c"), with).unwrap();
     assert_eq!(
         c.hostpath.allowed_roots,
-        vec![
-            PathBuf::from("/data1"),
-            PathBuf::from("/opt/local-path-provisioner")
-        ]
+        vec![PathBuf::from("/data"), PathBuf::from("/srv")]
     );
     // flexvol keys and local-path keys together; a typo in either is still an error.
     let both = br#"{"stateDir":"/s","nodePathMap":[{"node":"a","paths":["/srv"]}]}"#;

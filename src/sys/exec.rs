@@ -10,6 +10,14 @@
 //!   and a grandchild that keeps the descriptor open cannot block us the way it blocks a pipe
 //!   reader (kubelet's `CombinedOutput` hang, Azure/kubernetes-volume-drivers#32);
 //! - each child gets its own process group and a timeout; on timeout the whole group is killed.
+//!
+//! One deliberate variant, [`SystemRunner::run_combined`], runs a FlexVolume driver the way
+//! kubelet does, for the commands that judge drivers (`conformance`, `doctor`, `install`): the
+//! environment is inherited (kubelet passes its own) and stdout and stderr share one pipe read to
+//! end of file (Go's `CombinedOutput`), so a driver's stray stderr line or a helper it leaves
+//! holding the pipe shows up exactly as kubelet would suffer it. It keeps the other rules: argv
+//! only, stdin `/dev/null` (or the caller's bytes), its own process group, a timeout that kills
+//! the whole group. The driver's own verbs never use it.
 
 use crate::sys::process;
 use nix::sys::memfd::{MFdFlags, memfd_create};
@@ -39,6 +47,8 @@ pub struct Cmd {
     pub stdin: Option<Vec<u8>>,
     /// How long the child may run.
     pub timeout: Duration,
+    /// Working directory of the child; `/` when `None`.
+    pub cwd: Option<PathBuf>,
 }
 
 impl fmt::Debug for Cmd {
@@ -57,7 +67,14 @@ impl Cmd {
             env: Vec::new(),
             stdin: None,
             timeout: Duration::from_secs(60),
+            cwd: None,
         }
+    }
+
+    /// Sets the child's working directory (default `/`).
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
     }
 
     /// Appends one argument.
@@ -141,6 +158,17 @@ impl Output {
         let start = lines.len().saturating_sub(4);
         lines[start..].join("; ")
     }
+}
+
+/// What a program wrote on its one combined stdout+stderr pipe, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CombinedOutput {
+    /// Exit code, `None` when killed by a signal.
+    pub code: Option<i32>,
+    /// Terminating signal, if any.
+    pub signal: Option<i32>,
+    /// stdout and stderr interleaved as written (at most 1 MiB kept; the rest is read and dropped).
+    pub output: Vec<u8>,
 }
 
 /// Why a command did not produce the expected result.
@@ -253,6 +281,76 @@ impl SystemRunner {
     }
 }
 
+impl SystemRunner {
+    /// Runs `cmd` the way kubelet runs a FlexVolume driver: environment inherited plus `cmd.env`,
+    /// argv[0] the resolved path, stdout and stderr on one pipe read to end of file, then the exit
+    /// status. The timeout covers both: a child that does not exit, or a grandchild that keeps the
+    /// pipe open, makes it [`ExecError::TimedOut`] and the child's whole process group is killed
+    /// (kubelet itself would wait forever).
+    pub fn run_combined(&self, cmd: &Cmd) -> Result<CombinedOutput, ExecError> {
+        let path = self.resolve(&cmd.tool)?;
+        let spawn_err = |source| ExecError::Spawn {
+            path: path.clone(),
+            source,
+        };
+        let (mut reader, writer) = std::io::pipe().map_err(spawn_err)?;
+        let writer2 = writer.try_clone().map_err(spawn_err)?;
+        let mut c = Command::new(&path);
+        c.args(&cmd.args)
+            .stdout(writer)
+            .stderr(writer2)
+            .process_group(0);
+        for (k, v) in &cmd.env {
+            c.env(k, v);
+        }
+        c.stdin(match &cmd.stdin {
+            Some(bytes) => {
+                let mut f = memfile("stdin").map_err(spawn_err)?;
+                f.write_all(bytes).map_err(spawn_err)?;
+                f.seek(SeekFrom::Start(0)).map_err(spawn_err)?;
+                Stdio::from(f)
+            }
+            None => Stdio::null(),
+        });
+        let mut child = c.spawn().map_err(spawn_err)?;
+        drop(c); // closes our copies of the pipe's write end: EOF comes when the child's side closes
+        let pid = child.id() as i32;
+        process::register_child(pid);
+        let started = Instant::now();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            let _ = (&mut reader).take(1 << 20).read_to_end(&mut kept);
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            let _ = tx.send((kept, child.wait()));
+        });
+        match rx.recv_timeout(cmd.timeout) {
+            Ok((output, status)) => {
+                process::unregister_child(pid);
+                let status = status.map_err(spawn_err)?;
+                Ok(CombinedOutput {
+                    code: status.code(),
+                    signal: status.signal(),
+                    output,
+                })
+            }
+            Err(_) => {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                // Reap it; a grandchild that left the group may still hold the pipe: don't wait long.
+                let _ = rx.recv_timeout(Duration::from_secs(2));
+                process::unregister_child(pid);
+                Err(ExecError::TimedOut {
+                    cmdline: cmd.display(),
+                    secs: started.elapsed().as_secs(),
+                })
+            }
+        }
+    }
+}
+
 fn memfile(name: &str) -> Result<File, std::io::Error> {
     let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
     Ok(File::from(fd))
@@ -279,7 +377,7 @@ impl Runner for SystemRunner {
             .env("LVM_SUPPRESS_FD_WARNINGS", "1")
             .stdout(Stdio::from(out_f.try_clone().map_err(spawn_err)?))
             .stderr(Stdio::from(err_f.try_clone().map_err(spawn_err)?))
-            .current_dir("/")
+            .current_dir(cmd.cwd.as_deref().unwrap_or(Path::new("/")))
             .process_group(0);
         for (k, v) in &cmd.env {
             c.env(k, v);
@@ -398,6 +496,44 @@ mod tests {
         let out = r.run(&sh("(sleep 5; echo late) & echo early")).unwrap();
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         assert_eq!(out.stdout, b"early\n");
+    }
+
+    #[test]
+    fn combined_is_one_pipe_in_order_with_the_environment_inherited() {
+        let r = SystemRunner::default();
+        let out = r
+            .run_combined(
+                &sh("echo a; echo b >&2; echo c; echo ${FLEXVOL_TEST_COMBINED:-unset}; exit 4")
+                    .env("FLEXVOL_TEST_COMBINED", "given"),
+            )
+            .unwrap();
+        assert_eq!(out.output, b"a\nb\nc\ngiven\n");
+        assert_eq!(out.code, Some(4));
+        let inherited = r.run_combined(&sh("echo ${PATH:+has-path}")).unwrap();
+        assert_eq!(inherited.output, b"has-path\n");
+        let mut c = sh("cat");
+        c.stdin = Some(b"in".to_vec());
+        assert_eq!(r.run_combined(&c).unwrap().output, b"in");
+    }
+
+    #[test]
+    fn combined_waits_for_the_pipe_like_kubelet_but_not_forever() {
+        let r = SystemRunner::default();
+        // A helper left holding the pipe keeps kubelet waiting: here, until the timeout, which
+        // kills the whole group.
+        let t = Instant::now();
+        let e = r
+            .run_combined(&sh("sleep 30 & echo early").timeout(Duration::from_millis(500)))
+            .unwrap_err();
+        assert!(matches!(e, ExecError::TimedOut { .. }), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        // A helper that closed its descriptors does not.
+        let out = r
+            .run_combined(
+                &sh("sleep 2 >/dev/null 2>&1 & echo done").timeout(Duration::from_secs(5)),
+            )
+            .unwrap();
+        assert_eq!(out.output, b"done\n");
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub enum LockError {
 impl VolumeLock {
     /// Takes the lock named `key` under `dir`, waiting up to `wait`.
     pub fn acquire(dir: &Path, key: &str, wait: Duration) -> Result<Self, LockError> {
-        let path = dir.join(format!("{}.lock", crate::node::state::file_key(key)));
+        let path = dir.join(format!("{}.lock", super::names::file_key(key)));
         let open_err = |source| LockError::Open {
             path: path.clone(),
             source,

@@ -5,6 +5,7 @@ pub mod exec;
 pub mod lock;
 pub mod mount;
 pub mod mountinfo;
+pub mod names;
 pub mod paths;
 pub mod process;
 pub mod testing;

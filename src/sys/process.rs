@@ -14,10 +14,19 @@ use crate::protocol::reply::{self, Reply};
 use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 static CHILD_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+/// What runs after [`fail_and_exit`] wrote its reply (the driver's call record).
+static AFTER_REPLY: OnceLock<fn(&Reply)> = OnceLock::new();
+
+/// Registers `f` to run after a reply that [`fail_and_exit`] writes (the deadline, a signal, a
+/// panic), so that those replies reach the call log too without this layer knowing about it.
+/// Caller contract: once per process, before [`start_guards`]; later registrations are ignored.
+pub fn after_reply(f: fn(&Reply)) {
+    let _ = AFTER_REPLY.set(f);
+}
 
 /// Records a child's process group so a deadline or signal can kill it.
 pub fn register_child(pgid: i32) {
@@ -49,8 +58,10 @@ pub fn kill_children() {
 pub fn fail_and_exit(message: &str) -> ! {
     kill_children();
     let reply = Reply::failure(message);
-    if reply::emit(&reply) {
-        crate::node::calllog::record_final(&reply);
+    if reply::emit(&reply)
+        && let Some(f) = AFTER_REPLY.get()
+    {
+        f(&reply);
     }
     std::process::exit(1)
 }

@@ -176,6 +176,8 @@ pub enum MountCall {
     Bind(PathBuf, PathBuf, bool),
     /// `remount_readonly(target)`
     RemountReadOnly(PathBuf),
+    /// `make_slave(target)`
+    MakeSlave(PathBuf),
     /// `mount_fs(device, target, fs_type, read_only, data)`
     MountFs(PathBuf, PathBuf, String, bool, String),
     /// `unmount(target, mode)`
@@ -249,6 +251,11 @@ impl Mounter for FakeMounter {
             });
         }
         self.add(&source.display().to_string(), target, "bind", read_only);
+        Ok(())
+    }
+
+    fn make_slave(&self, target: &Path) -> Result<(), MountError> {
+        self.record(MountCall::MakeSlave(target.into()));
         Ok(())
     }
 

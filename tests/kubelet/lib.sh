@@ -76,7 +76,8 @@ kl_fail() {
 }
 
 # kl_init: temp dirs, driver config, host fix-ups. Sets KL_* paths and
-# exports FLEXVOL_CONFIG.
+# exports FLEXVOL_CONFIG. $KL_CONFIG_EXTRA, if set, is more config members
+# (e.g. "lvm":{"allowedVolumeGroups":["vg0"]}).
 kl_init() {
 	local parent="${KL_TMP_PARENT:-${TMPDIR:-/tmp}}"
 	# One kubelet at a time per host: they would share the hard-coded
@@ -103,7 +104,7 @@ kl_init() {
 		"$KL_TMP/state" "$KL_TMP/run"
 	: >"$KL_DRIVER_LOG"
 	cat >"$KL_CONFIG" <<EOF
-{"stateDir":"$KL_TMP/state","runDir":"$KL_TMP/run","logFile":"$KL_DRIVER_LOG"}
+{"stateDir":"$KL_TMP/state","runDir":"$KL_TMP/run","logFile":"$KL_DRIVER_LOG","hostpath":{"allowedRoots":["$KL_DATA"]}${KL_CONFIG_EXTRA:+,$KL_CONFIG_EXTRA}}
 EOF
 	export FLEXVOL_CONFIG="$KL_CONFIG"
 	kl_host_prepare

@@ -18,6 +18,7 @@ fn root_kill_9_at_every_step_then_retry_converges() {
         "hostpath-mount-after-create",
         "hostpath-mount-after-placeholder",
         "hostpath-mount-before-bind",
+        "mount-bind-before-slave",
         "mount-bind-before-readonly",
         "hostpath-mount-after-bind",
     ];

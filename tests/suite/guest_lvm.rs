@@ -233,6 +233,11 @@ impl<'a> Vol<'a> {
     }
 }
 
+/// A world whose node config allows `vg` (any LV in it, and creating LVs there).
+fn allowed_env(vg: &Vg) -> Env {
+    Env::with_config(json!({"lvm": {"allowedVolumeGroups": [vg.name]}}))
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -258,7 +263,7 @@ fn fs_size(p: &Path) -> u64 {
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_full_kubelet_sequence_ext4() {
     let vg = Vg::new(512);
-    let env = Env::new();
+    let env = allowed_env(&vg);
     let v = Vol::new(&env, &vg, "pv-lvm-1", json!({}));
     assert!(vg.lvs().is_empty());
 
@@ -351,7 +356,7 @@ fn guest_lvm_full_kubelet_sequence_ext4() {
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_existing_filesystem_is_never_reformatted() {
     let vg = Vg::new(256);
-    let env = Env::new();
+    let env = allowed_env(&vg);
     run(
         "lvm",
         &["lvcreate", "-y", "-n", "data", "-L", "32m", &vg.name],
@@ -431,7 +436,7 @@ fn guest_lvm_existing_filesystem_is_never_reformatted() {
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_xfs_and_thin_volumes() {
     let vg = Vg::new(1024);
-    let env = Env::new();
+    let env = allowed_env(&vg);
     let v = Vol::new(
         &env,
         &vg,
@@ -483,7 +488,7 @@ fn guest_lvm_xfs_and_thin_volumes() {
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_bad_names_and_sizes_create_nothing() {
     let vg = Vg::new(128);
-    let env = Env::new();
+    let env = allowed_env(&vg);
     let base = Vol::new(&env, &vg, "pv-bad", json!({}));
     let mut bad = Vec::new();
     for v in [
@@ -532,7 +537,7 @@ fn guest_lvm_bad_names_and_sizes_create_nothing() {
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_eight_volumes_in_parallel() {
     let vg = Vg::new(1024);
-    let env = Env::new();
+    let env = allowed_env(&vg);
     std::thread::scope(|sc| {
         for i in 0..8 {
             let (env, vg) = (&env, &vg);
@@ -563,7 +568,7 @@ fn guest_lvm_eight_volumes_in_parallel() {
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
     let vg = Vg::new(256);
-    let env = Env::new();
+    let env = allowed_env(&vg);
 
     // waitforattach killed right after lvcreate: the retry finds the LV and succeeds.
     let v = Vol::new(&env, &vg, "pv-k1", json!({}));
@@ -660,7 +665,10 @@ fn guest_lvm_processes_per_verb() {
         .unwrap();
         run("chmod", &["755", s(&w)]);
     }
-    let env = Env::with_config(json!({"toolDirs": [tools.path()]}));
+    let env = Env::with_config(json!({
+        "toolDirs": [tools.path()],
+        "lvm": {"allowedVolumeGroups": [vg.name]},
+    }));
     let v = Vol::new(&env, &vg, "pv-time", json!({}));
     let pod = v.pod("u1");
     let g = v.global();
@@ -739,7 +747,7 @@ fn guest_lvm_processes_per_verb() {
 #[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
 fn guest_lvm_conformance_runner_passes_the_lvm_driver() {
     let vg = Vg::new(256);
-    let env = Env::new();
+    let env = allowed_env(&vg);
     let out = std::process::Command::new(crate::util::binary())
         .args([
             "conformance",
@@ -758,6 +766,17 @@ fn guest_lvm_conformance_runner_passes_the_lvm_driver() {
             "--options",
             &json!({"volumegroup": vg.name, "size": "32Mi"}).to_string(),
         ])
+        // Options the LVM driver must refuse: a bad LV name, no volume group, and a volume group
+        // that does not exist (attach answers Success without touching the host; waitforattach
+        // must refuse, and the runner detaches again).
+        .args([
+            "--bad-options",
+            &json!({"volumegroup": vg.name, "volumeID": "bad/name", "size": "32Mi"}).to_string(),
+            "--bad-options",
+            &json!({"size": "32Mi"}).to_string(),
+            "--bad-options",
+            &json!({"volumegroup": "flexvol-no-such-vg", "size": "32Mi"}).to_string(),
+        ])
         .env("FLEXVOL_CONFIG", &env.config)
         .output()
         .unwrap();
@@ -767,6 +786,11 @@ fn guest_lvm_conformance_runner_passes_the_lvm_driver() {
         "mountdevice: Success and a real mount point",
         "unmountdevice: Success",
         "mount twice: Success",
+        "malformed options JSON: Failure",
+        "mount on a pod directory that does not exist: Failure",
+        "--bad-options #1 {size,volumeID,volumegroup}: Failure",
+        "--bad-options #2 {size}: Failure",
+        "--bad-options #3 {size,volumegroup}: Failure",
     ] {
         assert!(
             text.lines()
@@ -779,4 +803,388 @@ fn guest_lvm_conformance_runner_passes_the_lvm_driver() {
         !vg.active("conformance-vol"),
         "the LV must be inactive after unmountdevice"
     );
+}
+
+// ---- issue #10: the LVM holes, against real LVM ----
+//
+// The tests named `guest_lvm_sec_*` without new config keys (`Env::new()`: the default policy)
+// also run against a binary built from the code before the fix, where they fail on the hole
+// itself (a node file overwritten, an LV created or taken, a dangerous mount made).
+
+/// A host file and a symlink to it in the guest's `/`, as `/vmlinuz` is on a node; removed on drop.
+struct NodeFile {
+    link: PathBuf,
+    target: PathBuf,
+}
+
+impl NodeFile {
+    fn new(env: &Env, content: &[u8]) -> Self {
+        // Lowercase, digits and '_' only: what the old allow-list let through in a sub-option.
+        let link = PathBuf::from(format!(
+            "/fvlink_{}_{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        let target = env.mkdir("node-files").join("kernel");
+        std::fs::write(&target, content).unwrap();
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        Self { link, target }
+    }
+
+    /// The name relative to `/`, the working directory mkfs used to run in.
+    fn relative(&self) -> &str {
+        self.link.file_name().unwrap().to_str().unwrap()
+    }
+}
+
+impl Drop for NodeFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+    }
+}
+
+/// #1: `mkfsOptions: -l file=1,logdev=<name>,size=4m` made mkfs.xfs (running in `/`) write its log
+/// into a node file through a symlink. Now refused before anything is created.
+#[test]
+#[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
+fn guest_lvm_sec_mkfs_options_cannot_reach_node_files() {
+    let vg = Vg::new(512);
+    let env = Env::new();
+    let node_file = NodeFile::new(&env, b"precious kernel image");
+    let v = Vol::new(
+        &env,
+        &vg,
+        "pv-mkfs",
+        json!({
+            "kubernetes.io/fsType": "xfs",
+            "size": "320Mi",
+            "mkfsOptions": format!("-l file=1,logdev={},size=4m", node_file.relative()),
+        }),
+    );
+    let attach = v.call(&["attach", &v.j, "node-1"]);
+    let wait = v.call(&["waitforattach", &v.dev, &v.j]);
+    std::fs::create_dir_all(v.global()).unwrap();
+    let mount = v.call(&["mountdevice", s(&v.global()), &v.dev, &v.j]);
+    let global_mounted = is_mount_point(&v.global());
+    if global_mounted {
+        run("umount", &[s(&v.global())]);
+    }
+    assert_eq!(
+        std::fs::read(&node_file.target).unwrap(),
+        b"precious kernel image",
+        "mkfs wrote into the node's file through {}",
+        node_file.link.display()
+    );
+    assert!(!global_mounted);
+    for r in [&attach, &wait, &mount] {
+        r.failed("mkfsOptions");
+        assert!(r.message().contains("sub-option \"file\""), "{}", r.json);
+    }
+    assert!(vg.lvs().is_empty(), "{:?}", vg.lvs());
+}
+
+/// #9: `volumeid` (a typo of volumeID) with `size` made the driver create an LV named after the
+/// PV; `sizee` was ignored. Unknown keys are errors naming the key, never echoing the value.
+#[test]
+#[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
+fn guest_lvm_sec_unknown_keys_create_nothing() {
+    let vg = Vg::new(256);
+    let env = Env::new();
+    run(
+        "lvm",
+        &[
+            "lvcreate",
+            "-y",
+            "-n",
+            "data",
+            "-L",
+            "32m",
+            "--addtag",
+            "flexvol.allowed",
+            &vg.name,
+        ],
+    );
+    let base = |extra: serde_json::Value| {
+        let mut j = json!({
+            "kubernetes.io/fsType": "ext4",
+            "kubernetes.io/pvOrVolumeName": "pv-typo",
+            "kubernetes.io/readwrite": "rw",
+            "volumegroup": vg.name,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            j[k] = v.clone();
+        }
+        j.to_string()
+    };
+    let dev = vg.dev("pv-typo");
+    let global = env
+        .root()
+        .join("kubelet/plugins/kubernetes.io/flexvolume/flexvol/lvm/mounts/pv-typo");
+    std::fs::create_dir_all(&global).unwrap();
+    for (key, value, j) in [
+        (
+            "volumeid",
+            "data",
+            base(json!({"volumeid": "data", "size": "64Mi"})),
+        ),
+        (
+            "sizee",
+            "48Mi",
+            base(json!({"volumeID": "pv-typo", "sizee": "48Mi"})),
+        ),
+    ] {
+        let replies = [
+            env.call("lvm", &["attach", &j, "node-1"]),
+            env.call("lvm", &["waitforattach", &dev, &j]),
+            env.call("lvm", &["mountdevice", s(&global), &dev, &j]),
+        ];
+        assert_eq!(vg.lvs(), ["data"], "{key}: an LV was created");
+        assert!(!is_mount_point(&global), "{key}: mounted");
+        for r in &replies {
+            r.failed("unknown LVM option");
+            assert!(r.message().contains(&format!("{key:?}")), "{}", r.json);
+            assert!(!r.message().contains(value), "value echoed: {}", r.json);
+        }
+    }
+}
+
+/// #8: by default an inline volume cannot take the node's LVs: not one the host has mounted
+/// (its "root"), not an inactive one, and it cannot create one; an LV an administrator tagged
+/// `flexvol.allowed` works.
+#[test]
+#[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
+fn guest_lvm_sec_default_policy_protects_the_nodes_lvs() {
+    let vg = Vg::new(256);
+    let env = Env::new();
+    for lv in ["root", "spare"] {
+        // No autoactivation: with udev, a later PV event would activate "spare" by itself.
+        run(
+            "lvm",
+            &[
+                "lvcreate",
+                "-y",
+                "--setautoactivation",
+                "n",
+                "-n",
+                lv,
+                "-L",
+                "32m",
+                &vg.name,
+            ],
+        );
+        run("mkfs.ext4", &["-q", &vg.dev(lv)]);
+    }
+    // The host's root LV, mounted outside kubelet's directories.
+    let host_mnt = PathBuf::from(format!("/tmp/fv-hostroot-{}", std::process::id()));
+    std::fs::create_dir_all(&host_mnt).unwrap();
+    run("mount", &[&vg.dev("root"), s(&host_mnt)]);
+    std::fs::write(host_mnt.join("shadow"), b"root:secret").unwrap();
+    run("lvm", &["lvchange", "-an", &format!("{}/spare", vg.name)]);
+
+    let evil = Vol::new(&env, &vg, "evil", json!({"volumeID": "root"}));
+    let wait = evil.call(&["waitforattach", &evil.dev, &evil.j]);
+    std::fs::create_dir_all(evil.global()).unwrap();
+    let mount = evil.call(&["mountdevice", s(&evil.global()), &evil.dev, &evil.j]);
+    let taken = is_mount_point(&evil.global());
+    if taken {
+        run("umount", &[s(&evil.global())]);
+    }
+    run("umount", &[s(&host_mnt)]);
+    assert!(!taken, "the host's root LV was mounted for the pod");
+    wait.failed("not available to flexvol volumes");
+    mount.failed("in use by the node");
+
+    // An inactive LV of the host: not activated.
+    let spare = Vol::new(&env, &vg, "pv-spare", json!({"volumeID": "spare"}));
+    let existing = spare.call(&["waitforattach", &spare.dev, &spare.j]);
+    assert!(!vg.active("spare"), "activated: {}", vg.attr("spare"));
+    existing.failed("not available to flexvol volumes");
+    // Creating: refused, and the message does not tell whether the LV exists.
+    let new = Vol::new(&env, &vg, "pv-new", json!({"volumeID": "spare2"}));
+    let missing = new.call(&["waitforattach", &new.dev, &new.j]);
+    assert_eq!(vg.lvs(), ["root", "spare"]);
+    missing.failed("not available to flexvol volumes");
+    assert_eq!(
+        existing.message().replace("spare", "X"),
+        missing.message().replace("spare2", "X")
+    );
+
+    // The administrator grants "spare": it works, with its data.
+    run(
+        "lvm",
+        &[
+            "lvchange",
+            "--addtag",
+            "flexvol.allowed",
+            &format!("{}/spare", vg.name),
+        ],
+    );
+    let pod = spare.setup("uid-spare");
+    assert!(pod.join("lost+found").is_dir());
+    spare.teardown("uid-spare");
+    assert!(env.mounts().is_empty());
+}
+
+/// Undoes what a test did to the host (swap, a stacked device) even when it fails.
+struct Undo(Vec<Vec<String>>);
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        for c in self.0.iter().rev() {
+            let _ = Command::new(&c[0]).args(&c[1..]).output();
+        }
+    }
+}
+
+/// #8: in an allowed VG, an LV the host uses (mounted outside kubelet's directories, swap, a
+/// device stacked on it, open by a process) is still refused; once the host lets go, it works,
+/// and kubelet's own mounts (a second pod, a repeated waitforattach) are not "host use".
+#[test]
+#[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
+fn guest_lvm_sec_allowed_vg_refuses_lvs_the_host_uses() {
+    let vg = Vg::new(256);
+    let env = allowed_env(&vg);
+    let mut undo = Undo(Vec::new());
+    for lv in ["mounted", "swap", "stacked", "held"] {
+        run("lvm", &["lvcreate", "-y", "-n", lv, "-L", "16m", &vg.name]);
+    }
+    run("mkfs.ext4", &["-q", &vg.dev("mounted")]);
+    let host_mnt = PathBuf::from(format!("/tmp/fv-hostmnt-{}", std::process::id()));
+    std::fs::create_dir_all(&host_mnt).unwrap();
+    run("mount", &[&vg.dev("mounted"), s(&host_mnt)]);
+    undo.0.push(vec!["umount".into(), s(&host_mnt).into()]);
+    run("mkswap", &[&vg.dev("swap")]);
+    run("swapon", &[&vg.dev("swap")]);
+    undo.0.push(vec!["swapoff".into(), vg.dev("swap")]);
+    let stack = format!("fvstack{}", std::process::id());
+    let sectors = run("blockdev", &["--getsz", &vg.dev("stacked")]);
+    run(
+        "dmsetup",
+        &[
+            "create",
+            &stack,
+            "--table",
+            &format!("0 {} linear {} 0", sectors.trim(), vg.dev("stacked")),
+        ],
+    );
+    undo.0
+        .push(vec!["dmsetup".into(), "remove".into(), stack.clone()]);
+    let held = std::fs::File::open(vg.dev("held")).unwrap();
+
+    for (lv, why) in [
+        ("mounted", "mounted at /tmp/fv-hostmnt-"),
+        ("swap", "active swap"),
+        ("stacked", "is stacked on it"),
+        ("held", "its device is open"),
+    ] {
+        let v = Vol::new(&env, &vg, &format!("pv-{lv}"), json!({"volumeID": lv}));
+        v.call(&["waitforattach", &v.dev, &v.j])
+            .failed("in use by the node")
+            .failed(why);
+        std::fs::create_dir_all(v.global()).unwrap();
+        let r = v.call(&["mountdevice", s(&v.global()), &v.dev, &v.j]);
+        assert!(!is_mount_point(&v.global()), "{lv} mounted for a pod");
+        r.failed("in use by the node").failed(why);
+    }
+    let m = Vol::new(&env, &vg, "pv-mounted", json!({"volumeID": "mounted"}));
+    std::fs::create_dir_all(m.pod("u0")).unwrap();
+    m.call(&[
+        "expandfs",
+        &m.j,
+        &m.dev,
+        s(&m.pod("u0")),
+        "33554432",
+        "16777216",
+    ])
+    .failed("in use by the node");
+    std::fs::remove_dir(m.pod("u0")).unwrap();
+
+    // The host lets go: the same LVs are usable, and kubelet's own mounts are not host use.
+    drop(held);
+    drop(undo);
+    for lv in ["mounted", "held"] {
+        let v = Vol::new(&env, &vg, &format!("pv-{lv}"), json!({"volumeID": lv}));
+        let pod = v.setup("uid-1");
+        v.call(&["waitforattach", &v.dev, &v.j]).ok();
+        let pod2 = v.mount_pod("uid-2", &v.j);
+        std::fs::write(pod.join("f"), lv).unwrap();
+        assert_eq!(std::fs::read_to_string(pod2.join("f")).unwrap(), lv);
+        v.unmount_pod("uid-2");
+        v.teardown("uid-1");
+    }
+    assert!(env.mounts().is_empty());
+}
+
+/// #8: `size` is capped by lvm.maxVolumeSize, and thick creation and growth leave lvm.vgReserve.
+#[test]
+#[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
+fn guest_lvm_sec_sizes_are_capped_by_node_config() {
+    let vg = Vg::new(256);
+    let env = Env::with_config(json!({"lvm": {
+        "allowedVolumeGroups": [vg.name],
+        "maxVolumeSize": "64Mi",
+        "vgReserve": "128Mi",
+    }}));
+    let big = Vol::new(&env, &vg, "pv-big", json!({"size": "96Mi"}));
+    big.call(&["waitforattach", &big.dev, &big.j])
+        .failed("lvm.maxVolumeSize");
+    let a = Vol::new(&env, &vg, "pv-a", json!({"size": "64Mi"}));
+    let pod = a.setup("u1");
+    // ~252 MiB free at first: a second 64 MiB LV would leave less than the 128 MiB reserve.
+    let b = Vol::new(&env, &vg, "pv-b", json!({"size": "64Mi"}));
+    b.call(&["waitforattach", &b.dev, &b.j])
+        .failed("lvm.vgReserve");
+    a.call(&["expandfs", &a.j, &a.dev, s(&pod), "100663296", "67108864"])
+        .failed("lvm.maxVolumeSize");
+    assert_eq!(vg.lvs(), ["pv-a"]);
+    a.teardown("u1");
+}
+
+/// #12: `errors=panic` (ext4) and `norecovery` (xfs) are refused: no mount is made.
+#[test]
+#[ignore = "guest tier: needs real device-mapper; run inside the test VM"]
+fn guest_lvm_sec_dangerous_mount_options_are_refused() {
+    let vg = Vg::new(512);
+    let env = Env::new();
+    for (lv, size, mkfs) in [("e", "32m", "mkfs.ext4"), ("x", "300m", "mkfs.xfs")] {
+        run(
+            "lvm",
+            &[
+                "lvcreate",
+                "-y",
+                "-n",
+                lv,
+                "-L",
+                size,
+                "--addtag",
+                "flexvol.allowed",
+                &vg.name,
+            ],
+        );
+        run(mkfs, &["-q", &vg.dev(lv)]);
+    }
+    for (lv, fs, opts, rw) in [
+        ("e", "ext4", "errors=panic", "rw"),
+        ("e", "ext4", "noacl,errors=panic", "rw"),
+        ("x", "xfs", "norecovery", "ro"),
+    ] {
+        let v = Vol::new(
+            &env,
+            &vg,
+            &format!("pv-{lv}"),
+            json!({"volumeID": lv, "kubernetes.io/fsType": fs, "mountOptions": opts,
+                   "kubernetes.io/readwrite": rw}),
+        );
+        let wait = v.call(&["waitforattach", &v.dev, &v.j]);
+        std::fs::create_dir_all(v.global()).unwrap();
+        let mount = v.call(&["mountdevice", s(&v.global()), &v.dev, &v.j]);
+        let mounted = is_mount_point(&v.global());
+        if mounted {
+            v.call(&["unmountdevice", s(&v.global())]);
+        }
+        assert!(!mounted, "{fs} mounted with {opts}");
+        wait.failed("mountOptions");
+        mount.failed("is refused");
+    }
 }

@@ -145,3 +145,60 @@ fn install_refuses_bad_arguments() {
         "a refused install writes nothing"
     );
 }
+
+/// `install` proves the installed copy answers `init` by the rules kubelet's prober applies (the
+/// judge `doctor` and `conformance` share), not by a prefix match of stdout.
+#[test]
+fn install_refuses_a_binary_whose_init_kubelet_would_not_load() {
+    let t = tempfile::tempdir().unwrap();
+    let caps = r#""capabilities":{"attach":false,"selinuxRelabel":false,"supportsMetrics":true,"fsGroup":false,"requiresFSResize":false}"#;
+    for (what, init) in [
+        (
+            "a log line after the reply",
+            format!(r#"echo '{{"status":"Success",{caps}}}'; echo 'I1121 done'"#),
+        ),
+        (
+            "a log line on stderr",
+            format!(r#"echo 'W1121 careful' >&2; echo '{{"status":"Success",{caps}}}'"#),
+        ),
+        (
+            "the wrong capabilities",
+            r#"echo '{"status":"Success","capabilities":{"attach":true}}'"#.to_string(),
+        ),
+        (
+            "Success with a non-zero exit",
+            format!(r#"echo '{{"status":"Success",{caps}}}'; exit 1"#),
+        ),
+    ] {
+        let bin = t.path().join("fake");
+        std::fs::write(&bin, format!("#!/bin/sh\n{init}\n")).unwrap();
+        std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let plugins = t.path().join("plugins");
+        let out = Command::new(binary())
+            .args(["install", "--plugin-dir", plugins.to_str().unwrap()])
+            .args(["--binary", bin.to_str().unwrap(), "--drivers", "hostpath"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{what}: accepted\n{text}");
+        assert!(text.contains("the install is broken"), "{what}: {text}");
+    }
+    // The real binary passes the same judge.
+    let out = Command::new(binary())
+        .args([
+            "install",
+            "--plugin-dir",
+            t.path().join("ok").to_str().unwrap(),
+        ])
+        .args(["--drivers", "hostpath,nfs,lvm"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -13,4 +13,5 @@ mod install;
 mod manifests;
 mod ops;
 mod root_hostpath;
+mod security_policy;
 mod util;

@@ -22,8 +22,14 @@ impl Out {
 }
 
 fn flexvol(env: &Env, args: &[&str]) -> Out {
+    // status and gc look only below this env's kubelet root: other tests mount concurrently.
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if matches!(args.first().map(String::as_str), Some("status" | "gc")) {
+        args.push("--kubelet-root".into());
+        args.push(env.root().join("kubelet").to_string_lossy().into_owned());
+    }
     let out = Command::new(binary())
-        .args(args)
+        .args(&args)
         .env("FLEXVOL_CONFIG", &env.config)
         .stdin(Stdio::null())
         .output()
@@ -642,4 +648,49 @@ fn contract_ops_install_checks_and_installs_the_config_then_sleeps_until_sigterm
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn root_ops_status_and_gc_look_only_below_the_kubelet_root_they_are_given() {
+    require_root!();
+    let ours = Env::new();
+    let other = Env::new();
+    let src = other.mkdir("data");
+    let pod = other.pod_dir("uid-other", "v");
+    other
+        .call(
+            "hostpath",
+            &[
+                "mount",
+                pod.to_str().unwrap(),
+                &mount_opts(&src, "uid-other"),
+            ],
+        )
+        .ok();
+    // Without a root, `ours` sees the other kubelet's mount as one it has no record of...
+    let all = Command::new(binary())
+        .args(["status", "--json"])
+        .env("FLEXVOL_CONFIG", &ours.config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let all: Value = serde_json::from_slice(&all.stdout).unwrap();
+    assert!(
+        all["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["mountPoint"] == pod.to_str().unwrap()),
+        "{all}"
+    );
+    // ...and with its own root (what the helper passes), neither status nor gc touch it.
+    let st = flexvol(&ours, &["status", "--json"]);
+    assert_eq!(st.code, 0, "{}", st.text);
+    assert_eq!(st.json()["volumes"].as_array().unwrap().len(), 0);
+    let gc = flexvol(&ours, &["gc", "--apply"]);
+    assert_eq!(gc.code, 0, "{}", gc.text);
+    assert!(is_mounted(&pod));
+    other
+        .call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
 }

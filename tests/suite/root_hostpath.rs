@@ -31,6 +31,48 @@ fn unmount(env: &Env, pod: &Path) -> crate::util::Reply {
     env.call("hostpath", &["unmount", pod.to_str().unwrap()])
 }
 
+fn bind(src: &Path, at: &Path) {
+    nix::mount::mount(
+        Some(src),
+        at,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+}
+
+fn tmpfs(at: &Path) {
+    nix::mount::mount(
+        Some("flexvol-test"),
+        at,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .unwrap();
+}
+
+fn record_of(env: &Env, pod: &Path) -> Option<serde_json::Value> {
+    let f = env.state.join("hostpath").join(format!(
+        "{}.json",
+        flexvol::node::state::file_key(&pod.to_string_lossy())
+    ));
+    std::fs::read(f)
+        .ok()
+        .map(|d| serde_json::from_slice(&d).unwrap())
+}
+
+fn write_record(env: &Env, pod: &Path, rec: serde_json::Value) {
+    let dir = env.state.join("hostpath");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join(format!(
+        "{}.json",
+        flexvol::node::state::file_key(&pod.to_string_lossy())
+    ));
+    std::fs::write(f, rec.to_string()).unwrap();
+}
+
 fn mount_count(at: &Path) -> usize {
     flexvol::sys::mountinfo::MountTable::read()
         .unwrap()
@@ -111,23 +153,19 @@ fn root_crash_between_bind_and_readonly_remount_converges() {
     let env = Env::new();
     let src = env.mkdir("data");
     let pod = env.pod_dir("u1", "v");
-    // What a kill -9 after the bind but before the remount leaves behind: a writable bind.
-    nix::mount::mount(
-        Some(&src),
-        &pod,
-        None::<&str>,
-        nix::mount::MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .unwrap();
-    mount(
-        &env,
-        &pod,
-        &opts(&src, json!({"kubernetes.io/readwrite": "ro"})),
-    )
-    .ok();
+    let j = opts(&src, json!({"kubernetes.io/readwrite": "ro"}));
+    // A kill -9 after the bind but before the remount leaves a writable bind and a record that
+    // says read-only.
+    env.killed_at(
+        "hostpath",
+        &["mount", pod.to_str().unwrap(), &j],
+        "mount-bind-before-readonly",
+    );
     assert_eq!(mount_count(&pod), 1);
-    let e = std::fs::write(pod.join("x"), "x").unwrap_err();
+    std::fs::write(pod.join("x"), "x").unwrap();
+    mount(&env, &pod, &j).ok();
+    assert_eq!(mount_count(&pod), 1);
+    let e = std::fs::write(pod.join("y"), "y").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(nix::libc::EROFS));
     // Something else mounted there is not silently accepted.
     let other = env.mkdir("other");
@@ -136,7 +174,7 @@ fn root_crash_between_bind_and_readonly_remount_converges() {
         &pod,
         &opts(&other, json!({"kubernetes.io/readwrite": "ro"})),
     )
-    .failed("already a mount point of something else");
+    .failed("another volume");
     unmount(&env, &pod).ok();
     assert!(env.mounts().is_empty());
 }
@@ -222,7 +260,8 @@ fn root_symlink_escape_from_allowed_root_is_refused() {
 #[test]
 fn root_system_locations_and_kubelet_root_are_refused_by_default() {
     require_root!();
-    let env = Env::new();
+    // The node's default policy: no allowedRoots.
+    let env = Env::with_config(json!({"hostpath": {}}));
     let pod = env.pod_dir("u", "v");
     for p in [
         "/",
@@ -417,4 +456,469 @@ fn root_kill_9_before_bind_then_retry_converges() {
     assert_eq!(mount_count(&pod), 1);
     unmount(&env, &pod).ok();
     assert!(env.mounts().is_empty());
+}
+
+/// Issue #10 item 2: with a shared source (systemd's default for /), a bind used to join the
+/// source's peer group. A mount made inside the pod's bind then appeared on the host, a mount
+/// that appeared later inside the source made `unmount` answer "busy" forever, and without a
+/// record `unmount` unmounted the host's own submount through propagation.
+#[test]
+fn root_shared_source_nothing_propagates_back_and_unmount_leaves_host_submounts() {
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    // Make the source a shared mount of its own, as every mount is on a systemd host.
+    bind(&src, &src);
+    nix::mount::mount(
+        None::<&str>,
+        &src,
+        None::<&str>,
+        nix::mount::MsFlags::MS_SHARED,
+        None::<&str>,
+    )
+    .unwrap();
+    std::fs::create_dir(src.join("from-pod")).unwrap();
+    std::fs::create_dir(src.join("host-sub")).unwrap();
+    let pod = env.pod_dir("u", "v");
+    mount(&env, &pod, &opts(&src, json!({"type": "Directory"}))).ok();
+
+    // Pod -> host: a mount inside the pod's bind must not appear in the source.
+    tmpfs(&pod.join("from-pod"));
+    assert_eq!(mount_count(&pod.join("from-pod")), 1);
+    assert_eq!(
+        mount_count(&src.join("from-pod")),
+        0,
+        "a mount made in the pod's bind propagated to the host"
+    );
+    nix::mount::umount2(&pod.join("from-pod"), nix::mount::MntFlags::empty()).unwrap();
+
+    // Host -> pod still propagates (like kubelet's HostToContainer)...
+    tmpfs(&src.join("host-sub"));
+    std::fs::write(src.join("host-sub/marker"), "host").unwrap();
+    // ...and unmount still succeeds, detaching only the pod's bind.
+    unmount(&env, &pod).ok();
+    assert_eq!(mount_count(&pod), 0);
+    assert_eq!(mount_count(&pod.join("host-sub")), 0);
+    assert_eq!(
+        mount_count(&src.join("host-sub")),
+        1,
+        "the host's own submount was unmounted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(src.join("host-sub/marker")).unwrap(),
+        "host"
+    );
+
+    // Without a record (state lost), the same: only the bind goes.
+    mount(&env, &pod, &opts(&src, json!({"type": "Directory"}))).ok();
+    std::fs::create_dir(src.join("later")).unwrap();
+    tmpfs(&src.join("later"));
+    std::fs::remove_dir_all(env.state.join("hostpath")).unwrap();
+    unmount(&env, &pod).ok();
+    assert_eq!(mount_count(&pod), 0);
+    assert_eq!(mount_count(&src.join("host-sub")), 1);
+    assert_eq!(mount_count(&src.join("later")), 1);
+    assert_eq!(
+        std::fs::read_to_string(src.join("host-sub/marker")).unwrap(),
+        "host"
+    );
+}
+
+/// Issue #10 item 5: `unmount` followed a symlinked pod directory, unmounted a foreign bind and
+/// deleted the empty file it was mounted on; `unmount /` walked into /proc. Only kubelet-shaped
+/// volume directories of this driver are acted on, never through a symlink.
+#[test]
+fn root_unmount_acts_only_on_this_drivers_pod_dirs_and_never_through_a_symlink() {
+    require_root!();
+    let env = Env::new();
+    // A foreign bind of a file onto an empty file, somewhere on the node.
+    let foreign = env.mkdir("foreign");
+    std::fs::write(foreign.join("target"), "").unwrap();
+    std::fs::write(env.root().join("precious"), "data").unwrap();
+    bind(&env.root().join("precious"), &foreign.join("target"));
+    let check_foreign = |what: &str| {
+        assert_eq!(mount_count(&foreign.join("target")), 1, "{what}");
+        assert_eq!(
+            std::fs::read_to_string(foreign.join("target")).unwrap(),
+            "data",
+            "{what}"
+        );
+    };
+
+    // The volume directory itself is a symlink to it.
+    let plugin = env.mkdir("kubelet/pods/u1/volumes/flexvol~hostpath");
+    std::os::unix::fs::symlink(&foreign, plugin.join("v")).unwrap();
+    unmount(&env, &plugin.join("v")).failed("symlink");
+    check_foreign("symlinked volume dir");
+    // A directory above it is.
+    let elsewhere = env.mkdir("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("volumes/flexvol~hostpath")).unwrap();
+    std::os::unix::fs::symlink(&foreign, elsewhere.join("volumes/flexvol~hostpath/v")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, env.root().join("kubelet/pods/u2")).unwrap();
+    let via = env
+        .root()
+        .join("kubelet/pods/u2/volumes/flexvol~hostpath/v");
+    unmount(&env, &via).failed("symlink");
+    check_foreign("symlinked pod dir");
+    // Directories of another shape, or of another plugin, are never acted on.
+    unmount(&env, &foreign).failed("not a pod volume directory");
+    check_foreign("plain directory");
+    let secret = env.mkdir("kubelet/pods/u3/volumes/kubernetes.io~secret/token");
+    tmpfs(&secret);
+    unmount(&env, &secret).failed("not a volume directory of this driver");
+    assert_eq!(
+        mount_count(&secret),
+        1,
+        "kubelet's secret volume was unmounted"
+    );
+    mount(&env, &secret, &opts(&env.mkdir("data"), json!({})))
+        .failed("not a volume directory of this driver");
+    // `..` and /proc/self/root are refused, by mount and unmount alike.
+    let pod = env.pod_dir("u4", "v");
+    let dotdot = env
+        .root()
+        .join("kubelet/pods/u4/volumes/flexvol~hostpath/../flexvol~hostpath/v");
+    unmount(&env, &dotdot).failed("..");
+    mount(&env, &dotdot, &opts(&env.mkdir("data"), json!({}))).failed("..");
+    let proc_root = Path::new("/proc/self/root").join(pod.strip_prefix("/").unwrap());
+    unmount(&env, &proc_root).failed("/proc");
+    mount(&env, &proc_root, &opts(&env.mkdir("data"), json!({}))).failed("/proc");
+
+    // `unmount /`, in a mount namespace of its own in case it ever acts.
+    let out = std::process::Command::new("/usr/bin/unshare")
+        .args(["--mount", "--propagation", "private", "--"])
+        .arg(env.driver("hostpath"))
+        .args(["unmount", "/"])
+        .env("FLEXVOL_CONFIG", &env.config)
+        .output()
+        .unwrap();
+    crate::util::check_protocol(&out.stdout, &out.stderr, out.status.code())
+        .failed("not a pod volume directory");
+    nix::mount::umount2(&secret, nix::mount::MntFlags::empty()).unwrap();
+    nix::mount::umount2(&foreign.join("target"), nix::mount::MntFlags::empty()).unwrap();
+    assert!(env.mounts().is_empty());
+}
+
+/// Issue #10 item 6: a record whose mount point lies outside its target made `unmount` delete a
+/// file in a volume's source and unmount an unrelated tmpfs; a record whose mount point holds a
+/// mount of something else made it unmount that.
+#[test]
+fn root_records_are_checked_against_their_target_and_the_mount() {
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    std::fs::write(src.join("victim"), "").unwrap();
+    let unrelated = env.mkdir("unrelated");
+    tmpfs(&unrelated);
+    let pod = env.pod_dir("u", "v");
+    let rec = |mount_point: &Path| {
+        json!({"backend": "hostpath", "verb": "mount", "target": pod, "mountPoint": mount_point,
+               "source": src, "readOnly": false, "since": 1})
+    };
+    for outside in [src.join("victim"), unrelated.clone(), pod.join("a/../../x")] {
+        write_record(&env, &pod, rec(&outside));
+        unmount(&env, &pod).failed("corrupt");
+        assert!(
+            src.join("victim").exists(),
+            "a file in a source was deleted"
+        );
+        assert_eq!(
+            mount_count(&unrelated),
+            1,
+            "an unrelated mount was unmounted"
+        );
+    }
+    // Inside the target, but the mount there is not of the recorded source: left alone.
+    let other = env.root().join("other-file");
+    std::fs::write(&other, "other").unwrap();
+    std::fs::write(pod.join("sock"), "").unwrap();
+    bind(&other, &pod.join("sock"));
+    let mut r = rec(&pod.join("sock"));
+    r["source"] = json!(src.join("victim"));
+    write_record(&env, &pod, r);
+    unmount(&env, &pod).failed("did not make");
+    assert_eq!(mount_count(&pod.join("sock")), 1);
+    nix::mount::umount2(&pod.join("sock"), nix::mount::MntFlags::empty()).unwrap();
+    nix::mount::umount2(&unrelated, nix::mount::MntFlags::empty()).unwrap();
+    assert!(env.mounts().is_empty());
+}
+
+/// Issue #10 item 12: a read-only request on an existing read-write mount silently turned it
+/// read-only while the record kept saying read-write.
+#[test]
+fn root_access_mode_mismatch_is_refused_and_the_record_agrees_with_the_mount() {
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    let pod = env.pod_dir("u", "v");
+    mount(&env, &pod, &opts(&src, json!({}))).ok();
+    mount(
+        &env,
+        &pod,
+        &opts(&src, json!({"kubernetes.io/readwrite": "ro"})),
+    )
+    .failed("already mounted read-write");
+    std::fs::write(pod.join("still-writable"), "x").expect("the mount must stay read-write");
+    assert_eq!(record_of(&env, &pod).unwrap()["readOnly"], false);
+    unmount(&env, &pod).ok();
+    mount(
+        &env,
+        &pod,
+        &opts(&src, json!({"kubernetes.io/readwrite": "ro"})),
+    )
+    .ok();
+    mount(&env, &pod, &opts(&src, json!({}))).failed("already mounted read-only");
+    assert_eq!(record_of(&env, &pod).unwrap()["readOnly"], true);
+    assert!(std::fs::write(pod.join("nope"), "x").is_err());
+    // A lost record is written again from the mount, and agrees with it.
+    std::fs::remove_dir_all(env.state.join("hostpath")).unwrap();
+    mount(
+        &env,
+        &pod,
+        &opts(&src, json!({"kubernetes.io/readwrite": "ro"})),
+    )
+    .ok();
+    assert_eq!(record_of(&env, &pod).unwrap()["readOnly"], true);
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().is_empty());
+}
+
+/// Issue #10 item 12: a directory source then a file source on one pod directory overwrote each
+/// other's record and left a placeholder inside the other volume's source.
+#[test]
+fn root_directory_and_file_sources_on_one_pod_dir_are_kept_apart() {
+    require_root!();
+    let env = Env::new();
+    let dir_src = env.mkdir("dir-src");
+    let file_src = env.root().join("file-src");
+    std::fs::write(&file_src, "f").unwrap();
+    let pod = env.pod_dir("u", "v");
+    mount(&env, &pod, &opts(&dir_src, json!({}))).ok();
+    mount(&env, &pod, &opts(&file_src, json!({}))).failed("another volume");
+    assert!(
+        !dir_src.join("file-src").exists(),
+        "a placeholder was left in the other volume's source"
+    );
+    assert_eq!(record_of(&env, &pod).unwrap()["source"], json!(dir_src));
+    // Without the record, the mount itself still keeps them apart.
+    std::fs::remove_dir_all(env.state.join("hostpath")).unwrap();
+    mount(&env, &pod, &opts(&file_src, json!({}))).failed("mount point");
+    assert!(!dir_src.join("file-src").exists());
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().is_empty());
+
+    // The other way round.
+    mount(&env, &pod, &opts(&file_src, json!({}))).ok();
+    mount(&env, &pod, &opts(&dir_src, json!({}))).failed("another volume");
+    assert_eq!(mount_count(&pod), 0);
+    assert_eq!(mount_count(&pod.join("file-src")), 1);
+    std::fs::remove_dir_all(env.state.join("hostpath")).unwrap();
+    mount(&env, &pod, &opts(&dir_src, json!({}))).failed("not empty");
+    assert_eq!(mount_count(&pod), 0);
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().is_empty());
+    assert_eq!(std::fs::read_dir(&pod).unwrap().count(), 0);
+    assert_eq!(std::fs::read_to_string(&file_src).unwrap(), "f");
+}
+
+/// Issue #10 item 12: a Failure created things: `DirectoryOrCreate` onto a target that is already
+/// a mount created the directories first.
+#[test]
+fn root_a_failure_creates_nothing_when_the_target_is_taken() {
+    require_root!();
+    let env = Env::new();
+    let pod = env.pod_dir("u", "v");
+    tmpfs(&pod);
+    let made = env.root().join("made/deep");
+    mount(
+        &env,
+        &pod,
+        &opts(&made, json!({"type": "DirectoryOrCreate"})),
+    )
+    .failed("mount point of something else");
+    assert!(
+        !env.root().join("made").exists(),
+        "a Failure created directories"
+    );
+    let f = env.root().join("new-file");
+    mount(&env, &pod, &opts(&f, json!({"type": "FileOrCreate"}))).failed("mount point");
+    assert!(!f.exists(), "a Failure created a file");
+    nix::mount::umount2(&pod, nix::mount::MntFlags::empty()).unwrap();
+    // A record of another volume keeps a new source from being created, too.
+    let src = env.mkdir("data");
+    mount(&env, &pod, &opts(&src, json!({}))).ok();
+    mount(
+        &env,
+        &pod,
+        &opts(&made, json!({"type": "DirectoryOrCreate"})),
+    )
+    .failed("another volume");
+    assert!(!env.root().join("made").exists());
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().is_empty());
+}
+
+/// A source path whose components are swapped between a directory and a symlink to outside the
+/// allowed root while mounts run: every mount either fails or binds the directory inside.
+#[test]
+fn root_symlink_swap_race_never_mounts_outside_the_root() {
+    require_root!();
+    let env = Env::new();
+    env.reconfigure(json!({"hostpath": {"allowedRoots": [env.root().join("allowed")]}}));
+    let allowed = env.mkdir("allowed");
+    let outside = env.mkdir("outside");
+    std::fs::write(outside.join("secret"), "s").unwrap();
+    let real = env.mkdir("allowed/real");
+    std::fs::write(real.join("inside"), "i").unwrap();
+    let flip = allowed.join("flip");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let tmp_link = allowed.join(".flip-link");
+            let tmp_dir = allowed.join(".flip-dir");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::os::unix::fs::symlink(&real, &tmp_dir);
+                let _ = std::fs::rename(&tmp_dir, &flip);
+                let _ = std::os::unix::fs::symlink(&outside, &tmp_link);
+                let _ = std::fs::rename(&tmp_link, &flip);
+            }
+        });
+        for i in 0..40 {
+            let pod = env.pod_dir(&format!("u{i}"), "v");
+            let r = mount(&env, &pod, &opts(&flip, json!({})));
+            if r.status() == "Success" {
+                assert!(
+                    pod.join("inside").exists() && !pod.join("secret").exists(),
+                    "mounted something other than the allowed directory"
+                );
+                unmount(&env, &pod).ok();
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(env.mounts().is_empty());
+}
+
+/// 50 calls at once: mounts and unmounts of 10 volumes, each call racing others on its volume.
+/// Every volume ends with exactly its mount, record and access, then nothing.
+#[test]
+fn root_fifty_concurrent_calls_converge() {
+    require_root!();
+    let env = Env::new();
+    let pods: Vec<_> = (0..10)
+        .map(|i| {
+            (
+                env.pod_dir(&format!("p{i}"), "v"),
+                opts(
+                    &env.root().join(format!("vols/{i}")),
+                    json!({"type": "DirectoryOrCreate",
+                           "kubernetes.io/readwrite": if i % 2 == 0 { "ro" } else { "rw" }}),
+                ),
+            )
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for k in 0..50 {
+            let (pod, j) = &pods[k % 10];
+            let env = &env;
+            s.spawn(move || {
+                if k % 5 == 3 {
+                    unmount(env, pod).ok().clone()
+                } else {
+                    mount(env, pod, j).ok().clone()
+                }
+            });
+        }
+    });
+    for (i, (pod, j)) in pods.iter().enumerate() {
+        mount(&env, pod, j).ok();
+        let t = flexvol::sys::mountinfo::MountTable::read().unwrap();
+        let m: Vec<_> = t.all_at(pod).collect();
+        assert_eq!(m.len(), 1, "{i}");
+        assert_eq!(m[0].read_only(), i % 2 == 0, "{i}");
+        assert_eq!(record_of(&env, pod).unwrap()["readOnly"], i % 2 == 0);
+    }
+    std::thread::scope(|s| {
+        for (pod, _) in &pods {
+            let env = &env;
+            s.spawn(move || unmount(env, pod).ok().clone());
+        }
+    });
+    assert!(env.mounts().is_empty());
+    assert_eq!(
+        std::fs::read_dir(env.state.join("hostpath"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+/// A bind a process still uses is not detached behind its back: "busy", and kubelet retries.
+#[test]
+fn root_unmount_of_a_bind_in_use_is_busy_until_released() {
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    let pod = env.pod_dir("u", "v");
+    mount(&env, &pod, &opts(&src, json!({}))).ok();
+    let mut user = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(&pod)
+        .spawn()
+        .unwrap();
+    unmount(&env, &pod).failed("busy");
+    assert_eq!(mount_count(&pod), 1);
+    assert!(record_of(&env, &pod).is_some());
+    user.kill().unwrap();
+    user.wait().unwrap();
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().is_empty());
+}
+
+/// A bind an older version left in the source's peer group (shared), with a mount that
+/// propagated into it: a lazy unmount of it as it is would propagate and unmount the host's
+/// original. `unmount` makes it a slave first, so only the pod's side goes.
+#[test]
+fn root_unmount_of_an_old_shared_bind_leaves_the_hosts_submount() {
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    bind(&src, &src);
+    nix::mount::mount(
+        None::<&str>,
+        &src,
+        None::<&str>,
+        nix::mount::MsFlags::MS_SHARED,
+        None::<&str>,
+    )
+    .unwrap();
+    std::fs::create_dir(src.join("host-sub")).unwrap();
+    let pod = env.pod_dir("u", "v");
+    // What the old driver made, and its record (no source identity in it).
+    bind(&src, &pod);
+    write_record(
+        &env,
+        &pod,
+        json!({"backend": "hostpath", "verb": "mount", "target": pod, "source": src,
+               "readOnly": false, "since": 1}),
+    );
+    tmpfs(&src.join("host-sub"));
+    std::fs::write(src.join("host-sub/marker"), "host").unwrap();
+    assert_eq!(
+        mount_count(&pod.join("host-sub")),
+        1,
+        "propagated into the bind"
+    );
+    unmount(&env, &pod).ok();
+    assert_eq!(mount_count(&pod), 0);
+    assert_eq!(
+        mount_count(&src.join("host-sub")),
+        1,
+        "the host's own submount was unmounted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(src.join("host-sub/marker")).unwrap(),
+        "host"
+    );
+    assert!(record_of(&env, &pod).is_none());
 }

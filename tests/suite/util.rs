@@ -130,10 +130,13 @@ impl Env {
             std::fs::create_dir_all(&p).unwrap();
             std::os::unix::fs::symlink(binary(), p.join(d)).unwrap();
         }
+        // The test's own directory is the hostPath root (the default root, /srv/flexvol, is
+        // the node's); tests of the default policy override "hostpath".
         let mut cfg = serde_json::json!({
             "stateDir": root.join("state"),
             "runDir": root.join("run"),
             "logFile": root.join("flexvol.log"),
+            "hostpath": {"allowedRoots": [root]},
         });
         for (k, v) in extra.as_object().unwrap() {
             cfg[k] = v.clone();

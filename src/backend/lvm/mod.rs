@@ -12,10 +12,12 @@
 //!   `"attached": true` would do.
 //! - `detach <volume> <node>`: Success, nothing to do (the LV is deactivated by `unmountdevice`).
 //! - `waitforattach <device> <json>` (node): under the volume lock, one `lvm lvs` of the VG tells
-//!   whether the LV exists, is active and where it is. Active with its device node present:
-//!   Success at once. Missing: with `size`, create it under the VG lock (free space checked,
-//!   size rounded up to whole extents, tagged `flexvol.created`); without, fail. Then activate and
-//!   wait (bounded) for `/dev/<vg>/<lv>`.
+//!   whether the LV exists, is active and where it is, and whether the node policy lets volumes
+//!   use it (`policy.rs`: allowed VG or tagged LV, not in use by the host). Active with its device
+//!   node present: Success at once. Missing: with `size` and an allowed VG, create it under the
+//!   VG lock (`maxVolumeSize`, free space and `vgReserve` checked, size rounded up to whole
+//!   extents, tagged `flexvol.created`); without, fail. Then activate and wait (bounded) for
+//!   `/dev/<vg>/<lv>`.
 //! - `mountdevice <globalDir> <device> <json>` (node): under the volume lock: already mounted there
 //!   from this device → Success. Otherwise probe with `blkid -p`: exit 2 (blank) → mkfs (never for
 //!   a read-only volume, never for an LV tagged `flexvol.formatted`, i.e. one that lost its
@@ -41,10 +43,12 @@
 //! Every mutating verb holds the lock `lvm:<vg>/<lv>`; creation also holds `lvm:vg:<vg>` so that
 //! parallel creations in one VG check free space one at a time.
 
-mod options;
+pub mod options;
+mod policy;
 mod tools;
 
 pub use options::{FsType, LvmOptions, check_name, derive_lv_name, parse_size};
+pub use policy::{LvmConfig, TAG_ALLOWED, TAG_CREATED, kubelet_owned};
 pub use tools::{Devices, LvRow, Probe, SysDevices};
 
 use crate::backend::{Backend, Context};
@@ -56,33 +60,14 @@ use crate::protocol::verb::Call;
 use crate::sys::mount::{MountError, UnmountMode};
 use crate::sys::mountinfo::MountTable;
 use crate::sys::process::checkpoint;
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const BACKEND: Backend = Backend::Lvm;
-/// Tag on LVs this driver created.
-pub const TAG_CREATED: &str = "flexvol.created";
 /// Tag on LVs this driver formatted: such an LV that probes blank has lost its filesystem, and is
 /// never formatted again.
 pub const TAG_FORMATTED: &str = "flexvol.formatted";
-
-/// Node policy for LVM (`"lvm"` in the config file).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct LvmConfig {
-    /// How long `waitforattach` waits for `/dev/<vg>/<lv>` after activation.
-    pub device_wait_seconds: u64,
-}
-
-impl Default for LvmConfig {
-    fn default() -> Self {
-        Self {
-            device_wait_seconds: 10,
-        }
-    }
-}
 
 /// Answers the LVM verbs.
 pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
@@ -150,6 +135,7 @@ fn wait_for_attach(
     let lv = match lvs.iter().find(|r| r.lv_name == o.lv) {
         Some(lv) => lv.clone(),
         None => {
+            policy::check_allowed(&ctx.config.lvm, o, None)?;
             create(ctx, o, &lvs)?;
             checkpoint("lvm-waitforattach-after-lvcreate");
             tools::activate(ctx, &o.key())?;
@@ -157,6 +143,7 @@ fn wait_for_attach(
             return Ok(Reply::device(o.device().to_string_lossy()));
         }
     };
+    policy::check_allowed(&ctx.config.lvm, o, Some(&lv))?;
     if !lv.usable() {
         return Err(Error::refused(format!(
             "{} is a {} LV (attributes {}), not one that can hold a filesystem; point volumeID at a regular or thin LV",
@@ -169,12 +156,67 @@ fn wait_for_attach(
             lv.lv_attr
         )));
     }
-    if lv.active() && devices.block_device(&o.device())?.is_some() {
+    if lv.active()
+        && let Some(devnum) = devices.block_device(&o.device())?
+    {
+        check_not_in_use(ctx, devices, o, devnum, lv.open())?;
         return Ok(Reply::device(o.device().to_string_lossy()));
     }
     tools::activate(ctx, &o.key())?;
-    tools::wait_for_device(ctx, devices, &o.device(), device_wait(ctx))?;
+    let devnum = tools::wait_for_device(ctx, devices, &o.device(), device_wait(ctx))?;
+    if lv.active() {
+        // Active before we came (its device node was late): the host may be using it.
+        check_not_in_use(ctx, devices, o, devnum, lv.open())?;
+    }
     Ok(Reply::device(o.device().to_string_lossy()))
+}
+
+/// The host-use check (policy.rs) for an active LV, given its `lvs` row's open flag. A device
+/// that is not open is not mounted, not swap and has no holders (each of those holds it open),
+/// so the hot path (an LV activated for a first pod) reads nothing more than the `lvs` it ran.
+fn check_not_in_use(
+    ctx: &Context,
+    devices: &dyn Devices,
+    o: &LvmOptions,
+    devnum: (u32, u32),
+    open: bool,
+) -> Result<()> {
+    if !open {
+        return Ok(());
+    }
+    let table = ctx.mounter.table()?;
+    check_open(ctx, devices, &table, o, devnum, open)
+}
+
+/// Mounts, swap and holders first (no waiting), then the open flag unless kubelet's mounts
+/// explain it. udev opens a device for a moment after activation and whenever a writer closes it
+/// (its blkid probe), so an unexplained open flag is believed only if it persists over ~2 s of
+/// re-reading; only a refusal pays for that.
+fn check_open(
+    ctx: &Context,
+    devices: &dyn Devices,
+    table: &MountTable,
+    o: &LvmOptions,
+    devnum: (u32, u32),
+    open: bool,
+) -> Result<()> {
+    policy::check_not_in_use(ctx.driver_name, devices, table, o, devnum, None)?;
+    let by_kubelet = table
+        .entries
+        .iter()
+        .any(|m| (m.major, m.minor) == devnum && kubelet_owned(ctx.driver_name, &m.mount_point));
+    if !open || by_kubelet {
+        return Ok(());
+    }
+    let until = std::time::Instant::now() + ctx.deadline.cap(Duration::from_secs(2));
+    while std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+        let lvs = tools::list_lvs(ctx, &o.vg)?;
+        if !lvs.iter().any(|r| r.lv_name == o.lv && r.open()) {
+            return Ok(());
+        }
+    }
+    policy::check_not_in_use(ctx.driver_name, devices, table, o, devnum, Some(true))
 }
 
 fn device_wait(ctx: &Context) -> Duration {
@@ -189,6 +231,7 @@ fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
             o.key()
         ))
     })?;
+    policy::check_max_size(&ctx.config.lvm, o, size)?;
     let _vg_lock = ctx.lock(BACKEND, &format!("vg:{}", o.vg))?;
     if let Some(pool) = &o.thin_pool {
         match lvs.iter().find(|r| &r.lv_name == pool) {
@@ -219,16 +262,7 @@ fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
     // Free space changes with every creation: read it under the VG lock, not from the earlier list.
     let vg = tools::vg_info(ctx, &o.vg)?;
     let bytes = round_up(size, vg.vg_extent_size.max(1))?;
-    if bytes > vg.vg_free {
-        return Err(Error::refused(format!(
-            "volume group {} has {} bytes free, but {} needs {bytes} bytes ({} rounded up to whole {}-byte extents); free space in the VG or ask for less",
-            o.vg,
-            vg.vg_free,
-            o.key(),
-            size,
-            vg.vg_extent_size
-        )));
-    }
+    policy::check_free(&ctx.config.lvm, o, bytes, vg.vg_free)?;
     tools::lvcreate(ctx, &o.vg, &o.lv, bytes, None, TAG_CREATED)
 }
 
@@ -343,6 +377,7 @@ fn mount_device(
         }
         return Ok(Reply::success());
     }
+    policy::check_not_in_use(ctx.driver_name, devices, &table, o, devnum, None)?;
 
     let blank = match tools::probe(ctx, &dev)? {
         Probe::Blank => true,
@@ -370,10 +405,18 @@ fn mount_device(
             )));
         }
         let lvs = tools::list_lvs(ctx, &o.vg)?;
-        if lvs
-            .iter()
-            .any(|r| r.lv_name == o.lv && r.has_tag(TAG_FORMATTED))
-        {
+        let row = lvs.iter().find(|r| r.lv_name == o.lv);
+        policy::check_allowed(&ctx.config.lvm, o, row)?;
+        // Blank and open, yet not mounted by kubelet: someone uses it raw (a VM, a database).
+        check_open(
+            ctx,
+            devices,
+            &table,
+            o,
+            devnum,
+            row.is_some_and(LvRow::open),
+        )?;
+        if row.is_some_and(|r| r.has_tag(TAG_FORMATTED)) {
             return Err(Error::refused(format!(
                 "{} was formatted by flexvol before but now shows no filesystem; refusing to format it again (that would hide data loss). Check the device, or remove the tag with `lvchange --deltag {TAG_FORMATTED} {}` to allow formatting",
                 dev.display(),
@@ -609,23 +652,19 @@ fn expand_fs(
         .iter()
         .find(|r| r.lv_name == o.lv)
         .ok_or_else(|| Error::refused(format!("logical volume {} does not exist", o.key())))?;
+    policy::check_allowed(&ctx.config.lvm, o, Some(lv))?;
+    let devnum = active_device(devices, o)?;
+    let table = ctx.mounter.table()?;
+    policy::check_not_in_use(ctx.driver_name, devices, &table, o, devnum, None)?;
     if lv.lv_size < new_size {
         let bytes = round_up(new_size, lv.vg_extent_size.max(1))?;
-        if !lv.is_thin() && bytes - lv.lv_size > lv.vg_free {
-            return Err(Error::refused(format!(
-                "volume group {} has {} bytes free, but growing {} from {} to {bytes} bytes needs {}; free space in the VG first",
-                o.vg,
-                lv.vg_free,
-                o.key(),
-                lv.lv_size,
-                bytes - lv.lv_size
-            )));
+        policy::check_max_size(&ctx.config.lvm, o, bytes)?;
+        if !lv.is_thin() {
+            policy::check_free(&ctx.config.lvm, o, bytes - lv.lv_size, lv.vg_free)?;
         }
         tools::lvextend(ctx, &o.key(), bytes)?;
         checkpoint("lvm-expandfs-after-lvextend");
     }
-    let devnum = active_device(devices, o)?;
-    let table = ctx.mounter.table()?;
     let m = fs_mount(&table, devnum).ok_or_else(|| {
         Error::refused(format!(
             "{} is not mounted, so its filesystem cannot be grown online; kubelet calls expandfs after mounting, so retry",

@@ -2,7 +2,7 @@
 //! Kubernetes quantities, the filesystem type, and mkfs/mount options through an allow-list so that
 //! no value can smuggle an extra argument (`-f`, a second device) into a command line.
 
-use crate::protocol::options::{Options, OptionsError, keys};
+use crate::protocol::options::{Options, OptionsError, keys, shown_value};
 use std::path::PathBuf;
 
 /// Option keys the LVM backend reads (besides kubelet's own).
@@ -19,6 +19,16 @@ pub mod key {
     pub const MKFS_OPTIONS: &str = "mkfsOptions";
     /// Filesystem mount options (allow-listed).
     pub const MOUNT_OPTIONS: &str = "mountOptions";
+    /// Every key a volume may set; any other key (except kubelet's own `kubernetes.io/...`) is
+    /// an error, so a typo (`volumeid`, `sizee`) never falls back to a default.
+    pub const ALL: &[&str] = &[
+        VOLUME_GROUP,
+        VOLUME_ID,
+        SIZE,
+        THIN_POOL,
+        MKFS_OPTIONS,
+        MOUNT_OPTIONS,
+    ];
 }
 
 /// The filesystem a volume is formatted with and mounted as.
@@ -91,8 +101,24 @@ pub struct LvmOptions {
 }
 
 impl LvmOptions {
-    /// Validates every option; touches nothing.
+    /// Validates every option; touches nothing. Keys are case-sensitive; a key that is neither
+    /// one of [`key::ALL`] nor kubelet's (`kubernetes.io/...`, the same rule as the NFS backend)
+    /// is refused, naming the key but never echoing its value.
     pub fn parse(o: &Options) -> Result<Self, OptionsError> {
+        if let Some(k) = o
+            .plain()
+            .keys()
+            .find(|k| !k.starts_with("kubernetes.io/") && !key::ALL.contains(&k.as_str()))
+        {
+            return Err(OptionsError::invalid(
+                k,
+                "<not shown>",
+                format!(
+                    "unknown LVM option (keys are case-sensitive); the options are {} (see drivers/lvm/README.md)",
+                    key::ALL.join(", ")
+                ),
+            ));
+        }
         let vg = o
             .require(
                 key::VOLUME_GROUP,
@@ -281,8 +307,70 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// One mkfs flag the allow-list accepts, and what its value may be.
 struct MkfsFlag {
     flag: &'static str,
-    value: fn(&str) -> bool,
+    value: Value,
     what: &'static str,
+}
+
+/// The grammar of a flag's value. No grammar admits `/`, `.` runs or any other path syntax: the
+/// only path on a mkfs command line is the device, which the driver appends itself. (mkfs.xfs
+/// takes path-valued sub-options such as `-l logdev=`, `-d name=`, `-r rtdev=`, and mke2fs has
+/// `-d root-dir`, `-J device=`; a relative one would resolve against mkfs's working directory.)
+#[derive(Clone, Copy)]
+enum Value {
+    /// A plain check on the whole value.
+    Check(fn(&str) -> bool),
+    /// A comma-separated list of `name[=value]` sub-options, each from this table.
+    Subs(&'static [Sub]),
+    /// A comma-separated list of `[^]feature` names from this table.
+    Features(&'static [&'static str]),
+}
+
+/// One sub-option (`-l size=4m`, `-E stride=16`) and the type of its value.
+struct Sub {
+    name: &'static str,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A decimal number.
+    Num,
+    /// A number with an optional unit letter (`4096`, `64k`, `1g`, `8s`, `2b`).
+    Size,
+    /// `0` or `1`.
+    Bool,
+    /// Bare (`noalign`) or `=0`/`=1`.
+    Flag,
+    /// Bare only.
+    Bare,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// `usrquota`, `grpquota`, `prjquota` joined by `:` (mke2fs `-E quotatype=`).
+    QuotaTypes,
+}
+
+impl Kind {
+    fn accepts(self, value: Option<&str>) -> bool {
+        match (self, value) {
+            (Kind::Bare, v) => v.is_none(),
+            (Kind::Flag, None) => true,
+            (Kind::Flag | Kind::Bool, Some(v)) => v == "0" || v == "1",
+            (_, None) => false,
+            (Kind::Num, Some(v)) => digits(v),
+            (Kind::Size, Some(v)) => {
+                let n = v.strip_suffix(['k', 'm', 'g', 't', 's', 'b']).unwrap_or(v);
+                digits(n)
+            }
+            (Kind::OneOf(words), Some(v)) => words.contains(&v),
+            (Kind::QuotaTypes, Some(v)) => v
+                .split(':')
+                .all(|t| matches!(t, "usrquota" | "grpquota" | "prjquota")),
+        }
+    }
+}
+
+const fn sub(name: &'static str, kind: Kind) -> Sub {
+    Sub { name, kind }
 }
 
 fn digits(v: &str) -> bool {
@@ -298,107 +386,253 @@ fn label16(v: &str) -> bool {
 fn label12(v: &str) -> bool {
     label16(v) && v.len() <= 12
 }
-/// `key=value,key=value` / `feature,^feature` lists: lowercase, digits, `_ = , ^`.
-fn sublist(v: &str) -> bool {
-    !v.is_empty()
-        && v.len() <= 200
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_=,^".contains(&b))
-        && !v.starts_with(',')
-}
 fn word(v: &str) -> bool {
     !v.is_empty() && v.len() <= 32 && v.bytes().all(|b| b.is_ascii_lowercase())
 }
 
+/// ext4(5) features mke2fs `-O` may set or (with `^`) clear. Not `journal_dev`: it turns the LV
+/// into an external journal for another filesystem.
+const EXT4_FEATURES: &[&str] = &[
+    "64bit",
+    "bigalloc",
+    "casefold",
+    "dir_index",
+    "dir_nlink",
+    "ea_inode",
+    "encrypt",
+    "ext_attr",
+    "extent",
+    "extents",
+    "extra_isize",
+    "filetype",
+    "flex_bg",
+    "has_journal",
+    "huge_file",
+    "inline_data",
+    "large_dir",
+    "large_file",
+    "meta_bg",
+    "metadata_csum",
+    "metadata_csum_seed",
+    "mmp",
+    "orphan_file",
+    "project",
+    "quota",
+    "resize_inode",
+    "sparse_super",
+    "sparse_super2",
+    "stable_inodes",
+    "uninit_bg",
+    "verity",
+];
+
+/// mke2fs `-E`. Not `root_owner` (kubelet applies fsGroup; the root directory stays root's),
+/// `offset`, `android_sparse` or `test_fs`.
+const EXT4_EXTENDED: &[Sub] = &[
+    sub("stride", Kind::Num),
+    sub("stripe_width", Kind::Num),
+    sub("stripe-width", Kind::Num),
+    sub("resize", Kind::Num),
+    sub("lazy_itable_init", Kind::Flag),
+    sub("lazy_journal_init", Kind::Flag),
+    sub("packed_meta_blocks", Kind::Flag),
+    sub("assume_storage_prezeroed", Kind::Flag),
+    sub("discard", Kind::Bare),
+    sub("nodiscard", Kind::Bare),
+    sub("num_backup_sb", Kind::OneOf(&["0", "1", "2"])),
+    sub("mmp_update_interval", Kind::Num),
+    sub("quotatype", Kind::QuotaTypes),
+    sub("encoding", Kind::OneOf(&["utf8", "utf8-12.1"])),
+    sub("encoding_flags", Kind::OneOf(&["strict"])),
+    sub("orphan_file_size", Kind::Num),
+];
+
 const EXT4_MKFS: &[MkfsFlag] = &[
     MkfsFlag {
         flag: "-b",
-        value: |v| matches!(v, "1024" | "2048" | "4096"),
+        value: Value::Check(|v| matches!(v, "1024" | "2048" | "4096")),
         what: "a block size of 1024, 2048 or 4096",
     },
     MkfsFlag {
         flag: "-i",
-        value: digits,
+        value: Value::Check(digits),
         what: "bytes per inode",
     },
     MkfsFlag {
         flag: "-I",
-        value: digits,
+        value: Value::Check(digits),
         what: "an inode size",
     },
     MkfsFlag {
         flag: "-N",
-        value: digits,
+        value: Value::Check(digits),
         what: "a number of inodes",
     },
     MkfsFlag {
         flag: "-m",
-        value: |v| digits(v) && v.parse::<u32>().is_ok_and(|p| p <= 50),
+        value: Value::Check(|v| digits(v) && v.parse::<u32>().is_ok_and(|p| p <= 50)),
         what: "a reserved-blocks percentage (0-50)",
     },
     MkfsFlag {
         flag: "-L",
-        value: label16,
+        value: Value::Check(label16),
         what: "a label of up to 16 characters [A-Za-z0-9_.-]",
     },
     MkfsFlag {
         flag: "-O",
-        value: sublist,
+        value: Value::Features(EXT4_FEATURES),
         what: "a feature list such as ^has_journal,quota",
     },
     MkfsFlag {
         flag: "-E",
-        value: sublist,
+        value: Value::Subs(EXT4_EXTENDED),
         what: "extended options such as lazy_itable_init=0,stride=16",
     },
     MkfsFlag {
         flag: "-T",
-        value: word,
+        value: Value::Check(word),
         what: "a usage type such as largefile",
     },
+];
+
+/// mkfs.xfs sections, value-typed sub-options only: no `file=`, `name=`, `logdev=`, `rtdev=`
+/// (paths), no `-r` (realtime device), `-p` (protofile) or `-c` (config file).
+const XFS_BLOCK: &[Sub] = &[sub("size", Kind::Size)];
+const XFS_DATA: &[Sub] = &[
+    sub("agcount", Kind::Num),
+    sub("agsize", Kind::Size),
+    sub("size", Kind::Size),
+    sub("su", Kind::Size),
+    sub("sunit", Kind::Num),
+    sub("sw", Kind::Num),
+    sub("swidth", Kind::Num),
+    sub("noalign", Kind::Flag),
+    sub("cowextsize", Kind::Num),
+    sub("extszinherit", Kind::Num),
+    sub("projinherit", Kind::Num),
+    sub("rtinherit", Kind::Bool),
+    sub("daxinherit", Kind::Bool),
+];
+const XFS_INODE: &[Sub] = &[
+    sub("size", Kind::Size),
+    sub("maxpct", Kind::Num),
+    sub("align", Kind::Bool),
+    sub("attr", Kind::OneOf(&["1", "2"])),
+    sub("projid32bit", Kind::Bool),
+    sub("sparse", Kind::Bool),
+    sub("nrext64", Kind::Bool),
+];
+const XFS_LOG: &[Sub] = &[
+    sub("size", Kind::Size),
+    sub("version", Kind::OneOf(&["1", "2"])),
+    sub("su", Kind::Size),
+    sub("sunit", Kind::Num),
+    sub("lazy-count", Kind::Bool),
+    sub("agnum", Kind::Num),
+];
+const XFS_META: &[Sub] = &[
+    sub("crc", Kind::Bool),
+    sub("finobt", Kind::Bool),
+    sub("rmapbt", Kind::Bool),
+    sub("reflink", Kind::Bool),
+    sub("inobtcount", Kind::Bool),
+    sub("bigtime", Kind::Bool),
+];
+const XFS_NAMING: &[Sub] = &[
+    sub("size", Kind::Size),
+    sub("version", Kind::OneOf(&["2", "ci"])),
+    sub("ftype", Kind::Bool),
 ];
 
 const XFS_MKFS: &[MkfsFlag] = &[
     MkfsFlag {
         flag: "-b",
-        value: sublist,
+        value: Value::Subs(XFS_BLOCK),
         what: "block options such as size=4096",
     },
     MkfsFlag {
         flag: "-d",
-        value: sublist,
-        what: "data options such as su=64k... (lowercase key=value list)",
+        value: Value::Subs(XFS_DATA),
+        what: "data options such as su=64k,sw=4",
     },
     MkfsFlag {
         flag: "-i",
-        value: sublist,
+        value: Value::Subs(XFS_INODE),
         what: "inode options such as size=512",
     },
     MkfsFlag {
         flag: "-l",
-        value: sublist,
-        what: "log options such as size=...(key=value list)",
+        value: Value::Subs(XFS_LOG),
+        what: "internal-log options such as size=64m",
     },
     MkfsFlag {
         flag: "-m",
-        value: sublist,
+        value: Value::Subs(XFS_META),
         what: "metadata options such as crc=1,reflink=1",
     },
     MkfsFlag {
         flag: "-n",
-        value: sublist,
+        value: Value::Subs(XFS_NAMING),
         what: "naming options such as size=8192",
     },
     MkfsFlag {
         flag: "-L",
-        value: label12,
+        value: Value::Check(label12),
         what: "a label of up to 12 characters [A-Za-z0-9_.-]",
     },
 ];
 
+/// Checks one flag's value; the error says which part is wrong.
+fn check_value(spec: &MkfsFlag, value: &str) -> Result<(), String> {
+    let expected = || format!("expected {}", spec.what);
+    if value.len() > 200 {
+        return Err(format!("{} value is too long; {}", spec.flag, expected()));
+    }
+    match spec.value {
+        Value::Check(ok) => ok(value).then_some(()).ok_or_else(expected),
+        Value::Features(names) => {
+            for item in value.split(',') {
+                if !names.contains(&item.strip_prefix('^').unwrap_or(item)) {
+                    return Err(format!(
+                        "feature {} is not allowed with {}; allowed: {}",
+                        shown_value(key::MKFS_OPTIONS, item),
+                        spec.flag,
+                        names.join(" ")
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Value::Subs(subs) => {
+            for item in value.split(',') {
+                let (name, v) = match item.split_once('=') {
+                    Some((n, v)) => (n, Some(v)),
+                    None => (item, None),
+                };
+                let Some(s) = subs.iter().find(|s| s.name == name) else {
+                    return Err(format!(
+                        "{} sub-option {name:?} is not allowed (only value-typed sub-options are: no paths or devices); allowed: {}",
+                        spec.flag,
+                        subs.iter().map(|s| s.name).collect::<Vec<_>>().join(" ")
+                    ));
+                };
+                if !s.kind.accepts(v) {
+                    return Err(format!(
+                        "{} sub-option {} has a bad value; {}",
+                        spec.flag,
+                        shown_value(key::MKFS_OPTIONS, item),
+                        expected()
+                    ));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
 /// `mkfsOptions`: whitespace-separated `-flag value` pairs, each flag from the allow-list of the
 /// filesystem type, each value matching that flag's grammar. Nothing else (no force flags, no
-/// positional arguments) gets through.
+/// positional arguments, no path anywhere) gets through.
 fn parse_mkfs_options(fs: &FsType, s: &str) -> Result<Vec<String>, OptionsError> {
     let allowed: &[MkfsFlag] = match fs {
         FsType::Ext4 => EXT4_MKFS,
@@ -424,12 +658,7 @@ fn parse_mkfs_options(fs: &FsType, s: &str) -> Result<Vec<String>, OptionsError>
         let value = tokens
             .next()
             .ok_or_else(|| bad(format!("{flag} needs a value ({})", spec.what)))?;
-        if !(spec.value)(value) {
-            return Err(bad(format!(
-                "{flag} {value:?} is not valid; expected {}",
-                spec.what
-            )));
-        }
+        check_value(spec, value).map_err(bad)?;
         out.push(flag.to_owned());
         out.push(value.to_owned());
     }
@@ -462,7 +691,6 @@ const EXT4_MOUNT: &[&str] = &[
     "data=writeback",
     "errors=continue",
     "errors=remount-ro",
-    "errors=panic",
     "init_itable",
     "noinit_itable",
     "block_validity",
@@ -499,9 +727,45 @@ const XFS_MOUNT: &[&str] = &[
     "sync",
     "dirsync",
     "nouuid",
-    "norecovery",
 ];
 const XFS_MOUNT_SIZE: &[&str] = &["logbufs", "logbsize", "allocsize", "sunit", "swidth"];
+/// Filesystem options refused on purpose, with the reason (the allow-lists above leave them out;
+/// this only makes the message precise).
+const DANGEROUS_MOUNT: &[(&str, &str)] = &[
+    (
+        "errors=panic",
+        "a filesystem error on this volume would panic (crash) the whole node",
+    ),
+    (
+        "norecovery",
+        "it mounts without replaying the journal, so the volume shows an inconsistent filesystem",
+    ),
+    (
+        "noload",
+        "it mounts without replaying the journal, so the volume shows an inconsistent filesystem",
+    ),
+    (
+        "resuid",
+        "reserved blocks belong to the node's users and groups, not the pod's",
+    ),
+    (
+        "resgid",
+        "reserved blocks belong to the node's users and groups, not the pod's",
+    ),
+    (
+        "grpid",
+        "it changes group-ownership semantics for every new file",
+    ),
+    (
+        "bsdgroups",
+        "it changes group-ownership semantics for every new file",
+    ),
+    (
+        "dax",
+        "it bypasses the page cache with direct device access",
+    ),
+];
+
 const MOUNT_FLAGS: &[&str] = &[
     "ro",
     "rw",
@@ -542,15 +806,27 @@ fn parse_mount_options(fs: &FsType, s: &str) -> Result<String, OptionsError> {
             FsType::Other(_) => false,
         };
         if !ok {
-            return Err(bad(if MOUNT_FLAGS.contains(&name) {
-                format!(
-                    "{opt:?} is a mount flag, not a filesystem option; read-only comes from the claim's readOnly, the others are not supported"
-                )
-            } else if matches!(fs, FsType::Other(_)) {
-                format!("mountOptions are not supported for fsType {}", fs.name())
-            } else {
-                format!("{opt:?} is not an allowed {} mount option", fs.name())
-            }));
+            return Err(bad(
+                if let Some((_, why)) = DANGEROUS_MOUNT
+                    .iter()
+                    .find(|(o, _)| *o == opt || *o == name)
+                {
+                    format!("{} is refused: {why}", shown_value(key::MOUNT_OPTIONS, opt))
+                } else if MOUNT_FLAGS.contains(&name) {
+                    format!(
+                        "{} is a mount flag, not a filesystem option; read-only comes from the claim's readOnly, the others are not supported",
+                        shown_value(key::MOUNT_OPTIONS, opt)
+                    )
+                } else if matches!(fs, FsType::Other(_)) {
+                    format!("mountOptions are not supported for fsType {}", fs.name())
+                } else {
+                    format!(
+                        "{} is not an allowed {} mount option",
+                        shown_value(key::MOUNT_OPTIONS, opt),
+                        fs.name()
+                    )
+                },
+            ));
         }
         out.push(opt);
     }
@@ -560,6 +836,29 @@ fn parse_mount_options(fs: &FsType, s: &str) -> Result<String, OptionsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_mount_and_mkfs_items_never_echo_a_credential() {
+        for (fs, mount, mkfs) in [
+            ("ext4", "noatime,password=S3CRETpwL", "-E token=S3CRETpwL"),
+            ("xfs", "secret=S3CRETpwL", "-d auth=S3CRETpwL"),
+        ] {
+            let m = parse(&format!(
+                r#"{{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"{fs}","mountOptions":"{mount}"}}"#
+            ))
+            .unwrap_err()
+            .to_string();
+            let k = parse(&format!(
+                r#"{{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"{fs}","mkfsOptions":"{mkfs}"}}"#
+            ))
+            .unwrap_err()
+            .to_string();
+            for (msg, key) in [(m, "mountOptions"), (k, "mkfsOptions")] {
+                assert!(msg.contains(key) && msg.contains("<redacted>"), "{msg}");
+                assert!(!msg.contains("S3CRETpwL"), "{msg}");
+            }
+        }
+    }
 
     fn parse(json: &str) -> Result<LvmOptions, OptionsError> {
         LvmOptions::parse(&Options::parse(json).unwrap())
@@ -695,5 +994,115 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn mkfs_allow_lists_take_values_never_paths() {
+        let ok = |fs: FsType, v: &str| parse_mkfs_options(&fs, v).is_ok();
+        for v in [
+            "-b size=4096 -d agcount=4,su=64k,sw=4,noalign -i size=512,sparse=1",
+            "-l size=64m,version=2,lazy-count=1,sunit=8 -m crc=1,reflink=1,bigtime=1",
+            "-n size=8192,ftype=1 -L data",
+        ] {
+            assert!(ok(FsType::Xfs, v), "{v}");
+        }
+        for v in [
+            "-m 0 -L web -b 4096 -i 16384 -I 256 -N 1000 -T largefile",
+            "-O ^has_journal,metadata_csum,64bit",
+            "-E lazy_itable_init=0,lazy_journal_init,stride=16,stripe_width=64,discard",
+            "-E quotatype=usrquota:prjquota,encoding=utf8,num_backup_sb=1",
+        ] {
+            assert!(ok(FsType::Ext4, v), "{v}");
+        }
+        for v in [
+            "-l file=1,logdev=vmlinuz,size=4m",
+            "-l logdev=/dev/sda",
+            "-l size=4m,name=x",
+            "-l internal=0",
+            "-d file=1,name=img",
+            "-d size=1g,name=../../etc/passwd",
+            "-r rtdev=sda",
+            "-r extsize=4k",
+            "-p proto",
+            "-c options=cfg",
+            "-s size=4096",
+            "-d su=64k,",
+            "-d =1",
+            "-i size=",
+            "-m crc=2",
+            "-n version=3",
+            "-l size=4m -f",
+            "-L /etc/x",
+            "-b size=4k /dev/sda",
+        ] {
+            assert!(!ok(FsType::Xfs, v), "xfs {v} should be refused");
+        }
+        for v in [
+            "-E root_owner",
+            "-E root_owner=0:0",
+            "-E offset=1",
+            "-E android_sparse",
+            "-E test_fs",
+            "-E stride=",
+            "-E discard=1",
+            "-E quotatype=usrquota:/x",
+            "-O journal_dev",
+            "-O ^journal_dev",
+            "-O has_journal,",
+            "-O none",
+            "-d etc",
+            "-d /etc",
+            "-J device=/dev/sda",
+            "-J size=4",
+            "-e panic",
+            "-U clear",
+            "-T ../x",
+            "-m 51",
+            "-F",
+        ] {
+            assert!(!ok(FsType::Ext4, v), "ext4 {v} should be refused");
+        }
+        // The message names the offending sub-option.
+        let e = parse_mkfs_options(&FsType::Xfs, "-l file=1,logdev=vmlinuz,size=4m").unwrap_err();
+        assert!(
+            e.to_string().contains("sub-option \"file\" is not allowed"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn mount_allow_lists_leave_out_what_harms_the_node() {
+        for (fs, v) in [
+            (FsType::Ext4, "errors=panic"),
+            (FsType::Ext4, "noload"),
+            (FsType::Ext4, "norecovery"),
+            (FsType::Ext4, "resuid=0"),
+            (FsType::Ext4, "resgid=0"),
+            (FsType::Ext4, "grpid"),
+            (FsType::Ext4, "bsdgroups"),
+            (FsType::Ext4, "dax"),
+            (FsType::Ext4, "journal_path=/dev/sda"),
+            (FsType::Ext4, "journal_dev=1"),
+            (FsType::Ext4, "usrjquota=aquota.user"),
+            (FsType::Ext4, "debug"),
+            (FsType::Ext4, "abort"),
+            (FsType::Xfs, "norecovery"),
+            (FsType::Xfs, "logdev=/dev/sda"),
+            (FsType::Xfs, "rtdev=/dev/sda"),
+            (FsType::Xfs, "grpid"),
+            (FsType::Xfs, "dax=always"),
+        ] {
+            let e = parse_mount_options(&fs, v).unwrap_err().to_string();
+            assert!(e.contains("mountOptions"), "{e}");
+        }
+        let e = parse_mount_options(&FsType::Ext4, "errors=panic").unwrap_err();
+        assert!(
+            e.to_string().contains("panic (crash) the whole node"),
+            "{e}"
+        );
+        assert_eq!(
+            parse_mount_options(&FsType::Ext4, "errors=remount-ro,noacl").unwrap(),
+            "errors=remount-ro,noacl"
+        );
     }
 }

@@ -33,14 +33,19 @@ fn vgs_json(free: u64) -> String {
     )
 }
 
-struct FakeDevices(Mutex<Option<(u32, u32)>>);
+/// The LV's device number (when present), the swap devices and the LV's holders.
+struct FakeDevices(
+    Mutex<Option<(u32, u32)>>,
+    Mutex<Vec<(u32, u32)>>,
+    Mutex<Vec<String>>,
+);
 
 impl FakeDevices {
     fn present() -> Self {
-        Self(Mutex::new(Some(DEVNUM)))
+        Self(Mutex::new(Some(DEVNUM)), Mutex::default(), Mutex::default())
     }
     fn absent() -> Self {
-        Self(Mutex::new(None))
+        Self(Mutex::new(None), Mutex::default(), Mutex::default())
     }
 }
 
@@ -50,6 +55,16 @@ impl Devices for FakeDevices {
             *self.0.lock().unwrap()
         } else {
             None
+        })
+    }
+    fn swaps(&self) -> Result<Vec<(u32, u32)>> {
+        Ok(self.1.lock().unwrap().clone())
+    }
+    fn holders(&self, dev: (u32, u32)) -> Result<Vec<String>> {
+        Ok(if dev == DEVNUM {
+            self.2.lock().unwrap().clone()
+        } else {
+            Vec::new()
         })
     }
 }
@@ -64,15 +79,30 @@ struct World {
 }
 
 impl World {
+    /// vg0 allowed: any of its LVs may be used and created.
     fn new() -> Self {
+        Self::with_lvm(LvmConfig {
+            device_wait_seconds: 1,
+            allowed_volume_groups: vec!["vg0".into()],
+            ..LvmConfig::default()
+        })
+    }
+
+    /// The default policy: no VG allowed, only tagged LVs.
+    fn default_policy() -> Self {
+        Self::with_lvm(LvmConfig {
+            device_wait_seconds: 1,
+            ..LvmConfig::default()
+        })
+    }
+
+    fn with_lvm(lvm: LvmConfig) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let config = Config {
             state_dir: root.join("state"),
             run_dir: root.join("run"),
-            lvm: LvmConfig {
-                device_wait_seconds: 1,
-            },
+            lvm,
             ..Config::default()
         };
         Self {
@@ -761,7 +791,7 @@ fn expandfs_xfs_grows_by_mount_point_and_checks_free_space() {
     let e = w
         .call(&["expandfs", J, DEV, s(&p), &(12u64 << 30).to_string(), "0"])
         .unwrap_err();
-    assert!(e.to_string().contains("free space in the VG first"), "{e}");
+    assert!(e.to_string().contains("free space in the VG"), "{e}");
     assert!(!w.lines().iter().any(|l| l.contains("lvextend")));
 }
 
@@ -780,4 +810,484 @@ fn expandfs_needs_a_mounted_filesystem() {
         .call(&["expandfs", J, DEV, s(&p), "2147483648", "0"])
         .unwrap_err();
     assert!(e.to_string().contains("is not mounted"), "{e}");
+}
+
+// ---- issue #10: regression tests for the LVM holes ----
+
+/// #1: a path-valued mkfs.xfs sub-option truncated a file in the node's `/`
+/// (`-l file=1,logdev=vmlinuz,size=4m`, mkfs running in `/`). Refused before any tool runs.
+#[test]
+fn mkfs_options_with_paths_are_refused_before_anything_runs() {
+    let xfs = |mkfs: &str| {
+        J.replace(r#""ext4""#, r#""xfs""#).replace(
+            r#""size""#,
+            &format!(r#""mkfsOptions":{},"size""#, serde_json::json!(mkfs)),
+        )
+    };
+    let ext4 = |mkfs: &str| {
+        J.replace(
+            r#""size""#,
+            &format!(r#""mkfsOptions":{},"size""#, serde_json::json!(mkfs)),
+        )
+    };
+    let cases = [
+        xfs("-l file=1,logdev=vmlinuz,size=4m"),
+        xfs("-l logdev=sda"),
+        xfs("-l name=log,file=1"),
+        xfs("-l internal=0"),
+        xfs("-d file=1,name=img,size=1g"),
+        xfs("-d name=x"),
+        xfs("-r rtdev=sda"),
+        xfs("-p proto"),
+        xfs("-c options=cfg"),
+        ext4("-E root_owner"),
+        ext4("-E root_owner=1000:1000"),
+        ext4("-E offset=4096"),
+        ext4("-E android_sparse"),
+        ext4("-O journal_dev"),
+        ext4("-d etc"),
+        ext4("-J device=sda"),
+        ext4("-e panic"),
+    ];
+    for j in &cases {
+        let w = World::new();
+        let g = w.global();
+        blkid(&w, 2, "");
+        for args in [
+            vec!["waitforattach", DEV, j.as_str()],
+            vec!["mountdevice", s(&g), DEV, j.as_str()],
+        ] {
+            let e = w.call(&args).unwrap_err();
+            assert!(e.to_string().contains("mkfsOptions"), "{j}: {e}");
+        }
+        assert!(w.lines().is_empty(), "{j}: {:?}", w.lines());
+        assert!(w.mounter.calls().is_empty());
+        assert_eq!(w.state_files(), 0);
+    }
+}
+
+/// #1 (defence in depth): mkfs runs in an empty private directory, not in `/`.
+#[test]
+fn mkfs_runs_in_an_empty_private_directory() {
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 2, "");
+    lvs_with(&w, "-wi-a-----", "");
+    let j = J.replace(
+        r#""size""#,
+        r#""mkfsOptions":"-E lazy_itable_init=0 -O ^has_journal","size""#,
+    );
+    w.call(&["mountdevice", s(&g), DEV, &j]).unwrap();
+    let mkfs = w
+        .runner
+        .calls()
+        .into_iter()
+        .find(|c| c.tool == "mkfs.ext4")
+        .unwrap();
+    let cwd = mkfs.cwd.expect("mkfs must get a working directory");
+    assert_eq!(cwd, w.root.join("run/lvm-empty"));
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&cwd).unwrap().permissions().mode() & 0o777,
+        0o500
+    );
+    assert_eq!(
+        mkfs.args,
+        ["-q", "-E", "lazy_itable_init=0", "-O", "^has_journal", DEV]
+    );
+    // A symlink in its place is refused, never followed.
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 2, "");
+    lvs_with(&w, "-wi-a-----", "");
+    std::fs::create_dir_all(w.root.join("run")).unwrap();
+    std::os::unix::fs::symlink("/", w.root.join("run/lvm-empty")).unwrap();
+    let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("not a directory of ours"), "{e}");
+    assert_eq!(w.runner.count("mkfs.ext4"), 0);
+}
+
+/// #9: unknown keys (a typo of volumeID, of size) are errors; the message names the key, never
+/// its value.
+#[test]
+fn unknown_option_keys_are_refused_without_echoing_their_value() {
+    for (k, v) in [
+        ("volumeid", "root"),
+        ("sizee", "5Gi"),
+        ("VolumeGroup", "vg1"),
+        ("password", "s3cr3t-value"),
+    ] {
+        let mut m: serde_json::Map<String, serde_json::Value> = serde_json::from_str(J).unwrap();
+        m.insert(k.into(), v.into());
+        let j = serde_json::Value::Object(m).to_string();
+        let w = World::new();
+        let g = w.global();
+        let p = w.pod();
+        for args in [
+            vec!["attach", j.as_str(), "n"],
+            vec!["waitforattach", DEV, j.as_str()],
+            vec!["mountdevice", s(&g), DEV, j.as_str()],
+            vec!["mount", s(&p), j.as_str()],
+            vec!["expandfs", j.as_str(), DEV, s(&p), "2147483648", "0"],
+        ] {
+            let e = w.call(&args).unwrap_err().to_string();
+            assert!(e.contains(&format!("{k:?}")), "{args:?}: {e}");
+            assert!(e.contains("unknown LVM option"), "{e}");
+            assert!(!e.contains(v), "the value of {k} leaked: {e}");
+        }
+        assert!(w.lines().is_empty(), "{:?}", w.lines());
+        assert!(w.mounter.calls().is_empty());
+    }
+    // kubelet's own keys are not "unknown".
+    let j = J.replace(
+        r#""size""#,
+        r#""kubernetes.io/pod.name":"p","kubernetes.io/mounterArgs.FsGroup":"2000","kubernetes.io/serviceAccount.name":"default","size""#,
+    );
+    World::new().call(&["attach", &j, "n"]).unwrap();
+}
+
+/// #12: mount options that panic the node or skip journal replay are refused.
+#[test]
+fn dangerous_mount_options_are_refused() {
+    for (fs, opt) in [
+        ("ext4", "errors=panic"),
+        ("ext4", "noacl,errors=panic"),
+        ("ext4", "noload"),
+        ("ext4", "norecovery"),
+        ("ext4", "resuid=0"),
+        ("ext4", "grpid"),
+        ("ext4", "dax"),
+        ("xfs", "norecovery"),
+        ("xfs", "grpid"),
+        ("xfs", "dax=always"),
+    ] {
+        let w = World::new();
+        let g = w.global();
+        blkid(&w, 0, EXT4);
+        let j = J
+            .replace(r#""ext4""#, &format!("{fs:?}"))
+            .replace(r#""size""#, &format!(r#""mountOptions":"{opt}","size""#));
+        let e = w.call(&["mountdevice", s(&g), DEV, &j]).unwrap_err();
+        assert!(e.to_string().contains("mountOptions"), "{fs} {opt}: {e}");
+        assert!(w.mounter.calls().is_empty());
+        assert!(w.lines().is_empty());
+    }
+}
+
+fn lvs_with(w: &World, attr: &str, tags: &str) {
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", attr, 1 << 30, tags, "")]),
+        "",
+    );
+}
+
+/// #8: by default (no allowed VG) an LV the node did not hand to flexvol cannot be activated, and
+/// nothing can be created; the refusal does not tell whether the LV exists.
+#[test]
+fn default_policy_refuses_untagged_lvs_and_creation() {
+    // The node's root LV, inactive or active: refused after the one lvs report.
+    for attr in ["-wi-------", "-wi-ao----"] {
+        let w = World::default_policy();
+        lvs_with(&w, attr, "");
+        let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+        assert!(
+            e.to_string().contains("not available to flexvol volumes"),
+            "{e}"
+        );
+        assert_eq!(w.lines(), [LVS], "{attr}");
+    }
+    // Missing LV with a size: the same message, no vgs, no lvcreate.
+    let w = World::default_policy();
+    w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
+    let missing = w.call(&["waitforattach", DEV, J]).unwrap_err().to_string();
+    assert_eq!(w.lines(), [LVS]);
+    let w = World::default_policy();
+    lvs_with(&w, "-wi-------", "other.tag");
+    let existing = w.call(&["waitforattach", DEV, J]).unwrap_err().to_string();
+    assert_eq!(missing, existing);
+    // mountdevice never formats such an LV either.
+    let w = World::default_policy();
+    let g = w.global();
+    blkid(&w, 2, "");
+    lvs_with(&w, "-wi-a-----", "");
+    let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(
+        e.to_string().contains("not available to flexvol volumes"),
+        "{e}"
+    );
+    assert_eq!(w.runner.count("mkfs.ext4"), 0);
+    assert!(w.mounter.calls().is_empty());
+    assert_eq!(w.state_files(), 0);
+    // expandfs of it: refused before lvextend.
+    let w = World::default_policy();
+    let g = w.global();
+    let p = w.pod();
+    w.mounter.add(DEV, &g, "ext4", false);
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w
+        .call(&["expandfs", J, DEV, s(&p), "2147483648", "0"])
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("not available to flexvol volumes"),
+        "{e}"
+    );
+    assert_eq!(w.lines(), [LVS]);
+}
+
+#[test]
+fn default_policy_accepts_lvs_tagged_for_flexvol() {
+    for tags in ["flexvol.allowed", "x,flexvol.created,flexvol.formatted"] {
+        let w = World::default_policy();
+        lvs_with(&w, "-wi-------", tags);
+        w.call(&["waitforattach", DEV, J]).unwrap();
+        assert_eq!(w.lines(), [LVS, "lvm lvchange -ay -K -- vg0/lv1"]);
+    }
+}
+
+/// #8: even an allowed LV is refused while the host uses it.
+#[test]
+fn an_lv_the_host_uses_is_refused() {
+    // Mounted at / (the node's root LV in an allowed VG): waitforattach and mountdevice refuse.
+    let w = World::new();
+    let g = w.global();
+    w.mounter.add(DEV, Path::new("/"), "ext4", false); // DEVNUM
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(
+        e.to_string().contains("in use by the node (mounted at /)"),
+        "{e}"
+    );
+    blkid(&w, 0, EXT4);
+    let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("mounted at /"), "{e}");
+    assert!(w.mounter.calls().is_empty());
+    assert_eq!(w.runner.count("blkid"), 0);
+    assert_eq!(w.state_files(), 0);
+
+    // Swap, a device stacked on it, open without a mount.
+    let w = World::new();
+    w.devices.1.lock().unwrap().push(DEVNUM);
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("active swap"), "{e}");
+    let w = World::new();
+    w.devices.2.lock().unwrap().push("dm-7".into());
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("dm-7 is stacked on it"), "{e}");
+    let w = World::new();
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w.call(&["waitforattach", DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("its device is open"), "{e}");
+
+    // Open because kubelet mounted it at its global dir: fine, one lvm command.
+    let w = World::new();
+    let g = w.global();
+    w.mounter.add(DEV, &g, "ext4", false);
+    lvs_with(&w, "-wi-ao----", "");
+    w.call(&["waitforattach", DEV, J]).unwrap();
+    assert_eq!(w.lines(), [LVS]);
+    // ... but not another driver's directories.
+    let w = World::new();
+    w.mounter.add(
+        DEV,
+        &w.root
+            .join("kubelet/plugins/kubernetes.io/flexvolume/other/lvm/mounts/x"),
+        "ext4",
+        false,
+    );
+    lvs_with(&w, "-wi-ao----", "");
+    assert!(w.call(&["waitforattach", DEV, J]).is_err());
+
+    // expandfs of an LV the host mounted: refused before lvextend.
+    let w = World::new();
+    let p = w.pod();
+    w.mounter.add(DEV, Path::new("/srv"), "ext4", false);
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w
+        .call(&["expandfs", J, DEV, s(&p), "2147483648", "0"])
+        .unwrap_err();
+    assert!(e.to_string().contains("mounted at /srv"), "{e}");
+    assert_eq!(w.lines(), [LVS]);
+}
+
+/// #8: a blank LV held open raw (a VM's disk, say) is not formatted by mountdevice.
+#[test]
+fn mountdevice_never_formats_an_open_lv_kubelet_has_not_mounted() {
+    let w = World::new();
+    let g = w.global();
+    blkid(&w, 2, "");
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(e.to_string().contains("its device is open"), "{e}");
+    assert_eq!(w.runner.count("mkfs.ext4"), 0);
+    assert!(w.mounter.calls().is_empty());
+}
+
+/// udev's blkid opens a device for a moment after activation or a writer's close: an open flag
+/// that goes away on re-reading is not host use.
+#[test]
+fn a_transient_open_flag_is_not_host_use() {
+    let w = World::new();
+    lvs_with(&w, "-wi-a-----", "");
+    w.runner.once(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-ao----", 1 << 30, "", "")]),
+        "",
+    );
+    w.call(&["waitforattach", DEV, J]).unwrap();
+    assert_eq!(w.lines(), [LVS, LVS]);
+}
+
+#[test]
+fn kubelet_owned_paths() {
+    for p in [
+        "/var/lib/kubelet/plugins/kubernetes.io/flexvolume/example.com/lvm/mounts/pv-1",
+        "/var/lib/kubelet/pods/uid/volumes/example.com~lvm/pv-1",
+        "/var/lib/kubelet/pods/uid/volume-subpaths/pv-1/c/0",
+    ] {
+        assert!(kubelet_owned("example.com/lvm", Path::new(p)), "{p}");
+    }
+    for p in [
+        "/",
+        "/srv",
+        "/var/lib/kubelet/plugins/kubernetes.io/flexvolume/example.com/lvm/mounts",
+        "/var/lib/kubelet/plugins/kubernetes.io/flexvolume/example.com/lvm/mounts/pv-1/sub",
+        "/var/lib/kubelet/plugins/kubernetes.io/flexvolume/example.com/nfs/mounts/pv-1",
+        "/var/lib/kubelet/pods/uid/volumes/kubernetes.io~empty-dir/x",
+        "/var/lib/kubelet/pods/uid/volumes/example.com~lvm",
+    ] {
+        assert!(!kubelet_owned("example.com/lvm", Path::new(p)), "{p}");
+    }
+}
+
+/// #8: `size` is capped by lvm.maxVolumeSize and leaves lvm.vgReserve free.
+#[test]
+fn sizes_are_capped_by_node_config() {
+    let capped = || {
+        World::with_lvm(LvmConfig {
+            device_wait_seconds: 1,
+            allowed_volume_groups: vec!["vg0".into()],
+            max_volume_size: Some(512 << 20),
+            vg_reserve: 7 << 30,
+        })
+    };
+    // Thick and thin creation above the cap: refused before lvcreate.
+    for extra in ["", r#""thinpool":"pool","#] {
+        let w = capped();
+        w.runner.on(
+            "lvm",
+            &["lvs"],
+            0,
+            &lvs_json(&[("pool", "twi-aotz--", 1 << 30, "", "")]),
+            "",
+        );
+        w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");
+        let j = J.replace(r#""size""#, &format!("{extra}\"size\""));
+        let e = w.call(&["waitforattach", DEV, &j]).unwrap_err();
+        assert!(e.to_string().contains("lvm.maxVolumeSize"), "{e}");
+        assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
+    }
+    // Under the cap, but it would eat into the reserve: 8 GiB free - 7 GiB reserved < 1.5 GiB.
+    let w = World::with_lvm(LvmConfig {
+        device_wait_seconds: 1,
+        allowed_volume_groups: vec!["vg0".into()],
+        max_volume_size: None,
+        vg_reserve: 7 << 30,
+    });
+    w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
+    w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");
+    let e = w
+        .call(&["waitforattach", DEV, &J.replace("1Gi", "1.5Gi")])
+        .unwrap_err();
+    assert!(e.to_string().contains("lvm.vgReserve"), "{e}");
+    assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
+    // 1 GiB fits exactly.
+    w.call(&["waitforattach", DEV, J]).unwrap();
+    assert!(w.lines().iter().any(|l| l.contains("lvcreate")));
+    // Growth beyond the cap: refused before lvextend.
+    let w = capped();
+    let g = w.global();
+    let p = w.pod();
+    w.mounter.add(DEV, &g, "ext4", false);
+    lvs_with(&w, "-wi-ao----", "");
+    let e = w
+        .call(&["expandfs", J, DEV, s(&p), "2147483648", "0"])
+        .unwrap_err();
+    assert!(e.to_string().contains("lvm.maxVolumeSize"), "{e}");
+    assert_eq!(w.lines(), [LVS]);
+}
+
+#[test]
+fn lvm_node_config_keys() {
+    let c = Config::parse(
+        Path::new("/c.json"),
+        br#"{"lvm":{"allowedVolumeGroups":["vg0","data"],"maxVolumeSize":"100Gi","vgReserve":"10Gi"}}"#,
+    )
+    .unwrap();
+    assert_eq!(c.lvm.allowed_volume_groups, ["vg0", "data"]);
+    assert_eq!(c.lvm.max_volume_size, Some(100 << 30));
+    assert_eq!(c.lvm.vg_reserve, 10 << 30);
+    let d = Config::default();
+    assert!(d.lvm.allowed_volume_groups.is_empty());
+    assert_eq!((d.lvm.max_volume_size, d.lvm.vg_reserve), (None, 0));
+    for bad in [
+        r#"{"lvm":{"allowedVolumeGroups":["vg/0"]}}"#,
+        r#"{"lvm":{"allowedVolumeGroups":"vg0"}}"#,
+        r#"{"lvm":{"maxVolumeSize":"lots"}}"#,
+        r#"{"lvm":{"vgReserve":10}}"#,
+        r#"{"lvm":{"allowedVolumeGroup":["vg0"]}}"#,
+    ] {
+        assert!(
+            Config::parse(Path::new("/c.json"), bad.as_bytes()).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+/// The host-use check over a real mountinfo text: one device mounted several times.
+#[test]
+fn host_use_check_over_several_mounts_of_one_device() {
+    let table = |points: &[&str]| {
+        let text: String = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                format!(
+                    "{} 1 253:4 / {p} rw,relatime - ext4 /dev/mapper/vg0-lv1 rw\n",
+                    30 + i
+                )
+            })
+            .collect();
+        crate::sys::mountinfo::MountTable::parse(text.as_bytes()).unwrap()
+    };
+    let o = LvmOptions::parse(&Options::parse(J).unwrap()).unwrap();
+    let devs = FakeDevices::present();
+    let check = |t: &crate::sys::mountinfo::MountTable, open| {
+        policy::check_not_in_use("example.com/lvm", &devs, t, &o, (253, 4), open)
+    };
+    let kubelet = [
+        "/var/lib/kubelet/plugins/kubernetes.io/flexvolume/example.com/lvm/mounts/pv-lvm-1",
+        "/var/lib/kubelet/pods/u1/volumes/example.com~lvm/pv-lvm-1",
+        "/var/lib/kubelet/pods/u2/volumes/example.com~lvm/pv-lvm-1",
+        "/var/lib/kubelet/pods/u2/volume-subpaths/pv-lvm-1/web/0",
+    ];
+    check(&table(&kubelet), Some(true)).unwrap();
+    check(&table(&[]), Some(false)).unwrap();
+    check(&table(&[]), None).unwrap();
+    let e = check(&table(&[]), Some(true)).unwrap_err();
+    assert!(e.to_string().contains("open"), "{e}");
+    let mut with_host = kubelet.to_vec();
+    with_host.insert(2, "/home");
+    let e = check(&table(&with_host), Some(true)).unwrap_err();
+    assert!(e.to_string().contains("mounted at /home"), "{e}");
+    // Another device's mounts do not matter.
+    let e = policy::check_not_in_use("example.com/lvm", &devs, &table(&["/"]), &o, (253, 5), None);
+    assert!(e.is_ok());
 }

@@ -9,6 +9,7 @@ use crate::backend::Context;
 use crate::error::{Error, Result};
 use crate::sys::exec::{Cmd, ExecError};
 use serde::Deserialize;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -68,6 +69,10 @@ impl LvRow {
     /// A thin pool (attr[0] == 't').
     pub fn is_thin_pool(&self) -> bool {
         self.attr(0) == 't'
+    }
+    /// Its device is open (attr[5] == 'o'): mounted, or held by some process or device.
+    pub fn open(&self) -> bool {
+        self.attr(5) == 'o'
     }
     /// Thick (attr[0] not 'V', the thin-volume type): allocates from the VG's free space.
     pub fn is_thin(&self) -> bool {
@@ -297,13 +302,43 @@ pub fn probe(ctx: &Context, dev: &Path) -> Result<Probe> {
 
 /// `mkfs.<type> [-q] <args> <dev>`. No force flag: mkfs.ext4 then stops (stdin is /dev/null) and
 /// mkfs.xfs refuses if a signature appeared since the probe.
+///
+/// It runs in [`empty_dir`], not `/`: the option allow-list admits no path, and should one ever
+/// slip through, a relative path resolves inside an empty private directory instead of the
+/// node's root.
 pub fn mkfs(ctx: &Context, fs: &super::FsType, args: &[String], dev: &Path) -> Result<()> {
-    let mut cmd = Cmd::new(&fs.mkfs_tool()).timeout(ctx.deadline.cap(ctx.config.command_timeout()));
+    let mut cmd = Cmd::new(&fs.mkfs_tool())
+        .timeout(ctx.deadline.cap(ctx.config.command_timeout()))
+        .cwd(empty_dir(ctx)?);
     if matches!(fs, super::FsType::Ext4 | super::FsType::Xfs) {
         cmd = cmd.arg("-q");
     }
     ctx.runner.check(&cmd.args(args).arg(dev))?;
     Ok(())
+}
+
+/// `<runDir>/lvm-empty`: a directory of root's, mode 0500, that nothing writes into; created on
+/// first use. Anything else at that path (a symlink, a file) is an error.
+pub fn empty_dir(ctx: &Context) -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = ctx.config.run_dir.join("lvm-empty");
+    match std::fs::DirBuilder::new().mode(0o500).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io("create", &dir, e)),
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(|e| Error::io("stat", &dir, e))?;
+    if !m.file_type().is_dir() || m.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(Error::refused(format!(
+            "{} is not a directory of ours; remove it (flexvol recreates it empty)",
+            dir.display()
+        )));
+    }
+    if m.permissions().mode() & 0o7777 != 0o500 {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500))
+            .map_err(|e| Error::io("chmod", &dir, e))?;
+    }
+    Ok(dir)
 }
 
 /// Grows a mounted filesystem to fill its device: `resize2fs <dev>` (ext2/3/4, online) or
@@ -323,10 +358,16 @@ pub fn grow_fs(ctx: &Context, fs_type: &str, dev: &Path, mount_point: &Path) -> 
     Ok(())
 }
 
-/// The device-node seam: tests substitute device numbers for real block devices.
+/// The device seam: tests substitute device numbers for real block devices, and say what the
+/// host does with them.
 pub trait Devices {
     /// `(major, minor)` of the block device at `path` (symlinks followed); `None` when absent.
     fn block_device(&self, path: &Path) -> Result<Option<(u32, u32)>>;
+    /// Device numbers of the block devices in use as swap (`/proc/swaps`; swap files live on a
+    /// mounted filesystem, which the mount check sees).
+    fn swaps(&self) -> Result<Vec<(u32, u32)>>;
+    /// Names of the devices stacked on this one (`/sys/dev/block/<major>:<minor>/holders`).
+    fn holders(&self, dev: (u32, u32)) -> Result<Vec<String>>;
 }
 
 /// The real `/dev`.
@@ -348,6 +389,45 @@ impl Devices for SysDevices {
             ))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io("stat", path, e)),
+        }
+    }
+
+    fn swaps(&self) -> Result<Vec<(u32, u32)>> {
+        let path = Path::new("/proc/swaps");
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            // A kernel without swap support has no /proc/swaps.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        let mut out = Vec::new();
+        for line in text.split(|b| *b == b'\n').skip(1) {
+            let mut fields = line
+                .split(|b| b.is_ascii_whitespace())
+                .filter(|f| !f.is_empty());
+            let (Some(name), Some(kind)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            if kind != b"partition" {
+                continue;
+            }
+            let name = std::ffi::OsString::from_vec(crate::sys::mountinfo::unescape(name));
+            if let Ok(Some(n)) = self.block_device(Path::new(&name)) {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    fn holders(&self, (major, minor): (u32, u32)) -> Result<Vec<String>> {
+        let dir = format!("/sys/dev/block/{major}:{minor}/holders");
+        match std::fs::read_dir(&dir) {
+            Ok(d) => Ok(d
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(Error::io("read", Path::new(&dir), e)),
         }
     }
 }

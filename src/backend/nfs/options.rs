@@ -128,7 +128,7 @@ impl NfsOptions {
 }
 
 /// The keys a volume may set (besides kubelet's own `kubernetes.io/*`).
-const KNOWN_KEYS: &[&str] = &["server", "share", "version", "mountOptions"];
+pub const KNOWN_KEYS: &[&str] = &["server", "share", "version", "mountOptions"];
 
 /// How a mount option's value is checked.
 #[derive(Debug, Clone, Copy)]
@@ -430,9 +430,8 @@ impl NfsOptions {
             .keys()
             .find(|k| !k.starts_with("kubernetes.io/") && !KNOWN_KEYS.contains(&k.as_str()))
         {
-            return Err(OptionsError::invalid(
+            return Err(OptionsError::unknown(
                 k,
-                o.get(k).unwrap_or(""),
                 format!(
                     "unknown NFS option; the options are {} (see drivers/nfs/README.md)",
                     KNOWN_KEYS.join(", ")

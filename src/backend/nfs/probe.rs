@@ -9,6 +9,12 @@
 //! node's own resolver setup (nsswitch, /etc/hosts, DNS) and a resolver that hangs is killed with
 //! it. An IP address needs no resolution. The connect itself uses `connect_timeout` with what is
 //! left of the budget.
+//!
+//! Safety rule: the message never says *how* a connect failed (refused, timed out, unreachable).
+//! Volume options choose the server and `port=`, and the message reaches pod events, so telling
+//! those apart would turn every pod author into a port scanner of the node's network. The
+//! operator finds out which from the node (`rpcinfo -t SERVER nfs`, `nc -vz SERVER PORT`). What
+//! remains observable is timing: a refused port fails at once, a filtered one after the budget.
 
 use crate::sys::exec::{Cmd, ExecError, Runner};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -33,18 +39,8 @@ pub fn reachable(
         let addr = SocketAddr::new(ip, port);
         match TcpStream::connect_timeout(&addr, left) {
             Ok(_) => return Ok(addr),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                last = format!(
-                    "{addr} refused the connection (the host is up but no NFS server listens on port {port})"
-                );
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                last = format!(
-                    "no answer from {addr} within {:.1}s (host down, unroutable or a firewall dropping NFS traffic)",
-                    left.as_secs_f64()
-                );
-            }
-            Err(e) => last = format!("cannot connect to {addr}: {e}"),
+            // One message for every way a connect fails (module doc: no port scanner).
+            Err(_) => last = unreachable_message(addr),
         }
     }
     if last.is_empty() {
@@ -54,6 +50,16 @@ pub fn reachable(
         );
     }
     Err(last)
+}
+
+/// The message for any failed connect to `addr`: the same whether it was refused, timed out or
+/// unroutable.
+fn unreachable_message(addr: SocketAddr) -> String {
+    format!(
+        "nothing accepted a TCP connection on {addr} (the server may be down, not serving NFS on port {port}, or filtered; flexvol does not say which, check from the node with `rpcinfo -t {ip} nfs` or `nc -vz {ip} {port}`)",
+        port = addr.port(),
+        ip = addr.ip()
+    )
 }
 
 /// The addresses of `server`, in the resolver's order.
@@ -111,11 +117,41 @@ mod tests {
         assert_eq!(addr.port(), port);
         drop(l);
         let t = Instant::now();
-        let e = reachable(&runner, "127.0.0.1", port, Duration::from_secs(2)).unwrap_err();
-        assert!(e.contains("refused the connection"), "{e}");
+        let refused = reachable(&runner, "127.0.0.1", port, Duration::from_secs(2)).unwrap_err();
+        assert!(
+            refused.contains("nothing accepted a TCP connection"),
+            "{refused}"
+        );
         assert!(t.elapsed() < Duration::from_secs(1));
         // IP literals never run the resolver.
         assert!(runner.calls().is_empty());
+    }
+
+    #[test]
+    fn refused_and_filtered_ports_read_the_same() {
+        // Refused: a port of ours, closed. Filtered/unroutable: TEST-NET-1 (RFC 5737) within a
+        // short budget (the connect times out or fails as unreachable, never succeeds).
+        let runner = FakeRunner::new();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        drop(l);
+        let refused = reachable(&runner, "127.0.0.1", port, Duration::from_secs(2)).unwrap_err();
+        let filtered =
+            reachable(&runner, "192.0.2.1", port, Duration::from_millis(300)).unwrap_err();
+        let shape = |m: &str, ip: &str| m.replace(ip, "IP");
+        assert_eq!(shape(&refused, "127.0.0.1"), shape(&filtered, "192.0.2.1"));
+        for word in [
+            "refused",
+            "timed out",
+            "no answer",
+            "unreachable",
+            "os error",
+        ] {
+            assert!(
+                !refused.contains(word) && !filtered.contains(word),
+                "{refused} / {filtered}"
+            );
+        }
     }
 
     #[test]

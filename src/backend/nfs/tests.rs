@@ -116,7 +116,7 @@ impl World {
                 Ok(SocketAddr::from(([127, 0, 0, 1], port)))
             } else {
                 Err(format!(
-                    "127.0.0.1:{port} refused the connection (the host is up but no NFS server listens on port {port})"
+                    "nothing accepted a TCP connection on 127.0.0.1:{port} (the server may be down, not serving NFS on port {port}, or filtered)"
                 ))
             }
         };
@@ -242,7 +242,7 @@ fn unreachable_server_fails_before_anything_runs() {
     let dir = w.pod_dir("u1");
     let e = w.mount(&dir, &j("")).unwrap_err().to_string();
     assert!(
-        e.starts_with("NFS server 127.0.0.1 is unreachable: 127.0.0.1:2049 refused the connection"),
+        e.starts_with("NFS server 127.0.0.1 is unreachable: nothing accepted a TCP connection on 127.0.0.1:2049"),
         "{e}"
     );
     assert!(e.contains("Nothing was mounted"), "{e}");

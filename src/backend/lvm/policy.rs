@@ -1,0 +1,236 @@
+//! Which LVs a volume may use, and how much it may allocate: the node policy (`"lvm"` in the
+//! config file) and the "in use by the host" check.
+//!
+//! Options are hostile: a PV author, or a pod author with an inline `flexVolume`, names any VG and
+//! LV. Without a policy they could take the node's root LV (activate, mount read-write) or fill a
+//! VG. So:
+//!
+//! - **Which LVs.** An LV may be used when its VG is listed in `allowedVolumeGroups`, or when it
+//!   carries [`TAG_CREATED`] (flexvol made it) or [`TAG_ALLOWED`] (an administrator granted it).
+//!   The default list is empty: only tagged LVs, nothing created. Creation (`size`) needs the VG
+//!   in the list. A refusal reads the same whether or not the LV exists, so it cannot be used to
+//!   probe LV names.
+//! - **Not the host's.** Even an allowed LV is refused while the host uses it: its device is
+//!   mounted anywhere but in kubelet's directories of this driver (a global mount
+//!   `.../plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>`, a pod volume
+//!   `.../pods/<uid>/volumes/<vendor>~<driver>/<name>` or a subPath bind
+//!   `.../pods/<uid>/volume-subpaths/<name>/<container>/<n>`), it is active swap, another device
+//!   is stacked on it (`holders` in sysfs: dm-crypt, a PV of an active VG, ...), or it is open
+//!   (`lv_attr` "o") while not mounted by kubelet at all. A mount explains the open count, which
+//!   is how a volume that kubelet mounted for one pod is attached again for another.
+//! - **How much.** `maxVolumeSize` caps `size` and growth; `vgReserve` is left free in a VG by
+//!   every thick creation and growth (thin LVs allocate from their pool).
+//!
+//! Callers: `waitforattach` checks both before activating or creating and before answering for an
+//! active LV (one `lvs` report it runs anyway); `mountdevice` checks host use (without the open
+//! flag) before probing, and the policy and the open flag before mkfs, from the `lvs` it runs
+//! there anyway (kubelet always runs `waitforattach` first for the same spec, so the existing-
+//! filesystem path needs no extra `lvs`); `expandfs` checks both before `lvextend`.
+//!
+//! Limitation: LVM reports whether a device is open, not how often; an LV that kubelet mounted
+//! and that some process also holds open raw is not detected.
+
+use super::options::{LvmOptions, check_name, parse_size};
+use super::tools::{Devices, LvRow};
+use crate::error::{Error, Result};
+use crate::sys::mountinfo::MountTable;
+use serde::Deserialize;
+use std::path::{Component, Path};
+
+/// Tag on LVs this driver created.
+pub const TAG_CREATED: &str = "flexvol.created";
+/// Tag an administrator puts on an LV to let flexvol volumes use it outside an allowed VG.
+pub const TAG_ALLOWED: &str = "flexvol.allowed";
+
+/// Node policy for LVM (`"lvm"` in the config file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LvmConfig {
+    /// How long `waitforattach` waits for `/dev/<vg>/<lv>` after activation.
+    pub device_wait_seconds: u64,
+    /// VGs whose LVs volumes may use and create. Empty: only tagged LVs, no creation.
+    #[serde(deserialize_with = "vg_names")]
+    pub allowed_volume_groups: Vec<String>,
+    /// Largest size a volume may be created with or grown to, in bytes; `None`: no cap beyond
+    /// the VG's free space.
+    #[serde(deserialize_with = "opt_quantity")]
+    pub max_volume_size: Option<u64>,
+    /// Bytes of every VG that thick creations and growths leave free.
+    #[serde(deserialize_with = "quantity")]
+    pub vg_reserve: u64,
+}
+
+impl Default for LvmConfig {
+    fn default() -> Self {
+        Self {
+            device_wait_seconds: 10,
+            allowed_volume_groups: Vec::new(),
+            max_volume_size: None,
+            vg_reserve: 0,
+        }
+    }
+}
+
+fn vg_names<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<String>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    for n in &v {
+        check_name("lvm.allowedVolumeGroups", n, false).map_err(serde::de::Error::custom)?;
+    }
+    Ok(v)
+}
+
+fn parse_quantity<E: serde::de::Error>(s: &str) -> std::result::Result<u64, E> {
+    if s == "0" {
+        return Ok(0);
+    }
+    parse_size(s).map_err(|r| E::custom(format!("size {s:?}: {r}")))
+}
+
+fn quantity<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    parse_quantity(&String::deserialize(d)?)
+}
+
+fn opt_quantity<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u64>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(s) => parse_quantity(&s).map(|n| (n > 0).then_some(n)),
+    }
+}
+
+impl LvmConfig {
+    fn vg_allowed(&self, vg: &str) -> bool {
+        self.allowed_volume_groups.iter().any(|v| v == vg)
+    }
+}
+
+fn not_available(o: &LvmOptions) -> Error {
+    Error::refused(format!(
+        "{} is not available to flexvol volumes on this node: volume group {} is not in the node config's lvm.allowedVolumeGroups, and there is no LV {} tagged {TAG_CREATED} or {TAG_ALLOWED}. An administrator allows one LV with `lvchange --addtag {TAG_ALLOWED} {}`, or a whole VG (and creating LVs in it) with lvm.allowedVolumeGroups (see drivers/lvm/README.md)",
+        o.key(),
+        o.vg,
+        o.key(),
+        o.key()
+    ))
+}
+
+/// May a volume use the existing LV `lv` (or, with `None`, create `o`'s LV)?
+pub fn check_allowed(cfg: &LvmConfig, o: &LvmOptions, lv: Option<&LvRow>) -> Result<()> {
+    if cfg.vg_allowed(&o.vg) {
+        return Ok(());
+    }
+    match lv {
+        Some(lv) if lv.has_tag(TAG_CREATED) || lv.has_tag(TAG_ALLOWED) => Ok(()),
+        _ => Err(not_available(o)),
+    }
+}
+
+/// Checks a size against `maxVolumeSize`.
+pub fn check_max_size(cfg: &LvmConfig, o: &LvmOptions, bytes: u64) -> Result<()> {
+    match cfg.max_volume_size {
+        Some(max) if bytes > max => Err(Error::refused(format!(
+            "{} would be {bytes} bytes, more than this node's lvm.maxVolumeSize of {max} bytes; ask for less",
+            o.key()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that allocating `needed` more bytes in a VG with `free` bytes leaves `vgReserve` free.
+pub fn check_free(cfg: &LvmConfig, o: &LvmOptions, needed: u64, free: u64) -> Result<()> {
+    let usable = free.saturating_sub(cfg.vg_reserve);
+    if needed > usable {
+        return Err(Error::refused(format!(
+            "volume group {} has {free} bytes free{}, but {} needs {needed} bytes (rounded up to whole extents); free space in the VG or ask for less",
+            o.vg,
+            if cfg.vg_reserve > 0 {
+                format!(
+                    " of which {} are reserved for the node (lvm.vgReserve)",
+                    cfg.vg_reserve.min(free)
+                )
+            } else {
+                String::new()
+            },
+            o.key()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `p` is one of kubelet's mount points of driver `driver_name` (`<vendor>/<driver>`):
+/// a global device mount, a pod volume or a subPath bind.
+pub fn kubelet_owned(driver_name: &str, p: &Path) -> bool {
+    let c: Vec<&str> = p
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => s.to_str(),
+            _ => None,
+        })
+        .collect();
+    let n = c.len();
+    let Some((vendor, driver)) = driver_name.split_once('/') else {
+        return false;
+    };
+    let global = n >= 7
+        && c[n - 7..n - 1]
+            == [
+                "plugins",
+                "kubernetes.io",
+                "flexvolume",
+                vendor,
+                driver,
+                "mounts",
+            ];
+    let pod_volume = n >= 5
+        && c[n - 5] == "pods"
+        && c[n - 3] == "volumes"
+        && c[n - 2] == format!("{vendor}~{driver}");
+    let sub_path = n >= 6 && c[n - 6] == "pods" && c[n - 4] == "volume-subpaths";
+    global || pod_volume || sub_path
+}
+
+/// Refuses an LV the host uses (see the module docs). `open`: the LV's open flag from `lvs`, when
+/// the caller has it.
+pub fn check_not_in_use(
+    driver_name: &str,
+    devices: &dyn Devices,
+    table: &MountTable,
+    o: &LvmOptions,
+    devnum: (u32, u32),
+    open: Option<bool>,
+) -> Result<()> {
+    let in_use = |how: String| {
+        Error::refused(format!(
+            "{} is in use by the node ({how}); flexvol never hands a volume the host is using to a pod. Point the volume at another LV",
+            o.key()
+        ))
+    };
+    let mut by_kubelet = false;
+    for m in table
+        .entries
+        .iter()
+        .filter(|m| (m.major, m.minor) == devnum)
+    {
+        if !kubelet_owned(driver_name, &m.mount_point) {
+            return Err(in_use(format!("mounted at {}", m.mount_point.display())));
+        }
+        by_kubelet = true;
+    }
+    if devices.swaps()?.contains(&devnum) {
+        return Err(in_use("active swap".into()));
+    }
+    let holders = devices.holders(devnum)?;
+    if !holders.is_empty() {
+        return Err(in_use(format!(
+            "device {} is stacked on it",
+            holders.join(", ")
+        )));
+    }
+    if open == Some(true) && !by_kubelet {
+        return Err(in_use(
+            "its device is open, and not by a kubelet mount of this driver".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,352 @@
+//! `flexvol conformance`: judge any installed FlexVolume driver the way kubelet and
+//! kube-controller-manager would run it, and print a table of named checks, each PASS, FAIL or
+//! SKIP. A check that was not run is SKIP, counted apart and never a pass; the summary says what
+//! was not run and how to run it. Any FAIL makes the exit status 1.
+//!
+//! It is written against the protocol (reference §1, §2, §12), not against flexvol:
+//! - every call is an exec of `<plugin-dir>/<vendor>~<name>/<name>` with argv[0] the full path,
+//!   stdin `/dev/null`, and stdout and stderr merged into one pipe read to end of file (Go's
+//!   `CombinedOutput`), so stray stderr output or a helper holding the pipe shows up as kubelet
+//!   would see it ([`harness`]);
+//! - the reply is judged with Go's `encoding/json` rules (`protocol::gojson`), and `init` by the
+//!   judge `doctor` and `install` use too (`protocol::init`);
+//! - options are built like kubelet's `NewOptionsForDriver`: sorted keys, Go's HTML escaping, the
+//!   defaults first and user options last, pod keys only on `mount`;
+//! - kubelet's own steps around calls are replayed: create the directory (0750), skip the call when
+//!   it is already a mount point by kubelet's device-number test, remove the directory after a
+//!   successful teardown, and cache "Not supported" per verb, using kubelet's default instead
+//!   ([`lifecycle`]);
+//! - error paths are exercised with and without options ([`errors`]): a refusal must be a Failure
+//!   with a non-zero exit that mounts and creates nothing.
+//!
+//! The runner creates its own kubelet root (or uses `--kubelet-root`); anything a judged driver
+//! leaves mounted under it is detached at the end and reported, and the temporary root is removed
+//! only when nothing is mounted in it any more (never through a mount).
+
+#![allow(clippy::print_stdout)]
+
+mod errors;
+mod harness;
+mod lifecycle;
+
+use crate::protocol::init::judge_init;
+use crate::sys::mount::{Mounter, SysMounter, UnmountMode};
+use crate::sys::mountinfo::MountTable;
+use clap::Args;
+use harness::{Driver, argv};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Arguments of `flexvol conformance`.
+#[derive(Args, Debug, Clone)]
+pub struct ConformanceArgs {
+    /// Plugin directory holding `<vendor>~<name>/<name>`.
+    #[arg(long, value_name = "DIR", default_value = crate::ops::install::DEFAULT_PLUGIN_DIR)]
+    pub plugin_dir: PathBuf,
+    /// Driver to judge, as `vendor/name` (repeatable).
+    #[arg(long = "driver", value_name = "VENDOR/NAME", required = true)]
+    pub drivers: Vec<String>,
+    /// User options of a test volume (the `flexVolume.options` map, JSON). Without it the volume
+    /// lifecycle is not run (reported as SKIP); with it, a full lifecycle is replayed: attach-side
+    /// verbs for attachable drivers, mount (repeated and by parallel pods), unmount, teardown.
+    #[arg(long, value_name = "JSON")]
+    pub options: Option<String>,
+    /// Options this driver must refuse (JSON, repeatable), e.g. a path that does not exist or a
+    /// missing required option: each must end in Failure with a non-zero exit, nothing mounted and
+    /// nothing created (no option path that did not exist before).
+    #[arg(long = "bad-options", value_name = "JSON")]
+    pub bad_options: Vec<String>,
+    /// `flexVolume.fsType` of the test volume.
+    #[arg(long, default_value = "", value_name = "TYPE")]
+    pub fs_type: String,
+    /// PV name of the test volume (`kubernetes.io/pvOrVolumeName`).
+    #[arg(long, default_value = "conformance-vol", value_name = "NAME")]
+    pub volume_name: String,
+    /// Node name passed to attach-side verbs.
+    #[arg(long, default_value = "conformance-node", value_name = "NAME")]
+    pub node: String,
+    /// kubelet root to create pod and global mount directories under (default: a temporary one).
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_root: Option<PathBuf>,
+    /// Extra pods mounting the same volume at once (non-attachable drivers).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub parallel: usize,
+    /// Per-call timeout in seconds (kubelet has none for most verbs; we do not wait forever).
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run, and passed.
+    Pass,
+    /// Run, and failed.
+    Fail,
+    /// Not run; the detail says why.
+    Skip,
+}
+
+/// One named check.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// Driver it is about.
+    pub driver: String,
+    /// What was checked.
+    pub name: String,
+    /// How it came out.
+    pub verdict: Verdict,
+    /// Why it failed or was skipped, or a note.
+    pub detail: String,
+}
+
+/// The name of the lifecycle's SKIP line (the summary looks for it).
+const LIFECYCLE: &str = "volume lifecycle (getvolumename, attach side, mount, unmount, teardown)";
+
+/// The name of the SKIP line when no `--bad-options` were given (the summary looks for it).
+const BAD_OPTIONS: &str = "--bad-options: options the driver must refuse are refused";
+
+/// Runs `flexvol conformance`; returns the exit code.
+pub fn run(a: &ConformanceArgs) -> i32 {
+    // Malformed arguments are refused before any driver is run.
+    let user = match a.options.as_deref().map(parse_options).transpose() {
+        Ok(u) => u,
+        Err(e) => {
+            println!("conformance: --options: {e}");
+            return 2;
+        }
+    };
+    let mut bad = Vec::new();
+    for (i, b) in a.bad_options.iter().enumerate() {
+        match parse_options(b) {
+            Ok(m) => bad.push(m),
+            Err(e) => {
+                println!("conformance: --bad-options #{}: {e}", i + 1);
+                return 2;
+            }
+        }
+    }
+    let root_tmp;
+    let kubelet_root = match &a.kubelet_root {
+        Some(r) => r.clone(),
+        None => match tempfile_dir() {
+            Ok(d) => {
+                root_tmp = d;
+                root_tmp.clone()
+            }
+            Err(e) => {
+                println!("conformance: cannot create a temporary kubelet root: {e}");
+                return 2;
+            }
+        },
+    };
+    let mut all = Vec::new();
+    for name in &a.drivers {
+        all.extend(judge_driver(a, name, user.as_ref(), &bad, &kubelet_root));
+    }
+    let left = detach_leftovers(&kubelet_root);
+    all.push(Check {
+        driver: "(all)".into(),
+        name: "nothing left mounted under the kubelet root".into(),
+        verdict: if left.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        detail: if left.is_empty() {
+            String::new()
+        } else {
+            format!("detached: {}", left.join(", "))
+        },
+    });
+    // Only a tree with no mount left in it is removed: removing through a mount that a broken
+    // driver left behind would delete the volume's data.
+    if a.kubelet_root.is_none() && detach_leftovers(&kubelet_root).is_empty() {
+        let _ = std::fs::remove_dir_all(&kubelet_root);
+    }
+    print_report(&all);
+    i32::from(all.iter().any(|c| c.verdict == Verdict::Fail))
+}
+
+fn print_report(all: &[Check]) {
+    let width = all.iter().map(|c| c.name.len()).max().unwrap_or(10).min(70);
+    for c in all {
+        let mark = match c.verdict {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Skip => "SKIP",
+        };
+        println!("{mark}  {:<16} {:<width$}  {}", c.driver, c.name, c.detail);
+    }
+    let count = |v: Verdict| all.iter().filter(|c| c.verdict == v).count();
+    let no_lifecycle: Vec<&str> = all
+        .iter()
+        .filter(|c| c.verdict == Verdict::Skip && c.name == LIFECYCLE)
+        .map(|c| c.driver.as_str())
+        .collect();
+    if !no_lifecycle.is_empty() {
+        println!(
+            "\nThe volume lifecycle was NOT run for {}: only the probe and the error paths were checked. \
+             Run it by giving the options of a test volume (its flexVolume.options map): \
+             flexvol conformance --driver {} --options JSON, \
+             e.g. --options '{{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}}' for flexvol/hostpath",
+            no_lifecycle.join(", "),
+            no_lifecycle[0]
+        );
+    }
+    if all
+        .iter()
+        .any(|c| c.verdict == Verdict::Skip && c.name == BAD_OPTIONS)
+    {
+        println!(
+            "Driver-specific error paths were NOT run: add --bad-options JSON (repeatable) with options the driver must refuse, \
+             e.g. --bad-options '{{\"path\":\"/does/not/exist\",\"type\":\"Directory\"}}' --bad-options '{{\"type\":\"Directory\"}}'"
+        );
+    }
+    println!(
+        "\nconformance: {} passed, {} failed, {} skipped (not run)",
+        count(Verdict::Pass),
+        count(Verdict::Fail),
+        count(Verdict::Skip)
+    );
+}
+
+/// A JSON object of strings, as the `flexVolume.options` map.
+fn parse_options(s: &str) -> Result<BTreeMap<String, String>, String> {
+    serde_json::from_str(s)
+        .map_err(|e| format!("not a JSON object of strings (the flexVolume.options map): {e}"))
+}
+
+/// Lazily detaches every mount at or below `root` (deepest first) and names them.
+fn detach_leftovers(root: &Path) -> Vec<String> {
+    let Ok(table) = MountTable::read() else {
+        return vec!["(mount table unreadable)".into()];
+    };
+    let mut left: Vec<PathBuf> = table
+        .entries
+        .iter()
+        .filter(|e| e.mount_point.starts_with(root))
+        .map(|e| e.mount_point.clone())
+        .collect();
+    left.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    for p in &left {
+        let _ = SysMounter.unmount(p, UnmountMode::Detach);
+    }
+    left.iter().map(|p| p.display().to_string()).collect()
+}
+
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    let p = std::env::temp_dir().join(format!("flexvol-conformance.{}", std::process::id()));
+    std::fs::create_dir_all(&p)?;
+    Ok(p)
+}
+
+fn judge_driver(
+    a: &ConformanceArgs,
+    full_name: &str,
+    user: Option<&BTreeMap<String, String>>,
+    bad: &[BTreeMap<String, String>],
+    kubelet_root: &Path,
+) -> Vec<Check> {
+    let (vendor, exec_name) = match full_name.split_once('/') {
+        Some((v, n)) if !v.is_empty() && !n.is_empty() && !n.contains('/') => (v, n),
+        _ => {
+            return vec![Check {
+                driver: full_name.into(),
+                name: "driver name is vendor/name".into(),
+                verdict: Verdict::Fail,
+                detail: "kubelet's detach after a controller restart splits <vendor>/<name>/<volume> into exactly 3 parts".into(),
+            }];
+        }
+    };
+    let path = a
+        .plugin_dir
+        .join(format!("{vendor}~{exec_name}"))
+        .join(exec_name);
+    let mut d = Driver::new(full_name, path.clone(), Duration::from_secs(a.timeout));
+    let meta = std::fs::metadata(&path);
+    let exe_ok = meta
+        .as_ref()
+        .is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0);
+    if !d.check(
+        "installed as <dir>/<vendor>~<name>/<name>, executable",
+        exe_ok,
+        path.display().to_string(),
+    ) {
+        return d.checks;
+    }
+
+    // Probe: init (only Success loads the plugin), twice, fast.
+    let e = d.exec(&argv(&["init"]));
+    let init = match &e.decoded {
+        Err(err) => Err(format!(
+            "{err}; output: {:?}",
+            String::from_utf8_lossy(&e.output)
+        )),
+        Ok(_) => judge_init(&e.output, e.code, None),
+    };
+    let caps = match init {
+        Ok(r) => {
+            d.check(
+                "init: Success with a capabilities object, exit 0",
+                true,
+                if r.announced {
+                    format!("{:?}", r.caps)
+                } else {
+                    "no capabilities: kubelet assumes attach, selinuxRelabel, fsGroup and requiresFSResize".into()
+                },
+            );
+            r.caps
+        }
+        Err(why) => {
+            d.check(
+                "init: Success with a capabilities object, exit 0",
+                false,
+                why,
+            );
+            return d.checks;
+        }
+    };
+    d.check(
+        "init: under 1 s",
+        e.elapsed < Duration::from_secs(1),
+        format!("{:.1} ms", e.elapsed.as_secs_f64() * 1e3),
+    );
+    let again = d.exec(&argv(&["init"]));
+    let same = judge_init(&again.output, again.code, None).is_ok_and(|r| r.caps == caps);
+    d.check("init: same answer twice", same, "");
+
+    // Verbs kubelet may send that the driver does not know.
+    let unknown = d.exec(&argv(&["flexvol-conformance-unknown-verb", "{}"]));
+    let ok = matches!(&unknown.decoded, Ok(st) if st.status == "Not supported")
+        && unknown.code == Some(0);
+    d.check(
+        "unknown verb: \"Not supported\", exit 0",
+        ok,
+        format!("{:?}", String::from_utf8_lossy(&unknown.output).trim()),
+    );
+
+    match user {
+        Some(user) => lifecycle::lifecycle(a, &mut d, caps, vendor, exec_name, user, kubelet_root),
+        None => d.skip(
+            LIFECYCLE,
+            "not run: no --options given (the flexVolume.options of a test volume)",
+        ),
+    }
+    errors::error_paths(a, &mut d, caps, vendor, exec_name, bad, kubelet_root);
+
+    let n = d.calls;
+    let dis = d.disagreements.clone();
+    d.check(
+        "exit code agrees with status on every call (0: Success/Not supported, non-0: Failure)",
+        dis.is_empty(),
+        if dis.is_empty() {
+            format!("{n} calls")
+        } else {
+            dis.join("; ")
+        },
+    );
+    d.checks
+}
