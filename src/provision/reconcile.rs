@@ -190,6 +190,14 @@ impl<C: Cluster> Reconciler<C> {
                 match self.cluster.claims().await {
                     Err(e) => report.failed.push(e.to_string()),
                     Ok(claims) => {
+                        // Forget what was said about objects that are gone (bounded memory).
+                        let live: std::collections::HashSet<&str> = claims
+                            .iter()
+                            .map(|c| &c.metadata)
+                            .chain(volumes.iter().map(|v| &v.metadata))
+                            .filter_map(|m| m.uid.as_deref())
+                            .collect();
+                        self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
                         for c in &claims {
                             self.claim(c, &names, cfg, &hostname, &mut report).await;
                         }
