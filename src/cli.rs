@@ -70,8 +70,8 @@ enum Command {
     Status(ops::status::StatusArgs),
     /// Find mounts and records kubelet forgot; clean them up only with --apply.
     #[command(
-        long_about = "Find mounts and records kubelet forgot; clean them up only with --apply.\n\nA pod counts as gone only when its directory <kubelet-root>/pods/<uid> no longer exists, when its mount point was deleted while mounted, or when its uid is missing from the --live-pods list. Orphaned mounts are unmounted through the driver's own unmount (then the empty volume directory is removed); records of mounts that do not exist are forgotten. Nothing is ever deleted recursively, and no volume data is touched.",
-        after_help = "Example:\n  flexvol gc                      # dry run: what would be cleaned up\n  kubectl get pods -A --field-selector spec.nodeName=$(hostname) -o jsonpath='{.items[*].metadata.uid}' > /tmp/live\n  flexvol gc --live-pods /tmp/live --apply"
+        long_about = "Find mounts and records kubelet forgot; clean them up only with --apply.\n\nA pod counts as gone only when its directory <kubelet-root>/pods/<uid> no longer exists, when its mount point was deleted while mounted, or when its uid is missing from the --live-pods list. Orphaned mounts are unmounted through the driver's own unmount (then the empty volume directory is removed); records of mounts that do not exist are forgotten. Nothing is ever deleted recursively, and no volume data is touched, with one exception: with --live-pvs FILE, a directory `flexvol provisioner` made (it holds its ownership marker) whose PV is not in FILE is an orphan, and --apply deletes it the provisioner's way (marker checked, never through a symlink).",
+        after_help = "Example:\n  flexvol gc                      # dry run: what would be cleaned up\n  kubectl get pods -A --field-selector spec.nodeName=$(hostname) -o jsonpath='{.items[*].metadata.uid}' > /tmp/live\n  flexvol gc --live-pods /tmp/live --apply\n  kubectl get pv -o name > /tmp/pvs && flexvol gc --live-pvs /tmp/pvs   # provisioned directories whose PV is gone"
     )]
     Gc(ops::gc::GcArgs),
     /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
@@ -80,6 +80,11 @@ enum Command {
         after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs    # probe and generic error paths only\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath \\\n    --options '{\"path\":\"/srv/flexvol/conformance\",\"type\":\"DirectoryOrCreate\"}' \\\n    --bad-options '{\"path\":\"/srv/flexvol/does-not-exist\",\"type\":\"Directory\"}' --bad-options '{\"type\":\"Directory\"}'"
     )]
     Conformance(ops::conformance::ConformanceArgs),
+    /// Provision hostPath volumes for claims of a `<vendor>/hostpath` StorageClass on this node (a daemon; one per node).
+    #[command(
+        after_help = "Roots come from the node config's local-path keys (nodePathMap, storageClassConfigs).\n\nExample:\n  flexvol provisioner --node-name $(hostname)                        # in the DaemonSet (service account)\n  flexvol provisioner --node-name node-a --kubeconfig ~/.kube/config"
+    )]
+    Provisioner(crate::provision::ProvisionerArgs),
 }
 
 #[derive(Args)]
@@ -159,6 +164,7 @@ pub fn main(args: &[String]) -> i32 {
         Command::Status(a) => ops::status::run(&a),
         Command::Gc(a) => ops::gc::run(&a),
         Command::Conformance(a) => ops::conformance::run(&a),
+        Command::Provisioner(a) => crate::provision::run(&a),
     }
 }
 

@@ -15,4 +15,5 @@ pub mod error;
 pub mod node;
 pub mod ops;
 pub mod protocol;
+pub mod provision;
 pub mod sys;

@@ -126,7 +126,9 @@ pub fn redact_arg(backend: &str, arg: &str) -> String {
     if !arg.trim_start().starts_with('{') {
         return arg.to_owned();
     }
-    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(arg) {
+    // A BTreeMap, not serde_json::Map: keys stay sorted even when another crate in the build
+    // (kube's jsonpath_lib) turns on serde_json's preserve_order.
+    match serde_json::from_str::<std::collections::BTreeMap<String, serde_json::Value>>(arg) {
         Ok(mut map) => {
             for (k, v) in map.iter_mut() {
                 let shown = match v {

@@ -64,6 +64,10 @@ pub struct Config {
     pub nfs: crate::backend::nfs::NfsConfig,
     /// LVM backend policy.
     pub lvm: crate::backend::lvm::LvmConfig,
+    /// Provisioning roots, in rancher local-path-provisioner's `config.json` keys at the top level
+    /// (`nodePathMap`, `storageClassConfigs`, ...): parsed apart, see [`Config::parse`].
+    #[serde(skip)]
+    pub local_path: crate::provision::localpath::LocalPathConfig,
 }
 
 impl Default for Config {
@@ -84,6 +88,7 @@ impl Default for Config {
             hostpath: Default::default(),
             nfs: Default::default(),
             lvm: Default::default(),
+            local_path: Default::default(),
         }
     }
 }
@@ -161,7 +166,24 @@ impl Config {
             path: path.to_owned(),
             reason,
         };
-        let c: Config = serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
+        // local-path-provisioner's keys are split off first, so its config.json is a valid config
+        // as it is; every root it names is also an allowed hostPath root (added to the roots in
+        // effect, the default root included when none is configured).
+        let mut obj: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
+        let local_path = crate::provision::localpath::LocalPathConfig::split_off(&mut obj)
+            .map_err(invalid)?
+            .unwrap_or_default();
+        let mut c: Config = serde_json::from_value(serde_json::Value::Object(obj))
+            .map_err(|e| invalid(e.to_string()))?;
+        if !local_path.is_empty() {
+            let mut roots = c.hostpath.roots();
+            roots.extend(local_path.all_roots());
+            roots.sort();
+            roots.dedup();
+            c.hostpath.allowed_roots = roots;
+        }
+        c.local_path = local_path;
         let path_ok = |p: &Path| p.is_absolute() && !crate::sys::paths::has_dotdot(p);
         for (name, p) in [
             ("stateDir", &c.state_dir),

@@ -9,8 +9,12 @@
 //!   be mounting it is running).
 //! - mounts without a record whose pod is alive are shown and **left alone**: a live pod may use them.
 //!
-//! It never deletes data: it never removes anything recursively, never touches a volume's source,
-//! and removes at most an empty directory it has just unmounted.
+//! - **orphaned provisioned directories** (only with `--live-pvs FILE`): a directory made by
+//!   `flexvol provisioner` whose PV is not in FILE (see [`super::provisioned`]); `--apply` deletes
+//!   it as the provisioner would (ownership marker checked, never through a symlink).
+//!
+//! Apart from those, it never deletes data: it never removes anything recursively, never touches
+//! a volume's source, and removes at most an empty directory it has just unmounted.
 //!
 //! LVM: an LV is deactivated by the LVM backend's own verbs, which gc runs for orphaned LVM pod
 //! mounts; logical volumes that are active with no mount and no record (e.g. after the state
@@ -53,6 +57,10 @@ pub struct GcArgs {
     /// pods not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
     pub live_pods: Option<PathBuf>,
+    /// File of the PV names the API server knows (`kubectl get pv -o name`); directories made by
+    /// `flexvol provisioner` whose PV is not in it count as orphaned.
+    #[arg(long, value_name = "FILE")]
+    pub live_pvs: Option<PathBuf>,
     /// Only look at mounts below this kubelet root (default: every kubelet-shaped mount).
     #[arg(long, value_name = "DIR")]
     pub kubelet_root: Option<PathBuf>,
@@ -221,9 +229,33 @@ pub fn run(a: &GcArgs) -> i32 {
             f.error = r.err();
         }
     }
-    let failed = findings.iter().filter(|f| f.done == Some(false)).count();
+    // Provisioned directories whose PV is gone (only with a list of live PVs: absence from the
+    // node proves nothing).
+    let found = super::provisioned::collect(&config);
+    let mut orphans = match a.live_pvs.as_deref().map(super::provisioned::read_live_pvs) {
+        None => Vec::new(),
+        Some(Ok(live)) => super::provisioned::orphans(&found, &live),
+        Some(Err(e)) => {
+            println!("flexvol gc: error: {e}");
+            return 2;
+        }
+    };
+    if a.apply {
+        for o in &mut orphans {
+            let uid = found
+                .iter()
+                .find(|f| f.path == o.path)
+                .map(|f| f.marker.claim_uid.clone())
+                .unwrap_or_default();
+            let r = super::provisioned::delete(&config, o, &uid);
+            o.done = Some(r.is_ok());
+            o.error = r.err();
+        }
+    }
+    let failed = findings.iter().filter(|f| f.done == Some(false)).count()
+        + orphans.iter().filter(|o| o.done == Some(false)).count();
     if a.json {
-        let v = serde_json::json!({"apply": a.apply, "findings": findings, "corruptRecords": inv.corrupt_records.iter().map(|(f, e)| serde_json::json!({"file": f, "error": e})).collect::<Vec<_>>()});
+        let v = serde_json::json!({"apply": a.apply, "findings": findings, "orphanedDirectories": orphans, "corruptRecords": inv.corrupt_records.iter().map(|(f, e)| serde_json::json!({"file": f, "error": e})).collect::<Vec<_>>()});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return i32::from(failed > 0);
     }
@@ -251,8 +283,30 @@ pub fn run(a: &GcArgs) -> i32 {
     for (file, e) in &inv.corrupt_records {
         println!("left alone: corrupt record {} ({e})", file.display());
     }
-    let actionable = findings.iter().filter(|f| f.action != "none").count();
-    if findings.is_empty() {
+    for o in &orphans {
+        let what = match o.done {
+            None => "would delete",
+            Some(true) => "deleted",
+            Some(false) => "FAILED to delete",
+        };
+        println!(
+            "{what} {} (provisioned for PV {} of claim {}, which no longer exists)",
+            o.path.display(),
+            o.volume,
+            o.claim
+        );
+        if let Some(e) = &o.error {
+            println!("    {e}");
+        }
+    }
+    if a.live_pvs.is_none() && !found.is_empty() {
+        println!(
+            "{} provisioned volume directory(ies) not checked: pass --live-pvs FILE (kubectl get pv -o name > FILE) to find those whose PV is gone",
+            found.len()
+        );
+    }
+    let actionable = findings.iter().filter(|f| f.action != "none").count() + orphans.len();
+    if findings.is_empty() && orphans.is_empty() {
         println!("nothing to clean up");
     } else if !a.apply && actionable > 0 {
         println!("{actionable} thing(s) to clean up; run `flexvol gc --apply` to do it");

@@ -5,4 +5,5 @@ pub mod doctor;
 pub mod gc;
 pub mod install;
 pub mod inventory;
+pub mod provisioned;
 pub mod status;

@@ -66,19 +66,27 @@ pub fn run(a: &StatusArgs) -> i32 {
             .iter()
             .filter(|v| matches!(v.pod_state, PodState::Gone(_)))
             .count();
+    let provisioned = super::provisioned::collect(&config);
     if a.json {
         let v = serde_json::json!({
             "stateDir": config.state_dir,
             "volumes": inv.volumes,
+            "provisioned": provisioned,
             "corruptRecords": inv.corrupt_records.iter().map(|(f, e)| serde_json::json!({"file": f, "error": e})).collect::<Vec<_>>(),
             "problems": problems,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return i32::from(problems > 0);
     }
+    print_provisioned(&provisioned);
     if inv.volumes.is_empty() && inv.corrupt_records.is_empty() {
         println!(
-            "no flexvol volumes on this node (records in {}, mounts from /proc/self/mountinfo)",
+            "no flexvol volumes {}on this node (records in {}, mounts from /proc/self/mountinfo)",
+            if provisioned.is_empty() {
+                ""
+            } else {
+                "mounted "
+            },
             config.state_dir.display()
         );
         return 0;
@@ -131,4 +139,18 @@ pub fn run(a: &StatusArgs) -> i32 {
         }
     );
     i32::from(problems > 0)
+}
+
+/// The volume directories `flexvol provisioner` made under this node's roots.
+fn print_provisioned(found: &[crate::provision::hostpath::Found]) {
+    for f in found {
+        println!("provisioned {} (PV {})", f.path.display(), f.marker.volume);
+        println!(
+            "    claim:       {}/{} (uid {})",
+            f.marker.namespace, f.marker.claim, f.marker.claim_uid
+        );
+    }
+    if !found.is_empty() {
+        println!("{} provisioned volume directory(ies)", found.len());
+    }
 }

@@ -1,0 +1,96 @@
+//! The seam between the provisioner's decisions and the API server: the few operations it needs,
+//! as a trait ([`Cluster`]), implemented over kube-rs in [`super::kube`] and by a recording fake
+//! in the tests.
+//!
+//! Contract for implementations: every call has a deadline and returns [`ApiError`] when it
+//! passes; `NotFound` on delete and `AlreadyExists` on create are reported as such (the caller
+//! decides whether they are success).
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+/// What went wrong talking to the API server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {message}")]
+pub struct ApiError {
+    /// The operation (`create PersistentVolume pvc-…`).
+    pub what: String,
+    /// Kind of failure.
+    pub kind: ApiErrorKind,
+    /// The server's message, or the transport error.
+    pub message: String,
+}
+
+/// Kinds of failure the provisioner acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiErrorKind {
+    /// 404.
+    NotFound,
+    /// 409 on create.
+    AlreadyExists,
+    /// 409 on update (stale resourceVersion).
+    Conflict,
+    /// Deadline passed.
+    Timeout,
+    /// Anything else (403 included: a missing RBAC rule shows here).
+    Other,
+}
+
+impl ApiError {
+    /// An error of `kind` for `what`.
+    pub fn new(what: impl Into<String>, kind: ApiErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            what: what.into(),
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Result of the API calls.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// An event to record on an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    /// `PersistentVolumeClaim` or `PersistentVolume`.
+    pub kind: &'static str,
+    /// Namespace of the object (`""` for cluster-scoped).
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+    /// Uid of the object.
+    pub uid: String,
+    /// `Normal` or `Warning`.
+    pub warning: bool,
+    /// `ProvisioningSucceeded`, `ProvisioningFailed`, `VolumeFailedDelete`, ...
+    pub reason: &'static str,
+    /// For people: what happened and what to do.
+    pub message: String,
+}
+
+/// The API operations the provisioner uses.
+#[allow(async_fn_in_trait)]
+pub trait Cluster {
+    /// Every claim (from a watch cache: may be slightly stale).
+    async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>>;
+    /// Every PV (from a watch cache: may be slightly stale).
+    async fn volumes(&self) -> ApiResult<Vec<PersistentVolume>>;
+    /// One PV, read from the server now (`None`: not found).
+    async fn get_volume(&self, name: &str) -> ApiResult<Option<PersistentVolume>>;
+    /// One class, read from the server now (`None`: not found).
+    async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>>;
+    /// Creates a PV.
+    async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()>;
+    /// Deletes a PV if its uid is still `uid` (a precondition).
+    async fn delete_volume(&self, name: &str, uid: &str) -> ApiResult<()>;
+    /// Removes the `volume.kubernetes.io/selected-node` annotation from a claim, if it still names
+    /// `node` (a JSON patch test + remove).
+    async fn unselect_node(&self, namespace: &str, name: &str, node: &str) -> ApiResult<()>;
+    /// The Node object (`None`: not found).
+    async fn get_node(&self, name: &str) -> ApiResult<Option<Node>>;
+    /// Sets (`Some`) or removes (`None`) one label on a Node.
+    async fn set_node_label(&self, node: &str, key: &str, value: Option<&str>) -> ApiResult<()>;
+    /// Records an event.
+    async fn event(&self, ev: &EventSpec) -> ApiResult<()>;
+}

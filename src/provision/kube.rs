@@ -1,0 +1,281 @@
+//! [`Cluster`] over kube-rs: claims and PVs from watch caches (reflectors), everything else read
+//! or written on the server directly, each call under [`DEADLINE`].
+//!
+//! Only the `provisioner` subcommand reaches this module (it needs the async runtime).
+
+use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
+use k8s_openapi::api::core::v1::{
+    Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use std::future::Future;
+use std::time::Duration;
+
+/// Deadline of every single API call (rule 5).
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The kube-rs implementation.
+pub struct KubeCluster {
+    client: kube::Client,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    /// Who records events (`source.host`).
+    pub node: String,
+}
+
+async fn call<T>(
+    what: impl Into<String>,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> ApiResult<T> {
+    let what = what.into();
+    match tokio::time::timeout(DEADLINE, fut).await {
+        Err(_) => Err(ApiError::new(
+            what,
+            ApiErrorKind::Timeout,
+            format!(
+                "no answer from the API server within {}s",
+                DEADLINE.as_secs()
+            ),
+        )),
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(kube::Error::Api(e))) => {
+            let kind = match (e.code, e.reason.as_str()) {
+                (404, _) => ApiErrorKind::NotFound,
+                (409, "AlreadyExists") => ApiErrorKind::AlreadyExists,
+                (409, _) => ApiErrorKind::Conflict,
+                _ => ApiErrorKind::Other,
+            };
+            let hint = if e.code == 403 {
+                " (a missing RBAC rule: apply drivers/deploy/rbac.yaml)"
+            } else {
+                ""
+            };
+            Err(ApiError::new(what, kind, format!("{}{hint}", e.message)))
+        }
+        Ok(Err(e)) => Err(ApiError::new(what, ApiErrorKind::Other, e.to_string())),
+    }
+}
+
+/// A client from a kubeconfig file, or the in-cluster service account without one.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
+    let mut config = match kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .map_err(|e| format!("cannot read kubeconfig {}: {e}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {} is not usable: {e}", p.display()))?
+        }
+        None => kube::Config::incluster().map_err(|e| {
+            format!("not running in a pod with a service account ({e}); pass --kubeconfig FILE")
+        })?,
+    };
+    config.connect_timeout = Some(Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| format!("cannot build the API client: {e}"))
+}
+
+impl KubeCluster {
+    /// Starts the watch caches; `wake` is notified whenever a claim or PV changes.
+    pub fn start(
+        client: kube::Client,
+        node: String,
+        wake: std::sync::Arc<tokio::sync::Notify>,
+    ) -> Self {
+        use futures::StreamExt;
+        let (claims, cw) = reflector::store();
+        let (volumes, vw) = reflector::store();
+        let w = wake.clone();
+        let s1 = reflector::reflector(
+            cw,
+            watcher::watcher(
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        );
+        tokio::spawn(async move {
+            let mut s = std::pin::pin!(s1);
+            while let Some(ev) = s.next().await {
+                if let Err(e) = ev {
+                    super::log(&format!("watch of claims: {e}; retrying"));
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                w.notify_one();
+            }
+        });
+        let w = wake;
+        let s2 = reflector::reflector(
+            vw,
+            watcher::watcher(
+                Api::<PersistentVolume>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        );
+        tokio::spawn(async move {
+            let mut s = std::pin::pin!(s2);
+            while let Some(ev) = s.next().await {
+                if let Err(e) = ev {
+                    super::log(&format!("watch of PVs: {e}; retrying"));
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                w.notify_one();
+            }
+        });
+        Self {
+            client,
+            claims,
+            volumes,
+            node,
+        }
+    }
+
+    /// Waits (up to `limit`) until both caches hold a first full list.
+    pub async fn ready(&self, limit: Duration) -> bool {
+        let f = async {
+            let _ = self.claims.wait_until_ready().await;
+            let _ = self.volumes.wait_until_ready().await;
+        };
+        tokio::time::timeout(limit, f).await.is_ok()
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::chrono::Utc::now())
+}
+
+impl Cluster for KubeCluster {
+    async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>> {
+        Ok(self.claims.state().iter().map(|c| (**c).clone()).collect())
+    }
+
+    async fn volumes(&self) -> ApiResult<Vec<PersistentVolume>> {
+        Ok(self.volumes.state().iter().map(|c| (**c).clone()).collect())
+    }
+
+    async fn get_volume(&self, name: &str) -> ApiResult<Option<PersistentVolume>> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        call(format!("get PersistentVolume {name}"), api.get_opt(name)).await
+    }
+
+    async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
+        let api = Api::<StorageClass>::all(self.client.clone());
+        call(format!("get StorageClass {name}"), api.get_opt(name)).await
+    }
+
+    async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        call(
+            format!("create PersistentVolume {name}"),
+            api.create(&PostParams::default(), pv),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn delete_volume(&self, name: &str, uid: &str) -> ApiResult<()> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        call(
+            format!("delete PersistentVolume {name}"),
+            api.delete(name, &dp),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn unselect_node(&self, namespace: &str, name: &str, node: &str) -> ApiResult<()> {
+        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+        let what = format!("remove selected-node from claim {namespace}/{name}");
+        let Some(c) = call(what.clone(), api.get_opt(name)).await? else {
+            return Ok(());
+        };
+        let sel = c
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(super::reconcile::ANN_SELECTED_NODE));
+        if sel.map(String::as_str) != Some(node) {
+            return Ok(()); // the scheduler moved on already
+        }
+        // resourceVersion makes the patch conditional: a 409 if the claim changed meanwhile.
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": c.metadata.resource_version,
+            "annotations": {super::reconcile::ANN_SELECTED_NODE: null},
+        }});
+        call(
+            what,
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
+        let api = Api::<Node>::all(self.client.clone());
+        call(format!("get Node {name}"), api.get_opt(name)).await
+    }
+
+    async fn set_node_label(&self, node: &str, key: &str, value: Option<&str>) -> ApiResult<()> {
+        let api = Api::<Node>::all(self.client.clone());
+        let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
+        call(
+            format!("label Node {node} {key}={}", value.unwrap_or("(removed)")),
+            api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn event(&self, ev: &EventSpec) -> ApiResult<()> {
+        // Events of cluster-scoped objects go to "default", as kubectl describe looks for them.
+        let ns = if ev.namespace.is_empty() {
+            "default"
+        } else {
+            ev.namespace.as_str()
+        };
+        let api = Api::<Event>::namespaced(self.client.clone(), ns);
+        let t = now();
+        let e = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", ev.name)),
+                namespace: Some(ns.to_owned()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some(ev.kind.into()),
+                namespace: (!ev.namespace.is_empty()).then(|| ev.namespace.clone()),
+                name: Some(ev.name.clone()),
+                uid: Some(ev.uid.clone()),
+                ..Default::default()
+            },
+            reason: Some(ev.reason.into()),
+            message: Some(ev.message.clone()),
+            type_: Some(if ev.warning { "Warning" } else { "Normal" }.into()),
+            source: Some(EventSource {
+                component: Some("flexvol-provisioner".into()),
+                host: Some(self.node.clone()),
+            }),
+            first_timestamp: Some(t.clone()),
+            last_timestamp: Some(t),
+            count: Some(1),
+            ..Default::default()
+        };
+        call(
+            format!("record event {} on {} {}", ev.reason, ev.kind, ev.name),
+            api.create(&PostParams::default(), &e),
+        )
+        .await
+        .map(|_| ())
+    }
+}

@@ -1,0 +1,155 @@
+//! `flexvol provisioner`: dynamic provisioning of hostPath volumes, one instance per node.
+//!
+//! Each node's instance serves the claims the scheduler placed on its node
+//! (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer) whose class names
+//! `<vendor>/hostpath`, creating a directory under one of the node's roots (the local-path
+//! `nodePathMap` keys of the node config, [`localpath`]) and the PV for it, and deletes both when
+//! a Released PV with reclaim policy Delete is one it made. The decisions are in [`reconcile`],
+//! the filesystem work in [`hostpath`], the API server behind the [`api::Cluster`] seam
+//! (implemented over kube-rs in [`kube`]).
+//!
+//! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client;
+//! the driver verbs never reach this module (`cli::main` dispatches on argv[0] first), so the
+//! binary grows but a verb's startup does not.
+//!
+//! Logs: one line per action on stderr (the container log of the DaemonSet); this command is for
+//! a daemon, not for kubelet, so the stdout/stderr protocol rule of the verbs does not apply.
+
+#![allow(clippy::print_stderr)]
+
+pub mod api;
+pub mod hostpath;
+pub mod kube;
+pub mod localpath;
+pub mod reconcile;
+
+use crate::node::config::Config;
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Arguments of `flexvol provisioner`.
+#[derive(Args, Debug, Clone)]
+pub struct ProvisionerArgs {
+    /// This node's name (the DaemonSet passes `spec.nodeName`).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: String,
+    /// Talk to the API server with this kubeconfig instead of the pod's service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Vendor part of the driver name as installed: the provisioner is `<vendor>/hostpath`.
+    #[arg(long, default_value = "flexvol", value_name = "NAME")]
+    pub vendor: String,
+    /// A full pass at least this often, even without changes seen by the watches.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub resync_seconds: u64,
+}
+
+/// One log line on stderr, with a timestamp.
+pub fn log(msg: &str) {
+    eprintln!(
+        "{} flexvol-provisioner: {msg}",
+        crate::node::calllog::rfc3339(SystemTime::now())
+    );
+}
+
+/// The provisioner's identity for these arguments.
+pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
+    reconcile::Identity {
+        node: a.node_name.clone(),
+        provisioner: format!("{}/hostpath", a.vendor),
+    }
+}
+
+/// Runs the provisioner until killed; returns the exit code on a fatal error.
+pub fn run(a: &ProvisionerArgs) -> i32 {
+    // main() blocks the termination signals for the driver verbs (and every thread inherits the
+    // mask). The provisioner may stop anywhere (every step is restart-safe), so SIGTERM from
+    // kubelet stopping the pod ends it at once, like the default action.
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            set.add(s);
+        }
+        let _ = set.thread_unblock();
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            log(&format!("cannot start the async runtime: {e}"));
+            return 1;
+        }
+    };
+    match rt.block_on(serve(a)) {
+        Ok(()) => 0,
+        Err(e) => {
+            log(&format!("error: {e}"));
+            1
+        }
+    }
+}
+
+async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
+    // The installer container writes the config; until a valid one exists, wait (no pass on an
+    // unknown config: it would take the node's label away).
+    let mut config = loop {
+        match Config::load() {
+            Ok(c) => break c,
+            Err(e) => log(&format!("{e}; waiting for a valid config")),
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    let client = kube::client(a.kubeconfig.as_deref()).await?;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let cluster = kube::KubeCluster::start(client, a.node_name.clone(), wake.clone());
+    if !cluster.ready(Duration::from_secs(60)).await {
+        log("the watches of claims and PVs have not listed yet after 60s; going on, will retry");
+    }
+    let id = identity(a);
+    log(&format!(
+        "serving {} on node {} (roots here: {:?})",
+        id.provisioner,
+        id.node,
+        config.local_path.node_roots(&id.node)
+    ));
+    let mut rec = reconcile::Reconciler::new(cluster, id);
+    let resync = Duration::from_secs(a.resync_seconds.max(1));
+    loop {
+        // The config may change (a ConfigMap update): the last valid one stays in force.
+        match Config::load() {
+            Ok(c) => config = c,
+            Err(e) => log(&format!("{e}; keeping the last valid config")),
+        }
+        let r = rec.pass(&config.local_path).await;
+        for (pv, path) in &r.provisioned {
+            log(&format!("provisioned {pv} at {}", path.display()));
+        }
+        for pv in &r.deleted {
+            log(&format!("deleted {pv} and its directory"));
+        }
+        for c in &r.rescheduled {
+            log(&format!("sent claim {c} back to the scheduler"));
+        }
+        if let Some(l) = r.labelled {
+            log(&format!(
+                "{} the node label {}",
+                if l { "set" } else { "removed" },
+                rec.id.provisioner
+            ));
+        }
+        for f in &r.failed {
+            log(f);
+        }
+        // Changes seen by the watches come in bursts: let a burst settle, then pass again.
+        let _ = tokio::time::timeout(resync, wake.notified()).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

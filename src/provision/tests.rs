@@ -1,0 +1,808 @@
+//! The reconcile pass against a recording fake of the API (the [`Cluster`] seam) and real
+//! directories on this host.
+
+use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
+use super::hostpath::{MARKER, Marker};
+use super::localpath::{LocalPathConfig, NodePath, PathMap};
+use super::reconcile::*;
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimStatus, PersistentVolumeStatus, ResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const PROV: &str = "flexvol/hostpath";
+
+#[derive(Default)]
+struct Fake {
+    claims: RefCell<Vec<PersistentVolumeClaim>>,
+    volumes: RefCell<Vec<PersistentVolume>>,
+    classes: RefCell<BTreeMap<String, StorageClass>>,
+    nodes: RefCell<BTreeMap<String, Node>>,
+    events: RefCell<Vec<EventSpec>>,
+    /// The next create_volume fails with this.
+    fail_create: Cell<Option<ApiErrorKind>>,
+    /// get_volume answers this instead of the list (a server newer than the cache).
+    server_volumes: RefCell<Option<Vec<PersistentVolume>>>,
+}
+
+fn err(kind: ApiErrorKind) -> ApiError {
+    ApiError::new("fake", kind, "injected")
+}
+
+impl Cluster for Fake {
+    async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>> {
+        Ok(self.claims.borrow().clone())
+    }
+    async fn volumes(&self) -> ApiResult<Vec<PersistentVolume>> {
+        Ok(self.volumes.borrow().clone())
+    }
+    async fn get_volume(&self, name: &str) -> ApiResult<Option<PersistentVolume>> {
+        let src = self
+            .server_volumes
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| self.volumes.borrow().clone());
+        Ok(src
+            .into_iter()
+            .find(|v| v.metadata.name.as_deref() == Some(name)))
+    }
+    async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
+        Ok(self.classes.borrow().get(name).cloned())
+    }
+    async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()> {
+        if let Some(k) = self.fail_create.take() {
+            return Err(err(k));
+        }
+        let mut v = self.volumes.borrow_mut();
+        if v.iter().any(|x| x.metadata.name == pv.metadata.name) {
+            return Err(err(ApiErrorKind::AlreadyExists));
+        }
+        let mut pv = pv.clone();
+        pv.metadata.uid = Some(format!("uid-{}", pv.metadata.name.clone().unwrap()));
+        v.push(pv);
+        Ok(())
+    }
+    async fn delete_volume(&self, name: &str, uid: &str) -> ApiResult<()> {
+        let mut v = self.volumes.borrow_mut();
+        let Some(i) = v
+            .iter()
+            .position(|x| x.metadata.name.as_deref() == Some(name))
+        else {
+            return Err(err(ApiErrorKind::NotFound));
+        };
+        if v[i].metadata.uid.as_deref() != Some(uid) {
+            return Err(err(ApiErrorKind::Conflict));
+        }
+        v.remove(i);
+        Ok(())
+    }
+    async fn unselect_node(&self, namespace: &str, name: &str, node: &str) -> ApiResult<()> {
+        for c in self.claims.borrow_mut().iter_mut() {
+            if c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata.name.as_deref() == Some(name)
+            {
+                let a = c.metadata.annotations.get_or_insert_default();
+                if a.get(ANN_SELECTED_NODE).map(String::as_str) == Some(node) {
+                    a.remove(ANN_SELECTED_NODE);
+                }
+            }
+        }
+        Ok(())
+    }
+    async fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
+        Ok(self.nodes.borrow().get(name).cloned())
+    }
+    async fn set_node_label(&self, node: &str, key: &str, value: Option<&str>) -> ApiResult<()> {
+        let mut nodes = self.nodes.borrow_mut();
+        let n = nodes
+            .get_mut(node)
+            .ok_or_else(|| err(ApiErrorKind::NotFound))?;
+        let l = n.metadata.labels.get_or_insert_default();
+        match value {
+            Some(v) => l.insert(key.into(), v.into()),
+            None => l.remove(key),
+        };
+        Ok(())
+    }
+    async fn event(&self, ev: &EventSpec) -> ApiResult<()> {
+        self.events.borrow_mut().push(ev.clone());
+        Ok(())
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn node(name: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([(
+                HOSTNAME_LABEL.to_owned(),
+                format!("host-{name}"),
+            )])),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn class(name: &str, params: &[(&str, &str)], reclaim: &str) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: PROV.into(),
+        parameters: Some(
+            params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        reclaim_policy: Some(reclaim.into()),
+        mount_options: Some(vec!["noatime".into()]),
+        volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        ..Default::default()
+    }
+}
+
+fn claim(name: &str, uid: &str, class: &str, node: Option<&str>) -> PersistentVolumeClaim {
+    let mut ann = BTreeMap::from([(ANN_PROVISIONER_BETA.to_owned(), PROV.to_owned())]);
+    if let Some(n) = node {
+        ann.insert(ANN_SELECTED_NODE.into(), n.into());
+    }
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            resource_version: Some("7".into()),
+            annotations: Some(ann),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(class.into()),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity("1Gi".into()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: Some(PersistentVolumeClaimStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        }),
+    }
+}
+
+fn config(node: &str, roots: &[&Path]) -> LocalPathConfig {
+    LocalPathConfig {
+        node_path_map: vec![NodePath {
+            node: node.into(),
+            paths: roots.iter().map(|p| p.to_path_buf()).collect(),
+        }],
+        ..Default::default()
+    }
+}
+
+fn setup(node_name: &str) -> Reconciler<Fake> {
+    let f = Fake::default();
+    f.nodes.borrow_mut().insert("node-a".into(), node("node-a"));
+    f.nodes.borrow_mut().insert("node-b".into(), node("node-b"));
+    Reconciler::new(
+        f,
+        Identity {
+            node: node_name.into(),
+            provisioner: PROV.into(),
+        },
+    )
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn set_phase(rec: &Reconciler<Fake>, pv: &str, phase: &str) {
+    for v in rec.cluster.volumes.borrow_mut().iter_mut() {
+        if v.metadata.name.as_deref() == Some(pv) {
+            v.status = Some(PersistentVolumeStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            });
+        }
+    }
+}
+
+fn reasons(rec: &Reconciler<Fake>) -> Vec<&'static str> {
+    rec.cluster
+        .events
+        .borrow()
+        .iter()
+        .map(|e| e.reason)
+        .collect()
+}
+
+#[test]
+fn provisions_a_claim_on_its_node_with_a_complete_pv() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap().join("root"); // created on demand
+    let mut rec = setup("node-a");
+    rec.cluster.classes.borrow_mut().insert(
+        "fast".into(),
+        class("fast", &[("uid", "1000"), ("mode", "0750")], "Delete"),
+    );
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "fast", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.failed, Vec::<String>::new());
+    let dir = root.join("pvc-u1_ns_data");
+    assert_eq!(r.provisioned, vec![("pvc-u1".to_owned(), dir.clone())]);
+    assert_eq!(r.labelled, Some(true));
+    assert_eq!(
+        rec.cluster.nodes.borrow()["node-a"]
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()[PROV],
+        "true"
+    );
+
+    // The directory, its ownership and the marker.
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(&dir).unwrap();
+    assert_eq!((md.uid(), md.mode() & 0o7777), (1000, 0o750));
+    let m: Marker = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).unwrap()).unwrap();
+    assert_eq!((m.volume.as_str(), m.claim_uid.as_str()), ("pvc-u1", "u1"));
+
+    // The PV.
+    let pvs = rec.cluster.volumes.borrow().clone();
+    assert_eq!(pvs.len(), 1);
+    let pv = serde_json::to_value(&pvs[0]).unwrap();
+    let want = serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pvc-u1", "uid": "uid-pvc-u1", "annotations": {
+            "pv.kubernetes.io/provisioned-by": PROV, "flexvol/node": "node-a"}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": "1Gi"},
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "ns",
+                         "name": "data", "uid": "u1", "resourceVersion": "7"},
+            "flexVolume": {"driver": PROV, "options": {"path": dir.display().to_string(), "type": "Directory"}},
+            "mountOptions": ["noatime"],
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-node-a"]}]}]}},
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "fast",
+            "volumeMode": "Filesystem"
+        }
+    });
+    assert_eq!(pv, want);
+    assert_eq!(reasons(&rec), vec!["ProvisioningSucceeded"]);
+
+    // Again: the PV exists, nothing more happens.
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r, Report::default());
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+    assert_eq!(reasons(&rec).len(), 1);
+}
+
+#[test]
+fn claims_for_others_are_left_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    let mut other = class("other", &[], "Delete");
+    other.provisioner = "rancher.io/local-path".into();
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("other".into(), other);
+    let mut cl = rec.cluster.claims.borrow_mut();
+    cl.push(claim("b", "u-b", "c", Some("node-b"))); // another node
+    cl.push(claim("none", "u-n", "c", None)); // not scheduled yet
+    cl.push(claim("o", "u-o", "other", Some("node-a"))); // another provisioner's class
+    let mut bound = claim("bound", "u-x", "c", Some("node-a"));
+    bound.spec.as_mut().unwrap().volume_name = Some("pv-x".into());
+    cl.push(bound);
+    let mut foreign = claim("f", "u-f", "c", Some("node-a"));
+    foreign
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANN_PROVISIONER_BETA.into(), "example.com/x".into());
+    cl.push(foreign);
+    drop(cl);
+    let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+    assert_eq!((r.provisioned.len(), r.failed.len()), (0, 0), "{r:?}");
+    assert!(rec.cluster.volumes.borrow().is_empty());
+    assert!(entries(d.path()).is_empty());
+    assert!(rec.cluster.events.borrow().is_empty());
+}
+
+#[test]
+fn the_ga_annotation_of_1_23_is_accepted_too() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    let mut c = claim("data", "u1", "c", Some("node-a"));
+    let a = c.metadata.annotations.as_mut().unwrap();
+    a.remove(ANN_PROVISIONER_BETA);
+    a.insert(ANN_PROVISIONER.into(), PROV.into());
+    rec.cluster.claims.borrow_mut().push(c);
+    let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+}
+
+#[test]
+fn bad_class_parameters_fail_clearly_and_create_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    let mut rec = setup("node-a");
+    for (name, params) in [
+        ("typo", vec![("pathpattern", "x")]),
+        ("escape", vec![("pathPattern", "../{{ .PVName }}")]),
+        ("uid", vec![("uid", "root")]),
+    ] {
+        rec.cluster
+            .classes
+            .borrow_mut()
+            .insert(name.into(), class(name, &params, "Delete"));
+        rec.cluster.claims.borrow_mut().push(claim(
+            name,
+            &format!("u-{name}"),
+            name,
+            Some("node-a"),
+        ));
+    }
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.failed.len(), 3, "{r:?}");
+    assert!(rec.cluster.volumes.borrow().is_empty());
+    assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+    let ev = rec.cluster.events.borrow().clone();
+    assert_eq!(ev.len(), 3);
+    for e in &ev {
+        assert!(e.warning && e.reason == "ProvisioningFailed", "{e:?}");
+        assert!(e.message.contains("nothing was created"), "{}", e.message);
+    }
+    assert!(
+        ev[0]
+            .message
+            .contains("unknown class parameter \"pathpattern\"")
+    );
+    assert!(ev[1].message.contains("pathPattern"));
+    assert!(ev[2].message.contains("numeric id"));
+    // The claims keep their node: rescheduling would not help.
+    assert!(rec.cluster.claims.borrow().iter().all(|c| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key(ANN_SELECTED_NODE)
+    }));
+    // Said once, not every pass.
+    block_on(rec.pass(&cfg));
+    assert_eq!(rec.cluster.events.borrow().len(), 3);
+}
+
+#[test]
+fn a_node_without_a_root_is_unlabelled_and_sends_claims_back() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-b");
+    rec.cluster
+        .nodes
+        .borrow_mut()
+        .get_mut("node-b")
+        .unwrap()
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(PROV.into(), "true".into()); // left over from an earlier config
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-b")));
+    // Roots for node-a only, no default entry: node-b has none.
+    let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+    assert_eq!(r.labelled, Some(false));
+    assert!(
+        !rec.cluster.nodes.borrow()["node-b"]
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .contains_key(PROV)
+    );
+    assert_eq!(r.rescheduled, vec!["ns/data".to_owned()]);
+    let c = rec.cluster.claims.borrow()[0].clone();
+    assert!(
+        !c.metadata
+            .annotations
+            .unwrap()
+            .contains_key(ANN_SELECTED_NODE)
+    );
+    let ev = rec.cluster.events.borrow()[0].clone();
+    assert_eq!(ev.reason, "ProvisioningFailed");
+    assert!(
+        ev.message.contains("the scheduler will pick another node"),
+        "{}",
+        ev.message
+    );
+    assert!(rec.cluster.volumes.borrow().is_empty());
+}
+
+#[test]
+fn a_class_without_a_root_on_this_node_reschedules() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("ssd".into(), class("ssd", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "ssd", Some("node-a")));
+    let mut cfg = config("node-a", &[d.path()]);
+    cfg.storage_class_configs.insert(
+        "ssd".into(),
+        PathMap {
+            node_path_map: vec![NodePath {
+                node: "node-b".into(),
+                paths: vec![PathBuf::from("/ssd")],
+            }],
+            shared_file_system_path: None,
+        },
+    );
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(
+        r.labelled,
+        Some(true),
+        "node-a has a root for other classes"
+    );
+    assert_eq!(r.rescheduled.len(), 1);
+    assert!(
+        rec.cluster.events.borrow()[0]
+            .message
+            .contains("no root for StorageClass ssd")
+    );
+}
+
+#[test]
+fn the_root_with_most_free_space_is_chosen() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!("needs root (tmpfs mounts); run the unit tests as root");
+    }
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
+    let d = tempfile::tempdir().unwrap();
+    let (small, big) = (d.path().join("small"), d.path().join("big"));
+    for (p, size) in [(&small, "size=1m"), (&big, "size=8m")] {
+        std::fs::create_dir(p).unwrap();
+        mount(
+            Some("tmpfs"),
+            p.as_path(),
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some(size),
+        )
+        .unwrap();
+    }
+    let result = std::panic::catch_unwind(|| {
+        for order in [[&small, &big], [&big, &small]] {
+            let mut rec = setup("node-a");
+            rec.cluster
+                .classes
+                .borrow_mut()
+                .insert("c".into(), class("c", &[], "Delete"));
+            let uid = format!("u-{}", order[0].file_name().unwrap().to_str().unwrap());
+            rec.cluster
+                .claims
+                .borrow_mut()
+                .push(claim("data", &uid, "c", Some("node-a")));
+            let r = block_on(rec.pass(&config("node-a", &[order[0], order[1]])));
+            assert_eq!(r.provisioned.len(), 1, "{r:?}");
+            assert!(r.provisioned[0].1.starts_with(&big), "{r:?}");
+        }
+    });
+    for p in [&small, &big] {
+        umount2(p.as_path(), MntFlags::MNT_DETACH).unwrap();
+    }
+    result.unwrap();
+}
+
+#[test]
+fn a_pass_killed_before_the_pv_was_created_converges_to_one_pv_and_one_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+    // The API call dies (as if the process was killed right before it): directory and marker
+    // exist, the PV does not.
+    rec.cluster.fail_create.set(Some(ApiErrorKind::Timeout));
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.failed.len(), 1);
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+    // A fresh process (no memory of events) finishes it.
+    let f = std::mem::take(&mut rec.cluster);
+    let mut rec = Reconciler::new(f, rec.id.clone());
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+
+    // Killed after the PV was created but before the cache saw it: the create answers
+    // AlreadyExists, which is success since the PV is ours and for this claim.
+    let stale_cache = rec.cluster.volumes.borrow().clone();
+    rec.cluster
+        .server_volumes
+        .replace(Some(stale_cache.clone()));
+    rec.cluster.volumes.borrow_mut().clear();
+    rec.cluster
+        .fail_create
+        .set(Some(ApiErrorKind::AlreadyExists));
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+}
+
+#[test]
+fn an_existing_pv_of_someone_else_is_not_taken() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let foreign = PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some("pvc-u1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    rec.cluster.server_volumes.replace(Some(vec![foreign]));
+    rec.cluster
+        .fail_create
+        .set(Some(ApiErrorKind::AlreadyExists));
+    let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+    assert!(r.provisioned.is_empty());
+    assert!(
+        r.failed[0].contains("not provisioned by flexvol/hostpath"),
+        "{r:?}"
+    );
+}
+
+fn provisioned(
+    reclaim: &str,
+) -> (
+    tempfile::TempDir,
+    PathBuf,
+    Reconciler<Fake>,
+    LocalPathConfig,
+) {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], reclaim));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.provisioned.len(), 1);
+    std::fs::write(root.join("pvc-u1_ns_data/file"), b"data").unwrap();
+    rec.cluster.claims.borrow_mut().clear(); // the claim was deleted
+    (d, root, rec, cfg)
+}
+
+#[test]
+fn a_released_delete_pv_loses_directory_and_pv() {
+    let (_d, root, mut rec, cfg) = provisioned("Delete");
+    // Bound: nothing happens.
+    set_phase(&rec, "pvc-u1", "Bound");
+    block_on(rec.pass(&cfg));
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+    // The cache says Released, the server still Bound: the server wins.
+    let server = rec.cluster.volumes.borrow().clone();
+    set_phase(&rec, "pvc-u1", "Released");
+    rec.cluster.server_volumes.replace(Some(server));
+    block_on(rec.pass(&cfg));
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+    rec.cluster.server_volumes.replace(None);
+    // Released on both: gone.
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted, vec!["pvc-u1".to_owned()]);
+    assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+    assert!(rec.cluster.volumes.borrow().is_empty());
+}
+
+#[test]
+fn a_directory_gone_already_is_not_an_error() {
+    let (_d, root, mut rec, cfg) = provisioned("Delete");
+    std::fs::remove_dir_all(root.join("pvc-u1_ns_data")).unwrap();
+    set_phase(&rec, "pvc-u1", "Released");
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted, vec!["pvc-u1".to_owned()]);
+    assert!(r.failed.is_empty());
+}
+
+#[test]
+fn retain_keeps_both() {
+    let (_d, root, mut rec, cfg) = provisioned("Retain");
+    set_phase(&rec, "pvc-u1", "Released");
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deleted.is_empty());
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+}
+
+#[test]
+fn deletes_of_other_nodes_are_not_ours() {
+    let (_d, root, rec, cfg) = provisioned("Delete");
+    set_phase(&rec, "pvc-u1", "Released");
+    let f = rec.cluster;
+    let mut other = Reconciler::new(
+        f,
+        Identity {
+            node: "node-b".into(),
+            provisioner: PROV.into(),
+        },
+    );
+    block_on(other.pass(&cfg));
+    assert_eq!(other.cluster.volumes.borrow().len(), 1);
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+}
+
+#[test]
+fn a_wrong_marker_or_a_path_outside_the_roots_keeps_everything_and_says_why() {
+    let (_d, root, mut rec, cfg) = provisioned("Delete");
+    set_phase(&rec, "pvc-u1", "Released");
+    // The marker names another PV.
+    let m = root.join("pvc-u1_ns_data").join(MARKER);
+    let text = std::fs::read_to_string(&m)
+        .unwrap()
+        .replace("pvc-u1", "pvc-zz");
+    std::fs::set_permissions(&m, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::write(&m, text).unwrap();
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deleted.is_empty());
+    assert_eq!(entries(&root.join("pvc-u1_ns_data")).len(), 2);
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+    let ev = rec.cluster.events.borrow().last().unwrap().clone();
+    assert_eq!(
+        (ev.reason, ev.kind),
+        ("VolumeFailedDelete", "PersistentVolume")
+    );
+    assert!(
+        ev.message.contains("belongs to PV pvc-zz"),
+        "{}",
+        ev.message
+    );
+
+    // The PV's path edited to point outside every root.
+    for v in rec.cluster.volumes.borrow_mut().iter_mut() {
+        let o = v.spec.as_mut().unwrap().flex_volume.as_mut().unwrap();
+        o.options
+            .as_mut()
+            .unwrap()
+            .insert("path".into(), "/etc".into());
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.failed[0].contains("not below a root"), "{r:?}");
+    assert!(Path::new("/etc/passwd").exists());
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+}
+
+#[test]
+fn readme_local_path_config_is_a_valid_node_config() {
+    // local-path-provisioner's README example, byte for byte.
+    let readme = br#"{
+        "nodePathMap":[
+        {
+                "node":"DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                "paths":["/opt/local-path-provisioner"]
+        },
+        {
+                "node":"yasker-lp-dev1",
+                "paths":["/opt/local-path-provisioner", "/data1"]
+        },
+        {
+                "node":"yasker-lp-dev3",
+                "paths":[]
+        }
+        ]
+}"#;
+    let c = crate::node::config::Config::parse(Path::new("config.json"), readme).unwrap();
+    assert_eq!(
+        c.local_path.roots_for("yasker-lp-dev1", "local-path"),
+        vec![
+            PathBuf::from("/opt/local-path-provisioner"),
+            PathBuf::from("/data1")
+        ]
+    );
+    assert!(c.local_path.node_roots("yasker-lp-dev3").is_empty());
+    // Every root it names is also an allowed root of the hostPath driver, next to the default
+    // root (no allowedRoots configured).
+    let mut want = vec![
+        PathBuf::from("/data1"),
+        PathBuf::from("/opt/local-path-provisioner"),
+        PathBuf::from(crate::node::config::DEFAULT_HOSTPATH_ROOT),
+    ];
+    want.sort();
+    assert_eq!(c.hostpath.allowed_roots, want);
+    // With allowedRoots configured, they are added to those.
+    let with =
+        br#"{"hostpath":{"allowedRoots":["/srv"]},"nodePathMap":[{"node":"a","paths":["/data"]}]}"#;
+    let c = crate::node::config::Config::parse(Path::new("c"), with).unwrap();
+    assert_eq!(
+        c.hostpath.allowed_roots,
+        vec![PathBuf::from("/data"), PathBuf::from("/srv")]
+    );
+    // flexvol keys and local-path keys together; a typo in either is still an error.
+    let both = br#"{"stateDir":"/s","nodePathMap":[{"node":"a","paths":["/srv"]}]}"#;
+    let c = crate::node::config::Config::parse(Path::new("c"), both).unwrap();
+    assert_eq!(c.state_dir, Path::new("/s"));
+    for bad in [
+        &br#"{"statedir":"/s","nodePathMap":[]}"#[..],
+        br#"{"nodePathMap":[{"node":"a","paths":["/"]}]}"#,
+    ] {
+        assert!(crate::node::config::Config::parse(Path::new("c"), bad).is_err());
+    }
+}
