@@ -404,20 +404,18 @@ impl<C: Cluster> Reconciler<C> {
             ));
         }
         let (roots, bad) = usable_roots(&configured, true);
-        if roots.is_empty() {
-            return Step::Reschedule(format!("no usable root ({})", bad.join("; ")));
-        }
-
         // A directory made for this PV by an earlier (killed) pass wins; else the most free space.
-        let root = roots
+        let chosen = roots
             .iter()
             .find(|r| matches!(hostpath::inspect(r, &rel), DirState::Marked(m) if m.volume == pv_name))
             .or_else(|| {
                 roots
                     .iter()
                     .max_by_key(|r| hostpath::free_bytes(&r.real).unwrap_or(0))
-            })
-            .expect("roots is not empty (checked above)");
+            });
+        let Some(root) = chosen else {
+            return Step::Reschedule(format!("no usable root ({})", bad.join("; ")));
+        };
         let marker = Marker {
             provisioner: self.id.provisioner.clone(),
             volume: pv_name.clone(),

@@ -783,7 +783,7 @@ fn readme_local_path_config_is_a_valid_node_config() {
     let mut want = vec![
         PathBuf::from("/data1"),
         PathBuf::from("/opt/local-path-provisioner"),
-        PathBuf::from(crate::node::config::DEFAULT_HOSTPATH_ROOT),
+        PathBuf::from(crate::backend::hostpath::DEFAULT_HOSTPATH_ROOT),
     ];
     want.sort();
     assert_eq!(c.hostpath.allowed_roots, want);
