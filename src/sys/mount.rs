@@ -329,7 +329,13 @@ pub fn path_state(path: &Path) -> Result<Option<PathState>, MountError> {
         Err(rustix::io::Errno::NOENT) => return Ok(None),
         Err(e) => return Err(inspect(e)),
     };
-    let (mut state, known) = to_state(&st);
+    Ok(Some(with_mount_facts(&st, path)?))
+}
+
+/// The [`PathState`] of a `statx` answer; on kernels that give no mount facts (before 5.8), those
+/// two come from the mount table at `path`.
+fn with_mount_facts(st: &rustix::fs::Statx, path: &Path) -> Result<PathState, MountError> {
+    let (mut state, known) = to_state(st);
     if !known {
         let table = MountTable::read()?;
         let m = table.at(path);
@@ -338,7 +344,7 @@ pub fn path_state(path: &Path) -> Result<Option<PathState>, MountError> {
             .or_else(|| table.containing(path))
             .map_or(0, |m| u64::from(m.id));
     }
-    Ok(Some(state))
+    Ok(state)
 }
 
 /// [`path_state`] of an open file (an `O_PATH` descriptor will do), without walking its path
@@ -350,16 +356,7 @@ pub fn fd_state(fd: impl AsFd, path: &Path) -> Result<PathState, MountError> {
             errno: nix::Error::from_raw(errno.raw_os_error()),
         }
     })?;
-    let (mut state, known) = to_state(&st);
-    if !known {
-        let table = MountTable::read()?;
-        let m = table.at(path);
-        state.mount_root = m.is_some();
-        state.mnt_id = m
-            .or_else(|| table.containing(path))
-            .map_or(0, |m| u64::from(m.id));
-    }
-    Ok(state)
+    with_mount_facts(&st, path)
 }
 
 /// The identity of an open file (an `O_PATH` descriptor will do).
