@@ -18,6 +18,7 @@
 #![allow(clippy::print_stderr)]
 
 pub mod api;
+pub mod backend;
 pub mod hostpath;
 pub mod kube;
 pub mod localpath;
