@@ -17,8 +17,9 @@
 //!   ([`pv_tag`], the ownership mark for exactly this PV). The LV is not formatted here: its start
 //!   is zeroed and old signatures wiped (`-Zy -Wy`, thin LVs read zeros), so the driver's
 //!   `mountdevice` finds it provably blank and runs mkfs with the class's `fsType`/`mkfsOptions`,
-//!   which the PV's options carry. The PV's options name the LV (`volumegroup`, `volumeID`) and
-//!   carry no `size`, so the driver uses exactly this LV and never creates one.
+//!   which the PV carries (`flexVolume.fsType`, the `mkfsOptions` option; the API server refuses
+//!   `kubernetes.io/` keys in a PV's options). The PV's options name the LV (`volumegroup`,
+//!   `volumeID`) and carry no `size`, so the driver uses exactly this LV and never creates one.
 //!   A kill after `lvcreate` leaves an LV tagged for the PV: the next pass finds it and reuses it.
 //!   An LV of that name without our tag for this PV is never touched (Fail).
 //! - **Delete**: only an LV carrying `flexvol.pv.<pv name>` (the tag is computed from the PV's
@@ -127,15 +128,13 @@ impl ClassParams {
     }
 
     /// The PV's flexVolume options: exactly this LV (no `size`, so the driver creates nothing),
-    /// and how the driver formats it.
+    /// and the mkfs options. The filesystem type goes in the PV's `flexVolume.fsType`
+    /// ([`Provisioned::fs_type`]), which kubelet sends as `kubernetes.io/fsType`.
     pub fn pv_options(&self, o: &LvmOptions) -> BTreeMap<String, String> {
         let mut m = BTreeMap::from([
             (key::VOLUME_GROUP.to_owned(), o.vg.clone()),
             (key::VOLUME_ID.to_owned(), o.lv.clone()),
         ]);
-        if let Some(t) = &self.fs_type {
-            m.insert(keys::FS_TYPE.to_owned(), t.clone());
-        }
         if let Some(x) = &self.mkfs_options {
             m.insert(key::MKFS_OPTIONS.to_owned(), x.clone());
         }
@@ -317,6 +316,7 @@ fn made_for(params: &ClassParams, o: &LvmOptions, size: u64) -> Provisioned {
             (ANN_LV.to_owned(), o.lv.clone()),
         ]),
         location: o.key(),
+        fs_type: params.fs_type.clone(),
     }
 }
 

@@ -113,6 +113,11 @@ fn guest_lvmprov_provision_use_grow_delete() {
     let mut opts = made.options.clone();
     opts.insert("kubernetes.io/pvOrVolumeName".into(), pv.into());
     opts.insert("kubernetes.io/readwrite".into(), "rw".into());
+    // kubelet sends the PV's flexVolume.fsType as this key.
+    opts.insert(
+        "kubernetes.io/fsType".into(),
+        made.fs_type.clone().unwrap_or_default(),
+    );
     v.j = serde_json::to_string(&opts).unwrap();
     let pod = v.setup("uid-a");
     std::fs::write(pod.join("hello"), b"world").unwrap();

@@ -156,8 +156,14 @@ fn pv_options_make_the_driver_use_exactly_this_lv_and_create_nothing() {
     let mut opts = p.pv_options(&o);
     assert_eq!(opts.get("volumeID").map(String::as_str), Some(PV));
     assert!(!opts.contains_key("size") && !opts.contains_key("thinpool"));
-    // As kubelet sends them to the driver.
+    // No key of the reserved kubernetes.io/ namespace (the API server refuses the PV).
+    assert!(
+        opts.keys().all(|k| !k.contains("kubernetes.io/")),
+        "{opts:?}"
+    );
+    // As kubelet sends them to the driver, the PV's fsType among them.
     opts.insert(keys::PV_OR_VOLUME_NAME.into(), PV.into());
+    opts.insert(keys::FS_TYPE.into(), p.fs_type.clone().unwrap());
     let json = serde_json::to_string(&opts).unwrap();
     let d = LvmOptions::parse(&Options::parse(&json).unwrap()).unwrap();
     assert_eq!(d.key(), format!("vg0/{PV}"));
@@ -195,12 +201,10 @@ fn provision_creates_a_tagged_lv_rounded_to_extents() {
     assert_eq!(r.annotations[ANN_LV], PV);
     assert_eq!(
         r.options,
-        params(&[
-            ("volumegroup", "vg0"),
-            ("volumeID", PV),
-            ("kubernetes.io/fsType", "xfs")
-        ])
+        params(&[("volumegroup", "vg0"), ("volumeID", PV)])
     );
+    // Not an option: the API server refuses kubernetes.io/ keys there; kubelet sends it as one.
+    assert_eq!(r.fs_type.as_deref(), Some("xfs"));
 }
 
 #[test]
