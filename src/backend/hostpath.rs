@@ -43,7 +43,8 @@ use crate::protocol::options::{Options, OptionsError, keys};
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
 use crate::sys::mount::{
-    FileId, MountError, PathState, UnmountMode, fd_id, fd_state, path_state, reads_read_only,
+    FileId, MountError, PathState, UnmountMode, fd_id, fd_kind_id, fd_state, path_state,
+    reads_read_only,
 };
 use crate::sys::paths::{self, FileKind, Ownership};
 use serde::Deserialize;
@@ -673,7 +674,9 @@ fn pod_dir_path(dir: &Path) -> Result<PathBuf> {
     }) {
         return Err(refuse("is not a volume directory of this driver"));
     }
-    let root = match std::fs::canonicalize(&root) {
+    let canonical =
+        paths::canonical_as_named(&root).map_or_else(|| std::fs::canonicalize(&root), Ok);
+    let root = match canonical {
         Ok(r) => r,
         // No kubelet root, no pod directory: callers find it missing.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(dir.to_owned()),
@@ -811,7 +814,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         )),
         e => nix_io("open", &resolved, e),
     })?;
-    let kind = paths::kind_of(&fd).map_err(|e| nix_io("stat", &resolved, e))?;
+    let (kind, source_id) = fd_kind_id(&fd)?;
     // The policy's device rule again, on the pinned inode (the path may have been swapped).
     check_device_source(&resolved, kind)?;
     if let Some(want) = opts.path_type.expected()
@@ -825,7 +828,6 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
             want.describe()
         )));
     }
-    let source_id = fd_id(&fd)?;
 
     // Where the bind goes: the pod dir itself, or a same-named file inside it.
     let mount_point = mount_point_for(&pod_dir, &resolved, kind)?;

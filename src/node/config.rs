@@ -152,11 +152,15 @@ impl Config {
                 .or_else(|| std::fs::canonicalize(&path).ok())
         };
         check_trusted(&path, real.as_deref(), &meta)?;
-        let mut data = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut data).map_err(|source| ConfigError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        // Sized from the fstat above, read through `take` so std does not fstat and lseek again
+        // for a size hint: two reads (the data, then end of file).
+        let mut data =
+            Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
+        std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, u64::MAX), &mut data)
+            .map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
         Self::parse(&path, &data)
     }
 

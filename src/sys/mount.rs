@@ -361,11 +361,17 @@ pub fn fd_state(fd: impl AsFd, path: &Path) -> Result<PathState, MountError> {
 
 /// The identity of an open file (an `O_PATH` descriptor will do).
 pub fn fd_id(fd: impl AsFd) -> Result<FileId, MountError> {
+    Ok(fd_kind_id(fd)?.1)
+}
+
+/// The kind and identity of an open file (an `O_PATH` descriptor will do), in one `statx`.
+pub fn fd_kind_id(fd: impl AsFd) -> Result<(FileKind, FileId), MountError> {
     let st = statx_raw(fd.as_fd(), Path::new(""), AtFlags::EMPTY_PATH).map_err(|errno| {
         MountError::Inspect {
             target: PathBuf::from("(descriptor)"),
             errno: nix::Error::from_raw(errno.raw_os_error()),
         }
     })?;
-    Ok(to_state(&st).0.id)
+    let state = to_state(&st).0;
+    Ok((state.kind, state.id))
 }

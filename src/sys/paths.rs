@@ -64,6 +64,9 @@ pub struct Ownership {
 /// link and its target): it is not a missing component that could be created, and reporting it
 /// as one, or as "a symlink appeared", would send the reader looking for a race.
 pub fn resolve_existing(path: &Path) -> std::io::Result<(PathBuf, Vec<OsString>)> {
+    if let Some(p) = canonical_as_named(path) {
+        return Ok((p, Vec::new()));
+    }
     let mut missing = Vec::new();
     let mut cur = path.to_path_buf();
     loop {
@@ -96,11 +99,40 @@ pub fn resolve_existing(path: &Path) -> std::io::Result<(PathBuf, Vec<OsString>)
     }
 }
 
-/// What an existing path really is: its canonical form and its metadata (symlinks followed), in
-/// a constant four syscalls whatever its depth (open `O_PATH`, fstat, readlink of
-/// `/proc/self/fd/N`, close), where `canonicalize` costs one per component.
+/// `path` itself, normalized, when it is already canonical: absolute, without `..`, and reached
+/// without any symlink (an `openat2(RESOLVE_NO_SYMLINKS)` of it succeeds), so that
+/// `canonicalize` would return exactly its components. `None` when that cannot be shown cheaply
+/// (a symlink on the way, a missing component, any error): callers then resolve it the slow way.
+/// Two syscalls (open `O_PATH`, close) whatever the depth, against one readlink per component.
+pub fn canonical_as_named(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() || has_dotdot(path) {
+        return None;
+    }
+    open_nofollow(path).ok()?;
+    // components() drops `.`, repeated and trailing slashes: the form canonicalize returns.
+    Some(path.components().collect())
+}
+
+/// What an existing path really is: its canonical form and its metadata (symlinks followed).
+/// A path reached without symlinks (the common case: fixed system locations) costs three
+/// syscalls: `openat2(RESOLVE_NO_SYMLINKS)` proves it canonical already (see
+/// [`canonical_as_named`]), then fstat and close. Otherwise a constant four whatever its depth
+/// (open `O_PATH` following symlinks, fstat, readlink of `/proc/self/fd/N`, close), where
+/// `canonicalize` costs one per component. Fails exactly when the path does not resolve: a
+/// missing component met before any symlink fails the symlink-following open as well.
 pub fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
     use std::os::unix::fs::OpenOptionsExt;
+    if path.is_absolute() && !has_dotdot(path) {
+        match open_nofollow(path) {
+            Ok(fd) => {
+                let meta = std::fs::File::from(fd).metadata()?;
+                return Ok((path.components().collect(), meta));
+            }
+            Err(nix::Error::ENOENT) => return Err(std::io::Error::from(nix::Error::ENOENT)),
+            // A symlink on the way (ELOOP) or anything else: the general way below.
+            Err(_) => {}
+        }
+    }
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_PATH)
@@ -260,6 +292,26 @@ mod tests {
         assert_eq!(real, base.join("a/b"));
         assert!(meta.is_dir());
         assert!(real_path(&base.join("missing")).is_err());
+        assert!(real_path(&base.join("l/missing")).is_err());
+        // The fast path (no symlink on the way) gives what canonicalize gives, normalized.
+        let (real, meta) = real_path(&base.join("a/./b/")).unwrap();
+        assert_eq!(real, base.join("a/b"));
+        assert!(meta.is_dir());
+        assert_eq!(
+            canonical_as_named(&PathBuf::from(format!("{}//a/b/", base.display()))),
+            Some(base.join("a/b"))
+        );
+        assert_eq!(canonical_as_named(&base.join("l/b")), None);
+        assert_eq!(canonical_as_named(&base.join("a/../a")), None);
+        assert_eq!(canonical_as_named(&base.join("missing")), None);
+        // Through a symlink, resolve_existing still resolves it (slow way).
+        let (real, rest) = resolve_existing(&base.join("l/b/new")).unwrap();
+        assert_eq!(
+            (real, rest),
+            (base.join("a/b"), vec![OsString::from("new")])
+        );
+        let (real, rest) = resolve_existing(&base.join("l/b")).unwrap();
+        assert_eq!((real, rest), (base.join("a/b"), vec![]));
     }
 
     #[test]
