@@ -40,6 +40,9 @@
 //! - What is reported enforced has been checked: after setting up, the directory's inherit flag
 //!   (`FS_IOC_GETFLAGS`), its ID (`project -c`) and the limit (`report`) are read back.
 
+use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
+use super::hostpath::{self, DirState, Marker, Root};
+use super::reconcile::SCAN_DEPTH;
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -361,6 +364,7 @@ pub enum Outcome {
 /// must record it in the marker durably before anything is applied; its error stops here.
 /// `Err` is a failure to retry (a tool failed, the marker could not be written); a filesystem
 /// without quotas or an unusable path is `Ok(NotEnforced)`.
+#[allow(clippy::too_many_arguments)]
 pub fn enforce(
     runner: &dyn Runner,
     support: &Support,
@@ -416,6 +420,218 @@ pub fn raise(
     };
     verify(runner, fs, dir, id, limit)?;
     Ok(limit)
+}
+
+/// PV annotation: the project ID of an enforced size (for people; the marker is what counts).
+pub const ANN_PROJECT: &str = "flexvol/quota-project";
+
+impl Outcome {
+    /// The PV annotations that say what came of it ([`ANN_SIZE`], [`ANN_SIZE_ENFORCED`], and
+    /// [`ANN_SIZE_NOTE`] or [`ANN_PROJECT`]). `requested` is the claim's size.
+    pub fn annotations(&self, requested: u64) -> BTreeMap<String, String> {
+        match self {
+            Outcome::Enforced { id, limit_bytes } => BTreeMap::from([
+                (ANN_SIZE.to_owned(), limit_bytes.max(&requested).to_string()),
+                (ANN_SIZE_ENFORCED.to_owned(), "true".to_owned()),
+                (ANN_PROJECT.to_owned(), id.to_string()),
+            ]),
+            Outcome::NotEnforced(why) => BTreeMap::from([
+                (ANN_SIZE.to_owned(), requested.to_string()),
+                (ANN_SIZE_ENFORCED.to_owned(), "false".to_owned()),
+                (ANN_SIZE_NOTE.to_owned(), why.clone()),
+            ]),
+        }
+    }
+}
+
+/// [`detect`] for a volume directory, and whether the tool is there: a filesystem with quotas but
+/// no `xfs_quota` in the node's `toolDirs` cannot enforce anything.
+fn detect_with_tool(runner: &dyn Runner, dir: &Path) -> Support {
+    match detect(dir) {
+        Support::Enforced(fs) if !runner.has_tool("xfs_quota") => Support::NotEnforced(format!(
+            "{} enforces project quotas but xfs_quota is not installed in the node's toolDirs: install xfsprogs to enforce sizes",
+            fs.mount_point.display()
+        )),
+        s => s,
+    }
+}
+
+/// Enforces `bytes` on the marked volume directory `<root>/<rel>` just made (or found, made by an
+/// earlier pass): the ID comes from its marker, or is chosen and recorded in the marker first.
+/// IDs other volumes' markers under `root` name count as taken, so two volumes never share one
+/// even when a kill left one's ID recorded but not yet applied.
+pub fn enforce_volume(
+    runner: &dyn Runner,
+    root: &Root,
+    rel: &Path,
+    bytes: u64,
+) -> Result<Outcome, String> {
+    let dir = root.real.join(rel);
+    let m = match hostpath::inspect(root, rel) {
+        DirState::Marked(m) => m,
+        _ => {
+            return Err(format!(
+                "{} has no flexvol marker after it was made",
+                dir.display()
+            ));
+        }
+    };
+    let support = detect_with_tool(runner, &dir);
+    let taken: BTreeSet<u32> = if m.project_id.is_none() && matches!(support, Support::Enforced(_))
+    {
+        hostpath::scan(std::slice::from_ref(root), SCAN_DEPTH)
+            .into_iter()
+            .filter(|f| f.marker.volume != m.volume)
+            .filter_map(|f| f.marker.project_id)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    enforce(
+        runner,
+        &support,
+        &dir,
+        &m.volume,
+        m.project_id,
+        &taken,
+        bytes,
+        |id| {
+            hostpath::write_marker(
+                &dir,
+                &Marker {
+                    project_id: Some(id),
+                    ..m.clone()
+                },
+            )
+        },
+    )
+}
+
+/// Grows the volume directory `<root>/<rel>` of PV `volume` (claim `claim_uid`) to `bytes`:
+/// raises its project's limit when its size is enforced; returns the size in force. Without a
+/// project (the size was never enforced) it returns `bytes` and changes nothing. A volume whose
+/// size was enforced on a filesystem that no longer enforces quotas is an error: its old limit
+/// would come back with the quotas.
+pub fn raise_volume(
+    runner: &dyn Runner,
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+    claim_uid: &str,
+    bytes: u64,
+) -> Result<u64, String> {
+    let dir = root.real.join(rel);
+    let id = match hostpath::inspect(root, rel) {
+        DirState::Marked(m) if m.volume == volume && m.claim_uid == claim_uid => m.project_id,
+        DirState::Marked(m) => {
+            return Err(format!(
+                "{} belongs to PV {}, not {volume}; not grown",
+                dir.display(),
+                m.volume
+            ));
+        }
+        DirState::Missing => return Err(format!("{} does not exist", dir.display())),
+        _ => {
+            return Err(format!(
+                "{} has no flexvol marker; not grown",
+                dir.display()
+            ));
+        }
+    };
+    let Some(id) = id else {
+        return Ok(bytes);
+    };
+    match detect_with_tool(runner, &dir) {
+        Support::Enforced(fs) => raise(runner, &fs, &dir, id, bytes),
+        Support::NotEnforced(why) => Err(format!(
+            "{} has an enforced size (project {id}), but now {why}; its limit cannot be raised until then",
+            dir.display()
+        )),
+    }
+}
+
+/// After a volume directory with project `id` was deleted: clears the project's limit, so its
+/// quota record can go. Best effort (a leftover record only keeps its ID from being chosen); the
+/// text is for the log.
+pub fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
+    let Some(id) = id else {
+        return String::new();
+    };
+    let Support::Enforced(fs) = detect_with_tool(runner, &root.real) else {
+        return String::new();
+    };
+    match run(runner, &xfs_quota(&fs, format!("limit -p bhard=0 {id}"))) {
+        Ok(_) => format!("; cleared the limit of project {id}"),
+        Err(e) => format!("; the limit of project {id} stays ({e})"),
+    }
+}
+
+/// What `flexvol status` says about one provisioned directory's size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SizeStatus {
+    /// Whether a project quota limits it now.
+    pub enforced: bool,
+    /// Its project ID, from its marker.
+    pub project_id: Option<u32>,
+    /// The hard limit in force, in bytes.
+    pub limit_bytes: Option<u64>,
+    /// Bytes used, as the quota counts them.
+    pub used_bytes: Option<u64>,
+    /// Why it is not enforced.
+    pub note: Option<String>,
+}
+
+/// The size status of each directory in `found` (one `xfs_quota report` per filesystem).
+pub fn size_status(runner: &dyn Runner, found: &[hostpath::Found]) -> Vec<SizeStatus> {
+    let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, String>> = BTreeMap::new();
+    found
+        .iter()
+        .map(|f| {
+            let not = |note: String, id| SizeStatus {
+                enforced: false,
+                project_id: id,
+                limit_bytes: None,
+                used_bytes: None,
+                note: Some(note),
+            };
+            let id = f.marker.project_id;
+            let fs = match detect_with_tool(runner, &f.path) {
+                Support::Enforced(fs) => fs,
+                Support::NotEnforced(why) => return not(why, id),
+            };
+            let Some(id) = id else {
+                return not(
+                    "its filesystem enforces project quotas, but this directory has none (made before quotas were on, or by an older flexvol)".into(),
+                    None,
+                );
+            };
+            let rep = reports
+                .entry(fs.mount_point.clone())
+                .or_insert_with(|| report(runner, &fs));
+            let usage = match rep {
+                Ok(r) => r.get(&id).copied().unwrap_or_default(),
+                Err(e) => return not(format!("cannot read its quota: {e}"), Some(id)),
+            };
+            let inherit = has_inherit_flag(&f.path).unwrap_or(false);
+            if usage.limit_bytes == 0 || !inherit {
+                return not(
+                    format!(
+                        "project {id} is recorded in its marker but {} (a provisioning pass that was interrupted finishes it)",
+                        if inherit { "has no limit" } else { "the directory lacks the project-inherit flag" }
+                    ),
+                    Some(id),
+                );
+            }
+            SizeStatus {
+                enforced: true,
+                project_id: Some(id),
+                limit_bytes: Some(usage.limit_bytes),
+                used_bytes: Some(usage.used_bytes),
+                note: None,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
