@@ -192,6 +192,7 @@ fn guest_quota_xfs_prjquota_limits_writes_and_statfs_through_a_bind_and_grows() 
         statfs_total(&disk.mnt) > 200 << 20,
         "the root is unaffected"
     );
+    std::fs::create_dir(pod.join("sub")).unwrap();
     // A write past the size fails with ENOSPC, also through the bind.
     let e = write_mib(&pod.join("big"), 30).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(nix::libc::ENOSPC), "{e}");
@@ -201,14 +202,19 @@ fn guest_quota_xfs_prjquota_limits_writes_and_statfs_through_a_bind_and_grows() 
         "{usage:?}"
     );
     // Files in subdirectories are charged too (the inherit flag).
-    std::fs::create_dir(pod.join("sub")).unwrap();
     assert!(write_mib(&pod.join("sub/more"), 2).is_err());
 
     // Raise: the limit and statfs grow, and the write that failed now has room.
     let limit = quota::raise(&runner, &fs, &dir, id, 40 << 20).unwrap();
     assert_eq!(limit, 40 << 20);
     assert_eq!(statfs_total(&pod), 40 << 20);
-    write_mib(&pod.join("sub/more"), 10).unwrap();
+    let before = quota::report(&runner, &fs).unwrap()[&id];
+    if let Err(e) = write_mib(&pod.join("sub/more"), 10) {
+        panic!(
+            "10 MiB more after the raise: {e}; usage before {before:?}, after {:?}",
+            quota::report(&runner, &fs).unwrap()[&id]
+        );
+    }
     // Never lowered: asking for less keeps 40 MiB.
     assert_eq!(
         quota::raise(&runner, &fs, &dir, id, 10 << 20).unwrap(),
