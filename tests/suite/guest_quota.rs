@@ -327,3 +327,139 @@ fn guest_quota_is_detected_only_where_enforced_and_ext4_prjquota_works() {
     );
     assert!(err.contains("Disk quota exceeded"), "{err}");
 }
+
+/// A PV as the reconciler builds it from what `provision` returned (what expand and delete read).
+fn pv_for(
+    name: &str,
+    claim_uid: &str,
+    node: &str,
+    path: &str,
+) -> k8s_openapi::api::core::v1::PersistentVolume {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "annotations": {"flexvol/node": node}},
+        "spec": {
+            "claimRef": {"uid": claim_uid},
+            "flexVolume": {"driver": "flexvol/hostpath", "options": {"path": path, "type": "Directory"}}
+        }
+    }))
+    .unwrap()
+}
+
+#[test]
+#[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
+fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
+    use flexvol::provision::backend::{Backend, Request};
+    use flexvol::provision::hostpath::{HostPathBackend, scan};
+    use std::collections::BTreeMap;
+
+    let quota_disk = Disk::xfs("prjquota");
+    let plain_disk = Disk::xfs("");
+    let (qroot, proot) = (quota_disk.mnt.join("q"), plain_disk.mnt.join("p"));
+    let cfg = flexvol::node::config::Config::parse(
+        Path::new("c"),
+        serde_json::json!({
+            "nodePathMap": [{"node": "n1", "paths": [qroot]}],
+            "storageClassConfigs": {"plain": {"nodePathMap": [{"node": "n1", "paths": [proot]}]}}
+        })
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut b = HostPathBackend::new("flexvol/hostpath".into());
+    let claim = Default::default();
+    let params = BTreeMap::new();
+    let modes = vec!["ReadWriteOnce".to_owned()];
+    let req = |pv: &'static str, uid: &'static str, class: &'static str, bytes| Request {
+        pv_name: pv,
+        claim: &claim,
+        namespace: "ns",
+        name: "c",
+        uid,
+        class_name: class,
+        params: &params,
+        size_bytes: bytes,
+        access_modes: &modes,
+        node: "n1",
+    };
+
+    // On the prjquota root: enforced, and the same answer again (a retried pass).
+    let p = b
+        .provision(&cfg, &req("pvc-q", "uq", "local", 16 << 20))
+        .unwrap();
+    assert_eq!(p.annotations["flexvol/size-enforced"], "true", "{p:?}");
+    assert_eq!(
+        p.annotations["flexvol/size-bytes"],
+        (16u64 << 20).to_string()
+    );
+    let id: u32 = p.annotations["flexvol/quota-project"].parse().unwrap();
+    assert_eq!(
+        b.provision(&cfg, &req("pvc-q", "uq", "local", 16 << 20))
+            .unwrap(),
+        p
+    );
+    let dir = PathBuf::from(&p.location);
+    assert_eq!(statfs_total(&dir), 16 << 20);
+    let marker = std::fs::read_to_string(dir.join(".flexvol-provisioned")).unwrap();
+    assert!(marker.contains(&format!("\"projectId\":{id}")), "{marker}");
+
+    // Grow: the limit and statfs follow.
+    let pv = pv_for("pvc-q", "uq", "n1", &p.location);
+    assert_eq!(b.expand(&cfg, &pv, 48 << 20).unwrap(), 48 << 20);
+    assert_eq!(statfs_total(&dir), 48 << 20);
+    // Not for another claim's PV of the same path.
+    let other = pv_for("pvc-q", "someone-else", "n1", &p.location);
+    assert!(b.expand(&cfg, &other, 64 << 20).is_err());
+    assert_eq!(statfs_total(&dir), 48 << 20);
+
+    // What `flexvol status` reports.
+    let runner = SystemRunner::default();
+    let roots = [flexvol::provision::hostpath::prepare_root(&qroot).unwrap()];
+    let found = scan(&roots, 4);
+    let st = quota::size_status(&runner, &found);
+    assert_eq!(st.len(), 1);
+    assert!(st[0].enforced, "{st:?}");
+    assert_eq!(
+        (st[0].project_id, st[0].limit_bytes),
+        (Some(id), Some(48 << 20))
+    );
+
+    // Delete: directory gone, the project's limit cleared.
+    let said = b.delete(&cfg, &pv).unwrap();
+    assert!(
+        said.contains(&format!("cleared the limit of project {id}")),
+        "{said}"
+    );
+    assert!(!dir.exists());
+    let fs = enforced(&qroot);
+    let left = quota::report(&runner, &fs)
+        .unwrap()
+        .get(&id)
+        .copied()
+        .unwrap_or_default();
+    assert_eq!(left.limit_bytes, 0, "{left:?}");
+
+    // On the plain XFS root: not enforced, said why; growing records the size, nothing else.
+    let p = b
+        .provision(&cfg, &req("pvc-p", "up", "plain", 16 << 20))
+        .unwrap();
+    assert_eq!(p.annotations["flexvol/size-enforced"], "false", "{p:?}");
+    assert!(
+        p.annotations["flexvol/size-note"].contains("filesystem xfs without prjquota"),
+        "{p:?}"
+    );
+    assert!(!p.annotations.contains_key("flexvol/quota-project"));
+    let pdir = PathBuf::from(&p.location);
+    let whole = statfs_total(&pdir);
+    assert!(whole > 200 << 20);
+    let pv = pv_for("pvc-p", "up", "n1", &p.location);
+    assert_eq!(b.expand(&cfg, &pv, 32 << 20).unwrap(), 32 << 20);
+    assert_eq!(statfs_total(&pdir), whole);
+    let roots = [flexvol::provision::hostpath::prepare_root(&proot).unwrap()];
+    let st = quota::size_status(&runner, &scan(&roots, 4));
+    assert!(!st[0].enforced);
+    assert!(
+        st[0].note.as_deref().unwrap().contains("without prjquota"),
+        "{st:?}"
+    );
+    b.delete(&cfg, &pv).unwrap();
+}
