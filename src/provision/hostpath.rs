@@ -15,6 +15,11 @@
 //!   unlinks them). A kill -9 in between leaves only the tombstone, which [`finish_deletes`]
 //!   removes on the next pass.
 //!
+//! - Sizes: where the root's filesystem enforces project quotas, [`HostPathBackend`] gives each new
+//!   directory a project quota of the claim's size and raises it on a resize ([`super::quota`]);
+//!   the project ID is recorded in the marker before the quota is set up. Elsewhere the PV says
+//!   `flexvol/size-enforced: "false"` and why.
+//!
 //! Caller contract: one provisioner per node works on a root at a time (the DaemonSet runs one);
 //! nothing here takes a lock.
 
