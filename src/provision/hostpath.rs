@@ -631,6 +631,7 @@ impl Backend for HostPathBackend {
             capacity_bytes: req.size_bytes,
             annotations: size.annotations(req.size_bytes),
             location,
+            fs_type: None,
         })
     }
 

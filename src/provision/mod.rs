@@ -1,7 +1,8 @@
 //! `flexvol provisioner`: dynamic provisioning, one instance per node.
 //!
 //! Each node's instance serves claims whose class names `<vendor>/<kind>` for each kind in
-//! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]) for
+//! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs in
+//! the volume groups the node config grants, [`lvm`]) for
 //! the claims the scheduler placed on its node (`volume.kubernetes.io/selected-node`,
 //! WaitForFirstConsumer); it makes the volume and the PV for it, grows both when the claim asks for
 //! more, and deletes both when a Released PV with reclaim policy Delete is one it made. The
@@ -22,6 +23,7 @@ pub mod backend;
 pub mod hostpath;
 pub mod kube;
 pub mod localpath;
+pub mod lvm;
 pub mod quota;
 pub mod reconcile;
 
@@ -66,9 +68,10 @@ pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
 
 /// The kinds of volume served, each as `<vendor>/<kind>`. The one place a backend is registered.
 pub fn backends(id: &reconcile::Identity) -> Vec<Box<dyn backend::Backend>> {
-    vec![Box::new(hostpath::HostPathBackend::new(
-        id.provisioner("hostpath"),
-    ))]
+    vec![
+        Box::new(hostpath::HostPathBackend::new(id.provisioner("hostpath"))),
+        Box::new(lvm::LvmBackend::new(&id.vendor)),
+    ]
 }
 
 /// Runs the provisioner until killed; returns the exit code on a fatal error.

@@ -30,20 +30,29 @@ quota_disk() {
 	mount ${2:+-o "$2"} "$dev" "$mnt" || fail "mount $dev at $mnt ($2)"
 }
 
+# quota_config: node-a's config names the two class roots (storageClassConfigs). Checked at the
+# start of every quota scenario: another scenario file may have rewritten the config meanwhile.
+# The provisioner re-reads its config every pass, the driver on every call.
+quota_config() {
+	local cfg
+	cfg="$(kc_node_dir node-a)/flexvol-config.json"
+	grep -q '"flexvol-quota"' "$cfg" && return 0
+	sed -i '$ s#}$#,"storageClassConfigs":{"flexvol-quota":{"nodePathMap":[{"node":"node-a","paths":["'"$ROOT_Q"'"]}]},"flexvol-noquota":{"nodePathMap":[{"node":"node-a","paths":["'"$ROOT_N"'"]}]}}}#' "$cfg"
+	grep -q '"flexvol-quota"' "$cfg" || fail "could not add the quota roots to $cfg"
+}
+
 quota_setup() {
-	[ -z "$QUOTA_READY" ] || return 0
+	if [ -n "$QUOTA_READY" ]; then
+		quota_config
+		return 0
+	fi
 	command -v mkfs.xfs >/dev/null && command -v xfs_quota >/dev/null ||
 		fail "quota scenarios need xfsprogs: run them in the guest (tests/vm/run)"
 	ROOT_Q="$CLUSTER_DIR/roots/quota"
 	ROOT_N="$CLUSTER_DIR/roots/noquota"
 	quota_disk quota prjquota
 	quota_disk noquota ""
-	local cfg
-	cfg="$(kc_node_dir node-a)/flexvol-config.json"
-	cp "$cfg" "$cfg.before-quota"
-	# The provisioner re-reads its config every pass, the driver on every call.
-	sed -i '$ s#}$#,"storageClassConfigs":{"flexvol-quota":{"nodePathMap":[{"node":"node-a","paths":["'"$ROOT_Q"'"]}]},"flexvol-noquota":{"nodePathMap":[{"node":"node-a","paths":["'"$ROOT_N"'"]}]}}}#' "$cfg"
-	grep -q '"storageClassConfigs"' "$cfg" || fail "could not add the quota roots to $cfg"
+	quota_config
 	local c
 	for c in flexvol-quota flexvol-noquota; do
 		apply "class $c" <<EOF
