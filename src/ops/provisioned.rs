@@ -100,6 +100,7 @@ mod tests {
                 claim: format!("c{uid}"),
                 claim_uid: uid.into(),
                 node: "n".into(),
+                project_id: None,
             };
             create_volume_dir(&root, Path::new(pv), Ownership::default(), &m).unwrap();
         }

@@ -67,7 +67,16 @@ pub fn run(a: &StatusArgs) -> i32 {
             .filter(|v| matches!(v.pod_state, PodState::Gone(_)))
             .count();
     let provisioned = super::provisioned::collect(&config);
+    let sizes = crate::provision::quota::size_status(
+        &crate::sys::exec::SystemRunner::new(config.tool_dirs.clone()),
+        &provisioned,
+    );
     if a.json {
+        let provisioned: Vec<serde_json::Value> = provisioned
+            .iter()
+            .zip(&sizes)
+            .map(|(f, s)| serde_json::json!({"path": f.path, "marker": f.marker, "size": s}))
+            .collect();
         let v = serde_json::json!({
             "stateDir": config.state_dir,
             "volumes": inv.volumes,
@@ -78,7 +87,7 @@ pub fn run(a: &StatusArgs) -> i32 {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return i32::from(problems > 0);
     }
-    print_provisioned(&provisioned);
+    print_provisioned(&provisioned, &sizes);
     if inv.volumes.is_empty() && inv.corrupt_records.is_empty() {
         println!(
             "no flexvol volumes {}on this node (records in {}, mounts from /proc/self/mountinfo)",
@@ -142,15 +151,72 @@ pub fn run(a: &StatusArgs) -> i32 {
 }
 
 /// The volume directories `flexvol provisioner` made under this node's roots.
-fn print_provisioned(found: &[crate::provision::hostpath::Found]) {
-    for f in found {
+fn print_provisioned(
+    found: &[crate::provision::hostpath::Found],
+    sizes: &[crate::provision::quota::SizeStatus],
+) {
+    for (f, s) in found.iter().zip(sizes) {
         println!("provisioned {} (PV {})", f.path.display(), f.marker.volume);
         println!(
             "    claim:       {}/{} (uid {})",
             f.marker.namespace, f.marker.claim, f.marker.claim_uid
         );
+        println!("    size:        {}", size_line(s));
     }
     if !found.is_empty() {
         println!("{} provisioned volume directory(ies)", found.len());
+    }
+}
+
+/// One line about a provisioned directory's size: enforced with limit and usage, or why not.
+pub fn size_line(s: &crate::provision::quota::SizeStatus) -> String {
+    let mib = |b: u64| {
+        let tenths = b.saturating_mul(10) >> 20;
+        format!("{}.{} MiB", tenths / 10, tenths % 10)
+    };
+    match (s.enforced, s.limit_bytes, s.used_bytes) {
+        (true, Some(limit), Some(used)) => format!(
+            "enforced (project quota {}): limit {}, used {} ({}%)",
+            s.project_id.map(|i| i.to_string()).unwrap_or_default(),
+            mib(limit),
+            mib(used),
+            used.saturating_mul(100) / limit.max(1)
+        ),
+        _ => format!(
+            "size not enforced: {}",
+            s.note.as_deref().unwrap_or("unknown")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::quota::SizeStatus;
+
+    #[test]
+    fn size_lines_say_enforced_with_numbers_or_not_enforced_with_why() {
+        let on = SizeStatus {
+            enforced: true,
+            project_id: Some(7),
+            limit_bytes: Some(64 << 20),
+            used_bytes: Some(16 << 20),
+            note: None,
+        };
+        assert_eq!(
+            size_line(&on),
+            "enforced (project quota 7): limit 64.0 MiB, used 16.0 MiB (25%)"
+        );
+        let off = SizeStatus {
+            enforced: false,
+            project_id: None,
+            limit_bytes: None,
+            used_bytes: None,
+            note: Some("filesystem tmpfs on /x has no project quotas".into()),
+        };
+        assert_eq!(
+            size_line(&off),
+            "size not enforced: filesystem tmpfs on /x has no project quotas"
+        );
     }
 }

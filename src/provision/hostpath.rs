@@ -15,12 +15,15 @@
 //!   unlinks them). A kill -9 in between leaves only the tombstone, which [`finish_deletes`]
 //!   removes on the next pass.
 //!
+//! - Sizes: where the root's filesystem enforces project quotas, [`HostPathBackend`] gives each new
+//!   directory a project quota of the claim's size and raises it on a resize ([`super::quota`]);
+//!   the project ID is recorded in the marker before the quota is set up. Elsewhere the PV says
+//!   `flexvol/size-enforced: "false"` and why.
+//!
 //! Caller contract: one provisioner per node works on a root at a time (the DaemonSet runs one);
 //! nothing here takes a lock.
 
-use super::backend::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
-};
+use super::backend::{Backend, Provisioned, Refusal, Request};
 use crate::node::config::Config;
 use crate::sys::paths::{self, Ownership};
 use crate::sys::process::checkpoint;
@@ -55,6 +58,24 @@ pub struct Marker {
     pub claim_uid: String,
     /// The node it lives on.
     pub node: String,
+    /// The project ID of its enforced size ([`super::quota`]), recorded before the quota is set
+    /// up so that a pass after a kill reuses it. Absent where the size is not enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<u32>,
+}
+
+impl Marker {
+    /// Whether `self` and `other` name the same volume (everything but the project ID, which
+    /// the quota step adds later).
+    pub fn same_volume(&self, other: &Marker) -> bool {
+        Marker {
+            project_id: None,
+            ..self.clone()
+        } == Marker {
+            project_id: None,
+            ..other.clone()
+        }
+    }
 }
 
 /// Class parameters of the hostPath provisioner, validated.
@@ -295,7 +316,7 @@ pub fn create_volume_dir(
 ) -> Result<PathBuf, String> {
     let path = root.real.join(rel);
     match inspect(root, rel) {
-        DirState::Marked(m) if &m == marker => return Ok(path),
+        DirState::Marked(m) if m.same_volume(marker) => return Ok(path),
         DirState::Marked(m) => {
             return Err(format!(
                 "{} already exists and belongs to PV {} (claim {}/{}); delete that PV or the directory, or use a pathPattern with {{{{ .PVName }}}}",
@@ -321,7 +342,9 @@ pub fn create_volume_dir(
     Ok(path)
 }
 
-fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
+/// Writes (or rewrites) the marker of `dir` atomically: a temporary file renamed over, then
+/// synced. Used for the first marker and to record a project ID in it.
+pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
     let fail =
         |e: &dyn std::fmt::Display| format!("cannot write the marker in {}: {e}", dir.display());
     let d = open_dir(dir).map_err(|e| fail(&e))?;
@@ -591,10 +614,14 @@ impl Backend for HostPathBackend {
             claim: req.name.to_owned(),
             claim_uid: req.uid.to_owned(),
             node: req.node.to_owned(),
+            project_id: None,
         };
         let path =
             create_volume_dir(root, &rel, params.ownership, &marker).map_err(Refusal::Fail)?;
         checkpoint("provisioner-after-directory");
+        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+        let size = super::quota::enforce_volume(&runner, root, &rel, req.size_bytes)
+            .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
         let location = path.display().to_string();
         Ok(Provisioned {
             options: BTreeMap::from([
@@ -602,17 +629,7 @@ impl Backend for HostPathBackend {
                 ("type".to_owned(), "Directory".to_owned()),
             ]),
             capacity_bytes: req.size_bytes,
-            annotations: BTreeMap::from([
-                (ANN_SIZE.to_owned(), req.size_bytes.to_string()),
-                (ANN_SIZE_ENFORCED.to_owned(), "false".to_owned()),
-                (
-                    ANN_SIZE_NOTE.to_owned(),
-                    format!(
-                        "a directory on {}'s filesystem: writes are limited only by its free space",
-                        root.real.display()
-                    ),
-                ),
-            ]),
+            annotations: size.annotations(req.size_bytes),
             location,
             fs_type: None,
         })
@@ -635,15 +652,45 @@ impl Backend for HostPathBackend {
                 path.display()
             ));
         };
+        let project = match inspect(root, &rel) {
+            DirState::Marked(m) if m.volume == name => m.project_id,
+            _ => None,
+        };
         match delete_volume_dir(root, &rel, &name, &claim_uid_of(pv))? {
-            Deleted::Removed => Ok(format!("removed {}", path.display())),
+            Deleted::Removed => {
+                let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+                Ok(format!(
+                    "removed {}{}",
+                    path.display(),
+                    super::quota::release(&runner, root, project)
+                ))
+            }
             Deleted::AlreadyGone => Ok(format!("{} was gone already", path.display())),
         }
     }
 
-    fn expand(&mut self, _cfg: &Config, _pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
-        // Nothing enforces the size of a plain directory: the new size is recorded, no more.
-        Ok(bytes)
+    fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+        // With a project quota: raise it. Without one, nothing enforces the size of a plain
+        // directory: the new size is recorded, no more (and it stays unenforced: a quota is never
+        // imposed on a volume in use, whose data may already exceed it).
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let path = path_of(pv).ok_or_else(|| "it has no flexVolume path option".to_string())?;
+        let node = pv
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(super::reconcile::ANN_NODE))
+            .cloned()
+            .unwrap_or_default();
+        let (roots, _) = super::reconcile::usable_roots(&cfg.local_path.node_roots(&node), false);
+        let Some((root, rel)) = locate(&roots, &path) else {
+            return Err(format!(
+                "its path {} is not below a root of node {node}'s flexvol config; add the root back to grow it",
+                path.display()
+            ));
+        };
+        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+        super::quota::raise_volume(&runner, root, &rel, &name, &claim_uid_of(pv), bytes)
     }
 
     fn node_finishes_resize(&self) -> bool {
@@ -669,6 +716,7 @@ mod tests {
             claim: "c".into(),
             claim_uid: uid.into(),
             node: "n".into(),
+            project_id: None,
         }
     }
 

@@ -24,6 +24,7 @@ pub mod hostpath;
 pub mod kube;
 pub mod localpath;
 pub mod lvm;
+pub mod quota;
 pub mod reconcile;
 
 use crate::node::config::Config;

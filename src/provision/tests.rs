@@ -338,7 +338,10 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
         "metadata": {"name": "pvc-u1", "uid": "uid-pvc-u1", "annotations": {
             "pv.kubernetes.io/provisioned-by": PROV, "flexvol/node": "node-a",
             "flexvol/size-bytes": "1073741824", "flexvol/size-enforced": "false",
-            "flexvol/size-note": format!("a directory on {}'s filesystem: writes are limited only by its free space", root.display())}},
+            "flexvol/size-note": match crate::provision::quota::detect(&dir) {
+                crate::provision::quota::Support::NotEnforced(why) => why,
+                s => panic!("the test root should have no project quotas: {s:?}"),
+            }}},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "capacity": {"storage": "1Gi"},

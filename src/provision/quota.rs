@@ -1,0 +1,907 @@
+//! Enforced sizes for hostPath volume directories: one project quota per directory.
+//!
+//! Where a root's filesystem enforces project quotas — XFS mounted with `prjquota` (or `pquota`),
+//! ext4 with the `project` feature mounted with `prjquota` — each volume directory gets its own
+//! project ID, the inherit flag (everything created below it is charged to that project) and a
+//! hard block limit of the claim's size rounded up to the filesystem block. Then a write past the
+//! size fails (XFS answers ENOSPC; ext4 EDQUOT, and ext4 lets processes with `CAP_SYS_RESOURCE`
+//! through, as its generic quota code always does), and `statfs` of the directory — and of any
+//! bind mount of it, which is what kubelet's volume stats and `df` in the pod see — reports the
+//! project's limit and usage instead of the whole filesystem's. Anywhere else the size is not
+//! enforced, and [`Support::NotEnforced`] says why and what to do.
+//!
+//! Detection ([`detect`]): `statfs` of the root gives the filesystem type; one read of
+//! `/proc/self/mountinfo` gives the mount that holds the root and its superblock options, where
+//! the kernel shows `prjquota` only when project quotas are accounted *and* enforced (`pqnoenforce`
+//! for accounting only). Nothing is guessed from the configuration.
+//!
+//! Project IDs ([`choose_id`]): derived from the PV name (FNV-1a) into a high range,
+//! [`ID_FIRST`]..=[`ID_LAST`], away from the low IDs people put in `/etc/projects` and from
+//! kubelet's own range (from 1048577); if the preferred ID is already in use on the filesystem —
+//! it has a quota record there (`xfs_quota report` lists every project with usage or limits, and a
+//! directory carrying an ID is itself charged to it) or another volume's marker names it — the next
+//! free one is taken. The caller persists the chosen ID in the volume's ownership marker *before*
+//! it is applied, so it is stable across restarts, and a pass after a kill -9 reuses it.
+//!
+//! Safety rules:
+//! - `xfs_quota` is the only tool, run through the [`Runner`] seam (found in the node's
+//!   `toolDirs`, argv only, a deadline on every call). Its `-c` argument is a command string that
+//!   `xfs_quota` splits itself: nothing goes in it but our own fixed words, numbers, and a
+//!   directory path that passed [`safe_path`] (absolute, characters from a small safe set; others
+//!   are refused, never quoted). `-D /dev/null -P /dev/null` keep `/etc/projects` and
+//!   `/etc/projid` out of it, so an administrator's entry for the same ID cannot make it touch
+//!   another tree.
+//! - `project -s` walks the directory without following symlinks or crossing mounts
+//!   (`nftw(FTW_PHYS|FTW_MOUNT)`); it is run on a freshly made directory (provisioning), never on a
+//!   volume in use except to enforce a size that was not enforced before.
+//! - Every step is idempotent: setting the same ID, flag and limit again changes nothing, so a
+//!   pass after a kill between `mkdir` and the limit finishes the job. A limit is only ever raised
+//!   by [`raise`]; shrinking is the caller's to refuse.
+//! - What is reported enforced has been checked: after setting up, the directory's inherit flag
+//!   (`FS_IOC_GETFLAGS`), its ID (`project -c`) and the limit (`report`) are read back.
+
+use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
+use super::hostpath::{self, DirState, Marker, Root};
+use super::reconcile::SCAN_DEPTH;
+use crate::sys::exec::{Cmd, Runner};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// First project ID flexvol hands out.
+pub const ID_FIRST: u32 = 0x4000_0000;
+/// Last project ID flexvol hands out (below 2^31, which every project-quota filesystem takes).
+pub const ID_LAST: u32 = 0x7fff_fffe;
+/// Deadline of one `xfs_quota` call (they touch one directory's metadata and one quota record).
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A filesystem kind with project quotas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsKind {
+    /// XFS (`prjquota`/`pquota`).
+    Xfs,
+    /// ext4 with the `project` feature (`prjquota`); `xfs_quota` needs `-f` for it.
+    Ext4,
+}
+
+/// A filesystem that enforces project quotas, as [`detect`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaFs {
+    /// Which kind.
+    pub kind: FsKind,
+    /// The mount point `xfs_quota` is pointed at (the mount that holds the root).
+    pub mount_point: PathBuf,
+    /// The filesystem block size: limits are rounded up to it.
+    pub block_size: u64,
+}
+
+/// Whether sizes can be enforced below a root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    /// Project quotas are enforced on the root's filesystem.
+    Enforced(QuotaFs),
+    /// They are not; the text says why and what to do (for the PV's `flexvol/size-note`).
+    NotEnforced(String),
+}
+
+/// Usage and limit of one project, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Bytes charged to the project.
+    pub used_bytes: u64,
+    /// Hard block limit (0: none).
+    pub limit_bytes: u64,
+}
+
+/// Finds out whether the filesystem holding `root` enforces project quotas.
+pub fn detect(root: &Path) -> Support {
+    let st = match nix::sys::statfs::statfs(root) {
+        Ok(s) => s,
+        Err(e) => return Support::NotEnforced(format!("cannot statfs {}: {e}", root.display())),
+    };
+    let kind = if st.filesystem_type() == nix::sys::statfs::XFS_SUPER_MAGIC {
+        Some(FsKind::Xfs)
+    } else if st.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC {
+        Some(FsKind::Ext4)
+    } else {
+        None
+    };
+    let table = match crate::sys::mountinfo::MountTable::read() {
+        Ok(t) => t,
+        Err(e) => return Support::NotEnforced(format!("cannot read the mount table: {e}")),
+    };
+    let Some(m) = table.containing(root) else {
+        return Support::NotEnforced(format!("no mount holds {}", root.display()));
+    };
+    let block = u64::try_from(st.block_size()).unwrap_or(4096).max(512);
+    classify(
+        root,
+        kind,
+        &m.fs_type,
+        &m.super_options,
+        &m.mount_point,
+        block,
+    )
+}
+
+/// The decision of [`detect`], from what it read: the kind by `statfs` magic, the filesystem name,
+/// superblock options and mount point of the mount holding `root` from mountinfo.
+pub fn classify(
+    root: &Path,
+    kind: Option<FsKind>,
+    fs_name: &str,
+    super_options: &str,
+    mount_point: &Path,
+    block_size: u64,
+) -> Support {
+    let has = |o: &str| super_options.split(',').any(|x| x == o);
+    let on = format!("{} (mounted at {})", root.display(), mount_point.display());
+    match kind {
+        Some(k) if has("prjquota") => Support::Enforced(QuotaFs {
+            kind: k,
+            mount_point: mount_point.to_owned(),
+            block_size,
+        }),
+        Some(FsKind::Xfs) if has("pqnoenforce") => Support::NotEnforced(format!(
+            "filesystem xfs on {on} accounts project quotas without enforcing them (pqnoenforce): mount it with -o prjquota to enforce sizes"
+        )),
+        Some(FsKind::Xfs) => Support::NotEnforced(format!(
+            "filesystem xfs without prjquota on {on}: mount it with -o prjquota to enforce sizes"
+        )),
+        Some(FsKind::Ext4) => Support::NotEnforced(format!(
+            "filesystem ext4 without prjquota on {on}: enable its project feature (tune2fs -O project,quota while unmounted) and mount it with -o prjquota to enforce sizes"
+        )),
+        None => Support::NotEnforced(format!(
+            "filesystem {fs_name} on {on} has no project quotas: put the root on XFS mounted with -o prjquota (or ext4 with the project feature, mounted with -o prjquota) to enforce sizes"
+        )),
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash (std's is seeded per process).
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The project ID a volume would get on an empty filesystem.
+pub fn preferred_id(volume: &str) -> u32 {
+    let span = u64::from(ID_LAST - ID_FIRST) + 1;
+    // The remainder is below `span` < 2^31: it fits.
+    ID_FIRST + u32::try_from(fnv1a(volume) % span).unwrap_or(0)
+}
+
+/// The project ID for `volume`: its preferred one, or the next (wrapping in the range) that is not
+/// in `used`. `None` only when the whole range is used.
+pub fn choose_id(volume: &str, used: &BTreeSet<u32>) -> Option<u32> {
+    next_free(preferred_id(volume), used, ID_FIRST, ID_LAST)
+}
+
+/// The first of `start`, `start + 1`, ... (wrapping from `last` to `first`) not in `used`.
+fn next_free(start: u32, used: &BTreeSet<u32>, first: u32, last: u32) -> Option<u32> {
+    let mut id = start;
+    loop {
+        if !used.contains(&id) {
+            return Some(id);
+        }
+        id = if id >= last { first } else { id + 1 };
+        if id == start {
+            return None;
+        }
+    }
+}
+
+/// Rounds `bytes` up to a multiple of `block` (at least one block).
+pub fn round_up(bytes: u64, block: u64) -> u64 {
+    let block = block.max(1);
+    bytes.max(1).div_ceil(block).saturating_mul(block)
+}
+
+/// Checks that a path may be written into an `xfs_quota` command string: absolute, and made only
+/// of ASCII letters, digits and `/ . _ - + @ :` (no spaces, quotes, or anything `xfs_quota`'s own
+/// tokenizer could read as a separator). Refused, never quoted.
+pub fn safe_path(p: &Path) -> Result<&str, String> {
+    let s = p.to_str().filter(|s| {
+        s.starts_with('/')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b))
+    });
+    s.ok_or_else(|| {
+        format!(
+            "the path {:?} has characters flexvol does not pass to xfs_quota (only letters, digits and / . _ - + @ : are); use a root and pathPattern without them to enforce sizes",
+            p.display()
+        )
+    })
+}
+
+/// Parses `xfs_quota -c 'report -p -b -N -n'`: lines `#ID used soft hard warn [grace]`, values
+/// in KiB. Lines that do not have that shape are skipped (blank lines, other filesystems' headers).
+pub fn parse_report(text: &str) -> BTreeMap<u32, Usage> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let Some(id) = f
+            .next()
+            .and_then(|s| s.strip_prefix('#'))
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let nums: Vec<u64> = f.take(3).map_while(|s| s.parse().ok()).collect();
+        if let [used, _soft, hard] = nums[..] {
+            out.insert(
+                id,
+                Usage {
+                    used_bytes: used.saturating_mul(1024),
+                    limit_bytes: hard.saturating_mul(1024),
+                },
+            );
+        }
+    }
+    out
+}
+
+fn xfs_quota(fs: &QuotaFs, command: String) -> Cmd {
+    let mut c = Cmd::new("xfs_quota").arg("-x");
+    if fs.kind == FsKind::Ext4 {
+        c = c.arg("-f"); // ext4 is "foreign" to xfs_quota: without -f, limits are not set
+    }
+    c.args(["-D", "/dev/null", "-P", "/dev/null", "-c"])
+        .arg(command)
+        .arg(&fs.mount_point)
+        .timeout(TIMEOUT)
+}
+
+fn run(runner: &dyn Runner, cmd: &Cmd) -> Result<String, String> {
+    let out = runner.check(cmd).map_err(|e| e.to_string())?;
+    Ok(out.stdout_text())
+}
+
+/// Usage and limits of every project on `fs`.
+pub fn report(runner: &dyn Runner, fs: &QuotaFs) -> Result<BTreeMap<u32, Usage>, String> {
+    run(runner, &xfs_quota(fs, "report -p -b -N -n".into())).map(|t| parse_report(&t))
+}
+
+/// Sets the hard block limit of project `id` to `bytes` rounded up to the block; returns it.
+/// Used both to set a new volume's limit and to raise it.
+pub fn set_limit(runner: &dyn Runner, fs: &QuotaFs, id: u32, bytes: u64) -> Result<u64, String> {
+    let limit = round_up(bytes, fs.block_size);
+    run(
+        runner,
+        &xfs_quota(fs, format!("limit -p bhard={limit} {id}")),
+    )?;
+    Ok(limit)
+}
+
+/// Whether `dir` has the project-inherit flag (read with `FS_IOC_GETFLAGS`, no symlink followed).
+pub fn has_inherit_flag(dir: &Path) -> Result<bool, String> {
+    use nix::fcntl::{OFlag, open};
+    use nix::sys::stat::Mode;
+    let fd = open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    rustix::fs::ioctl_getflags(&fd)
+        .map(|f| f.contains(rustix::fs::IFlags::PROJECT_INHERIT))
+        .map_err(|e| format!("cannot read the flags of {}: {e}", dir.display()))
+}
+
+/// Gives `dir` (and what is in it) project `id` with the inherit flag, then the limit `bytes`
+/// (rounded up to the block), then reads all three back. Idempotent. Returns the limit set.
+pub fn apply(
+    runner: &dyn Runner,
+    fs: &QuotaFs,
+    dir: &Path,
+    id: u32,
+    bytes: u64,
+) -> Result<u64, String> {
+    let p = safe_path(dir)?;
+    run(runner, &xfs_quota(fs, format!("project -s -p {p} {id}")))?;
+    let limit = set_limit(runner, fs, id, bytes)?;
+    verify(runner, fs, dir, id, limit)?;
+    Ok(limit)
+}
+
+/// Checks that `dir` carries project `id` with the inherit flag and that the project's limit is
+/// at least `limit`.
+pub fn verify(
+    runner: &dyn Runner,
+    fs: &QuotaFs,
+    dir: &Path,
+    id: u32,
+    limit: u64,
+) -> Result<(), String> {
+    let p = safe_path(dir)?;
+    if !has_inherit_flag(dir)? {
+        return Err(format!(
+            "{p} did not get the project-inherit flag from xfs_quota; its size is not enforced"
+        ));
+    }
+    // `project -c` lists every inode below whose ID or flag differs (and exits 0 either way).
+    let check = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
+    if let Some(bad) = check.lines().find(|l| l.contains(" - project ")) {
+        return Err(format!(
+            "project {id} is not set on {p} ({}); its size is not enforced",
+            bad.trim()
+        ));
+    }
+    let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
+    if have.limit_bytes < limit {
+        return Err(format!(
+            "the limit of project {id} on {} reads {} bytes, not {limit}; its size is not enforced",
+            fs.mount_point.display(),
+            have.limit_bytes
+        ));
+    }
+    Ok(())
+}
+
+/// What [`enforce`] achieved for one volume directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Project `id` with a hard limit of `limit_bytes` is in force on the directory.
+    Enforced {
+        /// The project ID (as persisted in the marker).
+        id: u32,
+        /// The limit in force, in bytes.
+        limit_bytes: u64,
+    },
+    /// The size is not enforced; why, and what to do.
+    NotEnforced(String),
+}
+
+/// Enforces `bytes` on the volume directory `dir` of PV `volume`, on a filesystem [`detect`]
+/// found.
+///
+/// `known` is the project ID the directory's marker already names (an earlier, maybe killed, pass
+/// chose it): it is reused as is. Otherwise an ID is chosen ([`choose_id`]) among those not in the
+/// filesystem's quota report nor in `taken` (the IDs other volumes' markers name), and `persist`
+/// must record it in the marker durably before anything is applied; its error stops here.
+/// `Err` is a failure to retry (a tool failed, the marker could not be written); a filesystem
+/// without quotas or an unusable path is `Ok(NotEnforced)`.
+#[allow(clippy::too_many_arguments)]
+pub fn enforce(
+    runner: &dyn Runner,
+    support: &Support,
+    dir: &Path,
+    volume: &str,
+    known: Option<u32>,
+    taken: &BTreeSet<u32>,
+    bytes: u64,
+    persist: impl FnOnce(u32) -> Result<(), String>,
+) -> Result<Outcome, String> {
+    let fs = match support {
+        Support::Enforced(fs) => fs,
+        Support::NotEnforced(why) => return Ok(Outcome::NotEnforced(why.clone())),
+    };
+    if let Err(why) = safe_path(dir) {
+        return Ok(Outcome::NotEnforced(why));
+    }
+    let id = match known {
+        Some(id) => id,
+        None => {
+            let mut used: BTreeSet<u32> = report(runner, fs)?.into_keys().collect();
+            used.extend(taken);
+            let id = choose_id(volume, &used).ok_or_else(|| {
+                format!(
+                    "every project ID from {ID_FIRST} to {ID_LAST} is in use on {}",
+                    fs.mount_point.display()
+                )
+            })?;
+            persist(id)?;
+            crate::sys::process::checkpoint("provisioner-quota-after-id");
+            id
+        }
+    };
+    let limit_bytes = apply(runner, fs, dir, id, bytes)?;
+    Ok(Outcome::Enforced { id, limit_bytes })
+}
+
+/// Raises the limit of the volume directory `dir` carrying project `id` to at least `bytes`;
+/// returns the limit in force. A limit already at or above it is left as it is (never lowered).
+pub fn raise(
+    runner: &dyn Runner,
+    fs: &QuotaFs,
+    dir: &Path,
+    id: u32,
+    bytes: u64,
+) -> Result<u64, String> {
+    let want = round_up(bytes, fs.block_size);
+    let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
+    let limit = if have.limit_bytes >= want {
+        have.limit_bytes
+    } else {
+        set_limit(runner, fs, id, want)?
+    };
+    verify(runner, fs, dir, id, limit)?;
+    Ok(limit)
+}
+
+/// PV annotation: the project ID of an enforced size (for people; the marker is what counts).
+pub const ANN_PROJECT: &str = "flexvol/quota-project";
+
+impl Outcome {
+    /// The PV annotations that say what came of it ([`ANN_SIZE`], [`ANN_SIZE_ENFORCED`], and
+    /// [`ANN_SIZE_NOTE`] or [`ANN_PROJECT`]). `requested` is the claim's size.
+    pub fn annotations(&self, requested: u64) -> BTreeMap<String, String> {
+        match self {
+            Outcome::Enforced { id, limit_bytes } => BTreeMap::from([
+                (ANN_SIZE.to_owned(), limit_bytes.max(&requested).to_string()),
+                (ANN_SIZE_ENFORCED.to_owned(), "true".to_owned()),
+                (ANN_PROJECT.to_owned(), id.to_string()),
+            ]),
+            Outcome::NotEnforced(why) => BTreeMap::from([
+                (ANN_SIZE.to_owned(), requested.to_string()),
+                (ANN_SIZE_ENFORCED.to_owned(), "false".to_owned()),
+                (ANN_SIZE_NOTE.to_owned(), why.clone()),
+            ]),
+        }
+    }
+}
+
+/// [`detect`] for a volume directory, and whether the tool is there: a filesystem with quotas but
+/// no `xfs_quota` in the node's `toolDirs` cannot enforce anything.
+fn detect_with_tool(runner: &dyn Runner, dir: &Path) -> Support {
+    match detect(dir) {
+        Support::Enforced(fs) if !runner.has_tool("xfs_quota") => Support::NotEnforced(format!(
+            "{} enforces project quotas but xfs_quota is not installed in the node's toolDirs: install xfsprogs to enforce sizes",
+            fs.mount_point.display()
+        )),
+        s => s,
+    }
+}
+
+/// Enforces `bytes` on the marked volume directory `<root>/<rel>` just made (or found, made by an
+/// earlier pass): the ID comes from its marker, or is chosen and recorded in the marker first.
+/// IDs other volumes' markers under `root` name count as taken, so two volumes never share one
+/// even when a kill left one's ID recorded but not yet applied.
+pub fn enforce_volume(
+    runner: &dyn Runner,
+    root: &Root,
+    rel: &Path,
+    bytes: u64,
+) -> Result<Outcome, String> {
+    let dir = root.real.join(rel);
+    let m = match hostpath::inspect(root, rel) {
+        DirState::Marked(m) => m,
+        _ => {
+            return Err(format!(
+                "{} has no flexvol marker after it was made",
+                dir.display()
+            ));
+        }
+    };
+    let support = detect_with_tool(runner, &dir);
+    let taken: BTreeSet<u32> = if m.project_id.is_none() && matches!(support, Support::Enforced(_))
+    {
+        hostpath::scan(std::slice::from_ref(root), SCAN_DEPTH)
+            .into_iter()
+            .filter(|f| f.marker.volume != m.volume)
+            .filter_map(|f| f.marker.project_id)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    enforce(
+        runner,
+        &support,
+        &dir,
+        &m.volume,
+        m.project_id,
+        &taken,
+        bytes,
+        |id| {
+            hostpath::write_marker(
+                &dir,
+                &Marker {
+                    project_id: Some(id),
+                    ..m.clone()
+                },
+            )
+        },
+    )
+}
+
+/// Grows the volume directory `<root>/<rel>` of PV `volume` (claim `claim_uid`) to `bytes`:
+/// raises its project's limit when its size is enforced; returns the size in force. Without a
+/// project (the size was never enforced) it returns `bytes` and changes nothing. A volume whose
+/// size was enforced on a filesystem that no longer enforces quotas is an error: its old limit
+/// would come back with the quotas.
+pub fn raise_volume(
+    runner: &dyn Runner,
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+    claim_uid: &str,
+    bytes: u64,
+) -> Result<u64, String> {
+    let dir = root.real.join(rel);
+    let id = match hostpath::inspect(root, rel) {
+        DirState::Marked(m) if m.volume == volume && m.claim_uid == claim_uid => m.project_id,
+        DirState::Marked(m) => {
+            return Err(format!(
+                "{} belongs to PV {}, not {volume}; not grown",
+                dir.display(),
+                m.volume
+            ));
+        }
+        DirState::Missing => return Err(format!("{} does not exist", dir.display())),
+        _ => {
+            return Err(format!(
+                "{} has no flexvol marker; not grown",
+                dir.display()
+            ));
+        }
+    };
+    let Some(id) = id else {
+        return Ok(bytes);
+    };
+    match detect_with_tool(runner, &dir) {
+        Support::Enforced(fs) => raise(runner, &fs, &dir, id, bytes),
+        Support::NotEnforced(why) => Err(format!(
+            "{} has an enforced size (project {id}), but now {why}; its limit cannot be raised until then",
+            dir.display()
+        )),
+    }
+}
+
+/// After a volume directory with project `id` was deleted: clears the project's limit, so its
+/// quota record can go. Best effort (a leftover record only keeps its ID from being chosen); the
+/// text is for the log.
+pub fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
+    let Some(id) = id else {
+        return String::new();
+    };
+    let Support::Enforced(fs) = detect_with_tool(runner, &root.real) else {
+        return String::new();
+    };
+    match run(runner, &xfs_quota(&fs, format!("limit -p bhard=0 {id}"))) {
+        Ok(_) => format!("; cleared the limit of project {id}"),
+        Err(e) => format!("; the limit of project {id} stays ({e})"),
+    }
+}
+
+/// What `flexvol status` says about one provisioned directory's size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SizeStatus {
+    /// Whether a project quota limits it now.
+    pub enforced: bool,
+    /// Its project ID, from its marker.
+    pub project_id: Option<u32>,
+    /// The hard limit in force, in bytes.
+    pub limit_bytes: Option<u64>,
+    /// Bytes used, as the quota counts them.
+    pub used_bytes: Option<u64>,
+    /// Why it is not enforced.
+    pub note: Option<String>,
+}
+
+/// The size status of each directory in `found` (one `xfs_quota report` per filesystem).
+pub fn size_status(runner: &dyn Runner, found: &[hostpath::Found]) -> Vec<SizeStatus> {
+    let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, String>> = BTreeMap::new();
+    found
+        .iter()
+        .map(|f| {
+            let not = |note: String, id| SizeStatus {
+                enforced: false,
+                project_id: id,
+                limit_bytes: None,
+                used_bytes: None,
+                note: Some(note),
+            };
+            let id = f.marker.project_id;
+            let fs = match detect_with_tool(runner, &f.path) {
+                Support::Enforced(fs) => fs,
+                Support::NotEnforced(why) => return not(why, id),
+            };
+            let Some(id) = id else {
+                return not(
+                    "its filesystem enforces project quotas, but this directory has none (made before quotas were on, or by an older flexvol)".into(),
+                    None,
+                );
+            };
+            let rep = reports
+                .entry(fs.mount_point.clone())
+                .or_insert_with(|| report(runner, &fs));
+            let usage = match rep {
+                Ok(r) => r.get(&id).copied().unwrap_or_default(),
+                Err(e) => return not(format!("cannot read its quota: {e}"), Some(id)),
+            };
+            let inherit = has_inherit_flag(&f.path).unwrap_or(false);
+            if usage.limit_bytes == 0 || !inherit {
+                return not(
+                    format!(
+                        "project {id} is recorded in its marker but {} (a provisioning pass that was interrupted finishes it)",
+                        if inherit { "has no limit" } else { "the directory lacks the project-inherit flag" }
+                    ),
+                    Some(id),
+                );
+            }
+            SizeStatus {
+                enforced: true,
+                project_id: Some(id),
+                limit_bytes: Some(usage.limit_bytes),
+                used_bytes: Some(usage.used_bytes),
+                note: None,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::testing::FakeRunner;
+
+    fn xfs() -> QuotaFs {
+        QuotaFs {
+            kind: FsKind::Xfs,
+            mount_point: "/mnt/x".into(),
+            block_size: 4096,
+        }
+    }
+
+    #[test]
+    fn detection_reads_the_kind_and_the_superblock_options() {
+        let c = |k, name, opts| {
+            classify(
+                Path::new("/srv/flexvol"),
+                k,
+                name,
+                opts,
+                Path::new("/srv"),
+                4096,
+            )
+        };
+        assert_eq!(
+            c(
+                Some(FsKind::Xfs),
+                "xfs",
+                "rw,attr2,inode64,logbufs=8,logbsize=32k,prjquota"
+            ),
+            Support::Enforced(QuotaFs {
+                kind: FsKind::Xfs,
+                mount_point: "/srv".into(),
+                block_size: 4096
+            })
+        );
+        assert!(matches!(
+            c(Some(FsKind::Ext4), "ext4", "rw,prjquota"),
+            Support::Enforced(QuotaFs {
+                kind: FsKind::Ext4,
+                ..
+            })
+        ));
+        for (k, name, opts, want) in [
+            (
+                Some(FsKind::Xfs),
+                "xfs",
+                "rw,attr2,inode64,noquota",
+                "filesystem xfs without prjquota on /srv/flexvol (mounted at /srv): mount it with -o prjquota to enforce sizes",
+            ),
+            (
+                Some(FsKind::Xfs),
+                "xfs",
+                "rw,attr2,pqnoenforce",
+                "without enforcing them (pqnoenforce)",
+            ),
+            (
+                Some(FsKind::Xfs),
+                "xfs",
+                "rw,usrquota",
+                "xfs without prjquota",
+            ),
+            (Some(FsKind::Ext4), "ext4", "rw", "tune2fs -O project,quota"),
+            (None, "tmpfs", "rw,prjquota", "filesystem tmpfs on"),
+        ] {
+            match c(k, name, opts) {
+                Support::NotEnforced(why) => assert!(why.contains(want), "{opts}: {why}"),
+                s => panic!("{opts}: {s:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn ids_are_stable_in_range_and_skip_used_ones() {
+        let a = preferred_id("pvc-1b4e28ba-2fa1-11d2-883f-0016d3cca427");
+        assert_eq!(a, preferred_id("pvc-1b4e28ba-2fa1-11d2-883f-0016d3cca427"));
+        assert_ne!(a, preferred_id("pvc-1b4e28ba-2fa1-11d2-883f-0016d3cca428"));
+        for i in 0..1000 {
+            let id = preferred_id(&format!("pvc-{i}"));
+            assert!((ID_FIRST..=ID_LAST).contains(&id), "{id}");
+        }
+        let v = "pvc-x";
+        let p = preferred_id(v);
+        assert_eq!(choose_id(v, &BTreeSet::new()), Some(p));
+        let used: BTreeSet<u32> = [p, p + 1].into();
+        assert_eq!(choose_id(v, &used), Some(p + 2));
+        // Wraps at the end of the range, and says when nothing is free (a small range as a model).
+        let used: BTreeSet<u32> = [18, 19, 20].into();
+        assert_eq!(next_free(19, &used, 10, 20), Some(10));
+        let all: BTreeSet<u32> = (10..=20).collect();
+        assert_eq!(next_free(15, &all, 10, 20), None);
+    }
+
+    #[test]
+    fn reports_are_parsed_in_kib() {
+        let text = "#0                   0          0          0     00 [--------]\n\
+                    #1073741999      20420          0      20480     00 [--------]\n\
+                    \n\
+                    garbage line\n\
+                    #12 x y z\n";
+        let r = parse_report(text);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r[&1_073_741_999],
+            Usage {
+                used_bytes: 20420 * 1024,
+                limit_bytes: 20 << 20
+            }
+        );
+        assert_eq!(r[&0], Usage::default());
+    }
+
+    #[test]
+    fn paths_outside_the_safe_set_are_refused() {
+        for ok in ["/srv/flexvol/pvc-1_ns_c", "/a/b.c/d-e/f+g@h:i"] {
+            assert_eq!(safe_path(Path::new(ok)).unwrap(), ok);
+        }
+        for bad in [
+            "relative/x",
+            "/srv/a b",
+            "/srv/a'b",
+            "/srv/a\"b",
+            "/srv/a;limit",
+            "/srv/a\tb",
+            "/srv/ä",
+            "/srv/$x",
+        ] {
+            assert!(safe_path(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn limits_round_up_to_the_block() {
+        assert_eq!(round_up(1, 4096), 4096);
+        assert_eq!(round_up(4096, 4096), 4096);
+        assert_eq!(round_up(4097, 4096), 8192);
+        assert_eq!(round_up(0, 4096), 4096);
+        assert_eq!(round_up(64 << 20, 4096), 64 << 20);
+    }
+
+    #[test]
+    fn commands_are_argv_with_fixed_words_numbers_and_the_checked_path() {
+        let r = FakeRunner::new();
+        let fs = xfs();
+        set_limit(&r, &fs, 1_073_741_999, 20 << 20).unwrap();
+        assert_eq!(
+            r.lines(),
+            vec![
+                "xfs_quota -x -D /dev/null -P /dev/null -c 'limit -p bhard=20971520 1073741999' /mnt/x"
+            ]
+        );
+        let calls = r.calls();
+        assert_eq!(calls[0].timeout, TIMEOUT);
+        // ext4 needs -f.
+        let r = FakeRunner::new();
+        let e4 = QuotaFs {
+            kind: FsKind::Ext4,
+            ..fs.clone()
+        };
+        report(&r, &e4).unwrap();
+        assert_eq!(
+            r.lines(),
+            vec!["xfs_quota -x -f -D /dev/null -P /dev/null -c 'report -p -b -N -n' /mnt/x"]
+        );
+        // An unsafe path never reaches a command.
+        let r = FakeRunner::new();
+        assert!(apply(&r, &fs, Path::new("/mnt/x/a b"), 7, 1).is_err());
+        assert!(r.calls().is_empty());
+    }
+
+    #[test]
+    fn enforce_persists_a_new_id_before_applying_and_reuses_a_known_one() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("v");
+        std::fs::create_dir(&dir).unwrap();
+        let fs = xfs();
+        let sup = Support::Enforced(fs.clone());
+        let v = "pvc-abc";
+        let p = preferred_id(v);
+        // The preferred ID is in the report, the next one in another marker: p + 2.
+        let r = FakeRunner::new();
+        r.on(
+            "xfs_quota",
+            &["report -p -b -N -n"],
+            0,
+            &format!("#0 0 0 0 00 [--------]\n#{p} 4 0 1024 00 [--------]\n"),
+            "",
+        );
+        let taken: BTreeSet<u32> = [p + 1].into();
+        let mut persisted = None;
+        // The directory of this tempdir has no inherit flag (tmpfs or not a quota fs): verify
+        // fails, so the outcome is an error to retry — after the ID was persisted.
+        let e = enforce(&r, &sup, &dir, v, None, &taken, 10 << 20, |id| {
+            persisted = Some(id);
+            Ok(())
+        });
+        assert_eq!(persisted, Some(p + 2));
+        let lines = r.lines();
+        assert!(
+            lines[1].contains(&format!("'project -s -p {} {}'", dir.display(), p + 2)),
+            "{lines:?}"
+        );
+        assert!(
+            lines[2].contains(&format!("'limit -p bhard=10485760 {}'", p + 2)),
+            "{lines:?}"
+        );
+        let e = e.unwrap_err();
+        assert!(e.contains("flag"), "only verified enforcement counts: {e}");
+
+        // A known ID: no report to choose, no persist, same commands.
+        let r = FakeRunner::new();
+        let _ = enforce(&r, &sup, &dir, v, Some(77), &taken, 1, |_| {
+            panic!("must not persist a known id")
+        });
+        assert!(r.lines()[0].contains("'project -s -p"), "{:?}", r.lines());
+        assert!(r.lines()[0].ends_with(" 77' /mnt/x"), "{:?}", r.lines());
+
+        // A persist failure stops before anything is applied.
+        let r = FakeRunner::new();
+        let e = enforce(&r, &sup, &dir, v, None, &taken, 1, |_| {
+            Err("disk full".into())
+        });
+        assert_eq!(e.unwrap_err(), "disk full");
+        assert_eq!(r.count("xfs_quota"), 1, "only the report ran");
+
+        // No quota support: nothing runs.
+        let r = FakeRunner::new();
+        let out = enforce(
+            &r,
+            &Support::NotEnforced("tmpfs".into()),
+            &dir,
+            v,
+            None,
+            &taken,
+            1,
+            |_| panic!(),
+        )
+        .unwrap();
+        assert_eq!(out, Outcome::NotEnforced("tmpfs".into()));
+        assert!(r.calls().is_empty());
+    }
+
+    #[test]
+    fn raise_never_lowers_and_skips_a_limit_already_there() {
+        let r = FakeRunner::new();
+        r.on(
+            "xfs_quota",
+            &["report"],
+            0,
+            "#9 4 0 40960 00 [--------]\n",
+            "",
+        );
+        let d = tempfile::tempdir().unwrap();
+        // Fails at verification (no inherit flag here), but the decision is visible in the calls.
+        let _ = raise(&r, &xfs(), d.path(), 9, 20 << 20);
+        assert!(
+            !r.lines().iter().any(|l| l.contains("limit -p")),
+            "{:?}",
+            r.lines()
+        );
+        let _ = raise(&r, &xfs(), d.path(), 9, (60 << 20) + 1);
+        assert!(
+            r.lines()
+                .iter()
+                .any(|l| l.contains(&format!("'limit -p bhard={} 9'", (60 << 20) + 4096))),
+            "{:?}",
+            r.lines()
+        );
+    }
+}

@@ -1,0 +1,465 @@
+//! Guest tier for enforced hostPath sizes (`flexvol::provision::quota`): real XFS and ext4 on loop
+//! devices, mounted with and without project quotas, the real `xfs_quota`. Runs only inside the
+//! test VM (`tests/vm/run <suite> --ignored --test-threads=1 guest_quota`): this host has no
+//! xfsprogs.
+//!
+//! Each test makes its own loop files and mount points and removes them at the end, even when it
+//! fails (RAII [`Disk`]).
+
+use flexvol::provision::quota::{self, FsKind, Outcome, Support};
+use flexvol::sys::exec::SystemRunner;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[track_caller]
+fn run(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A loop file with a filesystem, mounted; unmounted (with every bind below it) and removed on drop.
+struct Disk {
+    file: PathBuf,
+    dev: String,
+    mnt: PathBuf,
+    binds: Vec<PathBuf>,
+}
+
+impl Disk {
+    /// `mkfs` is the mkfs argv without the device; `opts` the mount options ("" for none).
+    fn new(mib: u64, mkfs: &[&str], opts: &str) -> Self {
+        let n = format!(
+            "fvq{}x{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let file = std::env::temp_dir().join(format!("{n}.img"));
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        let dev = run("losetup", &["-f", "--show", file.to_str().unwrap()])
+            .trim()
+            .to_owned();
+        let mut argv: Vec<&str> = mkfs[1..].to_vec();
+        argv.push(&dev);
+        run(mkfs[0], &argv);
+        let mnt = std::env::temp_dir().join(format!("{n}.mnt"));
+        std::fs::create_dir_all(&mnt).unwrap();
+        let m = mnt.to_str().unwrap();
+        if opts.is_empty() {
+            run("mount", &[&dev, m]);
+        } else {
+            run("mount", &["-o", opts, &dev, m]);
+        }
+        Self {
+            file,
+            dev,
+            mnt,
+            binds: Vec::new(),
+        }
+    }
+
+    fn xfs(opts: &str) -> Self {
+        Self::new(320, &["mkfs.xfs", "-q"], opts)
+    }
+
+    /// Bind-mounts `src` at a fresh directory (as the hostPath driver does for a pod).
+    fn bind(&mut self, src: &Path) -> PathBuf {
+        let t = PathBuf::from(format!("{}.bind{}", self.mnt.display(), self.binds.len()));
+        std::fs::create_dir_all(&t).unwrap();
+        run(
+            "mount",
+            &["--bind", src.to_str().unwrap(), t.to_str().unwrap()],
+        );
+        self.binds.push(t.clone());
+        t
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        for b in self.binds.iter().rev() {
+            let _ = Command::new("umount").arg(b).status();
+            let _ = std::fs::remove_dir(b);
+        }
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = std::fs::remove_dir(&self.mnt);
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// Total bytes `statfs` reports for `p` (what `df` and kubelet's volume stats show).
+fn statfs_total(p: &Path) -> u64 {
+    let s = nix::sys::statvfs::statvfs(p).unwrap();
+    s.blocks() * s.fragment_size()
+}
+
+/// Writes `mib` MiB into `file` (appending, synced); the OS error when it fails.
+fn write_mib(file: &Path, mib: usize) -> Result<(), std::io::Error> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)?;
+    let chunk = vec![0xa5u8; 1 << 20];
+    for _ in 0..mib {
+        f.write_all(&chunk)?;
+    }
+    f.sync_all()
+}
+
+fn enforced(root: &Path) -> quota::QuotaFs {
+    match quota::detect(root) {
+        Support::Enforced(fs) => fs,
+        Support::NotEnforced(why) => panic!("{}: expected quotas, got: {why}", root.display()),
+    }
+}
+
+#[test]
+#[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
+fn guest_quota_xfs_prjquota_limits_writes_and_statfs_through_a_bind_and_grows() {
+    let mut disk = Disk::xfs("prjquota");
+    let root = disk.mnt.join("flexvol");
+    std::fs::create_dir(&root).unwrap();
+    let fs = enforced(&root);
+    assert_eq!(fs.kind, FsKind::Xfs);
+    assert_eq!(fs.mount_point, disk.mnt);
+    let runner = SystemRunner::default();
+    let sup = Support::Enforced(fs.clone());
+
+    let dir = root.join("pvc-a_ns_c");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join(".flexvol-provisioned"), b"{}\n").unwrap();
+    let mut persisted = None;
+    let out = quota::enforce(
+        &runner,
+        &sup,
+        &dir,
+        "pvc-a",
+        None,
+        &BTreeSet::new(),
+        20 << 20,
+        |id| {
+            persisted = Some(id);
+            Ok(())
+        },
+    )
+    .unwrap();
+    let id = persisted.expect("a new id is persisted before it is applied");
+    assert_eq!(
+        out,
+        Outcome::Enforced {
+            id,
+            limit_bytes: 20 << 20
+        }
+    );
+    assert_eq!(id, quota::preferred_id("pvc-a"));
+    assert!(quota::has_inherit_flag(&dir).unwrap());
+    // Idempotent: the same again (as a pass after a kill -9 does, with the id from the marker).
+    let again = quota::enforce(
+        &runner,
+        &sup,
+        &dir,
+        "pvc-a",
+        Some(id),
+        &BTreeSet::new(),
+        20 << 20,
+        |_| panic!("a known id is not persisted again"),
+    )
+    .unwrap();
+    assert_eq!(again, out);
+
+    // What a pod sees through the driver's bind mount: the volume's size, not the filesystem's.
+    let pod = disk.bind(&dir);
+    assert_eq!(statfs_total(&pod), 20 << 20);
+    assert_eq!(statfs_total(&dir), 20 << 20);
+    assert!(
+        statfs_total(&disk.mnt) > 200 << 20,
+        "the root is unaffected"
+    );
+    std::fs::create_dir(pod.join("sub")).unwrap();
+    // A write past the size fails with ENOSPC, also through the bind.
+    let e = write_mib(&pod.join("big"), 30).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(nix::libc::ENOSPC), "{e}");
+    let usage = quota::report(&runner, &fs).unwrap()[&id];
+    assert!(
+        usage.used_bytes > 19 << 20 && usage.used_bytes <= 20 << 20,
+        "{usage:?}"
+    );
+    // Files in subdirectories are charged too (the inherit flag).
+    assert!(write_mib(&pod.join("sub/more"), 2).is_err());
+
+    // Raise: the limit and statfs grow, and the write that failed now has room.
+    let limit = quota::raise(&runner, &fs, &dir, id, 40 << 20).unwrap();
+    assert_eq!(limit, 40 << 20);
+    assert_eq!(statfs_total(&pod), 40 << 20);
+    let before = quota::report(&runner, &fs).unwrap()[&id];
+    if let Err(e) = write_mib(&pod.join("sub/more"), 10) {
+        panic!(
+            "10 MiB more after the raise: {e}; usage before {before:?}, after {:?}",
+            quota::report(&runner, &fs).unwrap()[&id]
+        );
+    }
+    // Never lowered: asking for less keeps 40 MiB.
+    assert_eq!(
+        quota::raise(&runner, &fs, &dir, id, 10 << 20).unwrap(),
+        40 << 20
+    );
+    assert_eq!(statfs_total(&pod), 40 << 20);
+
+    // A second volume gets another id (the first is in the report) and its own accounting.
+    let used: BTreeSet<u32> = quota::report(&runner, &fs).unwrap().into_keys().collect();
+    assert!(used.contains(&id));
+    let dir2 = root.join("pvc-b_ns_c");
+    std::fs::create_dir(&dir2).unwrap();
+    let out2 = quota::enforce(
+        &runner,
+        &sup,
+        &dir2,
+        "pvc-b",
+        None,
+        &[quota::preferred_id("pvc-b")].into(),
+        8 << 20,
+        |_| Ok(()),
+    )
+    .unwrap();
+    let Outcome::Enforced { id: id2, .. } = out2 else {
+        panic!("{out2:?}")
+    };
+    assert_ne!(id2, id);
+    assert_ne!(id2, quota::preferred_id("pvc-b"), "a taken id is skipped");
+    assert_eq!(statfs_total(&dir2), 8 << 20);
+    assert_eq!(statfs_total(&pod), 40 << 20);
+}
+
+#[test]
+#[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
+fn guest_quota_is_detected_only_where_enforced_and_ext4_prjquota_works() {
+    let runner = SystemRunner::default();
+    // XFS without prjquota, and with accounting only.
+    for (opts, want) in [
+        ("", "filesystem xfs without prjquota"),
+        ("pqnoenforce", "pqnoenforce"),
+        ("usrquota", "filesystem xfs without prjquota"),
+    ] {
+        let disk = Disk::xfs(opts);
+        match quota::detect(&disk.mnt) {
+            Support::NotEnforced(why) => {
+                assert!(why.contains(want), "{opts}: {why}");
+                assert!(why.contains("-o prjquota"), "{why}");
+            }
+            s => panic!("{opts}: {s:?}"),
+        }
+    }
+    // tmpfs.
+    let t = std::env::temp_dir().join(format!("fvq{}tmpfs", std::process::id()));
+    std::fs::create_dir_all(&t).unwrap();
+    run("mount", &["-t", "tmpfs", "tmpfs", t.to_str().unwrap()]);
+    let s = quota::detect(&t);
+    run("umount", &[t.to_str().unwrap()]);
+    std::fs::remove_dir(&t).unwrap();
+    match s {
+        Support::NotEnforced(why) => assert!(why.contains("filesystem tmpfs"), "{why}"),
+        s => panic!("tmpfs: {s:?}"),
+    }
+
+    // ext4 without the project feature: detected, with the fix.
+    let plain = Disk::new(64, &["mkfs.ext4", "-q"], "");
+    match quota::detect(&plain.mnt) {
+        Support::NotEnforced(why) => assert!(why.contains("tune2fs -O project,quota"), "{why}"),
+        s => panic!("ext4: {s:?}"),
+    }
+    drop(plain);
+
+    // ext4 with the project feature and prjquota: enforced (xfs_quota -f). The generic quota code
+    // lets CAP_SYS_RESOURCE through, so the write is made by a process without it, as in a pod.
+    let disk = Disk::new(128, &["mkfs.ext4", "-q", "-O", "quota,project"], "prjquota");
+    let fs = enforced(&disk.mnt);
+    assert_eq!(fs.kind, FsKind::Ext4);
+    let dir = disk.mnt.join("pvc-e");
+    std::fs::create_dir(&dir).unwrap();
+    let out = quota::enforce(
+        &runner,
+        &Support::Enforced(fs),
+        &dir,
+        "pvc-e",
+        None,
+        &BTreeSet::new(),
+        10 << 20,
+        |_| Ok(()),
+    )
+    .unwrap();
+    assert!(matches!(out, Outcome::Enforced { limit_bytes, .. } if limit_bytes == 10 << 20));
+    assert_eq!(statfs_total(&dir), 10 << 20);
+    let f = dir.join("big");
+    let o = Command::new("setpriv")
+        .args([
+            "--inh-caps=-sys_resource",
+            "--bounding-set=-sys_resource",
+            "dd",
+            "if=/dev/zero",
+            &format!("of={}", f.display()),
+            "bs=1M",
+            "count=20",
+            "conv=fsync",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "the write past the size succeeded: {err}"
+    );
+    assert!(err.contains("Disk quota exceeded"), "{err}");
+}
+
+/// A PV as the reconciler builds it from what `provision` returned (what expand and delete read).
+fn pv_for(
+    name: &str,
+    claim_uid: &str,
+    node: &str,
+    path: &str,
+) -> k8s_openapi::api::core::v1::PersistentVolume {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "annotations": {"flexvol/node": node}},
+        "spec": {
+            "claimRef": {"uid": claim_uid},
+            "flexVolume": {"driver": "flexvol/hostpath", "options": {"path": path, "type": "Directory"}}
+        }
+    }))
+    .unwrap()
+}
+
+#[test]
+#[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
+fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
+    use flexvol::provision::backend::{Backend, Request};
+    use flexvol::provision::hostpath::{HostPathBackend, scan};
+    use std::collections::BTreeMap;
+
+    let quota_disk = Disk::xfs("prjquota");
+    let plain_disk = Disk::xfs("");
+    let (qroot, proot) = (quota_disk.mnt.join("q"), plain_disk.mnt.join("p"));
+    let cfg = flexvol::node::config::Config::parse(
+        Path::new("c"),
+        serde_json::json!({
+            "nodePathMap": [{"node": "n1", "paths": [qroot]}],
+            "storageClassConfigs": {"plain": {"nodePathMap": [{"node": "n1", "paths": [proot]}]}}
+        })
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut b = HostPathBackend::new("flexvol/hostpath".into());
+    let claim = Default::default();
+    let params = BTreeMap::new();
+    let modes = vec!["ReadWriteOnce".to_owned()];
+    let req = |pv: &'static str, uid: &'static str, class: &'static str, bytes| Request {
+        pv_name: pv,
+        claim: &claim,
+        namespace: "ns",
+        name: "c",
+        uid,
+        class_name: class,
+        params: &params,
+        size_bytes: bytes,
+        access_modes: &modes,
+        node: "n1",
+    };
+
+    // On the prjquota root: enforced, and the same answer again (a retried pass).
+    let p = b
+        .provision(&cfg, &req("pvc-q", "uq", "local", 16 << 20))
+        .unwrap();
+    assert_eq!(p.annotations["flexvol/size-enforced"], "true", "{p:?}");
+    assert_eq!(
+        p.annotations["flexvol/size-bytes"],
+        (16u64 << 20).to_string()
+    );
+    let id: u32 = p.annotations["flexvol/quota-project"].parse().unwrap();
+    assert_eq!(
+        b.provision(&cfg, &req("pvc-q", "uq", "local", 16 << 20))
+            .unwrap(),
+        p
+    );
+    let dir = PathBuf::from(&p.location);
+    assert_eq!(statfs_total(&dir), 16 << 20);
+    let marker = std::fs::read_to_string(dir.join(".flexvol-provisioned")).unwrap();
+    assert!(marker.contains(&format!("\"projectId\":{id}")), "{marker}");
+
+    // Grow: the limit and statfs follow.
+    let pv = pv_for("pvc-q", "uq", "n1", &p.location);
+    assert_eq!(b.expand(&cfg, &pv, 48 << 20).unwrap(), 48 << 20);
+    assert_eq!(statfs_total(&dir), 48 << 20);
+    // Not for another claim's PV of the same path.
+    let other = pv_for("pvc-q", "someone-else", "n1", &p.location);
+    assert!(b.expand(&cfg, &other, 64 << 20).is_err());
+    assert_eq!(statfs_total(&dir), 48 << 20);
+
+    // What `flexvol status` reports.
+    let runner = SystemRunner::default();
+    let roots = [flexvol::provision::hostpath::prepare_root(&qroot).unwrap()];
+    let found = scan(&roots, 4);
+    let st = quota::size_status(&runner, &found);
+    assert_eq!(st.len(), 1);
+    assert!(st[0].enforced, "{st:?}");
+    assert_eq!(
+        (st[0].project_id, st[0].limit_bytes),
+        (Some(id), Some(48 << 20))
+    );
+
+    // Delete: directory gone, the project's limit cleared.
+    let said = b.delete(&cfg, &pv).unwrap();
+    assert!(
+        said.contains(&format!("cleared the limit of project {id}")),
+        "{said}"
+    );
+    assert!(!dir.exists());
+    let fs = enforced(&qroot);
+    let left = quota::report(&runner, &fs)
+        .unwrap()
+        .get(&id)
+        .copied()
+        .unwrap_or_default();
+    assert_eq!(left.limit_bytes, 0, "{left:?}");
+
+    // On the plain XFS root: not enforced, said why; growing records the size, nothing else.
+    let p = b
+        .provision(&cfg, &req("pvc-p", "up", "plain", 16 << 20))
+        .unwrap();
+    assert_eq!(p.annotations["flexvol/size-enforced"], "false", "{p:?}");
+    assert!(
+        p.annotations["flexvol/size-note"].contains("filesystem xfs without prjquota"),
+        "{p:?}"
+    );
+    assert!(!p.annotations.contains_key("flexvol/quota-project"));
+    let pdir = PathBuf::from(&p.location);
+    let whole = statfs_total(&pdir);
+    assert!(whole > 200 << 20);
+    let pv = pv_for("pvc-p", "up", "n1", &p.location);
+    assert_eq!(b.expand(&cfg, &pv, 32 << 20).unwrap(), 32 << 20);
+    assert_eq!(statfs_total(&pdir), whole);
+    let roots = [flexvol::provision::hostpath::prepare_root(&proot).unwrap()];
+    let st = quota::size_status(&runner, &scan(&roots, 4));
+    assert!(!st[0].enforced);
+    assert!(
+        st[0].note.as_deref().unwrap().contains("without prjquota"),
+        "{st:?}"
+    );
+    b.delete(&cfg, &pv).unwrap();
+}
