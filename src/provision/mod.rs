@@ -22,6 +22,7 @@ pub mod backend;
 pub mod hostpath;
 pub mod kube;
 pub mod localpath;
+pub mod nfs;
 pub mod reconcile;
 
 use crate::node::config::Config;
