@@ -267,7 +267,7 @@ pub fn full_share(share: &str, rel: &Path) -> String {
 }
 
 /// Mounting and unmounting export roots: the real [`DriverExports`], or a test double.
-pub trait Exports {
+pub trait Exports: Send + Sync {
     /// Mounts the export described by `options` (the NFS driver's JSON) on the existing empty
     /// directory `dir`, within bounded time; returns the directory to work in (the export's root).
     fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String>;
@@ -404,6 +404,12 @@ fn private_dir(cfg: &Config, pv: &str) -> Result<PathBuf, String> {
         }
     }
     Ok(dir)
+}
+
+/// A message about paths below the private mount `root`, with `server:export` instead (the
+/// mount directory means nothing to the reader of an event).
+fn relabel(s: &str, root: &Root, label: &str) -> String {
+    s.replace(&*root.real.to_string_lossy(), label)
 }
 
 fn same_claim(a: &Marker, b: &Marker) -> bool {
@@ -739,8 +745,9 @@ impl Backend for NfsBackend {
             node: req.node.to_owned(),
         };
         let own = class.dir.ownership;
+        let label = format!("{}:{}", class.server, class.share);
         self.with_export(cfg, req.pv_name, &class.export_json(), |root| {
-            make_subdir(root, &rel, own, &marker)
+            make_subdir(root, &rel, own, &marker).map_err(|e| relabel(&e, root, &label))
         })
         .map_err(|why| {
             Refusal::Fail(format!(
@@ -823,8 +830,11 @@ impl Backend for NfsBackend {
         }
         let json = class.options_json(&checked.share, Some(&class.work_options()));
         let stamp = stamp_now();
+        let label = format!("{}:{}", class.server, checked.share);
         self.with_export(cfg, &name, &json, |root| {
             remove_subdir(root, &rel, &name, &claim_uid, mode, &stamp)
+                .map(|s| relabel(&s, root, &label))
+                .map_err(|e| relabel(&e, root, &label))
         })
         .map_err(|why| format!("{}:{recorded}: {why}", class.server))
     }

@@ -116,10 +116,10 @@ fn sh(prog: &str, args: &[&str]) {
 }
 
 /// Stops nfsd for the life of the guard, then starts it again (also when the test panics).
-struct ServerDown;
+pub(crate) struct ServerDown;
 
 impl ServerDown {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         sh("rpc.nfsd", &["0"]);
         let t = Instant::now();
         while std::net::TcpStream::connect("127.0.0.1:2049").is_ok() {

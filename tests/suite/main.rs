@@ -14,6 +14,7 @@ mod contract;
 mod faults;
 mod guest_lvm;
 mod guest_nfs;
+mod guest_nfs_provision;
 mod install;
 mod manifests;
 mod ops;
