@@ -8,6 +8,8 @@
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::BTreeMap;
 
 /// What went wrong talking to the API server.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,6 +93,21 @@ pub trait Cluster {
     async fn get_node(&self, name: &str) -> ApiResult<Option<Node>>;
     /// Sets (`Some`) or removes (`None`) one label on a Node.
     async fn set_node_label(&self, node: &str, key: &str, value: Option<&str>) -> ApiResult<()>;
+    /// Sets a PV's capacity to `capacity` and merges `annotations` into its annotations (the
+    /// caller never passes less than the PV's capacity).
+    async fn grow_volume(
+        &self,
+        name: &str,
+        capacity: &Quantity,
+        annotations: &BTreeMap<String, String>,
+    ) -> ApiResult<()>;
+    /// Records a finished resize in a claim's status: `capacity`, and no resize conditions left.
+    async fn finish_claim_resize(
+        &self,
+        namespace: &str,
+        name: &str,
+        capacity: &Quantity,
+    ) -> ApiResult<()>;
     /// Records an event.
     async fn event(&self, ev: &EventSpec) -> ApiResult<()>;
 }

@@ -18,10 +18,17 @@
 //! Caller contract: one provisioner per node works on a root at a time (the DaemonSet runs one);
 //! nothing here takes a lock.
 
+use super::backend::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
+};
+use crate::node::config::Config;
 use crate::sys::paths::{self, Ownership};
+use crate::sys::process::checkpoint;
+use k8s_openapi::api::core::v1::PersistentVolume;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2, renameat};
 use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -413,7 +420,7 @@ pub fn delete_volume_dir(
     let parent = open_dir(&root.real.join(parent_rel)).map_err(|e| fail(&e))?;
     let root_fd = open_dir(&root.real).map_err(|e| fail(&e))?;
     renameat(&parent, leaf, &root_fd, tomb.as_str()).map_err(|e| fail(&e))?;
-    crate::sys::process::checkpoint("provisioner-delete-after-rename");
+    checkpoint("provisioner-delete-after-rename");
     remove_tombstone(root, &tomb)?;
     Ok(Deleted::Removed)
 }
@@ -486,6 +493,166 @@ pub fn scan(roots: &[Root], depth: usize) -> Vec<Found> {
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// The hostPath kind of volume: a marked directory under one of the node's roots
+/// ([`super::localpath`]), served by the hostpath driver.
+pub struct HostPathBackend {
+    /// `<vendor>/hostpath`, written into markers.
+    pub provisioner: String,
+}
+
+impl HostPathBackend {
+    /// The backend for provisioner name `provisioner`.
+    pub fn new(provisioner: String) -> Self {
+        Self { provisioner }
+    }
+}
+
+/// The claim's uid recorded in a PV's `claimRef` (what a marker must name).
+fn claim_uid_of(pv: &PersistentVolume) -> String {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.clone())
+        .unwrap_or_default()
+}
+
+/// The `path` option of a hostPath PV.
+fn path_of(pv: &PersistentVolume) -> Option<PathBuf> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.flex_volume.as_ref())
+        .and_then(|f| f.options.as_ref())
+        .and_then(|o| o.get("path"))
+        .map(PathBuf::from)
+}
+
+impl Backend for HostPathBackend {
+    fn kind(&self) -> &'static str {
+        "hostpath"
+    }
+
+    fn node_local(&self) -> bool {
+        true
+    }
+
+    fn serves(&self, cfg: &Config, node: &str) -> bool {
+        // Labelled while a root can be used now (a root that is gone takes the label away, so the
+        // scheduler stops picking this node).
+        !super::reconcile::usable_roots(&cfg.local_path.node_roots(node), true)
+            .0
+            .is_empty()
+    }
+
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
+        ClassParams::parse(params).map(|_| ())
+    }
+
+    fn access_modes(&self) -> &'static [&'static str] {
+        &["ReadWriteOnce", "ReadWriteOncePod"]
+    }
+
+    fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+        let params = ClassParams::parse(req.params).map_err(Refusal::Fail)?;
+        let rel = match &params.path_pattern {
+            Some(p) => expand_pattern(p, req.pv_name, req.namespace, req.name)
+                .map_err(|why| Refusal::Fail(format!("StorageClass {}: {why}", req.class_name)))?,
+            None => default_rel_path(req.pv_name, req.namespace, req.name),
+        };
+        // Can this node serve it at all?
+        let configured = cfg.local_path.roots_for(req.node, req.class_name);
+        if configured.is_empty() {
+            return Err(Refusal::Reschedule(format!(
+                "its flexvol config has no root for StorageClass {} (to use this node, give it a root in its flexvol config)",
+                req.class_name
+            )));
+        }
+        let (roots, bad) = super::reconcile::usable_roots(&configured, true);
+        // A directory made for this PV by an earlier (killed) pass wins; else the most free space.
+        let chosen = roots
+            .iter()
+            .find(|r| matches!(inspect(r, &rel), DirState::Marked(m) if m.volume == req.pv_name))
+            .or_else(|| {
+                roots
+                    .iter()
+                    .max_by_key(|r| free_bytes(&r.real).unwrap_or(0))
+            });
+        let Some(root) = chosen else {
+            return Err(Refusal::Reschedule(format!(
+                "no usable root ({})",
+                bad.join("; ")
+            )));
+        };
+        let marker = Marker {
+            provisioner: self.provisioner.clone(),
+            volume: req.pv_name.to_owned(),
+            namespace: req.namespace.to_owned(),
+            claim: req.name.to_owned(),
+            claim_uid: req.uid.to_owned(),
+            node: req.node.to_owned(),
+        };
+        let path =
+            create_volume_dir(root, &rel, params.ownership, &marker).map_err(Refusal::Fail)?;
+        checkpoint("provisioner-after-directory");
+        let location = path.display().to_string();
+        Ok(Provisioned {
+            options: BTreeMap::from([
+                ("path".to_owned(), location.clone()),
+                ("type".to_owned(), "Directory".to_owned()),
+            ]),
+            capacity_bytes: req.size_bytes,
+            annotations: BTreeMap::from([
+                (ANN_SIZE.to_owned(), req.size_bytes.to_string()),
+                (ANN_SIZE_ENFORCED.to_owned(), "false".to_owned()),
+                (
+                    ANN_SIZE_NOTE.to_owned(),
+                    format!(
+                        "a directory on {}'s filesystem: writes are limited only by its free space",
+                        root.real.display()
+                    ),
+                ),
+            ]),
+            location,
+        })
+    }
+
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let path = path_of(pv).ok_or_else(|| "it has no flexVolume path option".to_string())?;
+        let node = pv
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(super::reconcile::ANN_NODE))
+            .cloned()
+            .unwrap_or_default();
+        let (roots, _) = super::reconcile::usable_roots(&cfg.local_path.node_roots(&node), false);
+        let Some((root, rel)) = locate(&roots, &path) else {
+            return Err(format!(
+                "its path {} is not below a root of node {node}'s flexvol config; if a root was removed from the config, add it back; otherwise delete the directory by hand and then the PV",
+                path.display()
+            ));
+        };
+        match delete_volume_dir(root, &rel, &name, &claim_uid_of(pv))? {
+            Deleted::Removed => Ok(format!("removed {}", path.display())),
+            Deleted::AlreadyGone => Ok(format!("{} was gone already", path.display())),
+        }
+    }
+
+    fn expand(&mut self, _cfg: &Config, _pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+        // Nothing enforces the size of a plain directory: the new size is recorded, no more.
+        Ok(bytes)
+    }
+
+    fn node_finishes_resize(&self) -> bool {
+        false
+    }
+
+    fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
+        let (existing, _) = super::reconcile::usable_roots(&cfg.local_path.node_roots(node), false);
+        finish_deletes(&existing).1
+    }
 }
 
 #[cfg(test)]

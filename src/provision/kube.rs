@@ -8,10 +8,12 @@ use k8s_openapi::api::core::v1::{
     Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -231,6 +233,46 @@ impl Cluster for KubeCluster {
         call(
             format!("label Node {node} {key}={}", value.unwrap_or("(removed)")),
             api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn grow_volume(
+        &self,
+        name: &str,
+        capacity: &Quantity,
+        annotations: &BTreeMap<String, String>,
+    ) -> ApiResult<()> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let patch = serde_json::json!({
+            "metadata": {"annotations": annotations},
+            "spec": {"capacity": {"storage": capacity}},
+        });
+        call(
+            format!("set capacity of PersistentVolume {name} to {}", capacity.0),
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn finish_claim_resize(
+        &self,
+        namespace: &str,
+        name: &str,
+        capacity: &Quantity,
+    ) -> ApiResult<()> {
+        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+        // In 1.20 a claim's only conditions are the resize ones (Resizing,
+        // FileSystemResizePending): a finished resize clears them, as kubelet does.
+        let patch = serde_json::json!({"status": {
+            "capacity": {"storage": capacity},
+            "conditions": null,
+        }});
+        call(
+            format!("record capacity {} on claim {namespace}/{name}", capacity.0),
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await
         .map(|_| ())

@@ -1,12 +1,12 @@
-//! `flexvol provisioner`: dynamic provisioning of hostPath volumes, one instance per node.
+//! `flexvol provisioner`: dynamic provisioning, one instance per node.
 //!
-//! Each node's instance serves the claims the scheduler placed on its node
-//! (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer) whose class names
-//! `<vendor>/hostpath`, creating a directory under one of the node's roots (the local-path
-//! `nodePathMap` keys of the node config, [`localpath`]) and the PV for it, and deletes both when
-//! a Released PV with reclaim policy Delete is one it made. The decisions are in [`reconcile`],
-//! the filesystem work in [`hostpath`], the API server behind the [`api::Cluster`] seam
-//! (implemented over kube-rs in [`kube`]).
+//! Each node's instance serves claims whose class names `<vendor>/<kind>` for each kind in
+//! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]) for
+//! the claims the scheduler placed on its node (`volume.kubernetes.io/selected-node`,
+//! WaitForFirstConsumer); it makes the volume and the PV for it, grows both when the claim asks for
+//! more, and deletes both when a Released PV with reclaim policy Delete is one it made. The
+//! decisions are in [`reconcile`], the node-side work behind the [`backend::Backend`] seam, the API
+//! server behind the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
 //!
 //! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client;
 //! the driver verbs never reach this module (`cli::main` dispatches on argv[0] first), so the
@@ -40,7 +40,7 @@ pub struct ProvisionerArgs {
     /// Talk to the API server with this kubeconfig instead of the pod's service account.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// Vendor part of the driver name as installed: the provisioner is `<vendor>/hostpath`.
+    /// Vendor part of the driver names as installed: the provisioners are `<vendor>/<kind>`.
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
     pub vendor: String,
     /// A full pass at least this often, even without changes seen by the watches.
@@ -60,8 +60,15 @@ pub fn log(msg: &str) {
 pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
     reconcile::Identity {
         node: a.node_name.clone(),
-        provisioner: format!("{}/hostpath", a.vendor),
+        vendor: a.vendor.clone(),
     }
+}
+
+/// The kinds of volume served, each as `<vendor>/<kind>`. The one place a backend is registered.
+pub fn backends(id: &reconcile::Identity) -> Vec<Box<dyn backend::Backend>> {
+    vec![Box::new(hostpath::HostPathBackend::new(
+        id.provisioner("hostpath"),
+    ))]
 }
 
 /// Runs the provisioner until killed; returns the exit code on a fatal error.
@@ -113,13 +120,13 @@ async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
         log("the watches of claims and PVs have not listed yet after 60s; going on, will retry");
     }
     let id = identity(a);
+    let mut rec = reconcile::Reconciler::new(cluster, id.clone(), backends(&id));
     log(&format!(
-        "serving {} on node {} (roots here: {:?})",
-        id.provisioner,
+        "serving {} on node {} (hostPath roots here: {:?})",
+        rec.provisioners().join(", "),
         id.node,
         config.local_path.node_roots(&id.node)
     ));
-    let mut rec = reconcile::Reconciler::new(cluster, id);
     let resync = Duration::from_secs(a.resync_seconds.max(1));
     loop {
         // The config may change (a ConfigMap update): the last valid one stays in force.
@@ -127,21 +134,23 @@ async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
             Ok(c) => config = c,
             Err(e) => log(&format!("{e}; keeping the last valid config")),
         }
-        let r = rec.pass(&config.local_path).await;
-        for (pv, path) in &r.provisioned {
-            log(&format!("provisioned {pv} at {}", path.display()));
+        let r = rec.pass(&config).await;
+        for (pv, at) in &r.provisioned {
+            log(&format!("provisioned {pv} at {at}"));
         }
-        for pv in &r.deleted {
-            log(&format!("deleted {pv} and its directory"));
+        for (pv, done) in &r.deleted {
+            log(&format!("deleted {pv}: {done}"));
+        }
+        for (pv, bytes) in &r.resized {
+            log(&format!("grew {pv} to {bytes} bytes"));
         }
         for c in &r.rescheduled {
             log(&format!("sent claim {c} back to the scheduler"));
         }
-        if let Some(l) = r.labelled {
+        for (key, set) in &r.labelled {
             log(&format!(
-                "{} the node label {}",
-                if l { "set" } else { "removed" },
-                rec.id.provisioner
+                "{} the node label {key}",
+                if *set { "set" } else { "removed" }
             ));
         }
         for f in &r.failed {

@@ -1,23 +1,32 @@
-//! One reconcile pass: decide from what the API and the node's disks say, then act idempotently.
+//! One reconcile pass: decide from what the API and the node say, then act idempotently.
 //!
-//! A pass, for this node only:
-//! 1. finish deletions a kill left half done (tombstones in the roots);
-//! 2. label the Node `<provisioner>=true` while the config gives it a root, remove it otherwise;
-//! 3. every pending claim of our class whose `selected-node` is this node and that has no PV yet:
-//!    validate the class, pick or find the directory, write the marker, create `pvc-<claim uid>`;
-//!    when this node cannot serve it, remove `selected-node` so the scheduler picks again;
-//! 4. every Released PV with reclaim policy Delete that we provisioned on this node: re-read it
-//!    from the server, check its path lies in a root and its directory's marker, remove the
-//!    directory, then delete the PV (with a uid precondition).
+//! The pass is the same for every kind of volume; what differs is behind the
+//! [`Backend`](super::backend::Backend) seam (`hostpath`, `lvm`, `nfs`). A pass:
+//! 1. lets each backend finish what a kill left half done (tombstones);
+//! 2. labels the Node `<vendor>/<kind>=true` for each backend that can serve here, removes it
+//!    otherwise (classes may pin claims to labelled nodes with `allowedTopologies`);
+//! 3. every pending claim of one of our classes without a PV — for a node-local backend only those
+//!    whose `selected-node` is this node, for a shared one (NFS) any — : validate class and claim,
+//!    let the backend make the volume, create `pvc-<claim uid>`; when the backend says this node
+//!    cannot serve it, remove `selected-node` so the scheduler picks again;
+//! 4. every Bound PV of ours whose claim asks for more than the PV's
+//!    [`ANN_SIZE`](super::backend::ANN_SIZE): grow it through the backend, then raise the PV's
+//!    capacity and, where kubelet does not finish the resize, record it on the claim;
+//! 5. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
+//!    node-local backend): re-read it from the server, let the backend remove the volume (it checks
+//!    the ownership marks), then delete the PV (with a uid precondition).
 //!
 //! Restart safety: every step is keyed by names derived from the claim (PV `pvc-<uid>`, the
-//! directory path), so a pass after a kill at any point finds what the killed one did and
-//! continues: an existing marked directory is reused, `AlreadyExists` for a PV that is ours and
-//! bound to this claim is success, a directory already gone is success.
+//! directory or LV named after it), so a pass after a kill at any point finds what the killed one
+//! did and continues: the backend reuses a volume it made for this PV, `AlreadyExists` for a PV that
+//! is ours and bound to this claim is success, a volume already gone is success, a resize is
+//! re-driven by the claim's request until the PV's annotation records it.
 
 use super::api::{ApiErrorKind, Cluster, EventSpec};
-use super::hostpath::{self, ClassParams, DirState, Marker, Root};
-use super::localpath::LocalPathConfig;
+use super::backend::{ANN_SIZE, Backend, Provisioned, Refusal, Request};
+use super::hostpath::{self, Root};
+use crate::backend::lvm::options::parse_size;
+use crate::node::config::Config;
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -25,8 +34,9 @@ use k8s_openapi::api::core::v1::{
     VolumeNodeAffinity,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 /// Claim annotation naming the provisioner (1.20 sets only this one).
@@ -37,7 +47,7 @@ pub const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
 pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// PV annotation: who provisioned it.
 pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// PV annotation: the node whose provisioner owns it.
+/// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
 pub const ANN_NODE: &str = "flexvol/node";
 /// The node label PVs are pinned by.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -49,32 +59,42 @@ pub const SCAN_DEPTH: usize = 4;
 pub struct Identity {
     /// This node's name.
     pub node: String,
-    /// The provisioner name classes use, `<vendor>/hostpath`; also the PV's flexVolume driver and
-    /// the Node label key.
-    pub provisioner: String,
+    /// Vendor part of the names: a backend of kind `k` serves classes whose provisioner is
+    /// `<vendor>/<k>`, which is also its PVs' flexVolume driver and its Node label key.
+    pub vendor: String,
+}
+
+impl Identity {
+    /// `<vendor>/<kind>`.
+    pub fn provisioner(&self, kind: &str) -> String {
+        format!("{}/{kind}", self.vendor)
+    }
 }
 
 /// What a pass did, for the log and the tests.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Report {
-    /// PVs created (or found created) with their directory.
-    pub provisioned: Vec<(String, PathBuf)>,
-    /// PVs deleted with their directory.
-    pub deleted: Vec<String>,
+    /// PVs created (or found created) with where their volume lives.
+    pub provisioned: Vec<(String, String)>,
+    /// PVs deleted, with what was done to their volume.
+    pub deleted: Vec<(String, String)>,
+    /// PVs grown, with their new size in bytes.
+    pub resized: Vec<(String, u64)>,
     /// Claims sent back to the scheduler.
     pub rescheduled: Vec<String>,
     /// Failures (also sent as events where there is an object to attach them to).
     pub failed: Vec<String>,
-    /// Node label changes (`true` set, `false` removed).
-    pub labelled: Option<bool>,
+    /// Node label changes: label key, `true` set, `false` removed.
+    pub labelled: Vec<(String, bool)>,
 }
 
-/// The reconciler: the cluster seam, who we are, and which events were already said.
+/// The reconciler: the cluster seam, who we are, the backends, and which events were said.
 pub struct Reconciler<C> {
     /// The API seam.
     pub cluster: C,
     /// Who we are.
     pub id: Identity,
+    backends: Vec<Box<dyn Backend>>,
     said: HashMap<(String, &'static str), String>,
 }
 
@@ -82,7 +102,7 @@ enum Step {
     /// Nothing to do for this claim (not ours, not this node, already provisioned).
     Skip,
     /// Done.
-    Done(String, PathBuf),
+    Done(String, String),
     /// This node cannot serve it: send it back to the scheduler.
     Reschedule(String),
     /// It cannot be provisioned as asked; say so and leave nothing behind.
@@ -101,6 +121,32 @@ fn claim_ref(c: &PersistentVolumeClaim) -> String {
         "{}/{}",
         c.metadata.namespace.as_deref().unwrap_or(""),
         c.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The bytes of a `storage` quantity, `None` when absent or not a size.
+fn storage_bytes(map: Option<&BTreeMap<String, Quantity>>) -> Option<u64> {
+    map.and_then(|m| m.get("storage"))
+        .and_then(|q| parse_size(&q.0).ok())
+}
+
+/// `bytes` as a quantity, in the largest binary unit that divides it (`128Mi`, `1Gi`).
+pub fn quantity(bytes: u64) -> Quantity {
+    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
+            return Quantity(format!("{}{unit}", bytes >> shift));
+        }
+    }
+    Quantity(bytes.to_string())
+}
+
+/// A claim's requested size in bytes.
+fn requested(c: &PersistentVolumeClaim) -> Option<u64> {
+    storage_bytes(
+        c.spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref()),
     )
 }
 
@@ -127,13 +173,29 @@ pub fn usable_roots(paths: &[PathBuf], create: bool) -> (Vec<Root>, Vec<String>)
 }
 
 impl<C: Cluster> Reconciler<C> {
-    /// A reconciler for `id` over `cluster`.
-    pub fn new(cluster: C, id: Identity) -> Self {
+    /// A reconciler for `id` over `cluster`, serving `backends`.
+    pub fn new(cluster: C, id: Identity, backends: Vec<Box<dyn Backend>>) -> Self {
         Self {
             cluster,
             id,
+            backends,
             said: HashMap::new(),
         }
+    }
+
+    /// The provisioner names served, `<vendor>/<kind>` each.
+    pub fn provisioners(&self) -> Vec<String> {
+        self.backends
+            .iter()
+            .map(|b| self.id.provisioner(b.kind()))
+            .collect()
+    }
+
+    /// The backend whose provisioner name is `name`.
+    fn backend_for(&self, name: &str) -> Option<usize> {
+        self.backends
+            .iter()
+            .position(|b| self.id.provisioner(b.kind()) == name)
     }
 
     /// Records an event unless the same was said last time for this object and reason.
@@ -165,56 +227,71 @@ impl<C: Cluster> Reconciler<C> {
         }
     }
 
-    /// One pass over the cluster and this node's roots, with the node config `cfg`.
-    pub async fn pass(&mut self, cfg: &LocalPathConfig) -> Report {
+    /// One pass over the cluster and this node, with the node config `cfg`.
+    pub async fn pass(&mut self, cfg: &Config) -> Report {
         let mut report = Report::default();
-        let node_roots = cfg.node_roots(&self.id.node);
-
-        let (existing, _) = usable_roots(&node_roots, false);
-        for e in hostpath::finish_deletes(&existing).1 {
-            report.failed.push(e);
+        let node = self.id.node.clone();
+        for b in &mut self.backends {
+            report.failed.extend(b.recover(cfg, &node));
         }
+        let serves: Vec<(String, bool)> = self
+            .backends
+            .iter()
+            .map(|b| (self.id.provisioner(b.kind()), b.serves(cfg, &node)))
+            .collect();
+        let hostname = self.sync_labels(&serves, &mut report).await;
 
-        // Labelled while a root can be used now (a root that is gone takes the label away, so the
-        // scheduler stops picking this node).
-        let (usable, _) = usable_roots(&node_roots, true);
-        let hostname = self.sync_label(!usable.is_empty(), &mut report).await;
-
-        match self.cluster.volumes().await {
+        let volumes = match self.cluster.volumes().await {
+            Ok(v) => v,
+            Err(e) => {
+                report.failed.push(e.to_string());
+                return report;
+            }
+        };
+        let names: HashSet<String> = volumes
+            .iter()
+            .filter_map(|v| v.metadata.name.clone())
+            .collect();
+        match self.cluster.claims().await {
             Err(e) => report.failed.push(e.to_string()),
-            Ok(volumes) => {
-                let names: std::collections::HashSet<String> = volumes
+            Ok(claims) => {
+                // Forget what was said about objects that are gone (bounded memory).
+                let live: HashSet<&str> = claims
                     .iter()
-                    .filter_map(|v| v.metadata.name.clone())
+                    .map(|c| &c.metadata)
+                    .chain(volumes.iter().map(|v| &v.metadata))
+                    .filter_map(|m| m.uid.as_deref())
                     .collect();
-                match self.cluster.claims().await {
-                    Err(e) => report.failed.push(e.to_string()),
-                    Ok(claims) => {
-                        // Forget what was said about objects that are gone (bounded memory).
-                        let live: std::collections::HashSet<&str> = claims
-                            .iter()
-                            .map(|c| &c.metadata)
-                            .chain(volumes.iter().map(|v| &v.metadata))
-                            .filter_map(|m| m.uid.as_deref())
-                            .collect();
-                        self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
-                        for c in &claims {
-                            self.claim(c, &names, cfg, &hostname, &mut report).await;
-                        }
+                self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
+                for c in &claims {
+                    self.claim(c, &names, cfg, &hostname, &mut report).await;
+                }
+                let by_name: HashMap<&str, &PersistentVolume> = volumes
+                    .iter()
+                    .filter_map(|v| Some((v.metadata.name.as_deref()?, v)))
+                    .collect();
+                for c in &claims {
+                    let pv = c
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.volume_name.as_deref())
+                        .and_then(|n| by_name.get(n));
+                    if let Some(pv) = pv {
+                        self.resize(c, pv, cfg, &mut report).await;
                     }
                 }
-                for v in &volumes {
-                    if self.is_ours_to_delete(v) {
-                        self.delete(v, cfg, &mut report).await;
-                    }
-                }
+            }
+        }
+        for v in &volumes {
+            if self.ours_to_delete(v).is_some() {
+                self.delete(v, cfg, &mut report).await;
             }
         }
         report
     }
 
-    /// Sets or removes the Node label; returns the node's hostname label (what PVs pin to).
-    async fn sync_label(&mut self, want: bool, report: &mut Report) -> String {
+    /// Sets or removes the Node labels; returns the node's hostname label (what PVs pin to).
+    async fn sync_labels(&mut self, serves: &[(String, bool)], report: &mut Report) -> String {
         let node = match self.cluster.get_node(&self.id.node).await {
             Ok(Some(n)) => n,
             Ok(None) => {
@@ -230,16 +307,14 @@ impl<C: Cluster> Reconciler<C> {
             }
         };
         let labels = node.metadata.labels.unwrap_or_default();
-        let has = labels.get(&self.id.provisioner).map(String::as_str) == Some("true");
-        if has != want {
-            let v = want.then_some("true");
-            match self
-                .cluster
-                .set_node_label(&self.id.node, &self.id.provisioner, v)
-                .await
-            {
-                Ok(()) => report.labelled = Some(want),
-                Err(e) => report.failed.push(e.to_string()),
+        for (key, want) in serves {
+            let has = labels.get(key).map(String::as_str) == Some("true");
+            if has != *want {
+                let v = want.then_some("true");
+                match self.cluster.set_node_label(&self.id.node, key, v).await {
+                    Ok(()) => report.labelled.push((key.clone(), *want)),
+                    Err(e) => report.failed.push(e.to_string()),
+                }
             }
         }
         labels
@@ -251,8 +326,8 @@ impl<C: Cluster> Reconciler<C> {
     async fn claim(
         &mut self,
         c: &PersistentVolumeClaim,
-        volumes: &std::collections::HashSet<String>,
-        cfg: &LocalPathConfig,
+        volumes: &HashSet<String>,
+        cfg: &Config,
         hostname: &str,
         report: &mut Report,
     ) {
@@ -260,10 +335,9 @@ impl<C: Cluster> Reconciler<C> {
         let who = claim_ref(c);
         match step {
             Step::Skip => {}
-            Step::Done(pv, path) => {
+            Step::Done(pv, location) => {
                 let msg = format!(
-                    "flexvol provisioned volume {pv} at {} on node {}",
-                    path.display(),
+                    "flexvol provisioned volume {pv} at {location} (by node {})",
                     self.id.node
                 );
                 self.say(
@@ -271,7 +345,7 @@ impl<C: Cluster> Reconciler<C> {
                     report,
                 )
                 .await;
-                report.provisioned.push((pv, path));
+                report.provisioned.push((pv, location));
             }
             Step::Fail(why) => {
                 let msg = format!("flexvol on node {}: {why}", self.id.node);
@@ -288,7 +362,7 @@ impl<C: Cluster> Reconciler<C> {
                 match self.cluster.unselect_node(ns, name, &self.id.node).await {
                     Ok(()) => {
                         let msg = format!(
-                            "node {} cannot serve this claim: {why}; the scheduler will pick another node (to use this node, give it a root in its flexvol config)",
+                            "node {} cannot serve this claim: {why}; the scheduler will pick another node",
                             self.id.node
                         );
                         report.rescheduled.push(who);
@@ -307,16 +381,20 @@ impl<C: Cluster> Reconciler<C> {
     async fn plan_claim(
         &mut self,
         c: &PersistentVolumeClaim,
-        volumes: &std::collections::HashSet<String>,
-        cfg: &LocalPathConfig,
+        volumes: &HashSet<String>,
+        cfg: &Config,
         hostname: &str,
     ) -> Step {
         let meta = &c.metadata;
-        let ours = [ANN_PROVISIONER_BETA, ANN_PROVISIONER]
+        let Some(bi) = [ANN_PROVISIONER_BETA, ANN_PROVISIONER]
             .iter()
-            .any(|k| ann(meta, k) == Some(self.id.provisioner.as_str()));
-        if !ours
-            || ann(meta, ANN_SELECTED_NODE) != Some(self.id.node.as_str())
+            .find_map(|k| ann(meta, k).and_then(|p| self.backend_for(p)))
+        else {
+            return Step::Skip;
+        };
+        let node_local = self.backends[bi].node_local();
+        let provisioner = self.id.provisioner(self.backends[bi].kind());
+        if (node_local && ann(meta, ANN_SELECTED_NODE) != Some(self.id.node.as_str()))
             || meta.deletion_timestamp.is_some()
         {
             return Step::Skip;
@@ -339,7 +417,7 @@ impl<C: Cluster> Reconciler<C> {
             return Step::Skip;
         };
         let class = match self.cluster.get_class(&class_name).await {
-            Ok(Some(sc)) if sc.provisioner == self.id.provisioner => sc,
+            Ok(Some(sc)) if sc.provisioner == provisioner => sc,
             Ok(_) => return Step::Skip,
             Err(e) => {
                 return Step::Fail(format!(
@@ -349,32 +427,29 @@ impl<C: Cluster> Reconciler<C> {
         };
 
         // Validate everything before anything exists.
-        let params = match ClassParams::parse(class.parameters.iter().flatten()) {
-            Ok(p) => p,
-            Err(why) => {
-                return Step::Fail(format!(
-                    "StorageClass {class_name}: {why}; fix the class (a new class, since parameters cannot be edited) and recreate the claim; nothing was created"
-                ));
-            }
-        };
+        let kind = self.backends[bi].kind();
+        let params = class.parameters.clone().unwrap_or_default();
+        if let Err(why) = self.backends[bi].check_class(&params) {
+            return Step::Fail(format!(
+                "StorageClass {class_name}: {why}; fix the class (a new class, since parameters cannot be edited) and recreate the claim; nothing was created"
+            ));
+        }
         if spec.volume_mode.as_deref() == Some("Block") {
-            return Step::Fail(
-                "volumeMode Block is not supported by the hostpath provisioner (it makes directories); use volumeMode Filesystem".into(),
-            );
+            return Step::Fail(format!(
+                "volumeMode Block is not supported by the {kind} provisioner; use volumeMode Filesystem"
+            ));
         }
         if spec.selector.is_some() {
-            return Step::Fail(
-                "claims with a selector are not supported by the hostpath provisioner; remove spec.selector".into(),
-            );
+            return Step::Fail(format!(
+                "claims with a selector are not supported by the {kind} provisioner; remove spec.selector"
+            ));
         }
         let modes = spec.access_modes.clone().unwrap_or_default();
-        if modes.is_empty()
-            || modes
-                .iter()
-                .any(|m| m != "ReadWriteOnce" && m != "ReadWriteOncePod")
-        {
+        let allowed = self.backends[bi].access_modes();
+        if modes.is_empty() || modes.iter().any(|m| !allowed.contains(&m.as_str())) {
             return Step::Fail(format!(
-                "access modes {modes:?} are not supported: a node-local directory serves one node; use ReadWriteOnce"
+                "access modes {modes:?} are not supported by the {kind} provisioner; use {}",
+                allowed.join(" or ")
             ));
         }
         let Some(size) = spec
@@ -388,60 +463,58 @@ impl<C: Cluster> Reconciler<C> {
                 "the claim requests no storage size; set spec.resources.requests.storage".into(),
             );
         };
-        let rel = match &params.path_pattern {
-            Some(p) => match hostpath::expand_pattern(p, &pv_name, ns, name) {
-                Ok(rel) => rel,
-                Err(why) => return Step::Fail(format!("StorageClass {class_name}: {why}")),
-            },
-            None => hostpath::default_rel_path(&pv_name, ns, name),
+        let size_bytes = match parse_size(&size.0) {
+            Ok(b) => b,
+            Err(why) => {
+                return Step::Fail(format!("the claim's storage request {:?} {why}", size.0));
+            }
         };
-
-        // Can this node serve it at all?
-        let configured = cfg.roots_for(&self.id.node, &class_name);
-        if configured.is_empty() {
-            return Step::Reschedule(format!(
-                "its flexvol config has no root for StorageClass {class_name}"
-            ));
-        }
-        let (roots, bad) = usable_roots(&configured, true);
-        // A directory made for this PV by an earlier (killed) pass wins; else the most free space.
-        let chosen = roots
-            .iter()
-            .find(|r| matches!(hostpath::inspect(r, &rel), DirState::Marked(m) if m.volume == pv_name))
-            .or_else(|| {
-                roots
-                    .iter()
-                    .max_by_key(|r| hostpath::free_bytes(&r.real).unwrap_or(0))
-            });
-        let Some(root) = chosen else {
-            return Step::Reschedule(format!("no usable root ({})", bad.join("; ")));
+        let req = Request {
+            pv_name: &pv_name,
+            claim: c,
+            namespace: ns,
+            name,
+            uid,
+            class_name: &class_name,
+            params: &params,
+            size_bytes,
+            access_modes: &modes,
+            node: &self.id.node,
         };
-        let marker = Marker {
-            provisioner: self.id.provisioner.clone(),
-            volume: pv_name.clone(),
-            namespace: ns.clone(),
-            claim: name.clone(),
-            claim_uid: uid.clone(),
-            node: self.id.node.clone(),
+        let made = match self.backends[bi].provision(cfg, &req) {
+            Ok(m) => m,
+            Err(Refusal::Reschedule(why)) if node_local => return Step::Reschedule(why),
+            Err(Refusal::Reschedule(why) | Refusal::Fail(why)) => return Step::Fail(why),
         };
-        let path = match hostpath::create_volume_dir(root, &rel, params.ownership, &marker) {
-            Ok(p) => p,
-            Err(why) => return Step::Fail(why),
+        let location = made.location.clone();
+        // The claim's own spelling when the backend made exactly what was asked.
+        let capacity = if made.capacity_bytes == size_bytes {
+            size
+        } else {
+            quantity(made.capacity_bytes)
         };
-        checkpoint("provisioner-after-directory");
-
-        let pv = self.build_pv(c, &class, &pv_name, &path, hostname, size, modes);
+        let pv = self.build_pv(
+            c,
+            &class,
+            &provisioner,
+            &pv_name,
+            made,
+            capacity,
+            node_local.then_some(hostname),
+            modes,
+        );
         match self.cluster.create_volume(&pv).await {
             Ok(()) => {
                 checkpoint("provisioner-after-pv");
-                Step::Done(pv_name, path)
+                Step::Done(pv_name, location)
             }
             Err(e) if e.kind == ApiErrorKind::AlreadyExists => {
                 match self.cluster.get_volume(&pv_name).await {
-                    Ok(Some(v)) if self.is_ours_for(&v, uid) => Step::Done(pv_name, path),
+                    Ok(Some(v)) if is_ours_for(&v, &provisioner, uid) => {
+                        Step::Done(pv_name, location)
+                    }
                     Ok(_) => Step::Fail(format!(
-                        "a PV named {pv_name} exists and was not provisioned by {} for this claim; delete it",
-                        self.id.provisioner
+                        "a PV named {pv_name} exists and was not provisioned by {provisioner} for this claim; delete it"
                     )),
                     Err(e) => Step::Fail(format!("{e}; retrying")),
                 }
@@ -450,35 +523,23 @@ impl<C: Cluster> Reconciler<C> {
         }
     }
 
-    fn is_ours_for(&self, v: &PersistentVolume, claim_uid: &str) -> bool {
-        ann(&v.metadata, ANN_PROVISIONED_BY) == Some(self.id.provisioner.as_str())
-            && v.spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|r| r.uid.as_deref())
-                == Some(claim_uid)
-    }
-
-    /// The PV for a claim, as the external-provisioner protocol wants it.
+    /// The PV for a claim, as the external-provisioner protocol wants it; pinned to `pin` (the
+    /// node's hostname label) for node-local volumes.
     #[allow(clippy::too_many_arguments)]
     pub fn build_pv(
         &self,
         c: &PersistentVolumeClaim,
         class: &StorageClass,
+        provisioner: &str,
         pv_name: &str,
-        path: &std::path::Path,
-        hostname: &str,
-        size: k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        made: Provisioned,
+        size: Quantity,
+        pin: Option<&str>,
         modes: Vec<String>,
     ) -> PersistentVolume {
-        let annotations = BTreeMap::from([
-            (ANN_PROVISIONED_BY.to_owned(), self.id.provisioner.clone()),
-            (ANN_NODE.to_owned(), self.id.node.clone()),
-        ]);
-        let options = BTreeMap::from([
-            ("path".to_owned(), path.display().to_string()),
-            ("type".to_owned(), "Directory".to_owned()),
-        ]);
+        let mut annotations = made.annotations;
+        annotations.insert(ANN_PROVISIONED_BY.to_owned(), provisioner.to_owned());
+        annotations.insert(ANN_NODE.to_owned(), self.id.node.clone());
         PersistentVolume {
             metadata: ObjectMeta {
                 name: Some(pv_name.to_owned()),
@@ -499,12 +560,12 @@ impl<C: Cluster> Reconciler<C> {
                     ..Default::default()
                 }),
                 flex_volume: Some(FlexPersistentVolumeSource {
-                    driver: self.id.provisioner.clone(),
-                    options: Some(options),
+                    driver: provisioner.to_owned(),
+                    options: Some(made.options),
                     ..Default::default()
                 }),
                 mount_options: class.mount_options.clone(),
-                node_affinity: Some(VolumeNodeAffinity {
+                node_affinity: pin.map(|hostname| VolumeNodeAffinity {
                     required: Some(NodeSelector {
                         node_selector_terms: vec![NodeSelectorTerm {
                             match_expressions: Some(vec![NodeSelectorRequirement {
@@ -530,79 +591,176 @@ impl<C: Cluster> Reconciler<C> {
         }
     }
 
-    /// Released, Delete, provisioned by us, on this node, not being deleted.
-    fn is_ours_to_delete(&self, v: &PersistentVolume) -> bool {
-        let spec = v.spec.as_ref();
-        ann(&v.metadata, ANN_PROVISIONED_BY) == Some(self.id.provisioner.as_str())
-            && ann(&v.metadata, ANN_NODE) == Some(self.id.node.as_str())
-            && v.metadata.deletion_timestamp.is_none()
-            && v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released")
-            && spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete")
+    /// The backend of a PV we provisioned and this instance looks after (its node's, for a
+    /// node-local backend).
+    fn ours(&self, v: &PersistentVolume) -> Option<usize> {
+        let bi = ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.backend_for(p))?;
+        (!self.backends[bi].node_local()
+            || ann(&v.metadata, ANN_NODE) == Some(self.id.node.as_str()))
+        .then_some(bi)
     }
 
-    async fn delete(
+    /// Released, Delete, ours, not being deleted: its backend.
+    fn ours_to_delete(&self, v: &PersistentVolume) -> Option<usize> {
+        let spec = v.spec.as_ref();
+        (v.metadata.deletion_timestamp.is_none()
+            && v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released")
+            && spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete"))
+        .then(|| self.ours(v))
+        .flatten()
+    }
+
+    /// Step 4: grows a Bound PV of ours whose claim asks for more than it has.
+    async fn resize(
         &mut self,
-        cached: &PersistentVolume,
-        cfg: &LocalPathConfig,
+        c: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+        cfg: &Config,
         report: &mut Report,
     ) {
+        let Some(bi) = self.ours(pv) else { return };
+        if c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
+            || c.metadata.deletion_timestamp.is_some()
+            || pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| r.uid.as_deref())
+                != c.metadata.uid.as_deref()
+        {
+            return;
+        }
+        let Some(want) = requested(c) else { return };
+        let pv_capacity = storage_bytes(pv.spec.as_ref().and_then(|s| s.capacity.as_ref()));
+        let claim_capacity = storage_bytes(c.status.as_ref().and_then(|s| s.capacity.as_ref()));
+        // What the backend has: its annotation; PVs made before it existed count as the size
+        // their claim was granted.
+        let have = ann(&pv.metadata, ANN_SIZE)
+            .and_then(|s| s.parse::<u64>().ok())
+            .or(claim_capacity)
+            .or(pv_capacity)
+            .unwrap_or(0);
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let finishes_on_node = self.backends[bi].node_finishes_resize();
+        if want > have {
+            let class_name = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.clone())
+                .unwrap_or_default();
+            // The API server refuses the resize of a claim whose class does not allow it; a class
+            // edited since, or gone, is checked here again.
+            match self.cluster.get_class(&class_name).await {
+                Ok(Some(sc)) if sc.allow_volume_expansion == Some(true) => {}
+                Ok(_) => {
+                    let msg = format!(
+                        "flexvol: StorageClass {class_name:?} does not allow volume expansion (allowVolumeExpansion: true); the volume keeps its size"
+                    );
+                    self.say(
+                        Self::claim_event(c, true, "VolumeResizeFailed", msg),
+                        report,
+                    )
+                    .await;
+                    return;
+                }
+                Err(e) => {
+                    report.failed.push(e.to_string());
+                    return;
+                }
+            }
+            let grown = match self.backends[bi].expand(cfg, pv, want) {
+                Ok(b) => b,
+                Err(why) => {
+                    let msg = format!(
+                        "flexvol on node {}: cannot grow {name} to {want} bytes: {why}; retrying",
+                        self.id.node
+                    );
+                    report.failed.push(format!("{}: {msg}", claim_ref(c)));
+                    self.say(
+                        Self::claim_event(c, true, "VolumeResizeFailed", msg),
+                        report,
+                    )
+                    .await;
+                    return;
+                }
+            };
+            checkpoint("provisioner-resize-after-expand");
+            let capacity = quantity(grown.max(pv_capacity.unwrap_or(0)));
+            let anns = BTreeMap::from([(ANN_SIZE.to_owned(), grown.to_string())]);
+            if let Err(e) = self.cluster.grow_volume(&name, &capacity, &anns).await {
+                report.failed.push(format!("PV {name}: {e}; retrying"));
+                return;
+            }
+            report.resized.push((name.clone(), grown));
+            let msg = if finishes_on_node {
+                format!(
+                    "flexvol on node {} grew {name} to {grown} bytes; kubelet grows the filesystem",
+                    self.id.node
+                )
+            } else {
+                format!(
+                    "flexvol on node {} grew {name} to {grown} bytes",
+                    self.id.node
+                )
+            };
+            self.say(
+                Self::claim_event(c, false, "VolumeResizeSuccessful", msg),
+                report,
+            )
+            .await;
+            if !finishes_on_node {
+                self.finish_claim(c, grown, report).await;
+            }
+        } else if !finishes_on_node && claim_capacity.is_some_and(|cc| cc < have) {
+            // A kill between the PV and the claim: finish the claim.
+            self.finish_claim(c, have, report).await;
+        }
+    }
+
+    async fn finish_claim(&mut self, c: &PersistentVolumeClaim, bytes: u64, report: &mut Report) {
+        let ns = c.metadata.namespace.as_deref().unwrap_or("");
+        let name = c.metadata.name.as_deref().unwrap_or("");
+        let q = quantity(bytes);
+        if let Err(e) = self.cluster.finish_claim_resize(ns, name, &q).await {
+            report
+                .failed
+                .push(format!("{}: {e}; retrying", claim_ref(c)));
+        }
+    }
+
+    async fn delete(&mut self, cached: &PersistentVolume, cfg: &Config, report: &mut Report) {
         let Some(name) = cached.metadata.name.clone() else {
             return;
         };
         // The cache may be stale: decide on the object as the server has it now.
-        let v = match self.cluster.get_volume(&name).await {
-            Ok(Some(v)) if self.is_ours_to_delete(&v) => v,
-            Ok(_) => return,
+        let (v, bi) = match self.cluster.get_volume(&name).await {
+            Ok(Some(v)) => match self.ours_to_delete(&v) {
+                Some(bi) => (v, bi),
+                None => return,
+            },
+            Ok(None) => return,
             Err(e) => {
                 report.failed.push(e.to_string());
                 return;
             }
         };
         let uid = v.metadata.uid.clone().unwrap_or_default();
-        let spec = v.spec.clone().unwrap_or_default();
-        let claim_uid = spec
-            .claim_ref
-            .as_ref()
-            .and_then(|r| r.uid.clone())
-            .unwrap_or_default();
-        let path = spec
-            .flex_volume
-            .as_ref()
-            .and_then(|f| f.options.as_ref())
-            .and_then(|o| o.get("path"))
-            .map(PathBuf::from);
-        let result = match path {
-            None => Err("it has no flexVolume path option".to_string()),
-            Some(path) => {
-                let (roots, _) = usable_roots(&cfg.node_roots(&self.id.node), false);
-                match hostpath::locate(&roots, &path) {
-                    None => Err(format!(
-                        "its path {} is not below a root of node {}'s flexvol config; if a root was removed from the config, add it back; otherwise delete the directory by hand and then the PV",
-                        path.display(),
-                        self.id.node
-                    )),
-                    Some((root, rel)) => {
-                        hostpath::delete_volume_dir(root, &rel, &name, &claim_uid).map(|_| ())
-                    }
-                }
-            }
-        };
-        let failure = match result {
-            Err(why) => Some(why),
-            Ok(()) => {
+        let failure = match self.backends[bi].delete(cfg, &v) {
+            Err(why) => Err(why),
+            Ok(done) => {
                 checkpoint("provisioner-delete-before-pv");
                 match self.cluster.delete_volume(&name, &uid).await {
-                    Ok(()) => None,
-                    Err(e) if e.kind == ApiErrorKind::NotFound => None,
-                    Err(e) => Some(format!(
-                        "the directory was removed but the PV was not: {e}; retrying"
+                    Ok(()) => Ok(done),
+                    Err(e) if e.kind == ApiErrorKind::NotFound => Ok(done),
+                    Err(e) => Err(format!(
+                        "the volume was removed ({done}) but the PV was not: {e}; retrying"
                     )),
                 }
             }
         };
         match failure {
-            None => report.deleted.push(name),
-            Some(why) => {
+            Ok(done) => report.deleted.push((name, done)),
+            Err(why) => {
                 report.failed.push(format!("PV {name}: {why}"));
                 let ev = EventSpec {
                     kind: "PersistentVolume",
@@ -617,4 +775,14 @@ impl<C: Cluster> Reconciler<C> {
             }
         }
     }
+}
+
+/// Provisioned by `provisioner` and bound to the claim with uid `claim_uid`.
+fn is_ours_for(v: &PersistentVolume, provisioner: &str, claim_uid: &str) -> bool {
+    ann(&v.metadata, ANN_PROVISIONED_BY) == Some(provisioner)
+        && v.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.as_deref())
+            == Some(claim_uid)
 }

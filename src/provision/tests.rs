@@ -5,6 +5,7 @@ use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
 use super::hostpath::{MARKER, Marker};
 use super::localpath::{LocalPathConfig, NodePath, PathMap};
 use super::reconcile::*;
+use crate::node::config::Config;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimStatus, PersistentVolumeStatus, ResourceRequirements,
@@ -110,6 +111,47 @@ impl Cluster for Fake {
         };
         Ok(())
     }
+    async fn grow_volume(
+        &self,
+        name: &str,
+        capacity: &Quantity,
+        annotations: &BTreeMap<String, String>,
+    ) -> ApiResult<()> {
+        let mut v = self.volumes.borrow_mut();
+        let pv = v
+            .iter_mut()
+            .find(|x| x.metadata.name.as_deref() == Some(name))
+            .ok_or_else(|| err(ApiErrorKind::NotFound))?;
+        let a = pv.metadata.annotations.get_or_insert_default();
+        a.extend(annotations.clone());
+        pv.spec
+            .get_or_insert_default()
+            .capacity
+            .get_or_insert_default()
+            .insert("storage".into(), capacity.clone());
+        Ok(())
+    }
+    async fn finish_claim_resize(
+        &self,
+        namespace: &str,
+        name: &str,
+        capacity: &Quantity,
+    ) -> ApiResult<()> {
+        let mut claims = self.claims.borrow_mut();
+        let c = claims
+            .iter_mut()
+            .find(|c| {
+                c.metadata.namespace.as_deref() == Some(namespace)
+                    && c.metadata.name.as_deref() == Some(name)
+            })
+            .ok_or_else(|| err(ApiErrorKind::NotFound))?;
+        let st = c.status.get_or_insert_default();
+        st.capacity
+            .get_or_insert_default()
+            .insert("storage".into(), capacity.clone());
+        st.conditions = None;
+        Ok(())
+    }
     async fn event(&self, ev: &EventSpec) -> ApiResult<()> {
         self.events.borrow_mut().push(ev.clone());
         Ok(())
@@ -191,12 +233,15 @@ fn claim(name: &str, uid: &str, class: &str, node: Option<&str>) -> PersistentVo
     }
 }
 
-fn config(node: &str, roots: &[&Path]) -> LocalPathConfig {
-    LocalPathConfig {
-        node_path_map: vec![NodePath {
-            node: node.into(),
-            paths: roots.iter().map(|p| p.to_path_buf()).collect(),
-        }],
+fn config(node: &str, roots: &[&Path]) -> Config {
+    Config {
+        local_path: LocalPathConfig {
+            node_path_map: vec![NodePath {
+                node: node.into(),
+                paths: roots.iter().map(|p| p.to_path_buf()).collect(),
+            }],
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -205,13 +250,12 @@ fn setup(node_name: &str) -> Reconciler<Fake> {
     let f = Fake::default();
     f.nodes.borrow_mut().insert("node-a".into(), node("node-a"));
     f.nodes.borrow_mut().insert("node-b".into(), node("node-b"));
-    Reconciler::new(
-        f,
-        Identity {
-            node: node_name.into(),
-            provisioner: PROV.into(),
-        },
-    )
+    let id = Identity {
+        node: node_name.into(),
+        vendor: "flexvol".into(),
+    };
+    let backends = super::backends(&id);
+    Reconciler::new(f, id, backends)
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -264,8 +308,11 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
     let r = block_on(rec.pass(&cfg));
     assert_eq!(r.failed, Vec::<String>::new());
     let dir = root.join("pvc-u1_ns_data");
-    assert_eq!(r.provisioned, vec![("pvc-u1".to_owned(), dir.clone())]);
-    assert_eq!(r.labelled, Some(true));
+    assert_eq!(
+        r.provisioned,
+        vec![("pvc-u1".to_owned(), dir.display().to_string())]
+    );
+    assert_eq!(r.labelled, vec![(PROV.to_owned(), true)]);
     assert_eq!(
         rec.cluster.nodes.borrow()["node-a"]
             .metadata
@@ -289,7 +336,9 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
     let want = serde_json::json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": "pvc-u1", "uid": "uid-pvc-u1", "annotations": {
-            "pv.kubernetes.io/provisioned-by": PROV, "flexvol/node": "node-a"}},
+            "pv.kubernetes.io/provisioned-by": PROV, "flexvol/node": "node-a",
+            "flexvol/size-bytes": "1073741824", "flexvol/size-enforced": "false",
+            "flexvol/size-note": format!("a directory on {}'s filesystem: writes are limited only by its free space", root.display())}},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "capacity": {"storage": "1Gi"},
@@ -444,7 +493,7 @@ fn a_node_without_a_root_is_unlabelled_and_sends_claims_back() {
         .push(claim("data", "u1", "c", Some("node-b")));
     // Roots for node-a only, no default entry: node-b has none.
     let r = block_on(rec.pass(&config("node-a", &[d.path()])));
-    assert_eq!(r.labelled, Some(false));
+    assert_eq!(r.labelled, vec![(PROV.to_owned(), false)]);
     assert!(
         !rec.cluster.nodes.borrow()["node-b"]
             .metadata
@@ -484,7 +533,7 @@ fn a_class_without_a_root_on_this_node_reschedules() {
         .borrow_mut()
         .push(claim("data", "u1", "ssd", Some("node-a")));
     let mut cfg = config("node-a", &[d.path()]);
-    cfg.storage_class_configs.insert(
+    cfg.local_path.storage_class_configs.insert(
         "ssd".into(),
         PathMap {
             node_path_map: vec![NodePath {
@@ -497,7 +546,7 @@ fn a_class_without_a_root_on_this_node_reschedules() {
     let r = block_on(rec.pass(&cfg));
     assert_eq!(
         r.labelled,
-        Some(true),
+        vec![(PROV.to_owned(), true)],
         "node-a has a root for other classes"
     );
     assert_eq!(r.rescheduled.len(), 1);
@@ -541,7 +590,7 @@ fn the_root_with_most_free_space_is_chosen() {
                 .push(claim("data", &uid, "c", Some("node-a")));
             let r = block_on(rec.pass(&config("node-a", &[order[0], order[1]])));
             assert_eq!(r.provisioned.len(), 1, "{r:?}");
-            assert!(r.provisioned[0].1.starts_with(&big), "{r:?}");
+            assert!(Path::new(&r.provisioned[0].1).starts_with(&big), "{r:?}");
         }
     });
     for p in [&small, &big] {
@@ -572,7 +621,8 @@ fn a_pass_killed_before_the_pv_was_created_converges_to_one_pv_and_one_directory
     assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
     // A fresh process (no memory of events) finishes it.
     let f = std::mem::take(&mut rec.cluster);
-    let mut rec = Reconciler::new(f, rec.id.clone());
+    let backends = super::backends(&rec.id);
+    let mut rec = Reconciler::new(f, rec.id.clone(), backends);
     let r = block_on(rec.pass(&cfg));
     assert_eq!(r.provisioned.len(), 1, "{r:?}");
     assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
@@ -625,14 +675,7 @@ fn an_existing_pv_of_someone_else_is_not_taken() {
     );
 }
 
-fn provisioned(
-    reclaim: &str,
-) -> (
-    tempfile::TempDir,
-    PathBuf,
-    Reconciler<Fake>,
-    LocalPathConfig,
-) {
+fn provisioned(reclaim: &str) -> (tempfile::TempDir, PathBuf, Reconciler<Fake>, Config) {
     let d = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(d.path()).unwrap();
     let mut rec = setup("node-a");
@@ -668,7 +711,8 @@ fn a_released_delete_pv_loses_directory_and_pv() {
     rec.cluster.server_volumes.replace(None);
     // Released on both: gone.
     let r = block_on(rec.pass(&cfg));
-    assert_eq!(r.deleted, vec!["pvc-u1".to_owned()]);
+    assert_eq!(r.deleted.len(), 1, "{:?}", r.deleted);
+    assert_eq!(r.deleted[0].0, "pvc-u1");
     assert!(entries(&root).is_empty(), "{:?}", entries(&root));
     assert!(rec.cluster.volumes.borrow().is_empty());
 }
@@ -679,7 +723,8 @@ fn a_directory_gone_already_is_not_an_error() {
     std::fs::remove_dir_all(root.join("pvc-u1_ns_data")).unwrap();
     set_phase(&rec, "pvc-u1", "Released");
     let r = block_on(rec.pass(&cfg));
-    assert_eq!(r.deleted, vec!["pvc-u1".to_owned()]);
+    assert_eq!(r.deleted.len(), 1, "{:?}", r.deleted);
+    assert_eq!(r.deleted[0].0, "pvc-u1");
     assert!(r.failed.is_empty());
 }
 
@@ -698,13 +743,12 @@ fn deletes_of_other_nodes_are_not_ours() {
     let (_d, root, rec, cfg) = provisioned("Delete");
     set_phase(&rec, "pvc-u1", "Released");
     let f = rec.cluster;
-    let mut other = Reconciler::new(
-        f,
-        Identity {
-            node: "node-b".into(),
-            provisioner: PROV.into(),
-        },
-    );
+    let id = Identity {
+        node: "node-b".into(),
+        vendor: "flexvol".into(),
+    };
+    let backends = super::backends(&id);
+    let mut other = Reconciler::new(f, id, backends);
     block_on(other.pass(&cfg));
     assert_eq!(other.cluster.volumes.borrow().len(), 1);
     assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
@@ -805,4 +849,122 @@ fn readme_local_path_config_is_a_valid_node_config() {
     ] {
         assert!(crate::node::config::Config::parse(Path::new("c"), bad).is_err());
     }
+}
+
+/// A provisioned, Bound claim of class `c` (with `allowVolumeExpansion: expand`) asking for `want`.
+fn bound_and_grown(expand: bool, want: &str) -> (tempfile::TempDir, Reconciler<Fake>, Config) {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    let mut sc = class("c", &[], "Delete");
+    sc.allow_volume_expansion = Some(expand);
+    rec.cluster.classes.borrow_mut().insert("c".into(), sc);
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+    assert_eq!(block_on(rec.pass(&cfg)).provisioned.len(), 1);
+    // Bound by the PV controller, then the user asks for more.
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        let spec = c.spec.as_mut().unwrap();
+        spec.volume_name = Some("pvc-u1".into());
+        spec.resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert("storage".into(), Quantity(want.into()));
+        c.status = Some(PersistentVolumeClaimStatus {
+            phase: Some("Bound".into()),
+            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+            ..Default::default()
+        });
+    }
+    set_phase(&rec, "pvc-u1", "Bound");
+    (d, rec, cfg)
+}
+
+fn pv_size(rec: &Reconciler<Fake>) -> (String, String) {
+    let v = rec.cluster.volumes.borrow();
+    let pv = &v[0];
+    (
+        pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"]
+            .0
+            .clone(),
+        pv.metadata.annotations.as_ref().unwrap()[super::backend::ANN_SIZE].clone(),
+    )
+}
+
+fn claim_capacity(rec: &Reconciler<Fake>) -> String {
+    rec.cluster.claims.borrow()[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .capacity
+        .as_ref()
+        .unwrap()["storage"]
+        .0
+        .clone()
+}
+
+#[test]
+fn a_bigger_claim_grows_the_pv_and_records_the_size_on_the_claim() {
+    let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.resized, vec![("pvc-u1".to_owned(), 2 << 30)], "{r:?}");
+    assert_eq!(pv_size(&rec), ("2Gi".into(), (2u64 << 30).to_string()));
+    // hostPath: kubelet does not finish a resize (no requiresFSResize): the provisioner does.
+    assert_eq!(claim_capacity(&rec), "2Gi");
+    assert_eq!(
+        reasons(&rec),
+        vec!["ProvisioningSucceeded", "VolumeResizeSuccessful"]
+    );
+    // Converged: the next pass does nothing.
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.resized.is_empty() && r.failed.is_empty(), "{r:?}");
+}
+
+#[test]
+fn a_resize_the_class_does_not_allow_changes_nothing_and_says_why() {
+    let (_d, mut rec, cfg) = bound_and_grown(false, "2Gi");
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.resized.is_empty(), "{r:?}");
+    assert_eq!(pv_size(&rec), ("1Gi".into(), (1u64 << 30).to_string()));
+    assert_eq!(claim_capacity(&rec), "1Gi");
+    let ev = rec.cluster.events.borrow().last().cloned().unwrap();
+    assert_eq!(ev.reason, "VolumeResizeFailed");
+    assert!(
+        ev.message.contains("allowVolumeExpansion"),
+        "{}",
+        ev.message
+    );
+}
+
+#[test]
+fn a_resize_killed_after_the_pv_finishes_the_claim_on_the_next_pass() {
+    let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
+    // The PV was grown (annotation and capacity), then the process died.
+    let anns = BTreeMap::from([(
+        super::backend::ANN_SIZE.to_owned(),
+        (2u64 << 30).to_string(),
+    )]);
+    block_on(
+        rec.cluster
+            .grow_volume("pvc-u1", &Quantity("2Gi".into()), &anns),
+    )
+    .unwrap();
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.resized.is_empty(), "{r:?}");
+    assert_eq!(claim_capacity(&rec), "2Gi");
+}
+
+#[test]
+fn quantities_use_the_largest_exact_binary_unit() {
+    assert_eq!(quantity(128 << 20).0, "128Mi");
+    assert_eq!(quantity(2 << 30).0, "2Gi");
+    assert_eq!(quantity(68 << 20).0, "68Mi");
+    assert_eq!(quantity(1000).0, "1000");
+    assert_eq!(quantity(0).0, "0");
 }
