@@ -3,7 +3,8 @@
 //! Each node's instance serves claims whose class names `<vendor>/<kind>` for each kind in
 //! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]) for
 //! the claims the scheduler placed on its node (`volume.kubernetes.io/selected-node`,
-//! WaitForFirstConsumer); it makes the volume and the PV for it, grows both when the claim asks for
+//! WaitForFirstConsumer), and shared ones (NFS subdirectories, [`nfs`]) for any claim of their
+//! class, by whichever instance gets there first; it makes the volume and the PV for it, grows both when the claim asks for
 //! more, and deletes both when a Released PV with reclaim policy Delete is one it made. The
 //! decisions are in [`reconcile`], the node-side work behind the [`backend::Backend`] seam, the API
 //! server behind the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
@@ -66,9 +67,10 @@ pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
 
 /// The kinds of volume served, each as `<vendor>/<kind>`. The one place a backend is registered.
 pub fn backends(id: &reconcile::Identity) -> Vec<Box<dyn backend::Backend>> {
-    vec![Box::new(hostpath::HostPathBackend::new(
-        id.provisioner("hostpath"),
-    ))]
+    vec![
+        Box::new(hostpath::HostPathBackend::new(id.provisioner("hostpath"))),
+        Box::new(nfs::NfsBackend::new(id.provisioner("nfs"))),
+    ]
 }
 
 /// Runs the provisioner until killed; returns the exit code on a fatal error.

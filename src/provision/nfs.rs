@@ -70,7 +70,9 @@
 //! `recover` only removes provisioner mounts left by a kill (reading mountinfo, no network):
 //! tombstones are finished by the delete of their own PV, which the reconciler retries.
 
-use super::backend::{ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request};
+use super::backend::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
+};
 use super::hostpath::{self, DirState, MARKER, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
 use crate::node::config::Config;
@@ -334,15 +336,16 @@ pub struct NfsBackend {
 }
 
 impl NfsBackend {
-    /// The backend for `<vendor>/nfs`, mounting through the NFS driver.
-    pub fn new(vendor: &str) -> Self {
-        Self::with_exports(vendor, Box::new(DriverExports))
+    /// The backend for provisioner name `provisioner` (`<vendor>/nfs`), mounting through the
+    /// NFS driver.
+    pub fn new(provisioner: String) -> Self {
+        Self::with_exports(provisioner, Box::new(DriverExports))
     }
 
     /// The backend with another [`Exports`] (tests).
-    pub fn with_exports(vendor: &str, exports: Box<dyn Exports>) -> Self {
+    pub fn with_exports(provisioner: String, exports: Box<dyn Exports>) -> Self {
         Self {
-            provisioner: format!("{vendor}/nfs"),
+            provisioner,
             exports,
         }
     }
@@ -773,6 +776,7 @@ impl Backend for NfsBackend {
                 ANN_ON_DELETE.to_owned(),
                 class.on_delete.as_str().to_owned(),
             ),
+            (ANN_SIZE.to_owned(), req.size_bytes.to_string()),
             (ANN_SIZE_ENFORCED.to_owned(), "false".to_owned()),
             (ANN_SIZE_NOTE.to_owned(), SIZE_NOTE.to_owned()),
         ]);

@@ -46,7 +46,7 @@ fn node(tmp: &Path, name: &str) -> Node {
             state_dir: tmp.join(name).join("state"),
             ..Config::default()
         },
-        backend: NfsBackend::new("flexvol"),
+        backend: NfsBackend::new("flexvol/nfs".into()),
         name: name.into(),
     }
 }

@@ -87,7 +87,7 @@ impl World {
     }
 
     fn backend(&self) -> NfsBackend {
-        NfsBackend::with_exports("flexvol", Box::new(self.exports.clone()))
+        NfsBackend::with_exports("flexvol/nfs".into(), Box::new(self.exports.clone()))
     }
 
     fn log(&self) -> Vec<String> {
@@ -294,6 +294,7 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
     assert_eq!(got.annotations[ANN_PATH], "ns/claim-u1");
     assert_eq!(got.annotations[ANN_ON_DELETE], "archive");
     assert_eq!(got.annotations[ANN_SIZE_ENFORCED], "false");
+    assert_eq!(got.annotations[super::ANN_SIZE], (1u64 << 30).to_string());
     assert!(got.annotations[ANN_SIZE_NOTE].contains("does not limit"));
     let md = std::fs::metadata(&dir).unwrap();
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
