@@ -38,7 +38,7 @@
 //! its validation, node policy, reachability probe (`nfs.probeTimeoutSeconds`: a dead server is
 //! an error within seconds, `mount.nfs` never starts) and `mount.nfs` under a deadline
 //! (`nfs.mountTimeoutSeconds`). The mount is private to the provisioner
-//! (`<runDir>/provisioner-nfs/<pv>`, mode 0700), `soft` with a short `timeo` (a server that dies
+//! (`<runDir>/provisioner-nfs/<node>/<pv>`, mode 0700), `soft` with a short `timeo` (a server that dies
 //! mid-work makes the next file operation fail, not hang), and always unmounted afterwards, also
 //! on error, through the driver's `unmount` (which escalates to forced and lazy); if that still
 //! fails, a lazy detach. A mount left by a kill is removed by [`NfsBackend::recover`].
@@ -98,7 +98,7 @@ pub const ANN_ON_DELETE: &str = "flexvol/nfs-on-delete";
 pub const ARCHIVE_PREFIX: &str = "archived-";
 /// The marker's temporary files (`<MARKER>.tmp-<node>-<pid>-<nanos>`).
 const MARKER_TMP: &str = ".flexvol-provisioned.tmp";
-/// The provisioner's private mounts live in `<runDir>/<this>/<pv>`.
+/// The provisioner's private mounts live in `<runDir>/<this>/<node>/<pv>`.
 pub const MOUNT_DIR: &str = "provisioner-nfs";
 /// The provisioner's own mount: soft, so a server that dies mid-work fails the next operation
 /// (after about timeo × (retrans + 1) = 3 + 6 + 9 s) instead of blocking it forever.
@@ -333,6 +333,8 @@ impl Exports for DriverExports {
 pub struct NfsBackend {
     provisioner: String,
     exports: Box<dyn Exports>,
+    /// This instance's node (from the last `recover`/`provision`): names its mount directory.
+    node: String,
 }
 
 impl NfsBackend {
@@ -347,6 +349,7 @@ impl NfsBackend {
         Self {
             provisioner,
             exports,
+            node: "node".into(),
         }
     }
 
@@ -360,7 +363,7 @@ impl NfsBackend {
         options: &str,
         work: impl FnOnce(&Root) -> Result<T, String>,
     ) -> Result<T, String> {
-        let dir = private_dir(cfg, pv)?;
+        let dir = private_dir(cfg, &self.node, pv)?;
         let root_path = self.exports.mount(cfg, options, &dir).inspect_err(|_| {
             // Nothing is mounted there (the driver's mount leaves nothing behind on failure).
             let _ = std::fs::remove_dir(&dir);
@@ -382,13 +385,16 @@ impl NfsBackend {
     }
 }
 
-/// `<runDir>/provisioner-nfs/<pv>`, created (0700) unless a leftover mount is there (never
-/// looked into: its server may be dead). The caller mounts on it.
-fn private_dir(cfg: &Config, pv: &str) -> Result<PathBuf, String> {
-    if pv.contains('/') || hostpath::volume_rel_path(pv).is_err() {
-        return Err(format!("{pv:?} is not a usable PV name"));
+/// `<runDir>/provisioner-nfs/<node>/<pv>`, created (0700) unless a leftover mount is there
+/// (never looked into: its server may be dead). The caller mounts on it. The node's name keeps
+/// instances that share a run directory (test clusters on one kernel) out of each other's way.
+fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, String> {
+    for name in [node, pv] {
+        if name.contains('/') || hostpath::volume_rel_path(name).is_err() {
+            return Err(format!("{name:?} is not usable as a directory name"));
+        }
     }
-    let base = cfg.run_dir.join(MOUNT_DIR);
+    let base = cfg.run_dir.join(MOUNT_DIR).join(node);
     let fail = |e: &dyn std::fmt::Display| {
         format!(
             "cannot prepare the provisioner's mount directory under {}: {e}",
@@ -729,6 +735,7 @@ impl Backend for NfsBackend {
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+        req.node.clone_into(&mut self.node);
         let class = NfsClass::parse(req.params, &cfg.nfs).map_err(Refusal::Fail)?;
         let rel = match &class.dir.path_pattern {
             Some(p) => hostpath::expand_pattern(p, req.pv_name, req.namespace, req.name)
@@ -852,8 +859,9 @@ impl Backend for NfsBackend {
         false
     }
 
-    fn recover(&mut self, cfg: &Config, _node: &str) -> Vec<String> {
-        let Ok(base) = std::fs::canonicalize(cfg.run_dir.join(MOUNT_DIR)) else {
+    fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
+        node.clone_into(&mut self.node);
+        let Ok(base) = std::fs::canonicalize(cfg.run_dir.join(MOUNT_DIR).join(node)) else {
             return Vec::new();
         };
         let table = match crate::sys::mountinfo::MountTable::read() {

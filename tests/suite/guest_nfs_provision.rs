@@ -176,7 +176,7 @@ fn guest_nfs_provision_creates_a_mountable_subdirectory_and_deletes_exactly_it()
         "the provisioner's mount was left"
     );
     assert_eq!(
-        names(&a.cfg.run_dir.join(nfs::MOUNT_DIR)),
+        names(&a.cfg.run_dir.join(nfs::MOUNT_DIR).join("node-a")),
         Vec::<String>::new()
     );
     // The second volume of the class, beside it.
@@ -327,7 +327,7 @@ fn guest_nfs_provision_dead_server_fails_within_the_probe_deadline() {
     }
     assert_eq!(names(Path::new("/srv/nfs/prov-dead")), Vec::<String>::new());
     assert_eq!(
-        names(&a.cfg.run_dir.join(nfs::MOUNT_DIR)),
+        names(&a.cfg.run_dir.join(nfs::MOUNT_DIR).join("node-a")),
         Vec::<String>::new()
     );
 }
@@ -340,7 +340,12 @@ fn guest_nfs_provision_recover_unmounts_what_a_kill_left() {
     let mut a = node(tmp.path(), "node-a");
     let share = export("prov-recover");
     // What a kill -9 between mount and unmount leaves: the export mounted on the private dir.
-    let left = a.cfg.run_dir.join(nfs::MOUNT_DIR).join("pvc-u1");
+    let left = a
+        .cfg
+        .run_dir
+        .join(nfs::MOUNT_DIR)
+        .join("node-a")
+        .join("pvc-u1");
     std::fs::create_dir_all(&left).unwrap();
     let json = serde_json::json!({"server": "127.0.0.1", "share": share}).to_string();
     DriverExports.mount(&a.cfg, &json, &left).unwrap();
@@ -350,7 +355,12 @@ fn guest_nfs_provision_recover_unmounts_what_a_kill_left() {
     assert!(share.join(&got.annotations[nfs::ANN_PATH]).is_dir());
     assert!(nfs_mounts_below(tmp.path()).is_empty());
     // And recover() removes one of any other PV.
-    let left2 = a.cfg.run_dir.join(nfs::MOUNT_DIR).join("pvc-u2");
+    let left2 = a
+        .cfg
+        .run_dir
+        .join(nfs::MOUNT_DIR)
+        .join("node-a")
+        .join("pvc-u2");
     std::fs::create_dir_all(&left2).unwrap();
     DriverExports.mount(&a.cfg, &json, &left2).unwrap();
     let errors = a.backend.recover(&a.cfg, "node-a");

@@ -310,7 +310,14 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
             "unmount pvc-u1"
         ]
     );
-    assert!(!w.cfg.run_dir.join(MOUNT_DIR).join("pvc-u1").exists());
+    assert!(
+        !w.cfg
+            .run_dir
+            .join(MOUNT_DIR)
+            .join("node-a")
+            .join("pvc-u1")
+            .exists()
+    );
 
     // Again, and from another instance (node-b) racing for the same claim: the same answer.
     std::fs::write(dir.join("data"), b"x").unwrap();
@@ -349,7 +356,7 @@ fn a_dead_server_fails_and_creates_nothing() {
     }
     assert_eq!(std::fs::read_dir(&w.export).unwrap().count(), 0);
     assert_eq!(
-        std::fs::read_dir(w.cfg.run_dir.join(MOUNT_DIR))
+        std::fs::read_dir(w.cfg.run_dir.join(MOUNT_DIR).join("node-a"))
             .unwrap()
             .count(),
         0,
