@@ -11,7 +11,8 @@
 //!   ([`hostpath::expand_pattern`]); default `<pv>_<namespace>_<claim>`
 //!   ([`hostpath::default_rel_path`]);
 //! - `uid`, `gid`, `mode` of the directory. **Default: root:root 0755**, the node operator's
-//!   usual default for a new directory: pods running as root can write, others can read. Pods
+//!   usual default for a new directory: pods running as root can write (if the export does not
+//!   squash root), others can read. Pods
 //!   that run as another user need `uid`/`gid` (or `gid` and `mode: "0770"`). There is no forced
 //!   0777 (nfs-subdir-external-provisioner's choice, which lets every user of every client write).
 //!   Directories the pattern creates above the volume's get the same ownership. The export must
