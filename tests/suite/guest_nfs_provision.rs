@@ -368,3 +368,55 @@ fn guest_nfs_provision_recover_unmounts_what_a_kill_left() {
     assert!(nfs_mounts_below(tmp.path()).is_empty());
     assert!(!left2.exists());
 }
+
+/// Mounts through the driver, then the server falls silent (every packet on `lo` dropped) until
+/// the test ends: a server that dies while the provisioner works in its export.
+struct DiesAfterMount(std::sync::Mutex<Option<crate::guest_nfs::Blackhole>>);
+
+impl Exports for DiesAfterMount {
+    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+        let root = DriverExports.mount(cfg, options, dir)?;
+        let hole = crate::guest_nfs::Blackhole::new().expect(
+            "cannot blackhole lo: `tc qdisc add dev lo root netem loss 100%` failed in the guest",
+        );
+        *self.0.lock().unwrap() = Some(hole);
+        Ok(root)
+    }
+
+    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+        DriverExports.unmount(cfg, dir)
+    }
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_server_dying_mid_work_fails_in_bounded_time_and_unmounts() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let share = export("prov-dies");
+    let hole = std::sync::Arc::new(DiesAfterMount(std::sync::Mutex::default()));
+    struct Shared(std::sync::Arc<DiesAfterMount>);
+    impl Exports for Shared {
+        fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+            self.0.mount(cfg, options, dir)
+        }
+        fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+            self.0.unmount(cfg, dir)
+        }
+    }
+    let mut a = node(tmp.path(), "node-a");
+    a.backend = NfsBackend::with_exports("flexvol/nfs".into(), Box::new(Shared(hole.clone())));
+    let t = Instant::now();
+    let e = provision(&mut a, &class(&share, &[]), "u1").unwrap_err();
+    let took = t.elapsed();
+    let left = nfs_mounts_below(tmp.path());
+    drop(hole.0.lock().unwrap().take()); // the server answers again
+    eprintln!("server died after the mount: provision failed after {took:?}: {e:?}");
+    assert!(matches!(e, Refusal::Fail(_)), "{e:?}");
+    // soft,timeo=30,retrans=2: about 18 s per operation, then the driver's forced/lazy unmount.
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    assert!(
+        left.is_empty(),
+        "the provisioner's mount was left: {left:?}"
+    );
+}
