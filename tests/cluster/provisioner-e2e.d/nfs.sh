@@ -7,7 +7,8 @@
 #   nfs           two claims of a `delete` class with a nested pathPattern -> two subdirectories of
 #                 /srv/nfs/prov with markers naming their PVs; a pod on each node shares one claim
 #                 (ReadWriteMany) and each sees the other's write; claims deleted -> exactly their
-#                 directories go (the pattern's parent stays). Prints TIME nfs-pvc-to-running
+#                 directories go (the pattern's parent stays). Prints TIME nfs-pvc-to-bound and
+#                 nfs-pvc-to-running
 #   nfs-ondelete  `archive` (the default, nested pattern): the directory moves to
 #                 /srv/nfs/prov/archived-<pv>-<time> with its data; `retain`: it stays; both PVs go
 #   nfs-dead      a class whose server is 192.0.2.1 (no route): ProvisioningFailed "unreachable"
@@ -74,6 +75,8 @@ scenario_nfs() {
 	nfs_claim c-nfs-1 nfs-delete
 	nfs_pod p-nfs-a c-nfs-1 node-a
 	nfs_pod p-nfs-b c-nfs-1 node-b
+	wait_until "claim c-nfs-1 Bound" 60 bound c-nfs-1
+	echo "provisioner-e2e: TIME nfs-pvc-to-bound $(kl_since "$t0")s"
 	wait_until "pod p-nfs-a Running" 180 pod_running p-nfs-a
 	secs="$(kl_since "$t0")"
 	wait_until "pod p-nfs-b Running" 120 pod_running p-nfs-b
