@@ -79,6 +79,9 @@ pub struct Provisioned {
     pub annotations: BTreeMap<String, String>,
     /// Where it lives, for events and logs (`/srv/flexvol/pvc-…`, `vg0/pvc-…`, `10.0.0.5:/export/…`).
     pub location: String,
+    /// The PV's `flexVolume.fsType` (kubelet passes it to the driver as `kubernetes.io/fsType`;
+    /// the API server refuses `kubernetes.io/` keys in `options`), for backends that format.
+    pub fs_type: Option<String>,
 }
 
 /// Why a claim was not provisioned here.

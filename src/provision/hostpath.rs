@@ -614,6 +614,7 @@ impl Backend for HostPathBackend {
                 ),
             ]),
             location,
+            fs_type: None,
         })
     }
 

@@ -793,6 +793,8 @@ impl Backend for NfsBackend {
             capacity_bytes: req.size_bytes,
             annotations,
             location: format!("{}:{share}", class.server),
+            // The NFS driver needs no fsType (it mounts nfs/nfs4 by itself).
+            fs_type: None,
         })
     }
 

@@ -562,6 +562,7 @@ impl<C: Cluster> Reconciler<C> {
                 flex_volume: Some(FlexPersistentVolumeSource {
                     driver: provisioner.to_owned(),
                     options: Some(made.options),
+                    fs_type: made.fs_type,
                     ..Default::default()
                 }),
                 mount_options: class.mount_options.clone(),

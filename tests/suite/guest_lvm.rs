@@ -14,7 +14,7 @@ use std::time::Instant;
 
 /// Runs a tool and asserts it succeeded; returns stdout.
 #[track_caller]
-fn run(tool: &str, args: &[&str]) -> String {
+pub(crate) fn run(tool: &str, args: &[&str]) -> String {
     let out = Command::new(tool)
         .args(args)
         .env("LVM_SUPPRESS_FD_WARNINGS", "1")
@@ -32,14 +32,14 @@ fn run(tool: &str, args: &[&str]) -> String {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A loop file, its loop device and a VG on it; all removed on drop.
-struct Vg {
-    name: String,
+pub(crate) struct Vg {
+    pub(crate) name: String,
     file: PathBuf,
     loop_dev: String,
 }
 
 impl Vg {
-    fn new(mib: u64) -> Self {
+    pub(crate) fn new(mib: u64) -> Self {
         let name = format!(
             "fvt{}x{}",
             std::process::id(),
@@ -62,7 +62,7 @@ impl Vg {
     }
 
     /// LV names in the VG.
-    fn lvs(&self) -> Vec<String> {
+    pub(crate) fn lvs(&self) -> Vec<String> {
         let out = run(
             "lvm",
             &["lvs", "--reportformat", "json", "-o", "lv_name", &self.name],
@@ -77,7 +77,7 @@ impl Vg {
     }
 
     /// `lv_attr` of one LV.
-    fn attr(&self, lv: &str) -> String {
+    pub(crate) fn attr(&self, lv: &str) -> String {
         run(
             "lvm",
             &[
@@ -92,11 +92,11 @@ impl Vg {
         .to_owned()
     }
 
-    fn active(&self, lv: &str) -> bool {
+    pub(crate) fn active(&self, lv: &str) -> bool {
         self.attr(lv).chars().nth(4) == Some('a')
     }
 
-    fn dev(&self, lv: &str) -> String {
+    pub(crate) fn dev(&self, lv: &str) -> String {
         format!("/dev/{}/{lv}", self.name)
     }
 }
@@ -132,15 +132,15 @@ impl Drop for Vg {
 }
 
 /// One volume as kubelet sees it: PV name, options, the global and pod directories.
-struct Vol<'a> {
+pub(crate) struct Vol<'a> {
     env: &'a Env,
-    pv: String,
-    j: String,
-    dev: String,
+    pub(crate) pv: String,
+    pub(crate) j: String,
+    pub(crate) dev: String,
 }
 
 impl<'a> Vol<'a> {
-    fn new(env: &'a Env, vg: &Vg, pv: &str, extra: serde_json::Value) -> Self {
+    pub(crate) fn new(env: &'a Env, vg: &Vg, pv: &str, extra: serde_json::Value) -> Self {
         let mut j = json!({
             "kubernetes.io/fsType": "ext4",
             "kubernetes.io/pvOrVolumeName": pv,
@@ -167,26 +167,26 @@ impl<'a> Vol<'a> {
         j.to_string()
     }
 
-    fn global(&self) -> PathBuf {
+    pub(crate) fn global(&self) -> PathBuf {
         self.env.root().join(format!(
             "kubelet/plugins/kubernetes.io/flexvolume/flexvol/lvm/mounts/{}",
             self.pv
         ))
     }
 
-    fn pod(&self, uid: &str) -> PathBuf {
+    pub(crate) fn pod(&self, uid: &str) -> PathBuf {
         self.env.root().join(format!(
             "kubelet/pods/{uid}/volumes/flexvol~lvm/{}",
             self.pv
         ))
     }
 
-    fn call(&self, args: &[&str]) -> Reply {
+    pub(crate) fn call(&self, args: &[&str]) -> Reply {
         self.env.call("lvm", args)
     }
 
     /// KCM attach + kubelet waitforattach + mountdevice (kubelet mkdirs the global dir first).
-    fn attach_and_mount_device(&self, j: &str) {
+    pub(crate) fn attach_and_mount_device(&self, j: &str) {
         let r = self.call(&["attach", j, "node-1"]);
         r.ok();
         assert_eq!(r.json["device"], self.dev.as_str());
@@ -199,21 +199,21 @@ impl<'a> Vol<'a> {
     }
 
     /// kubelet mount for one pod (it mkdirs the pod dir first).
-    fn mount_pod(&self, uid: &str, j: &str) -> PathBuf {
+    pub(crate) fn mount_pod(&self, uid: &str, j: &str) -> PathBuf {
         let p = self.pod(uid);
         std::fs::create_dir_all(&p).unwrap();
         self.call(&["mount", s(&p), j]).ok();
         p
     }
 
-    fn unmount_pod(&self, uid: &str) {
+    pub(crate) fn unmount_pod(&self, uid: &str) {
         let p = self.pod(uid);
         self.call(&["unmount", s(&p)]).ok();
         std::fs::remove_dir(&p).unwrap(); // kubelet rmdirs; fails if still mounted
     }
 
     /// unmountdevice (kubelet calls it only on a mount point, then rmdirs) + KCM detach.
-    fn unmount_device_and_detach(&self) {
+    pub(crate) fn unmount_device_and_detach(&self) {
         let g = self.global();
         if is_mount_point(&g) {
             self.call(&["unmountdevice", s(&g)]).ok();
@@ -222,39 +222,39 @@ impl<'a> Vol<'a> {
         self.call(&["detach", &self.pv, "node-1"]).ok();
     }
 
-    fn setup(&self, uid: &str) -> PathBuf {
+    pub(crate) fn setup(&self, uid: &str) -> PathBuf {
         self.attach_and_mount_device(&self.j);
         self.mount_pod(uid, &self.j)
     }
 
-    fn teardown(&self, uid: &str) {
+    pub(crate) fn teardown(&self, uid: &str) {
         self.unmount_pod(uid);
         self.unmount_device_and_detach();
     }
 }
 
 /// A world whose node config allows `vg` (any LV in it, and creating LVs there).
-fn allowed_env(vg: &Vg) -> Env {
+pub(crate) fn allowed_env(vg: &Vg) -> Env {
     Env::with_config(json!({"lvm": {"allowedVolumeGroups": [vg.name]}}))
 }
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-fn is_mount_point(p: &Path) -> bool {
+pub(crate) fn is_mount_point(p: &Path) -> bool {
     flexvol::sys::mountinfo::MountTable::read()
         .unwrap()
         .is_mount_point(p)
 }
 
-fn blkid_uuid(dev: &str) -> String {
+pub(crate) fn blkid_uuid(dev: &str) -> String {
     run("blkid", &["-p", "-o", "value", "-s", "UUID", dev])
         .trim()
         .to_owned()
 }
 
-fn fs_size(p: &Path) -> u64 {
+pub(crate) fn fs_size(p: &Path) -> u64 {
     let st = nix::sys::statvfs::statvfs(p).unwrap();
     st.blocks() * st.fragment_size()
 }

@@ -13,6 +13,7 @@ mod conformance;
 mod contract;
 mod faults;
 mod guest_lvm;
+mod guest_lvmprov;
 mod guest_nfs;
 mod guest_nfs_provision;
 mod install;

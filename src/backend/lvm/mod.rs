@@ -45,8 +45,8 @@
 //! parallel creations in one VG check free space one at a time.
 
 pub mod options;
-mod policy;
-mod tools;
+pub(crate) mod policy;
+pub(crate) mod tools;
 
 pub use options::{FsType, LvmOptions, check_name, derive_lv_name, parse_size};
 pub use policy::{LvmConfig, TAG_ALLOWED, TAG_CREATED, kubelet_owned};
@@ -235,7 +235,7 @@ fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
             &o.lv,
             round_up(size, 512)?,
             Some(pool),
-            TAG_CREATED,
+            &[TAG_CREATED],
         )?;
         return Ok(());
     }
@@ -243,10 +243,10 @@ fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
     let vg = tools::vg_info(ctx, &o.vg)?;
     let bytes = round_up(size, vg.vg_extent_size.max(1))?;
     policy::check_free(&ctx.config.lvm, o, bytes, vg.vg_free)?;
-    tools::lvcreate(ctx, &o.vg, &o.lv, bytes, None, TAG_CREATED)
+    tools::lvcreate(ctx, &o.vg, &o.lv, bytes, None, &[TAG_CREATED])
 }
 
-fn round_up(size: u64, unit: u64) -> Result<u64> {
+pub(crate) fn round_up(size: u64, unit: u64) -> Result<u64> {
     size.checked_next_multiple_of(unit).ok_or_else(|| {
         Error::refused(format!(
             "size {size} bytes cannot be rounded up to whole {unit}-byte extents without overflow"

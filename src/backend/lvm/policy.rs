@@ -58,6 +58,12 @@ pub struct LvmConfig {
     /// Bytes of every VG that thick creations and growths leave free.
     #[serde(deserialize_with = "quantity")]
     pub vg_reserve: u64,
+    /// The provisioner's limit on thin pools: the virtual sizes of all thin LVs in a pool may
+    /// add up to at most this multiple of the pool's size. `1.0` (the default) allows no
+    /// overcommitment at all: a pool can never run full by writes to provisioned volumes alone.
+    /// In thousandths (`1000` is 1.0).
+    #[serde(deserialize_with = "ratio", rename = "thinOverprovisionRatio")]
+    pub thin_overprovision_permille: u64,
 }
 
 impl Default for LvmConfig {
@@ -67,6 +73,7 @@ impl Default for LvmConfig {
             allowed_volume_groups: Vec::new(),
             max_volume_size: None,
             vg_reserve: 0,
+            thin_overprovision_permille: 1000,
         }
     }
 }
@@ -77,6 +84,40 @@ fn vg_names<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<S
         check_name("lvm.allowedVolumeGroups", n, false).map_err(serde::de::Error::custom)?;
     }
     Ok(v)
+}
+
+/// The range `lvm.thinOverprovisionRatio` accepts, in thousandths.
+pub const THIN_RATIO_RANGE: (u64, u64) = (100, 100_000);
+
+/// `lvm.thinOverprovisionRatio`: a JSON number with at most three decimals (`1`, `2.5`, `1.125`)
+/// between 0.1 and 100, kept in thousandths so the limit is computed in integers.
+fn ratio<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    let text = n.to_string();
+    let bad = || {
+        serde::de::Error::custom(format!(
+            "lvm.thinOverprovisionRatio must be a number between 0.1 and 100 with at most three decimals (1: no overcommitment), got {text}"
+        ))
+    };
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || int.len() > 4 || frac.len() > 3 || !digits(int) || !digits(frac) {
+        return Err(bad());
+    }
+    let int: u64 = int.parse().map_err(|_| bad())?;
+    let frac: u64 = format!("{frac:0<3}").parse().map_err(|_| bad())?;
+    let permille = int * 1000 + frac;
+    let (lo, hi) = THIN_RATIO_RANGE;
+    if !(lo..=hi).contains(&permille) {
+        return Err(bad());
+    }
+    Ok(permille)
+}
+
+/// A ratio in thousandths, as written in the config (`2.5`).
+pub fn show_ratio(permille: u64) -> String {
+    let s = format!("{}.{:03}", permille / 1000, permille % 1000);
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 fn parse_quantity<E: serde::de::Error>(s: &str) -> std::result::Result<u64, E> {
@@ -100,7 +141,8 @@ fn opt_quantity<'de, D: serde::Deserializer<'de>>(
 }
 
 impl LvmConfig {
-    fn vg_allowed(&self, vg: &str) -> bool {
+    /// Whether `vg` is in `allowedVolumeGroups`.
+    pub fn vg_allowed(&self, vg: &str) -> bool {
         self.allowed_volume_groups.iter().any(|v| v == vg)
     }
 }

@@ -1117,6 +1117,7 @@ fn sizes_are_capped_by_node_config() {
             allowed_volume_groups: vec!["vg0".into()],
             max_volume_size: Some(512 << 20),
             vg_reserve: 7 << 30,
+            ..LvmConfig::default()
         })
     };
     // Thick and thin creation above the cap: refused before lvcreate.
@@ -1141,6 +1142,7 @@ fn sizes_are_capped_by_node_config() {
         allowed_volume_groups: vec!["vg0".into()],
         max_volume_size: None,
         vg_reserve: 7 << 30,
+        ..LvmConfig::default()
     });
     w.runner.on("lvm", &["lvs"], 0, &lvs_json(&[]), "");
     w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");

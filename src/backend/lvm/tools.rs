@@ -178,7 +178,7 @@ pub fn vg_info(ctx: &Context, vg: &str) -> Result<VgRow> {
 }
 
 /// `lvm lvcreate`: a thick LV of `bytes` (already a whole number of extents), or a thin LV in
-/// `pool`. `-Zy -Wy` zero the start and wipe old signatures, so a new LV made of extents that held
+/// `pool`, carrying `tags` from the start (one metadata commit: there is never an untagged LV). `-Zy -Wy` zero the start and wipe old signatures, so a new LV made of extents that held
 /// someone else's filesystem probes blank instead of exposing the old data.
 pub fn lvcreate(
     ctx: &Context,
@@ -186,13 +186,17 @@ pub fn lvcreate(
     lv: &str,
     bytes: u64,
     pool: Option<&str>,
-    tag: &str,
+    tags: &[&str],
 ) -> Result<()> {
     // No autoactivation for thick LVs: this driver activates the LV in waitforattach and
     // deactivates it in unmountdevice. Otherwise udev's `vgchange -aay` on any later PV event (and
     // every boot) re-activates LVs no pod uses (seen in the guest tier with udev running). Thin
     // LVs refuse the option; their pool's setting (the operator's) governs them.
-    let mut cmd = lvm(ctx, "lvcreate").args(["-y", "-Wy", "--addtag", tag, "-n", lv]);
+    let mut cmd = lvm(ctx, "lvcreate").args(["-y", "-Wy"]);
+    for tag in tags {
+        cmd = cmd.args(["--addtag", tag]);
+    }
+    cmd = cmd.args(["-n", lv]);
     cmd = match pool {
         Some(p) => cmd.args(["-V", &format!("{bytes}b"), "--thinpool", p]),
         None => cmd.args([
@@ -218,6 +222,15 @@ pub fn activate(ctx: &Context, vg_lv: &str) -> Result<()> {
 pub fn deactivate(ctx: &Context, vg_lv: &str) -> Result<()> {
     ctx.runner
         .check(&lvm(ctx, "lvchange").args(["-an", "--", vg_lv]))?;
+    Ok(())
+}
+
+/// `lvm lvremove -y <vg>/<lv>`. The caller checked, under the volume lock, that the LV is ours
+/// and not in use; `-y` only answers lvremove's "really remove?" question (no `-f`: lvremove still
+/// refuses an LV that is open).
+pub fn lvremove(ctx: &Context, vg_lv: &str) -> Result<()> {
+    ctx.runner
+        .check(&lvm(ctx, "lvremove").args(["-y", "--", vg_lv]))?;
     Ok(())
 }
 

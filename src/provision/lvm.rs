@@ -1,0 +1,474 @@
+//! The LVM provisioner's node side: one logical volume per claim, made by the instance on the
+//! claim's selected node, in a volume group this node's config grants.
+//!
+//! - **Class parameters** (`flexvol/lvm` StorageClasses): `volumegroup` (required), `thinpool`,
+//!   `fsType`, `mkfsOptions`, validated by the driver's own option parser
+//!   ([`LvmOptions::parse`]: LVM's name charset, the filesystem type, the mkfs allow-list), so a
+//!   class accepts exactly what a PV may say. Unknown keys are errors.
+//! - **Node policy** (`lvm` in the node config, the driver's): the VG must be in
+//!   `allowedVolumeGroups`; the size, rounded up to whole extents, must fit `maxVolumeSize`; a thick
+//!   LV must leave `vgReserve` free in the VG; a thin LV must keep the virtual sizes of its pool's
+//!   thin LVs within `thinOverprovisionRatio` × the pool's size. Anything this node cannot serve
+//!   (VG not granted or missing, no thin pool, no room) is [`Refusal::Reschedule`]: another node
+//!   may be able to.
+//! - **Provision**: the LV is named after the PV (`pvc-<claim uid>`) and created carrying two tags
+//!   in the same `lvcreate` (one metadata commit, so there is never an untagged LV of ours):
+//!   `flexvol.created` (the driver's mark: it may use the LV) and `flexvol.pv.<pv name>`
+//!   ([`pv_tag`], the ownership mark for exactly this PV). The LV is not formatted here: its start
+//!   is zeroed and old signatures wiped (`-Zy -Wy`, thin LVs read zeros), so the driver's
+//!   `mountdevice` finds it provably blank and runs mkfs with the class's `fsType`/`mkfsOptions`,
+//!   which the PV carries (`flexVolume.fsType`, the `mkfsOptions` option; the API server refuses
+//!   `kubernetes.io/` keys in a PV's options). The PV's options name the LV (`volumegroup`,
+//!   `volumeID`) and carry no `size`, so the driver uses exactly this LV and never creates one.
+//!   A kill after `lvcreate` leaves an LV tagged for the PV: the next pass finds it and reuses it.
+//!   An LV of that name without our tag for this PV is never touched (Fail).
+//! - **Delete**: only an LV carrying `flexvol.pv.<pv name>` (the tag is computed from the PV's
+//!   name, never read from the PV), only when it is mounted nowhere, is no swap, has no device
+//!   stacked on it and is not open: the driver's "in use" checks, except that a kubelet mount
+//!   counts as use too. Then `lvchange -an` and `lvremove`. An LV already gone is success.
+//! - **Expand**: `lvextend` to the size rounded up to extents, after the same room checks as
+//!   creation; an LV already big enough is success (the driver's `expandfs` may have grown it).
+//!   kubelet then calls the driver's `expandfs`, which grows the filesystem (it skips `lvextend`
+//!   when the LV is already big enough).
+//!
+//! Locks: the driver's (`lvm:<vg>/<lv>`, then `lvm:vg:<vg>` for free-space decisions), so the
+//! provisioner and driver verbs creating LVs in one VG check free space one at a time. Every LVM
+//! command goes through the driver's seams ([`tools`]: absolute paths, argv, deadlines).
+
+use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, Backend, Provisioned, Refusal, Request};
+use crate::backend::lvm::options::key;
+use crate::backend::lvm::policy::{self, LvmConfig};
+use crate::backend::lvm::tools::{self, LvRow};
+use crate::backend::lvm::{LvmOptions, SysDevices, TAG_CREATED, check_name, round_up};
+use crate::backend::nfs::probe::TcpProber;
+use crate::backend::{Backend as DriverBackend, Context};
+use crate::node::config::Config;
+use crate::protocol::options::{Options, keys};
+use crate::sys::exec::SystemRunner;
+use crate::sys::mount::SysMounter;
+use crate::sys::process::{Deadline, checkpoint};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use std::collections::BTreeMap;
+
+/// Class parameter names.
+pub const PARAMS: [&str; 4] = ["volumegroup", "thinpool", "fsType", "mkfsOptions"];
+/// PV annotation: the volume group of the LV (what delete and expand act on).
+pub const ANN_VG: &str = "flexvol/lvm-volumegroup";
+/// PV annotation: the LV's name (the PV's name).
+pub const ANN_LV: &str = "flexvol/lvm-lv";
+/// Prefix of the tag naming the PV an LV was made for.
+pub const TAG_PV_PREFIX: &str = "flexvol.pv.";
+
+/// The ownership tag of the LV made for PV `pv`: `flexvol.pv.<pv>`. PV names are DNS subdomain
+/// names, inside LVM's tag charset; anything else is refused rather than mangled (two PVs must
+/// never share a tag).
+pub fn pv_tag(pv: &str) -> Result<String, String> {
+    let ok = !pv.is_empty()
+        && pv.len() <= 253
+        && pv
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b));
+    if ok {
+        Ok(format!("{TAG_PV_PREFIX}{pv}"))
+    } else {
+        Err(format!(
+            "PV name {pv:?} cannot be an LVM tag (expected a Kubernetes object name)"
+        ))
+    }
+}
+
+/// A class's parameters, validated by the driver's option parser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassParams {
+    /// The driver's view of a volume of this class (`lv` is a placeholder until [`Self::for_pv`]).
+    pub volume: LvmOptions,
+    /// `fsType` as written, when set.
+    pub fs_type: Option<String>,
+    /// `mkfsOptions` as written (validated), when set.
+    pub mkfs_options: Option<String>,
+}
+
+impl ClassParams {
+    /// Validates a StorageClass's `parameters`; unknown keys are errors.
+    pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, String> {
+        if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}",
+                PARAMS.join(", ")
+            ));
+        }
+        let mut o = serde_json::Map::new();
+        o.insert(key::VOLUME_ID.into(), "pvc-x".into());
+        for (k, v) in params {
+            let k = if k == "fsType" {
+                keys::FS_TYPE
+            } else {
+                k.as_str()
+            };
+            o.insert(k.into(), v.clone().into());
+        }
+        let json = serde_json::Value::Object(o).to_string();
+        let volume = Options::parse(&json)
+            .and_then(|o| LvmOptions::parse(&o))
+            .map_err(|e| format!("class parameters: {e}"))?;
+        Ok(Self {
+            volume,
+            fs_type: params.get("fsType").filter(|s| !s.is_empty()).cloned(),
+            mkfs_options: params.get("mkfsOptions").filter(|s| !s.is_empty()).cloned(),
+        })
+    }
+
+    /// The driver's options for the LV of PV `pv` (its name checked as an LV name).
+    pub fn for_pv(&self, pv: &str) -> Result<LvmOptions, String> {
+        check_name(key::VOLUME_ID, pv, true).map_err(|e| e.to_string())?;
+        Ok(LvmOptions {
+            lv: pv.to_owned(),
+            ..self.volume.clone()
+        })
+    }
+
+    /// The PV's flexVolume options: exactly this LV (no `size`, so the driver creates nothing),
+    /// and the mkfs options. The filesystem type goes in the PV's `flexVolume.fsType`
+    /// ([`Provisioned::fs_type`]), which kubelet sends as `kubernetes.io/fsType`.
+    pub fn pv_options(&self, o: &LvmOptions) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::from([
+            (key::VOLUME_GROUP.to_owned(), o.vg.clone()),
+            (key::VOLUME_ID.to_owned(), o.lv.clone()),
+        ]);
+        if let Some(x) = &self.mkfs_options {
+            m.insert(key::MKFS_OPTIONS.to_owned(), x.clone());
+        }
+        m
+    }
+}
+
+/// The `flexvol/lvm` backend of the provisioner.
+pub struct LvmBackend {
+    /// `<vendor>/lvm`: the driver name kubelet knows (its mount directories).
+    driver_name: String,
+}
+
+impl LvmBackend {
+    /// The backend for driver `<vendor>/lvm`.
+    pub fn new(vendor: &str) -> Self {
+        Self {
+            driver_name: format!("{vendor}/lvm"),
+        }
+    }
+
+    /// Runs `f` with the node's real seams, as a driver verb runs (deadline: the verb timeout).
+    fn with_ctx<T>(&self, cfg: &Config, f: impl FnOnce(&Context) -> T) -> T {
+        let runner = SystemRunner::new(cfg.tool_dirs.clone());
+        let ctx = Context {
+            config: cfg,
+            runner: &runner,
+            mounter: &SysMounter,
+            devices: &SysDevices,
+            prober: &TcpProber,
+            deadline: Deadline::after(cfg.verb_timeout()),
+            driver_name: &self.driver_name,
+        };
+        f(&ctx)
+    }
+}
+
+impl Backend for LvmBackend {
+    fn kind(&self) -> &'static str {
+        "lvm"
+    }
+
+    fn node_local(&self) -> bool {
+        true
+    }
+
+    fn serves(&self, cfg: &Config, _node: &str) -> bool {
+        !cfg.lvm.allowed_volume_groups.is_empty()
+    }
+
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
+        ClassParams::parse(params).map(|_| ())
+    }
+
+    fn access_modes(&self) -> &'static [&'static str] {
+        &["ReadWriteOnce"]
+    }
+
+    fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+        self.with_ctx(cfg, |ctx| provision(ctx, req))
+    }
+
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
+        self.with_ctx(cfg, |ctx| delete(ctx, pv))
+    }
+
+    fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+        self.with_ctx(cfg, |ctx| expand(ctx, pv, bytes))
+    }
+
+    fn node_finishes_resize(&self) -> bool {
+        true
+    }
+
+    fn recover(&mut self, _cfg: &Config, _node: &str) -> Vec<String> {
+        // Nothing is ever half done: lvcreate makes the LV with its tags in one step, a killed
+        // delete leaves the tagged LV, which the next delete pass removes.
+        Vec::new()
+    }
+}
+
+fn not_found(e: &crate::error::Error, vg: &str) -> bool {
+    e.to_string()
+        .starts_with(&format!("volume group {vg} not found"))
+}
+
+/// Makes (or finds, made by an earlier pass for this PV) the LV of `req`.
+pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+    let params = ClassParams::parse(req.params).map_err(Refusal::Fail)?;
+    let o = params.for_pv(req.pv_name).map_err(Refusal::Fail)?;
+    let tag = pv_tag(req.pv_name).map_err(Refusal::Fail)?;
+    let cfg = &ctx.config.lvm;
+    if !cfg.vg_allowed(&o.vg) {
+        return Err(Refusal::Reschedule(format!(
+            "volume group {} is not in node {}'s lvm.allowedVolumeGroups",
+            o.vg, req.node
+        )));
+    }
+    let fail = |e: crate::error::Error| Refusal::Fail(e.to_string());
+    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(fail)?;
+    let _vg_lock = ctx
+        .lock(DriverBackend::Lvm, &format!("vg:{}", o.vg))
+        .map_err(fail)?;
+    let lvs = tools::list_lvs(ctx, &o.vg).map_err(|e| {
+        if not_found(&e, &o.vg) {
+            Refusal::Reschedule(format!(
+                "volume group {} does not exist on node {}",
+                o.vg, req.node
+            ))
+        } else {
+            fail(e)
+        }
+    })?;
+    let made = |row: &LvRow| -> Result<Provisioned, Refusal> {
+        if row.lv_size < req.size_bytes {
+            return Err(Refusal::Fail(format!(
+                "{} (made for {} by an earlier pass) has {} bytes, less than the {} asked; remove it (lvremove {}) to have it made again",
+                o.key(),
+                req.pv_name,
+                row.lv_size,
+                req.size_bytes,
+                o.key()
+            )));
+        }
+        Ok(made_for(&params, &o, row.lv_size))
+    };
+    if let Some(row) = lvs.iter().find(|r| r.lv_name == o.lv) {
+        if row.has_tag(&tag) && row.has_tag(TAG_CREATED) {
+            return made(row);
+        }
+        return Err(Refusal::Fail(format!(
+            "logical volume {} exists but was not made by flexvol for {} (it lacks the tags {TAG_CREATED} and {tag}); flexvol leaves it alone. Rename or remove it if it is not needed, then the claim is provisioned on the next pass",
+            o.key(),
+            req.pv_name
+        )));
+    }
+    // Free space and extent size, read under the VG lock.
+    let vg = tools::vg_info(ctx, &o.vg).map_err(fail)?;
+    let bytes = round_up(req.size_bytes, vg.vg_extent_size.max(1)).map_err(fail)?;
+    let resched = |e: String| Refusal::Reschedule(format!("node {}: {e}", req.node));
+    policy::check_max_size(cfg, &o, bytes).map_err(|e| resched(e.to_string()))?;
+    match &o.thin_pool {
+        Some(pool) => {
+            thin_room(cfg, &lvs, &o.vg, pool, bytes).map_err(resched)?;
+        }
+        None => {
+            policy::check_free(cfg, &o, bytes, vg.vg_free).map_err(|e| resched(e.to_string()))?
+        }
+    }
+    tools::lvcreate(
+        ctx,
+        &o.vg,
+        &o.lv,
+        bytes,
+        o.thin_pool.as_deref(),
+        &[TAG_CREATED, &tag],
+    )
+    .map_err(fail)?;
+    checkpoint("lvm-provision-after-lvcreate");
+    // What LVM really made (it may round further).
+    let lvs = tools::list_lvs(ctx, &o.vg).map_err(fail)?;
+    let row = lvs.iter().find(|r| r.lv_name == o.lv).ok_or_else(|| {
+        Refusal::Fail(format!(
+            "lvcreate of {} succeeded but lvs does not list it; retrying on the next pass",
+            o.key()
+        ))
+    })?;
+    made(row)
+}
+
+fn made_for(params: &ClassParams, o: &LvmOptions, size: u64) -> Provisioned {
+    Provisioned {
+        options: params.pv_options(o),
+        capacity_bytes: size,
+        annotations: BTreeMap::from([
+            (ANN_SIZE.to_owned(), size.to_string()),
+            (ANN_SIZE_ENFORCED.to_owned(), "true".to_owned()),
+            (ANN_VG.to_owned(), o.vg.clone()),
+            (ANN_LV.to_owned(), o.lv.clone()),
+        ]),
+        location: o.key(),
+        fs_type: params.fs_type.clone(),
+    }
+}
+
+/// Whether `extra` more virtual bytes fit in thin pool `vg/pool` under
+/// `lvm.thinOverprovisionRatio`.
+fn thin_room(
+    cfg: &LvmConfig,
+    lvs: &[LvRow],
+    vg: &str,
+    pool: &str,
+    extra: u64,
+) -> Result<(), String> {
+    let p = lvs
+        .iter()
+        .find(|r| r.lv_name == pool && r.is_thin_pool())
+        .ok_or_else(|| format!("thin pool {vg}/{pool} does not exist"))?;
+    let committed: u64 = lvs
+        .iter()
+        .filter(|r| r.pool_lv == pool)
+        .map(|r| r.lv_size)
+        .sum();
+    let limit =
+        u64::try_from(u128::from(p.lv_size) * u128::from(cfg.thin_overprovision_permille) / 1000)
+            .unwrap_or(u64::MAX);
+    let total = committed.saturating_add(extra);
+    if total > limit {
+        return Err(format!(
+            "thin pool {vg}/{pool} ({} bytes) already holds {committed} bytes of thin volumes; {extra} more would make {total}, past the limit of {limit} bytes (lvm.thinOverprovisionRatio {}); grow the pool or ask for less",
+            p.lv_size,
+            policy::show_ratio(cfg.thin_overprovision_permille)
+        ));
+    }
+    Ok(())
+}
+
+/// The VG and LV a PV of ours names (annotations written at provisioning), checked.
+fn names(pv: &PersistentVolume) -> Result<(String, String, String), String> {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    let ann = pv.metadata.annotations.as_ref();
+    let get = |k: &str| {
+        ann.and_then(|a| a.get(k)).cloned().ok_or_else(|| {
+            format!("PV {name} lacks the annotation {k}; it was not made by the flexvol/lvm provisioner, or was edited. Remove the LV by hand if it is not needed")
+        })
+    };
+    let (vg, lv) = (get(ANN_VG)?, get(ANN_LV)?);
+    check_name(key::VOLUME_GROUP, &vg, false).map_err(|e| format!("PV {name}: {e}"))?;
+    check_name(key::VOLUME_ID, &lv, true).map_err(|e| format!("PV {name}: {e}"))?;
+    Ok((vg, lv, pv_tag(name)?))
+}
+
+fn volume(vg: &str, lv: &str) -> LvmOptions {
+    LvmOptions {
+        vg: vg.to_owned(),
+        lv: lv.to_owned(),
+        size: None,
+        thin_pool: None,
+        fs: crate::backend::lvm::FsType::Ext4,
+        mkfs_args: Vec::new(),
+        mount_data: String::new(),
+        read_only: false,
+        volume_name: None,
+    }
+}
+
+/// Removes the LV of a Released PV: only ours for exactly this PV, only when unused.
+pub(crate) fn delete(ctx: &Context, pv: &PersistentVolume) -> Result<String, String> {
+    let (vg, lv, tag) = names(pv)?;
+    let o = volume(&vg, &lv);
+    let e = |e: crate::error::Error| e.to_string();
+    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(e)?;
+    let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
+    let Some(row) = lvs.iter().find(|r| r.lv_name == lv) else {
+        return Ok(format!("{} was already gone", o.key()));
+    };
+    if !row.has_tag(&tag) {
+        return Err(format!(
+            "{} does not carry the tag {tag}: it was not made for this PV, so flexvol does not remove it. Remove it by hand if it is not needed",
+            o.key()
+        ));
+    }
+    if row.active() {
+        if let Some(devnum) = ctx.devices.block_device(&o.device()).map_err(e)? {
+            let table = ctx.mounter.table().map_err(|x| x.to_string())?;
+            if let Some(m) = table.entries.iter().find(|m| (m.major, m.minor) == devnum) {
+                return Err(format!(
+                    "{} is still mounted at {}; it is removed once nothing uses it",
+                    o.key(),
+                    m.mount_point.display()
+                ));
+            }
+            policy::check_not_in_use(
+                ctx.driver_name,
+                ctx.devices,
+                &table,
+                &o,
+                devnum,
+                Some(row.open()),
+            )
+            .map_err(e)?;
+        }
+        tools::deactivate(ctx, &o.key()).map_err(|x| {
+            format!(
+                "{} could not be deactivated before removal ({x}); it is removed once nothing uses it",
+                o.key()
+            )
+        })?;
+    }
+    checkpoint("lvm-provision-before-lvremove");
+    tools::lvremove(ctx, &o.key()).map_err(e)?;
+    checkpoint("lvm-provision-after-lvremove");
+    Ok(format!("removed {}", o.key()))
+}
+
+/// Grows the LV of a bound PV to at least `bytes`; returns its size.
+pub(crate) fn expand(ctx: &Context, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+    let (vg, lv, tag) = names(pv)?;
+    let o = volume(&vg, &lv);
+    let e = |e: crate::error::Error| e.to_string();
+    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(e)?;
+    let _vg_lock = ctx
+        .lock(DriverBackend::Lvm, &format!("vg:{vg}"))
+        .map_err(e)?;
+    let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
+    let row = lvs
+        .iter()
+        .find(|r| r.lv_name == lv && r.has_tag(&tag))
+        .ok_or_else(|| {
+            format!(
+                "{} with the tag {tag} does not exist on this node; cannot grow it",
+                o.key()
+            )
+        })?;
+    if row.lv_size >= bytes {
+        return Ok(row.lv_size);
+    }
+    let target = round_up(bytes, row.vg_extent_size.max(1)).map_err(e)?;
+    let cfg = &ctx.config.lvm;
+    policy::check_max_size(cfg, &o, target).map_err(e)?;
+    let more = target - row.lv_size;
+    if row.is_thin() {
+        thin_room(cfg, &lvs, &vg, &row.pool_lv, more)?;
+    } else {
+        policy::check_free(cfg, &o, more, row.vg_free).map_err(e)?;
+    }
+    tools::lvextend(ctx, &o.key(), target).map_err(e)?;
+    checkpoint("lvm-provision-after-lvextend");
+    let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
+    lvs.iter()
+        .find(|r| r.lv_name == lv)
+        .map(|r| r.lv_size)
+        .ok_or_else(|| format!("{} vanished after lvextend", o.key()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,580 @@
+//! Unit tests: the LVM provisioner's command lines against the driver's scripted `lvm` (the same
+//! fake node as the driver's tests), and its refusals.
+
+use super::*;
+use crate::backend::testing::{DEV, DEVNUM, World};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+const LVS: &str = "lvm lvs --reportformat json --units b --nosuffix -o vg_name,lv_name,lv_path,lv_size,lv_attr,lv_tags,pool_lv,vg_extent_size,vg_free -- vg0";
+const VGS: &str =
+    "lvm vgs --reportformat json --units b --nosuffix -o vg_name,vg_extent_size,vg_free -- vg0";
+const PV: &str = "pvc-0a1b";
+const MI: u64 = 1 << 20;
+
+/// `lvs` of vg0 (4 MiB extents, `free` bytes free): rows of (lv, attr, size, tags, pool).
+fn lvs_json(free: u64, rows: &[(&str, &str, u64, &str, &str)]) -> String {
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|(lv, attr, size, tags, pool)| {
+            format!(
+                r#"{{"vg_name":"vg0", "lv_name":"{lv}", "lv_path":"/dev/vg0/{lv}", "lv_size":"{size}", "lv_attr":"{attr}", "lv_tags":"{tags}", "pool_lv":"{pool}", "vg_extent_size":"4194304", "vg_free":"{free}"}}"#
+            )
+        })
+        .collect();
+    format!(r#"{{"report": [{{"lv": [{}]}}]}}"#, rows.join(","))
+}
+
+fn vgs_json(free: u64) -> String {
+    format!(
+        r#"{{"report": [{{"vg": [{{"vg_name":"vg0", "vg_extent_size":"4194304", "vg_free":"{free}"}}]}}]}}"#
+    )
+}
+
+/// A node whose config grants vg0.
+fn world() -> World {
+    let mut w = World::new(DriverBackend::Lvm);
+    w.config.lvm.allowed_volume_groups = vec!["vg0".into()];
+    w
+}
+
+fn params(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+    kv.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn provision_with(
+    w: &World,
+    pv: &str,
+    p: &BTreeMap<String, String>,
+    size: u64,
+) -> Result<Provisioned, Refusal> {
+    let claim = PersistentVolumeClaim::default();
+    let modes = vec!["ReadWriteOnce".to_owned()];
+    let req = Request {
+        pv_name: pv,
+        claim: &claim,
+        namespace: "ns",
+        name: "data",
+        uid: "0a1b",
+        class_name: "lvm",
+        params: p,
+        size_bytes: size,
+        access_modes: &modes,
+        node: "node-a",
+    };
+    w.with_ctx(|ctx| provision(ctx, &req))
+}
+
+fn pv_of(name: &str, vg: &str, lv: &str) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some(BTreeMap::from([
+                (ANN_VG.to_owned(), vg.to_owned()),
+                (ANN_LV.to_owned(), lv.to_owned()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        ..PersistentVolume::default()
+    }
+}
+
+fn tags(pv: &str) -> String {
+    format!("{TAG_CREATED},{TAG_PV_PREFIX}{pv}")
+}
+
+#[test]
+fn class_parameters_use_the_drivers_validation() {
+    let ok = ClassParams::parse(&params(&[
+        ("volumegroup", "vg0"),
+        ("thinpool", "pool"),
+        ("fsType", "xfs"),
+        ("mkfsOptions", "-m crc=1 -L data"),
+    ]))
+    .unwrap();
+    assert_eq!(ok.volume.vg, "vg0");
+    assert_eq!(ok.volume.thin_pool.as_deref(), Some("pool"));
+    assert_eq!(ok.volume.mkfs_args, ["-m", "crc=1", "-L", "data"]);
+    for (bad, needle) in [
+        (vec![], "volumegroup"),
+        (vec![("volumegroup", "vg/0")], "volumegroup"),
+        (vec![("volumegroup", "-vg")], "volumegroup"),
+        (
+            vec![("volumegroup", "vg0"), ("thinpool", "../p")],
+            "thinpool",
+        ),
+        (vec![("volumegroup", "vg0"), ("fsType", "NTFS")], "fsType"),
+        (
+            vec![("volumegroup", "vg0"), ("mkfsOptions", "-F")],
+            "mkfsOptions",
+        ),
+        (
+            vec![("volumegroup", "vg0"), ("mkfsOptions", "-m 0 /dev/sda")],
+            "mkfsOptions",
+        ),
+        (
+            vec![
+                ("volumegroup", "vg0"),
+                ("fsType", "xfs"),
+                ("mkfsOptions", "-l logdev=/dev/sda"),
+            ],
+            "mkfsOptions",
+        ),
+        // Keys the driver knows but a class may not set: the LV and its size come from the claim.
+        (vec![("volumegroup", "vg0"), ("size", "1Gi")], "unknown"),
+        (
+            vec![("volumegroup", "vg0"), ("volumeID", "root")],
+            "unknown",
+        ),
+        (
+            vec![("volumegroup", "vg0"), ("mountOptions", "noatime")],
+            "unknown",
+        ),
+        (
+            vec![("volumegroup", "vg0"), ("kubernetes.io/fsType", "ext4")],
+            "unknown",
+        ),
+        (vec![("volumeGroup", "vg0")], "unknown"),
+    ] {
+        let e = ClassParams::parse(&params(&bad)).unwrap_err();
+        assert!(e.contains(needle), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn pv_options_make_the_driver_use_exactly_this_lv_and_create_nothing() {
+    let p = ClassParams::parse(&params(&[
+        ("volumegroup", "vg0"),
+        ("thinpool", "pool"),
+        ("fsType", "ext4"),
+        ("mkfsOptions", "-m 0"),
+    ]))
+    .unwrap();
+    let o = p.for_pv(PV).unwrap();
+    let mut opts = p.pv_options(&o);
+    assert_eq!(opts.get("volumeID").map(String::as_str), Some(PV));
+    assert!(!opts.contains_key("size") && !opts.contains_key("thinpool"));
+    // No key of the reserved kubernetes.io/ namespace (the API server refuses the PV).
+    assert!(
+        opts.keys().all(|k| !k.contains("kubernetes.io/")),
+        "{opts:?}"
+    );
+    // As kubelet sends them to the driver, the PV's fsType among them.
+    opts.insert(keys::PV_OR_VOLUME_NAME.into(), PV.into());
+    opts.insert(keys::FS_TYPE.into(), p.fs_type.clone().unwrap());
+    let json = serde_json::to_string(&opts).unwrap();
+    let d = LvmOptions::parse(&Options::parse(&json).unwrap()).unwrap();
+    assert_eq!(d.key(), format!("vg0/{PV}"));
+    assert_eq!(d.size, None);
+    assert_eq!(d.fs.name(), "ext4");
+    assert_eq!(d.mkfs_args, ["-m", "0"]);
+}
+
+#[test]
+fn provision_creates_a_tagged_lv_rounded_to_extents() {
+    let w = world();
+    let made = lvs_json(8 << 30, &[(PV, "-wi-a-----", 68 * MI, &tags(PV), "")]);
+    w.runner.on("lvm", &["lvs"], 0, &made, "");
+    w.runner
+        .once("lvm", &["lvs"], 0, &lvs_json(8 << 30, &[]), "");
+    w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");
+    let p = params(&[("volumegroup", "vg0"), ("fsType", "xfs")]);
+    let r = provision_with(&w, PV, &p, 65 * MI).unwrap();
+    assert_eq!(
+        w.lines(),
+        [
+            LVS,
+            VGS,
+            &format!(
+                "lvm lvcreate -y -Wy --addtag flexvol.created --addtag flexvol.pv.{PV} -n {PV} --setautoactivation n -Zy -L 71303168b -- vg0"
+            ),
+            LVS,
+        ]
+    );
+    assert_eq!(r.capacity_bytes, 68 * MI);
+    assert_eq!(r.location, format!("vg0/{PV}"));
+    assert_eq!(r.annotations[ANN_SIZE], (68 * MI).to_string());
+    assert_eq!(r.annotations[ANN_SIZE_ENFORCED], "true");
+    assert_eq!(r.annotations[ANN_VG], "vg0");
+    assert_eq!(r.annotations[ANN_LV], PV);
+    assert_eq!(
+        r.options,
+        params(&[("volumegroup", "vg0"), ("volumeID", PV)])
+    );
+    // Not an option: the API server refuses kubernetes.io/ keys there; kubelet sends it as one.
+    assert_eq!(r.fs_type.as_deref(), Some("xfs"));
+}
+
+#[test]
+fn provision_after_a_kill_reuses_our_lv_and_never_touches_a_foreign_one() {
+    let p = params(&[("volumegroup", "vg0")]);
+    // Ours (made by a pass killed before the PV was written): reused, nothing run but lvs.
+    let w = world();
+    let row = [
+        (PV, "-wi-a-----", 64 * MI, tags(PV)),
+        (PV, "-wi-a-----", 64 * MI, String::new()),
+    ];
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(8 << 30, &[(row[0].0, row[0].1, row[0].2, &row[0].3, "")]),
+        "",
+    );
+    let r = provision_with(&w, PV, &p, 64 * MI).unwrap();
+    assert_eq!(r.capacity_bytes, 64 * MI);
+    assert_eq!(w.lines(), [LVS]);
+    // Same name, made for another PV, only flexvol.created, or no tag: Fail, nothing else run.
+    for t in [
+        "",
+        TAG_CREATED,
+        "flexvol.created,flexvol.pv.pvc-other",
+        "flexvol.pv.pvc-0a1b",
+    ] {
+        let w = world();
+        w.runner.on(
+            "lvm",
+            &["lvs"],
+            0,
+            &lvs_json(8 << 30, &[(PV, "-wi-a-----", 64 * MI, t, "")]),
+            "",
+        );
+        let e = provision_with(&w, PV, &p, 64 * MI).unwrap_err();
+        match e {
+            Refusal::Fail(m) => assert!(m.contains("leaves it alone"), "{m}"),
+            other => panic!("{t}: {other:?}"),
+        }
+        assert_eq!(w.lines(), [LVS], "{t}");
+    }
+}
+
+#[test]
+fn provision_sends_the_claim_elsewhere_when_this_node_cannot_serve_it() {
+    let p = params(&[("volumegroup", "vg0")]);
+    let resched = |r: Result<Provisioned, Refusal>, needle: &str| match r {
+        Err(Refusal::Reschedule(m)) => assert!(m.contains(needle), "{m}"),
+        other => panic!("{needle}: {other:?}"),
+    };
+    // Not granted by this node's config: no LVM command at all.
+    let w = World::new(DriverBackend::Lvm);
+    resched(
+        provision_with(&w, PV, &p, 64 * MI),
+        "lvm.allowedVolumeGroups",
+    );
+    assert!(w.lines().is_empty());
+    // No such VG.
+    let w = world();
+    w.runner
+        .on("lvm", &["lvs"], 5, "", "  Volume group \"vg0\" not found\n");
+    resched(
+        provision_with(&w, PV, &p, 64 * MI),
+        "does not exist on node node-a",
+    );
+    // Room: 100 MiB free, 40 MiB reserved: 60 MiB fits, 61 MiB (64 rounded) does not.
+    for (size, fits) in [(60 * MI, true), (61 * MI, false)] {
+        let mut w = world();
+        w.config.lvm.vg_reserve = 40 * MI;
+        w.runner
+            .on("lvm", &["lvs"], 0, &lvs_json(100 * MI, &[]), "");
+        w.runner.on("lvm", &["vgs"], 0, &vgs_json(100 * MI), "");
+        let r = provision_with(&w, PV, &p, size);
+        if fits {
+            // (the fake lvs never lists the LV afterwards)
+            assert!(matches!(r, Err(Refusal::Fail(_))), "{r:?}");
+            assert_eq!(
+                w.runner
+                    .lines()
+                    .iter()
+                    .filter(|l| l.contains("lvcreate"))
+                    .count(),
+                1
+            );
+        } else {
+            resched(r, "lvm.vgReserve");
+            assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
+        }
+    }
+    // maxVolumeSize, after rounding: 65 MiB becomes 68 MiB > 66 MiB.
+    let mut w = world();
+    w.config.lvm.max_volume_size = Some(66 * MI);
+    w.runner.on("lvm", &["lvs"], 0, &lvs_json(8 << 30, &[]), "");
+    w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");
+    resched(provision_with(&w, PV, &p, 65 * MI), "lvm.maxVolumeSize");
+    assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
+    // A thin pool that is missing, or is not a pool.
+    let thin = params(&[("volumegroup", "vg0"), ("thinpool", "pool")]);
+    for rows in [vec![], vec![("pool", "-wi-a-----", 1u64 << 30, "", "")]] {
+        let w = world();
+        w.runner
+            .on("lvm", &["lvs"], 0, &lvs_json(8 << 30, &rows), "");
+        w.runner.on("lvm", &["vgs"], 0, &vgs_json(8 << 30), "");
+        resched(
+            provision_with(&w, PV, &thin, 64 * MI),
+            "thin pool vg0/pool does not exist",
+        );
+        assert!(!w.lines().iter().any(|l| l.contains("lvcreate")));
+    }
+}
+
+#[test]
+fn thin_volumes_respect_the_overprovisioning_ratio() {
+    let thin = params(&[("volumegroup", "vg0"), ("thinpool", "pool")]);
+    // A 1 GiB pool holding 768 MiB of thin LVs; thin LVs ignore vgReserve and VG free space.
+    let rows = [
+        ("pool", "twi-aotz--", 1u64 << 30, "", ""),
+        ("a", "Vwi-a-tz--", 512 * MI, "", "pool"),
+        ("b", "Vwi-a-tz--", 256 * MI, "", "pool"),
+        ("thick", "-wi-a-----", 4 << 30, "", ""),
+    ];
+    for (ratio, size, fits) in [
+        (1000, 256 * MI, true),
+        (1000, 257 * MI, false),
+        (2000, 1280 * MI, true),
+        (2000, 1281 * MI, false),
+    ] {
+        let mut w = world();
+        w.config.lvm.thin_overprovision_permille = ratio;
+        w.config.lvm.vg_reserve = 1 << 40;
+        w.runner.on("lvm", &["lvs"], 0, &lvs_json(0, &rows), "");
+        w.runner.on("lvm", &["vgs"], 0, &vgs_json(0), "");
+        let r = provision_with(&w, PV, &thin, size);
+        let created = w
+            .lines()
+            .iter()
+            .any(|l| l.contains("--thinpool pool -- vg0") && l.contains("lvcreate"));
+        assert_eq!(created, fits, "{ratio} {size}: {r:?}");
+        if !fits {
+            match r {
+                Err(Refusal::Reschedule(m)) => {
+                    assert!(m.contains("lvm.thinOverprovisionRatio"), "{m}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn delete_removes_only_our_unused_lv() {
+    // The fake node's one device is /dev/vg0/lv1: a PV named lv1 reaches it.
+    let pv = pv_of("lv1", "vg0", "lv1");
+    let lvs = |attr: &str, t: &str| lvs_json(8 << 30, &[("lv1", attr, 64 * MI, t, "")]);
+    // Already gone.
+    let w = world();
+    w.runner.on("lvm", &["lvs"], 0, &lvs_json(8 << 30, &[]), "");
+    assert!(
+        w.with_ctx(|c| delete(c, &pv))
+            .unwrap()
+            .contains("already gone")
+    );
+    // Not ours for this PV: never removed.
+    for t in ["", TAG_CREATED, "flexvol.created,flexvol.pv.lv2"] {
+        let w = world();
+        w.runner.on("lvm", &["lvs"], 0, &lvs("-wi-------", t), "");
+        let e = w.with_ctx(|c| delete(c, &pv)).unwrap_err();
+        assert!(e.contains("does not carry the tag flexvol.pv.lv1"), "{e}");
+        assert_eq!(w.runner.count("lvm"), 1);
+    }
+    // Inactive: lvremove alone.
+    let w = world();
+    w.runner
+        .on("lvm", &["lvs"], 0, &lvs("-wi-------", &tags("lv1")), "");
+    assert_eq!(w.with_ctx(|c| delete(c, &pv)).unwrap(), "removed vg0/lv1");
+    assert_eq!(w.lines()[1..], ["lvm lvremove -y -- vg0/lv1"]);
+    // Active, unused: deactivated, then removed.
+    let w = world();
+    w.runner
+        .on("lvm", &["lvs"], 0, &lvs("-wi-a-----", &tags("lv1")), "");
+    w.with_ctx(|c| delete(c, &pv)).unwrap();
+    assert_eq!(
+        w.lines()[1..],
+        ["lvm lvchange -an -- vg0/lv1", "lvm lvremove -y -- vg0/lv1"]
+    );
+    // In use: mounted (even by kubelet), open, stacked on, swap; nothing changes.
+    for how in ["mount", "open", "holder", "swap"] {
+        let w = world();
+        let attr = if how == "open" {
+            "-wi-ao----"
+        } else {
+            "-wi-a-----"
+        };
+        w.runner
+            .on("lvm", &["lvs"], 0, &lvs(attr, &tags("lv1")), "");
+        match how {
+            "mount" => w.mounter.add(
+                DEV,
+                &w.root
+                    .join("kubelet/plugins/kubernetes.io/flexvolume/example.com/lvm/mounts/lv1"),
+                "ext4",
+                false,
+            ),
+            "holder" => w.devices.2.lock().unwrap().push("dm-9".into()),
+            "swap" => w.devices.1.lock().unwrap().push(DEVNUM),
+            _ => {}
+        }
+        let e = w.with_ctx(|c| delete(c, &pv)).unwrap_err();
+        assert!(
+            e.contains("mounted at") || e.contains("in use"),
+            "{how}: {e}"
+        );
+        assert_eq!(w.runner.count("lvm"), 1, "{how}");
+    }
+    // A failed deactivation (opened meanwhile) stops before lvremove.
+    let w = world();
+    w.runner
+        .on("lvm", &["lvs"], 0, &lvs("-wi-a-----", &tags("lv1")), "");
+    w.runner.on(
+        "lvm",
+        &["lvchange"],
+        5,
+        "",
+        "Logical volume vg0/lv1 in use.",
+    );
+    let e = w.with_ctx(|c| delete(c, &pv)).unwrap_err();
+    assert!(e.contains("could not be deactivated"), "{e}");
+    assert!(!w.lines().iter().any(|l| l.contains("lvremove")));
+}
+
+#[test]
+fn delete_and_expand_trust_the_pv_name_not_its_annotations() {
+    // A PV whose annotations point at another PV's LV: that LV lacks this PV's tag.
+    let w = world();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(
+            8 << 30,
+            &[("pvc-b", "-wi-------", 64 * MI, &tags("pvc-b"), "")],
+        ),
+        "",
+    );
+    let pv = pv_of("pvc-a", "vg0", "pvc-b");
+    assert!(w.with_ctx(|c| delete(c, &pv)).is_err());
+    assert!(w.with_ctx(|c| expand(c, &pv, 128 * MI)).is_err());
+    assert!(
+        !w.lines()
+            .iter()
+            .any(|l| l.contains("lvremove") || l.contains("lvextend"))
+    );
+    // Missing or bad annotations.
+    let mut bad = pv_of("pvc-a", "vg0", "../x");
+    assert!(
+        w.with_ctx(|c| delete(c, &bad))
+            .unwrap_err()
+            .contains("volumeID")
+    );
+    bad.metadata.annotations = None;
+    assert!(
+        w.with_ctx(|c| delete(c, &bad))
+            .unwrap_err()
+            .contains(ANN_VG)
+    );
+}
+
+#[test]
+fn expand_grows_to_whole_extents_within_the_node_policy() {
+    let pv = pv_of(PV, "vg0", PV);
+    let row = |size: u64| lvs_json(100 * MI, &[(PV, "-wi-a-----", size, &tags(PV), "")]);
+    // Already big enough (the driver's expandfs may have grown it): nothing to do.
+    let w = world();
+    w.runner.on("lvm", &["lvs"], 0, &row(128 * MI), "");
+    assert_eq!(w.with_ctx(|c| expand(c, &pv, 100 * MI)), Ok(128 * MI));
+    assert_eq!(w.lines(), [LVS]);
+    // Grows, rounded up: 127 MiB + 1 byte -> 128 MiB.
+    let w = world();
+    w.runner.on("lvm", &["lvs"], 0, &row(128 * MI), "");
+    w.runner.once("lvm", &["lvs"], 0, &row(64 * MI), "");
+    assert_eq!(w.with_ctx(|c| expand(c, &pv, 127 * MI + 1)), Ok(128 * MI));
+    assert_eq!(
+        w.lines(),
+        [
+            LVS,
+            &format!("lvm lvextend -y -L 134217728b -- vg0/{PV}"),
+            LVS
+        ]
+    );
+    // No room (100 MiB free, 64 more needed, 40 reserved), or past maxVolumeSize: unchanged.
+    for cap in [false, true] {
+        let mut w = world();
+        if cap {
+            w.config.lvm.max_volume_size = Some(100 * MI);
+        } else {
+            w.config.lvm.vg_reserve = 40 * MI;
+        }
+        w.runner.on("lvm", &["lvs"], 0, &row(64 * MI), "");
+        let e = w.with_ctx(|c| expand(c, &pv, 128 * MI)).unwrap_err();
+        assert!(
+            e.contains(if cap { "maxVolumeSize" } else { "vgReserve" }),
+            "{e}"
+        );
+        assert_eq!(w.lines(), [LVS]);
+    }
+    // Thin: the pool's ratio, not the VG's free space.
+    let w = world();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(
+            0,
+            &[
+                ("pool", "twi-aotz--", 256 * MI, "", ""),
+                (PV, "Vwi-a-tz--", 192 * MI, &tags(PV), "pool"),
+            ],
+        ),
+        "",
+    );
+    let e = w.with_ctx(|c| expand(c, &pv, 260 * MI)).unwrap_err();
+    assert!(e.contains("lvm.thinOverprovisionRatio"), "{e}");
+    assert_eq!(w.with_ctx(|c| expand(c, &pv, 256 * MI)), Ok(192 * MI));
+    assert!(
+        w.lines()
+            .iter()
+            .any(|l| l.contains("lvextend -y -L 268435456b"))
+    );
+}
+
+#[test]
+fn the_node_config_takes_a_thin_overprovisioning_ratio() {
+    let parse = |j: &str| Config::parse(std::path::Path::new("/c.json"), j.as_bytes());
+    assert_eq!(parse("{}").unwrap().lvm.thin_overprovision_permille, 1000);
+    for (v, permille) in [
+        ("2.5", 2500),
+        ("1", 1000),
+        ("0.1", 100),
+        ("100", 100_000),
+        ("1.125", 1125),
+    ] {
+        let c = parse(&format!(r#"{{"lvm":{{"thinOverprovisionRatio":{v}}}}}"#)).unwrap();
+        assert_eq!(c.lvm.thin_overprovision_permille, permille, "{v}");
+        assert_eq!(policy::show_ratio(permille), v);
+    }
+    for bad in ["0", "0.05", "101", "-1", "1.0625", "1e3", "\"2\"", "null"] {
+        let j = format!(r#"{{"lvm":{{"thinOverprovisionRatio":{bad}}}}}"#);
+        let e = parse(&j).unwrap_err().to_string();
+        assert!(
+            e.contains("thinOverprovisionRatio") || e.contains("invalid type"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
+fn the_backend_declares_what_the_reconciler_needs() {
+    let b = LvmBackend::new("flexvol");
+    assert_eq!(b.kind(), "lvm");
+    assert!(b.node_local() && b.node_finishes_resize());
+    assert_eq!(b.access_modes(), ["ReadWriteOnce"]);
+    let mut cfg = Config::default();
+    assert!(!b.serves(&cfg, "n"));
+    cfg.lvm.allowed_volume_groups = vec!["vg0".into()];
+    assert!(b.serves(&cfg, "n"));
+    assert!(b.check_class(&params(&[("volumegroup", "vg0")])).is_ok());
+    assert!(
+        b.check_class(&params(&[("volumegroup", "vg0"), ("x", "y")]))
+            .is_err()
+    );
+}
