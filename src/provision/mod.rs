@@ -1,13 +1,14 @@
 //! `flexvol provisioner`: dynamic provisioning, one instance per node.
 //!
 //! Each node's instance serves claims whose class names `<vendor>/<kind>` for each kind in
-//! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs in
-//! the volume groups the node config grants, [`lvm`]) for
-//! the claims the scheduler placed on its node (`volume.kubernetes.io/selected-node`,
-//! WaitForFirstConsumer); it makes the volume and the PV for it, grows both when the claim asks for
-//! more, and deletes both when a Released PV with reclaim policy Delete is one it made. The
-//! decisions are in [`reconcile`], the node-side work behind the [`backend::Backend`] seam, the API
-//! server behind the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
+//! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs
+//! in the volume groups the node config grants, [`lvm`]) for the claims the scheduler placed on
+//! its node (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer), and shared ones (NFS
+//! subdirectories, [`nfs`]) for any claim of their class, by whichever instance gets there first;
+//! it makes the volume and the PV for it, grows both when the claim asks for more, and deletes
+//! both when a Released PV with reclaim policy Delete is one it made. The decisions are in
+//! [`reconcile`], the node-side work behind the [`backend::Backend`] seam, the API server behind
+//! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
 //!
 //! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client;
 //! the driver verbs never reach this module (`cli::main` dispatches on argv[0] first), so the
@@ -24,6 +25,7 @@ pub mod hostpath;
 pub mod kube;
 pub mod localpath;
 pub mod lvm;
+pub mod nfs;
 pub mod quota;
 pub mod reconcile;
 
@@ -71,6 +73,7 @@ pub fn backends(id: &reconcile::Identity) -> Vec<Box<dyn backend::Backend>> {
     vec![
         Box::new(hostpath::HostPathBackend::new(id.provisioner("hostpath"))),
         Box::new(lvm::LvmBackend::new(&id.vendor)),
+        Box::new(nfs::NfsBackend::new(id.provisioner("nfs"))),
     ]
 }
 

@@ -182,7 +182,9 @@ pub fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
-fn apply_ownership(fd: &OwnedFd, own: Ownership, default_mode: u32) -> nix::Result<()> {
+/// Applies `own` to an open file or directory: owner and group when set, then the mode
+/// (`default_mode` when none is set), without umask.
+pub fn apply_ownership(fd: &OwnedFd, own: Ownership, default_mode: u32) -> nix::Result<()> {
     if own.uid.is_some() || own.gid.is_some() {
         fchown(fd, own.uid.map(Uid::from_raw), own.gid.map(Gid::from_raw))?;
     }
@@ -192,7 +194,9 @@ fn apply_ownership(fd: &OwnedFd, own: Ownership, default_mode: u32) -> nix::Resu
     )
 }
 
-fn open_dir_nofollow(path: &Path) -> nix::Result<OwnedFd> {
+/// Opens a directory for reading (`O_DIRECTORY`), refusing to follow any symlink on the way,
+/// the last component included.
+pub fn open_dir_nofollow(path: &Path) -> nix::Result<OwnedFd> {
     let how = OpenHow::new()
         .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);

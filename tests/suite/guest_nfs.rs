@@ -116,10 +116,10 @@ fn sh(prog: &str, args: &[&str]) {
 }
 
 /// Stops nfsd for the life of the guard, then starts it again (also when the test panics).
-struct ServerDown;
+pub(crate) struct ServerDown;
 
 impl ServerDown {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         sh("rpc.nfsd", &["0"]);
         let t = Instant::now();
         while std::net::TcpStream::connect("127.0.0.1:2049").is_ok() {
@@ -495,10 +495,10 @@ fn guest_nfs_server_by_hostname() {
 
 /// Drops every packet on `lo` while alive (a server that does not answer at all, rather than one
 /// that refuses connections). `None` when this kernel has no netem.
-struct Blackhole;
+pub(crate) struct Blackhole;
 
 impl Blackhole {
-    fn new() -> Option<Self> {
+    pub(crate) fn new() -> Option<Self> {
         let ok = Command::new("tc")
             .args(["qdisc", "add", "dev", "lo", "root", "netem", "loss", "100%"])
             .status()

@@ -15,6 +15,7 @@ mod faults;
 mod guest_lvm;
 mod guest_lvmprov;
 mod guest_nfs;
+mod guest_nfs_provision;
 mod guest_quota;
 mod install;
 mod manifests;

@@ -1,0 +1,896 @@
+//! The NFS-subdirectory provisioner (`<vendor>/nfs` StorageClasses): every claim gets its own
+//! directory in an NFS export, and its PV mounts exactly that directory through the NFS driver.
+//!
+//! Class parameters ([`NfsClass::parse`]; unknown keys are errors):
+//! - `server`, `share`: the export the directories are made in; `version` and `mountOptions` as
+//!   the NFS driver takes them. All four are checked by the driver's own validation
+//!   ([`NfsOptions::parse`]): server syntax, share path, the mount-option allow-list. A class is
+//!   checked against the built-in policy (it may be used on any node), and each provisioning
+//!   again against the policy of the node doing it (`nfs` in its config);
+//! - `pathPattern`: the directory below the export, in hostPath's template language
+//!   ([`hostpath::expand_pattern`]); default `<pv>_<namespace>_<claim>`
+//!   ([`hostpath::default_rel_path`]);
+//! - `uid`, `gid`, `mode` of the directory. **Default: root:root 0755**, the node operator's
+//!   usual default for a new directory: pods running as root can write (if the export does not
+//!   squash root), others can read. Pods
+//!   that run as another user need `uid`/`gid` (or `gid` and `mode: "0770"`). There is no forced
+//!   0777 (nfs-subdir-external-provisioner's choice, which lets every user of every client write).
+//!   Directories the pattern creates above the volume's get the same ownership. The export must
+//!   let root on this node chown (`no_root_squash`) when `uid`/`gid` are set;
+//! - `onDelete`: `delete` | `retain` | `archive`, what happens to the directory when its PV (reclaim
+//!   policy Delete) is released. **Default: `archive`**: nfs-subdir's effective default
+//!   (`archiveOnDelete` unset archives), and the one that never loses data by surprise; a class
+//!   that really wants the data gone says `delete`.
+//!
+//! Not node-local: any instance may provision a claim and any may delete its PV; several do at
+//! once. The PV name is deterministic (`pvc-<claim uid>`), so the API server keeps one PV; here,
+//! racing instances converge:
+//! - provisioning: `mkdir` that finds the directory (EEXIST) goes on; the marker is written to a
+//!   temporary file of this instance (`O_EXCL`, unique name) and hard-linked into place, so a
+//!   marker is never seen half written, and the first link wins; everybody then reads the marker
+//!   and accepts it when it names the same PV and claim (the `node` field says which instance
+//!   made it and is not compared). A directory holding only marker temporaries counts as empty
+//!   (a racer is writing, or a kill left one; those older than a minute are removed);
+//! - deleting: the directory is committed by one `rename` (to a tombstone, or to its archive
+//!   name); an instance whose rename finds nothing looks again and finishes the tombstone or
+//!   finds the job done.
+//!
+//! The export is mounted through the NFS driver's own `mount` verb ([`crate::backend::nfs`]):
+//! its validation, node policy, reachability probe (`nfs.probeTimeoutSeconds`: a dead server is
+//! an error within seconds, `mount.nfs` never starts) and `mount.nfs` under a deadline
+//! (`nfs.mountTimeoutSeconds`). The mount is private to the provisioner
+//! (`<runDir>/provisioner-nfs/<node>/<pv>`, mode 0700), `soft` with a short `timeo` (a server that dies
+//! mid-work makes the next file operation fail, not hang), and always unmounted afterwards, also
+//! on error, through the driver's `unmount` (which escalates to forced and lazy); if that still
+//! fails, a lazy detach. A mount left by a kill is removed by [`NfsBackend::recover`].
+//!
+//! Safety rules (rule 4 of the house):
+//! - below the mounted export everything goes through `openat2(RESOLVE_NO_SYMLINKS)`
+//!   ([`hostpath::inspect`], [`paths::create_dirs`]); the relative path has normal components only;
+//! - the PV records what delete acts on: [`ANN_EXPORT`] (the export root mounted), [`ANN_PATH`]
+//!   (the directory below it, exactly as created, also for nested patterns) and
+//!   [`ANN_ON_DELETE`]; the PV's `share` must equal export + path, or delete refuses;
+//! - delete acts only on a directory whose marker names this PV and its claim uid; it renames
+//!   within the export root and never leaves it;
+//! - `archive` renames the directory to `<export>/archived-<pv>-<UTC time>` (in the export
+//!   root, whatever the nesting, so an operator finds every archive in one place). It never
+//!   overwrites: an existing name is skipped, and a directory rename can never replace a
+//!   non-empty directory (every archive holds at least its marker). NFS has no
+//!   `RENAME_NOREPLACE`, so this is how "never overwrite" is kept;
+//! - `delete` renames to the tombstone `<export>/.flexvol-deleting-<pv>` then removes it
+//!   recursively without following symlinks ([`hostpath::delete_volume_dir`]); a kill in
+//!   between leaves the tombstone, which the next delete of the same PV (still there: the PV is
+//!   removed only after) finishes;
+//! - `retain` does not even mount the export: only the PV goes.
+//!
+//! Sizes are not enforced (an NFS directory has no size): the PV says so in
+//! [`ANN_SIZE_ENFORCED`]/[`ANN_SIZE_NOTE`]. A resize is accepted as is ([`Backend::expand`]
+//! returns the new size): refusing would only keep the claim's recorded size from following
+//! the request, and nothing limits the volume either way.
+//!
+//! `recover` only removes provisioner mounts left by a kill (reading mountinfo, no network):
+//! tombstones are finished by the delete of their own PV, which the reconciler retries.
+
+use super::backend::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
+};
+use super::hostpath::{self, DirState, MARKER, Marker, Root};
+use crate::backend::nfs::options::{NfsConfig, NfsOptions};
+use crate::node::config::Config;
+use crate::protocol::options::Options;
+use crate::sys::paths::{self, Ownership};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2, renameat};
+use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// PV annotation: the export root mounted to create and remove the directory (the class's
+/// `share`).
+pub const ANN_EXPORT: &str = "flexvol/nfs-export";
+/// PV annotation: the volume's directory relative to [`ANN_EXPORT`], exactly as created.
+pub const ANN_PATH: &str = "flexvol/nfs-path";
+/// PV annotation: what delete does (`delete`, `retain`, `archive`).
+pub const ANN_ON_DELETE: &str = "flexvol/nfs-on-delete";
+/// Archives are `<export>/archived-<pv>-<UTC time>`.
+pub const ARCHIVE_PREFIX: &str = "archived-";
+/// The marker's temporary files (`<MARKER>.tmp-<node>-<pid>-<nanos>`).
+const MARKER_TMP: &str = ".flexvol-provisioned.tmp";
+/// The provisioner's private mounts live in `<runDir>/<this>/<node>/<pv>`.
+pub const MOUNT_DIR: &str = "provisioner-nfs";
+/// The provisioner's own mount: soft, so a server that dies mid-work fails the next operation
+/// (after about timeo × (retrans + 1) = 3 + 6 + 9 s) instead of blocking it forever.
+pub const WORK_MOUNT_OPTIONS: &str = "soft,timeo=30,retrans=2";
+/// What [`ANN_SIZE_NOTE`] says.
+pub const SIZE_NOTE: &str = "an NFS subdirectory has no size of its own: the volume can use all the free space of the export; flexvol records the request but does not limit it";
+
+/// Class parameters a class may use.
+pub const PARAMS: [&str; 9] = [
+    "server",
+    "share",
+    "version",
+    "mountOptions",
+    "pathPattern",
+    "uid",
+    "gid",
+    "mode",
+    "onDelete",
+];
+
+/// What delete does with the directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDelete {
+    /// Tombstone rename, then recursive removal.
+    Delete,
+    /// Left as it is; only the PV goes.
+    Retain,
+    /// Renamed to `<export>/archived-<pv>-<time>`.
+    Archive,
+}
+
+impl OnDelete {
+    /// Parses `delete`, `retain` or `archive`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "delete" => Ok(Self::Delete),
+            "retain" => Ok(Self::Retain),
+            "archive" => Ok(Self::Archive),
+            _ => Err(format!(
+                "class parameter onDelete={s:?} is not one of delete, retain, archive (default archive)"
+            )),
+        }
+    }
+
+    /// The parameter's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Delete => "delete",
+            Self::Retain => "retain",
+            Self::Archive => "archive",
+        }
+    }
+}
+
+/// A validated `<vendor>/nfs` class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfsClass {
+    /// `server`, as given.
+    pub server: String,
+    /// `share`, without trailing slashes (the export root).
+    pub share: String,
+    /// `version`, if set.
+    pub version: Option<String>,
+    /// `mountOptions`, if set: what the PV (so every pod mount) gets.
+    pub mount_options: Option<String>,
+    /// `pathPattern`, `uid`, `gid`, `mode` (hostPath's parser).
+    pub dir: hostpath::ClassParams,
+    /// `onDelete`.
+    pub on_delete: OnDelete,
+}
+
+impl NfsClass {
+    /// Validates a class's `parameters` against the node policy `nfs`. Nothing has run when this
+    /// fails.
+    pub fn parse(params: &BTreeMap<String, String>, nfs: &NfsConfig) -> Result<Self, String> {
+        if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown class parameter {k:?}; the nfs provisioner knows {}",
+                PARAMS.join(", ")
+            ));
+        }
+        let dir = hostpath::ClassParams::parse(
+            params
+                .iter()
+                .filter(|(k, _)| hostpath::PARAMS.contains(&k.as_str())),
+        )?;
+        let on_delete = params
+            .get("onDelete")
+            .map_or(Ok(OnDelete::Archive), |v| OnDelete::parse(v))?;
+        for key in ["server", "share"] {
+            if !params.contains_key(key) {
+                return Err(format!(
+                    "class parameter {key} is missing; an nfs class needs server and share (the export the volumes' directories are made in)"
+                ));
+            }
+        }
+        let class = Self {
+            server: params["server"].clone(),
+            share: params["share"].clone(),
+            version: params.get("version").cloned(),
+            mount_options: params.get("mountOptions").cloned(),
+            dir,
+            on_delete,
+        };
+        // The driver's own validation, once as the PV will be mounted by pods, once as the
+        // provisioner mounts the export.
+        let pod = class.check(&class.share, class.mount_options.as_deref(), nfs)?;
+        class.check(&class.share, Some(&class.work_options()), nfs)?;
+        Ok(Self {
+            share: pod.share,
+            ..class
+        })
+    }
+
+    fn options_json(&self, share: &str, mount_options: Option<&str>) -> String {
+        let mut m = serde_json::Map::new();
+        m.insert("server".into(), self.server.clone().into());
+        m.insert("share".into(), share.into());
+        if let Some(v) = &self.version {
+            m.insert("version".into(), v.clone().into());
+        }
+        if let Some(o) = mount_options {
+            m.insert("mountOptions".into(), o.into());
+        }
+        serde_json::Value::Object(m).to_string()
+    }
+
+    fn check(
+        &self,
+        share: &str,
+        mount_options: Option<&str>,
+        nfs: &NfsConfig,
+    ) -> Result<NfsOptions, String> {
+        let o = Options::parse(&self.options_json(share, mount_options))
+            .map_err(|e| format!("class parameters: {e}"))?;
+        NfsOptions::parse(&o, nfs).map_err(|e| format!("class parameters: {e}"))
+    }
+
+    /// The `mountOptions` of the provisioner's own mount of the export: the class's, without
+    /// what makes a mount hard, slow to give up, or read-only, plus [`WORK_MOUNT_OPTIONS`].
+    pub fn work_options(&self) -> String {
+        work_options(self.mount_options.as_deref())
+    }
+
+    /// The driver options (JSON) of the provisioner's mount of the export root.
+    pub fn export_json(&self) -> String {
+        self.options_json(&self.share, Some(&self.work_options()))
+    }
+}
+
+/// See [`NfsClass::work_options`].
+pub fn work_options(class: Option<&str>) -> String {
+    let drop = [
+        "hard", "soft", "softerr", "timeo", "retrans", "ro", "rw", "intr", "nointr",
+    ];
+    let mut parts: Vec<&str> = class
+        .unwrap_or("")
+        .split(',')
+        .filter(|i| !i.is_empty() && !drop.contains(&i.split('=').next().unwrap_or(i)))
+        .collect();
+    parts.push(WORK_MOUNT_OPTIONS);
+    parts.join(",")
+}
+
+/// The export path of the directory `rel` of the export `share`.
+pub fn full_share(share: &str, rel: &Path) -> String {
+    format!("{}/{}", share.trim_end_matches('/'), rel.display())
+}
+
+/// Mounting and unmounting export roots: the real [`DriverExports`], or a test double.
+pub trait Exports: Send + Sync {
+    /// Mounts the export described by `options` (the NFS driver's JSON) on the existing empty
+    /// directory `dir`, within bounded time; returns the directory to work in (the export's root).
+    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String>;
+    /// Unmounts what [`Exports::mount`] mounted on `dir`; nothing mounted is `Ok`.
+    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String>;
+}
+
+/// The NFS driver's own `mount` and `unmount` verbs, with the real system seams.
+pub struct DriverExports;
+
+impl DriverExports {
+    fn call(cfg: &Config, call: &crate::protocol::verb::Call) -> Result<(), String> {
+        use crate::backend::{Context, lvm::SysDevices, nfs::probe::TcpProber};
+        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+        let ctx = Context {
+            config: cfg,
+            runner: &runner,
+            mounter: &crate::sys::mount::SysMounter,
+            devices: &SysDevices,
+            prober: &TcpProber,
+            deadline: crate::sys::process::Deadline::after(cfg.verb_timeout()),
+            driver_name: "flexvol/provisioner",
+        };
+        crate::backend::nfs::handle(call, &ctx)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Exports for DriverExports {
+    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+        let call = crate::protocol::verb::Call::Mount {
+            mount_dir: dir.to_string_lossy().into_owned(),
+            options: options.to_owned(),
+        };
+        Self::call(cfg, &call)?;
+        Ok(dir.to_owned())
+    }
+
+    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+        use crate::sys::mount::{Mounter, SysMounter, UnmountMode};
+        let call = crate::protocol::verb::Call::Unmount {
+            mount_dir: dir.to_string_lossy().into_owned(),
+        };
+        let Err(why) = Self::call(cfg, &call) else {
+            return Ok(());
+        };
+        // Busy (our own descriptors are closed, so someone looked in) or stuck: detach it now,
+        // the kernel finishes when it is no longer used.
+        match SysMounter.unmount(dir, UnmountMode::Detach) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!(
+                "cannot unmount the provisioner's mount {}: {why}; a lazy unmount failed too: {e}",
+                dir.display()
+            )),
+        }
+    }
+}
+
+/// The NFS-subdirectory backend.
+pub struct NfsBackend {
+    provisioner: String,
+    exports: Box<dyn Exports>,
+    /// This instance's node (from the last `recover`/`provision`): names its mount directory.
+    node: String,
+}
+
+impl NfsBackend {
+    /// The backend for provisioner name `provisioner` (`<vendor>/nfs`), mounting through the
+    /// NFS driver.
+    pub fn new(provisioner: String) -> Self {
+        Self::with_exports(provisioner, Box::new(DriverExports))
+    }
+
+    /// The backend with another [`Exports`] (tests).
+    pub fn with_exports(provisioner: String, exports: Box<dyn Exports>) -> Self {
+        Self {
+            provisioner,
+            exports,
+            node: "node".into(),
+        }
+    }
+
+    /// Mounts the export described by `options` on this PV's private directory, runs `work` on
+    /// its root, and unmounts — also when `work` fails. An unmount failure is an error (the work
+    /// is idempotent: the next pass does it again and retries the unmount).
+    fn with_export<T>(
+        &self,
+        cfg: &Config,
+        pv: &str,
+        options: &str,
+        work: impl FnOnce(&Root) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let dir = private_dir(cfg, &self.node, pv)?;
+        let root_path = self.exports.mount(cfg, options, &dir).inspect_err(|_| {
+            // Nothing is mounted there (the driver's mount leaves nothing behind on failure).
+            let _ = std::fs::remove_dir(&dir);
+        })?;
+        let root = Root {
+            configured: root_path.clone(),
+            real: root_path,
+        };
+        let result = work(&root);
+        let unmounted = self.exports.unmount(cfg, &dir);
+        if unmounted.is_ok() {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        match (result, unmounted) {
+            (Ok(t), Ok(())) => Ok(t),
+            (Err(why), _) => Err(why),
+            (Ok(_), Err(why)) => Err(format!("the work was done but {why}; retrying")),
+        }
+    }
+}
+
+/// `<runDir>/provisioner-nfs/<node>/<pv>`, created (0700) unless a leftover mount is there
+/// (never looked into: its server may be dead). The caller mounts on it. The node's name keeps
+/// instances that share a run directory (test clusters on one kernel) out of each other's way.
+fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, String> {
+    for name in [node, pv] {
+        if name.contains('/') || hostpath::volume_rel_path(name).is_err() {
+            return Err(format!("{name:?} is not usable as a directory name"));
+        }
+    }
+    let base = cfg.run_dir.join(MOUNT_DIR).join(node);
+    let fail = |e: &dyn std::fmt::Display| {
+        format!(
+            "cannot prepare the provisioner's mount directory under {}: {e}",
+            base.display()
+        )
+    };
+    std::fs::create_dir_all(&base).map_err(|e| fail(&e))?;
+    std::fs::set_permissions(&base, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(|e| fail(&e))?;
+    let dir = std::fs::canonicalize(&base).map_err(|e| fail(&e))?.join(pv);
+    let table = crate::sys::mountinfo::MountTable::read().map_err(|e| fail(&e))?;
+    if !table.is_mount_point(&dir) {
+        match nix::unistd::mkdir(&dir, Mode::from_bits_truncate(0o700)) {
+            Ok(()) | Err(nix::Error::EEXIST) => {}
+            Err(e) => return Err(fail(&e)),
+        }
+    }
+    Ok(dir)
+}
+
+/// A message about paths below the private mount `root`, with `server:export` instead (the
+/// mount directory means nothing to the reader of an event).
+fn relabel(s: &str, root: &Root, label: &str) -> String {
+    s.replace(&*root.real.to_string_lossy(), label)
+}
+
+fn same_claim(a: &Marker, b: &Marker) -> bool {
+    a.provisioner == b.provisioner
+        && a.volume == b.volume
+        && a.claim_uid == b.claim_uid
+        && a.namespace == b.namespace
+        && a.claim == b.claim
+}
+
+/// Creates `<root>/<rel>` (missing parents too) with `own`, and its marker; race-safe and
+/// idempotent (module doc). A directory holding another claim's marker, or anything but ours, is
+/// an error and left alone.
+pub fn make_subdir(
+    root: &Root,
+    rel: &Path,
+    own: Ownership,
+    marker: &Marker,
+) -> Result<PathBuf, String> {
+    let path = root.real.join(rel);
+    let mut state = hostpath::inspect(root, rel);
+    for _ in 0..3 {
+        if !matches!(state, DirState::Foreign(_)) {
+            break;
+        }
+        match only_marker_temps(&path) {
+            // Another instance is writing the marker, or a kill left its temporary: as empty.
+            Some(false) => state = DirState::Empty,
+            // Its marker appeared meanwhile: look again.
+            Some(true) => state = hostpath::inspect(root, rel),
+            None => break,
+        }
+    }
+    match state {
+        DirState::Marked(m) if same_claim(&m, marker) => return Ok(path),
+        DirState::Marked(m) => return Err(belongs(&path, &m)),
+        DirState::Foreign(why) => {
+            return Err(format!(
+                "{why}; flexvol will not use it: move it away or pick another pathPattern"
+            ));
+        }
+        DirState::Missing => {
+            let missing: Vec<std::ffi::OsString> = rel.iter().map(Into::into).collect();
+            paths::create_dirs(&root.real, &missing, own)
+                .map_err(|e| format!("cannot create {}: {e}{}", path.display(), squash_hint(e)))?;
+            crate::sys::process::checkpoint("provisioner-nfs-after-mkdir");
+        }
+        DirState::Empty => {
+            // Made by a killed pass (or a racing instance that has not set it up yet): give it
+            // the class's ownership, which the kill may have prevented.
+            let fd = paths::open_dir_nofollow(&path)
+                .and_then(|fd| paths::apply_ownership(&fd, own, 0o755).map(|()| fd))
+                .map_err(|e| format!("cannot set up {}: {e}{}", path.display(), squash_hint(e)))?;
+            drop(fd);
+        }
+    }
+    link_marker(&path, marker)?;
+    match hostpath::inspect(root, rel) {
+        DirState::Marked(m) if same_claim(&m, marker) => Ok(path),
+        DirState::Marked(m) => Err(belongs(&path, &m)),
+        _ => Err(format!(
+            "{} has no readable marker right after writing it; retrying",
+            path.display()
+        )),
+    }
+}
+
+fn belongs(path: &Path, m: &Marker) -> String {
+    format!(
+        "{} already exists and belongs to PV {} (claim {}/{}); delete that PV or the directory, or use a pathPattern with {{{{ .PVName }}}}",
+        path.display(),
+        m.volume,
+        m.namespace,
+        m.claim
+    )
+}
+
+fn squash_hint(e: nix::Error) -> &'static str {
+    if matches!(e, nix::Error::EPERM | nix::Error::EACCES) {
+        " (root on this node is not allowed to do that on the export: export it with no_root_squash, or leave uid/gid out of the class)"
+    } else {
+        ""
+    }
+}
+
+/// Writes the marker into `dir`: a temporary file of this process (`O_EXCL`), hard-linked to
+/// [`MARKER`] (the first link wins, later ones find it there), then removed.
+fn link_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
+    let fail =
+        |e: &dyn std::fmt::Display| format!("cannot write the marker in {}: {e}", dir.display());
+    let d = paths::open_dir_nofollow(dir).map_err(|e| fail(&e))?;
+    let mut data = serde_json::to_vec(marker).map_err(|e| fail(&e))?;
+    data.push(b'\n');
+    for attempt in 0..5 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let tmp = format!(
+            "{MARKER_TMP}-{}-{}-{attempt}-{nanos}",
+            marker.node,
+            std::process::id()
+        );
+        let how = OpenHow::new()
+            .flags(OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC)
+            .mode(Mode::from_bits_truncate(0o444))
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
+        let fd = openat2(&d, tmp.as_str(), how).map_err(|e| fail(&e))?;
+        let linked = (|| -> Result<bool, String> {
+            let mut f = std::fs::File::from(fd);
+            f.write_all(&data).map_err(|e| fail(&e))?;
+            f.sync_all().map_err(|e| fail(&e))?;
+            match linkat(&d, tmp.as_str(), &d, MARKER, AtFlags::empty()) {
+                Ok(()) | Err(nix::Error::EEXIST) => Ok(true),
+                // Our temporary is gone (cleared as stale by a racer: a very slow write).
+                Err(nix::Error::ENOENT) => Ok(false),
+                Err(e) => Err(fail(&e)),
+            }
+        })();
+        let _ = unlinkat(&d, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        if linked? {
+            return nix::unistd::fsync(&d).map_err(|e| fail(&e));
+        }
+    }
+    Err(fail(&"other instances kept clearing it; retrying"))
+}
+
+/// Whether a directory holds nothing but marker temporaries (a racing instance writing its
+/// marker, or one a kill left) and maybe the marker itself: `None` when it holds anything else,
+/// `Some(marker there)` otherwise. Temporaries older than a minute (left by a kill, never an
+/// instance still writing) are removed on the way.
+fn only_marker_temps(dir: &Path) -> Option<bool> {
+    let d = paths::open_dir_nofollow(dir).ok()?;
+    // The open descriptor's /proc link lists the directory that was opened, not whatever the
+    // path names now.
+    let fd_dir = PathBuf::from(format!("/proc/self/fd/{}", d.as_raw_fd()));
+    let mut marker = false;
+    for e in std::fs::read_dir(&fd_dir).ok()? {
+        let name = e.ok()?.file_name();
+        let s = name.to_str()?;
+        if s == MARKER {
+            marker = true;
+        } else if s.starts_with(MARKER_TMP) {
+            let old =
+                nix::sys::stat::fstatat(&d, s, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_secs();
+                    u64::try_from(st.st_mtime).is_ok_and(|m| m + 60 < now)
+                });
+            if old {
+                let _ = unlinkat(&d, s, UnlinkatFlags::NoRemoveDir);
+            }
+        } else {
+            return None;
+        }
+    }
+    Some(marker)
+}
+
+/// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),
+/// only if its marker names them. `stamp` names an archive (UTC time). Returns what was done.
+pub fn remove_subdir(
+    root: &Root,
+    rel: &Path,
+    pv: &str,
+    claim_uid: &str,
+    mode: OnDelete,
+    stamp: &str,
+) -> Result<String, String> {
+    let path = root.real.join(rel);
+    match mode {
+        OnDelete::Retain => Ok(format!("kept {} (onDelete: retain)", path.display())),
+        OnDelete::Delete => {
+            let once = || hostpath::delete_volume_dir(root, rel, pv, claim_uid);
+            // A racing instance may have renamed it between our look and our rename: look again.
+            let done = once().or_else(|first| match hostpath::inspect(root, rel) {
+                DirState::Missing => once(),
+                _ => Err(first),
+            })?;
+            Ok(match done {
+                hostpath::Deleted::Removed => format!("removed {}", path.display()),
+                hostpath::Deleted::AlreadyGone => {
+                    format!("{} was already gone", path.display())
+                }
+            })
+        }
+        OnDelete::Archive => archive(root, rel, pv, claim_uid, stamp),
+    }
+}
+
+fn archive(
+    root: &Root,
+    rel: &Path,
+    pv: &str,
+    claim_uid: &str,
+    stamp: &str,
+) -> Result<String, String> {
+    let path = root.real.join(rel);
+    let gone = || {
+        Ok(format!(
+            "{} is not there any more (archived or removed before)",
+            path.display()
+        ))
+    };
+    let left =
+        "it was left alone: archive or delete it by hand if it is not needed, then remove the PV";
+    match hostpath::inspect(root, rel) {
+        DirState::Missing => return gone(),
+        DirState::Marked(m) if m.volume == pv && m.claim_uid == claim_uid => {}
+        DirState::Marked(m) => {
+            return Err(format!(
+                "{} belongs to PV {} (claim uid {}), not to {pv}; {left}",
+                path.display(),
+                m.volume,
+                m.claim_uid
+            ));
+        }
+        DirState::Empty => {
+            return Err(format!(
+                "{} has no flexvol marker, so it may not be ours; {left}",
+                path.display()
+            ));
+        }
+        DirState::Foreign(why) => return Err(format!("{why}; {left}")),
+    }
+    let fail = |e: &dyn std::fmt::Display| format!("cannot archive {}: {e}", path.display());
+    let leaf = rel
+        .file_name()
+        .ok_or_else(|| format!("{} has no name", path.display()))?;
+    let parent = paths::open_dir_nofollow(&root.real.join(rel.parent().unwrap_or(Path::new(""))))
+        .map_err(|e| fail(&e))?;
+    let root_fd = paths::open_dir_nofollow(&root.real).map_err(|e| fail(&e))?;
+    let base = format!("{ARCHIVE_PREFIX}{pv}-{stamp}");
+    for n in 0..100 {
+        let name = if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        };
+        match nix::sys::stat::fstatat(&root_fd, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(_) => continue, // taken: never overwrite
+            Err(nix::Error::ENOENT) => {}
+            Err(e) => return Err(fail(&e)),
+        }
+        // A directory renamed onto an existing non-empty directory fails (ENOTEMPTY/EEXIST),
+        // onto a file ENOTDIR: a racing name cannot be overwritten either.
+        match renameat(&parent, leaf, &root_fd, name.as_str()) {
+            Ok(()) => {
+                let _ = nix::unistd::fsync(&root_fd);
+                return Ok(format!(
+                    "archived {} to {}",
+                    path.display(),
+                    root.real.join(&name).display()
+                ));
+            }
+            Err(nix::Error::ENOENT) if hostpath::inspect(root, rel) == DirState::Missing => {
+                return gone(); // a racing instance archived it
+            }
+            Err(nix::Error::EEXIST | nix::Error::ENOTEMPTY | nix::Error::ENOTDIR) => continue,
+            Err(e) => return Err(fail(&e)),
+        }
+    }
+    Err(fail(&"100 archive names are taken"))
+}
+
+/// An archive stamp for now: `20261122T153001Z`.
+pub fn stamp_now() -> String {
+    let t = crate::node::calllog::rfc3339(std::time::SystemTime::now());
+    // 2026-11-22T15:30:01.123Z -> 20261122T153001Z
+    let (date_time, _) = t.split_once('.').unwrap_or((&t, ""));
+    format!("{}Z", date_time.replace(['-', ':'], ""))
+}
+
+fn pv_fields(pv: &PersistentVolume) -> Result<(String, BTreeMap<String, String>, String), String> {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv.spec.as_ref().ok_or("it has no spec")?;
+    let opts = spec
+        .flex_volume
+        .as_ref()
+        .and_then(|f| f.options.clone())
+        .ok_or("it has no flexVolume options")?;
+    let claim_uid = spec
+        .claim_ref
+        .as_ref()
+        .and_then(|r| r.uid.clone())
+        .filter(|u| !u.is_empty())
+        .ok_or("it has no claimRef uid, so its directory's marker cannot be checked")?;
+    Ok((name, opts, claim_uid))
+}
+
+impl Backend for NfsBackend {
+    fn kind(&self) -> &'static str {
+        "nfs"
+    }
+
+    fn node_local(&self) -> bool {
+        false
+    }
+
+    fn serves(&self, cfg: &Config, _node: &str) -> bool {
+        crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone())
+            .resolve("mount.nfs")
+            .is_ok()
+    }
+
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
+        NfsClass::parse(params, &NfsConfig::default()).map(|_| ())
+    }
+
+    fn access_modes(&self) -> &'static [&'static str] {
+        &["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"]
+    }
+
+    fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+        req.node.clone_into(&mut self.node);
+        let class = NfsClass::parse(req.params, &cfg.nfs).map_err(Refusal::Fail)?;
+        let rel = match &class.dir.path_pattern {
+            Some(p) => hostpath::expand_pattern(p, req.pv_name, req.namespace, req.name)
+                .map_err(Refusal::Fail)?,
+            None => {
+                let d = hostpath::default_rel_path(req.pv_name, req.namespace, req.name);
+                hostpath::volume_rel_path(&d.to_string_lossy())
+                    .map_err(|why| Refusal::Fail(format!("the volume's directory name {why}")))?
+            }
+        };
+        let marker = Marker {
+            provisioner: self.provisioner.clone(),
+            volume: req.pv_name.to_owned(),
+            namespace: req.namespace.to_owned(),
+            claim: req.name.to_owned(),
+            claim_uid: req.uid.to_owned(),
+            node: req.node.to_owned(),
+        };
+        let own = class.dir.ownership;
+        let label = format!("{}:{}", class.server, class.share);
+        self.with_export(cfg, req.pv_name, &class.export_json(), |root| {
+            make_subdir(root, &rel, own, &marker).map_err(|e| relabel(&e, root, &label))
+        })
+        .map_err(|why| {
+            Refusal::Fail(format!(
+                "cannot create the volume's directory in {}:{}: {why}",
+                class.server, class.share
+            ))
+        })?;
+        let share = full_share(&class.share, &rel);
+        let mut options = BTreeMap::from([
+            ("server".to_owned(), class.server.clone()),
+            ("share".to_owned(), share.clone()),
+        ]);
+        if let Some(v) = &class.version {
+            options.insert("version".into(), v.clone());
+        }
+        if let Some(o) = &class.mount_options {
+            options.insert("mountOptions".into(), o.clone());
+        }
+        let annotations = BTreeMap::from([
+            (ANN_EXPORT.to_owned(), class.share.clone()),
+            (ANN_PATH.to_owned(), rel.to_string_lossy().into_owned()),
+            (
+                ANN_ON_DELETE.to_owned(),
+                class.on_delete.as_str().to_owned(),
+            ),
+            (ANN_SIZE.to_owned(), req.size_bytes.to_string()),
+            (ANN_SIZE_ENFORCED.to_owned(), "false".to_owned()),
+            (ANN_SIZE_NOTE.to_owned(), SIZE_NOTE.to_owned()),
+        ]);
+        Ok(Provisioned {
+            options,
+            capacity_bytes: req.size_bytes,
+            annotations,
+            location: format!("{}:{share}", class.server),
+            // The NFS driver needs no fsType (it mounts nfs/nfs4 by itself).
+            fs_type: None,
+        })
+    }
+
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
+        let (name, opts, claim_uid) = pv_fields(pv)?;
+        let ann = |k: &str| {
+            pv.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(k))
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "it has no {k} annotation, so flexvol does not know which directory is its own; delete the directory by hand, then the PV"
+                    )
+                })
+        };
+        let export = ann(ANN_EXPORT)?;
+        let rel = hostpath::volume_rel_path(&ann(ANN_PATH)?)
+            .map_err(|why| format!("its {ANN_PATH} annotation {why}; left alone"))?;
+        let mode = OnDelete::parse(&ann(ANN_ON_DELETE)?)?;
+        let opt = |k: &str| opts.get(k).cloned();
+        let class = NfsClass {
+            server: opt("server").ok_or("it has no server option")?,
+            share: export,
+            version: opt("version"),
+            mount_options: opt("mountOptions"),
+            dir: hostpath::ClassParams::default(),
+            on_delete: mode,
+        };
+        // Checked as a class would be (server, export, options), with this node's policy.
+        let checked = class.check(&class.share, class.mount_options.as_deref(), &cfg.nfs)?;
+        let recorded = full_share(&checked.share, &rel);
+        if opt("share").as_deref() != Some(recorded.as_str()) {
+            return Err(format!(
+                "its share {:?} is not {recorded:?} (export {} + path {}) as recorded at creation; left alone: delete the directory by hand, then the PV",
+                opt("share").unwrap_or_default(),
+                checked.share,
+                rel.display()
+            ));
+        }
+        if mode == OnDelete::Retain {
+            return Ok(format!(
+                "kept {}:{recorded} (onDelete: retain)",
+                class.server
+            ));
+        }
+        let json = class.options_json(&checked.share, Some(&class.work_options()));
+        let stamp = stamp_now();
+        let label = format!("{}:{}", class.server, checked.share);
+        self.with_export(cfg, &name, &json, |root| {
+            remove_subdir(root, &rel, &name, &claim_uid, mode, &stamp)
+                .map(|s| relabel(&s, root, &label))
+                .map_err(|e| relabel(&e, root, &label))
+        })
+        .map_err(|why| format!("{}:{recorded}: {why}", class.server))
+    }
+
+    fn expand(&mut self, _cfg: &Config, _pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+        // Nothing to grow (module doc): the size is recorded, not enforced.
+        Ok(bytes)
+    }
+
+    fn node_finishes_resize(&self) -> bool {
+        false
+    }
+
+    fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
+        node.clone_into(&mut self.node);
+        let Ok(base) = std::fs::canonicalize(cfg.run_dir.join(MOUNT_DIR).join(node)) else {
+            return Vec::new();
+        };
+        let table = match crate::sys::mountinfo::MountTable::read() {
+            Ok(t) => t,
+            Err(e) => return vec![format!("cannot read the mount table: {e}")],
+        };
+        let mut left: Vec<PathBuf> = table
+            .entries
+            .iter()
+            .filter(|m| m.mount_point.starts_with(&base) && m.mount_point != base)
+            .map(|m| m.mount_point.clone())
+            .collect();
+        left.sort();
+        left.dedup();
+        let mut errors = Vec::new();
+        for dir in left.iter().rev() {
+            match self.exports.unmount(cfg, dir) {
+                Ok(()) => {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                Err(why) => errors.push(why),
+            }
+        }
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests;

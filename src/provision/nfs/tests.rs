@@ -1,0 +1,715 @@
+//! Unit tests of the NFS-subdirectory backend. The export is a local directory behind a fake
+//! [`Exports`] (the real mount is proven in the guest: tests/suite/guest_nfs_provision.rs); the
+//! filesystem work, the marker, the races and the delete modes are real.
+
+use super::*;
+use k8s_openapi::api::core::v1::{
+    FlexPersistentVolumeSource, ObjectReference, PersistentVolumeClaim, PersistentVolumeSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::sync::{Arc, Mutex};
+
+/// "Mounts" `server:share` by answering `<server dir>/<share>`; records every call.
+#[derive(Clone)]
+struct FakeExports {
+    server_dir: PathBuf,
+    dead: bool,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Exports for FakeExports {
+    fn mount(&self, _cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+        assert!(
+            dir.is_dir(),
+            "mount on a missing directory {}",
+            dir.display()
+        );
+        let o: serde_json::Value = serde_json::from_str(options).unwrap();
+        self.log.lock().unwrap().push(format!(
+            "mount {}:{} {}",
+            o["server"].as_str().unwrap(),
+            o["share"].as_str().unwrap(),
+            o["mountOptions"].as_str().unwrap_or("")
+        ));
+        if self.dead {
+            return Err("NFS server 192.0.2.1 is unreachable: nothing accepted a TCP connection. Nothing was mounted.".into());
+        }
+        let root = self
+            .server_dir
+            .join(o["share"].as_str().unwrap().trim_start_matches('/'));
+        assert!(
+            root.is_dir(),
+            "the server does not export {}",
+            root.display()
+        );
+        Ok(root)
+    }
+
+    fn unmount(&self, _cfg: &Config, dir: &Path) -> Result<(), String> {
+        self.log.lock().unwrap().push(format!(
+            "unmount {}",
+            dir.file_name().unwrap().to_string_lossy()
+        ));
+        Ok(())
+    }
+}
+
+struct World {
+    _tmp: tempfile::TempDir,
+    cfg: Config,
+    export: PathBuf,
+    exports: FakeExports,
+}
+
+impl World {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let server_dir = std::fs::canonicalize(tmp.path()).unwrap().join("server");
+        let export = server_dir.join("srv/nfs");
+        std::fs::create_dir_all(&export).unwrap();
+        let cfg = Config {
+            run_dir: tmp.path().join("run"),
+            state_dir: tmp.path().join("state"),
+            ..Config::default()
+        };
+        let exports = FakeExports {
+            server_dir,
+            dead: false,
+            log: Arc::default(),
+        };
+        Self {
+            _tmp: tmp,
+            cfg,
+            export,
+            exports,
+        }
+    }
+
+    fn backend(&self) -> NfsBackend {
+        NfsBackend::with_exports("flexvol/nfs".into(), Box::new(self.exports.clone()))
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.exports.log.lock().unwrap().clone()
+    }
+
+    fn root(&self) -> Root {
+        Root {
+            configured: self.export.clone(),
+            real: self.export.clone(),
+        }
+    }
+}
+
+fn params(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut m: BTreeMap<String, String> = [("server", "10.0.0.5"), ("share", "/srv/nfs/")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for (k, v) in kv {
+        if v.is_empty() {
+            m.remove(*k);
+        } else {
+            m.insert(k.to_string(), v.to_string());
+        }
+    }
+    m
+}
+
+/// Provisions claim `ns/name` (uid `uid`) as node `node`.
+fn provision(
+    b: &mut NfsBackend,
+    cfg: &Config,
+    p: &BTreeMap<String, String>,
+    uid: &str,
+    node: &str,
+) -> Result<Provisioned, Refusal> {
+    let claim = PersistentVolumeClaim::default();
+    let pv = format!("pvc-{uid}");
+    let modes = ["ReadWriteMany".to_owned()];
+    let req = Request {
+        pv_name: &pv,
+        claim: &claim,
+        namespace: "ns",
+        name: &format!("claim-{uid}"),
+        uid,
+        class_name: "nfs",
+        params: p,
+        size_bytes: 1 << 30,
+        access_modes: &modes,
+        node,
+    };
+    b.provision(cfg, &req)
+}
+
+/// The PV the reconciler would build from `p`.
+fn pv_of(uid: &str, p: &Provisioned) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(format!("pvc-{uid}")),
+            annotations: Some(p.annotations.clone()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            flex_volume: Some(FlexPersistentVolumeSource {
+                driver: "flexvol/nfs".into(),
+                options: Some(p.options.clone()),
+                ..Default::default()
+            }),
+            claim_ref: Some(ObjectReference {
+                uid: Some(uid.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn marker(pv: &str, uid: &str, node: &str) -> Marker {
+    Marker {
+        provisioner: "flexvol/nfs".into(),
+        volume: pv.into(),
+        namespace: "ns".into(),
+        claim: "c".into(),
+        claim_uid: uid.into(),
+        node: node.into(),
+    }
+}
+
+#[test]
+fn class_parameters_use_the_nfs_drivers_validation() {
+    let nfs = NfsConfig::default();
+    let c = NfsClass::parse(&params(&[]), &nfs).unwrap();
+    assert_eq!(
+        c.share, "/srv/nfs",
+        "trailing slash trimmed by the driver's check"
+    );
+    assert_eq!(c.on_delete, OnDelete::Archive, "documented default");
+    assert_eq!(
+        c.dir.ownership,
+        Ownership::default(),
+        "root:root 0755 default"
+    );
+    let c = NfsClass::parse(
+        &params(&[
+            ("version", "4.2"),
+            ("mountOptions", "noatime,nconnect=4"),
+            ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
+            ("uid", "1000"),
+            ("gid", "2000"),
+            ("mode", "0770"),
+            ("onDelete", "delete"),
+        ]),
+        &nfs,
+    )
+    .unwrap();
+    assert_eq!(c.on_delete, OnDelete::Delete);
+    assert_eq!(c.dir.ownership.mode, Some(0o770));
+    for (bad, want) in [
+        (
+            params(&[("archiveOnDelete", "false")]),
+            "unknown class parameter",
+        ),
+        (params(&[("server", "")]), "server is missing"),
+        (params(&[("share", "")]), "share is missing"),
+        (params(&[("server", "-oexec")]), "server"),
+        (params(&[("server", "10.0.0.5:/x")]), "server"),
+        (params(&[("share", "srv/nfs")]), "share"),
+        (params(&[("share", "/srv/../etc")]), "share"),
+        (params(&[("mountOptions", "vers=3")]), "version"),
+        (params(&[("mountOptions", "suid")]), "suid"),
+        (params(&[("mountOptions", "fsc")]), "not an allowed"),
+        (params(&[("mountOptions", "noatime,,x")]), "empty item"),
+        (params(&[("version", "5")]), "version"),
+        (params(&[("onDelete", "Delete")]), "onDelete"),
+        (
+            params(&[("pathPattern", "../{{ .PVName }}")]),
+            "pathPattern",
+        ),
+        (params(&[("uid", "bob")]), "numeric id"),
+    ] {
+        let e = NfsClass::parse(&bad, &nfs).unwrap_err();
+        assert!(e.contains(want), "{bad:?}: {e}");
+    }
+    // The node's policy applies: an extra option the node allows passes there.
+    let lenient = NfsConfig {
+        extra_mount_options: vec!["fsc".into()],
+        ..NfsConfig::default()
+    };
+    NfsClass::parse(&params(&[("mountOptions", "fsc")]), &lenient).unwrap();
+}
+
+#[test]
+fn the_provisioners_own_mount_is_soft_and_read_write() {
+    assert_eq!(
+        work_options(Some("hard,timeo=600,noatime,ro,retrans=9,nconnect=4")),
+        "noatime,nconnect=4,soft,timeo=30,retrans=2"
+    );
+    assert_eq!(work_options(None), WORK_MOUNT_OPTIONS);
+    // And the driver accepts what comes out, with the node's default (hard) replaced.
+    let c = NfsClass::parse(
+        &params(&[("mountOptions", "hard,ro")]),
+        &NfsConfig::default(),
+    )
+    .unwrap();
+    let o = NfsOptions::parse(
+        &Options::parse(&c.export_json()).unwrap(),
+        &NfsConfig::default(),
+    )
+    .unwrap();
+    assert!(!o.read_only);
+    assert_eq!(o.mount_options, "rw,soft,timeo=30,retrans=2,nosuid,nodev");
+}
+
+#[test]
+fn provision_makes_a_marked_directory_and_the_pv_source() {
+    let w = World::new();
+    let mut b = w.backend();
+    assert!(!b.node_local());
+    assert!(b.access_modes().contains(&"ReadWriteMany"));
+    let p = params(&[
+        ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
+        ("uid", "1234"),
+        ("gid", "5678"),
+        ("mode", "02770"),
+        ("mountOptions", "hard,noatime"),
+        ("version", "4.2"),
+    ]);
+    let got = provision(&mut b, &w.cfg, &p, "u1", "node-a").unwrap();
+    let dir = w.export.join("ns/claim-u1");
+    assert_eq!(
+        got.options,
+        BTreeMap::from([
+            ("server".into(), "10.0.0.5".into()),
+            ("share".into(), "/srv/nfs/ns/claim-u1".into()),
+            ("version".into(), "4.2".into()),
+            ("mountOptions".into(), "hard,noatime".into()),
+        ])
+    );
+    assert_eq!(got.capacity_bytes, 1 << 30);
+    assert_eq!(got.location, "10.0.0.5:/srv/nfs/ns/claim-u1");
+    assert_eq!(got.annotations[ANN_EXPORT], "/srv/nfs");
+    assert_eq!(got.annotations[ANN_PATH], "ns/claim-u1");
+    assert_eq!(got.annotations[ANN_ON_DELETE], "archive");
+    assert_eq!(got.annotations[ANN_SIZE_ENFORCED], "false");
+    assert_eq!(got.annotations[super::ANN_SIZE], (1u64 << 30).to_string());
+    assert!(got.annotations[ANN_SIZE_NOTE].contains("does not limit"));
+    let md = std::fs::metadata(&dir).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    assert_eq!(md.permissions().mode() & 0o7777, 0o2770);
+    let m: Marker = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).unwrap()).unwrap();
+    assert_eq!((m.volume.as_str(), m.node.as_str()), ("pvc-u1", "node-a"));
+    assert_eq!(m.provisioner, "flexvol/nfs");
+    // Mounted soft with the class's other options, and unmounted; the private dir is gone.
+    assert_eq!(
+        w.log(),
+        [
+            "mount 10.0.0.5:/srv/nfs noatime,soft,timeo=30,retrans=2",
+            "unmount pvc-u1"
+        ]
+    );
+    assert!(
+        !w.cfg
+            .run_dir
+            .join(MOUNT_DIR)
+            .join("node-a")
+            .join("pvc-u1")
+            .exists()
+    );
+
+    // Again, and from another instance (node-b) racing for the same claim: the same answer.
+    std::fs::write(dir.join("data"), b"x").unwrap();
+    assert_eq!(provision(&mut b, &w.cfg, &p, "u1", "node-a").unwrap(), got);
+    let mut b2 = w.backend();
+    assert_eq!(provision(&mut b2, &w.cfg, &p, "u1", "node-b").unwrap(), got);
+    assert!(dir.join("data").exists());
+
+    // Another claim whose pattern lands on the same directory: refused, left alone.
+    let mut p2 = p.clone();
+    p2.insert("pathPattern".into(), "ns/claim-u1".into());
+    match provision(&mut b, &w.cfg, &p2, "u2", "node-a") {
+        Err(Refusal::Fail(e)) => assert!(e.contains("belongs to PV pvc-u1"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    // Every mount was unmounted, also after the failure.
+    let log = w.log();
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("mount")).count(),
+        log.iter().filter(|l| l.starts_with("unmount")).count()
+    );
+}
+
+#[test]
+fn a_dead_server_fails_and_creates_nothing() {
+    let mut w = World::new();
+    w.exports.dead = true;
+    let mut b = w.backend();
+    let p = params(&[("server", "192.0.2.1")]);
+    match provision(&mut b, &w.cfg, &p, "u1", "node-a") {
+        Err(Refusal::Fail(e)) => {
+            assert!(e.contains("192.0.2.1:/srv/nfs"), "{e}");
+            assert!(e.contains("unreachable"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read_dir(&w.export).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(w.cfg.run_dir.join(MOUNT_DIR).join("node-a"))
+            .unwrap()
+            .count(),
+        0,
+        "the private mount directory is removed"
+    );
+}
+
+#[test]
+fn racing_instances_converge_on_one_directory_and_one_marker() {
+    let w = World::new();
+    let root = w.root();
+    for round in 0..20 {
+        let rel = PathBuf::from(format!("ns/c{round}"));
+        let results: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..6)
+                .map(|i| {
+                    let (root, rel) = (&root, &rel);
+                    s.spawn(move || {
+                        make_subdir(
+                            root,
+                            rel,
+                            Ownership {
+                                uid: Some(1000),
+                                gid: Some(1000),
+                                mode: Some(0o770),
+                            },
+                            &marker("pvc-1", "u1", &format!("node-{i}")),
+                        )
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in results {
+            assert_eq!(r.unwrap(), w.export.join(&rel));
+        }
+        let names: Vec<_> = std::fs::read_dir(w.export.join(&rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [MARKER], "one marker, no temporaries");
+        let md = std::fs::metadata(w.export.join(&rel)).unwrap();
+        assert_eq!(md.permissions().mode() & 0o7777, 0o770);
+    }
+}
+
+#[test]
+fn what_a_kill_leaves_in_a_new_directory_is_adopted() {
+    let w = World::new();
+    let root = w.root();
+    let own = Ownership {
+        uid: Some(1000),
+        gid: Some(1000),
+        mode: Some(0o750),
+    };
+    // Killed right after mkdir (0700, root: create_dirs had not applied the ownership yet).
+    std::fs::create_dir(w.export.join("a")).unwrap();
+    std::fs::set_permissions(w.export.join("a"), PermissionsExt::from_mode(0o700)).unwrap();
+    make_subdir(&root, Path::new("a"), own, &marker("pvc-1", "u1", "n")).unwrap();
+    let md = std::fs::metadata(w.export.join("a")).unwrap();
+    assert_eq!((md.uid(), md.permissions().mode() & 0o7777), (1000, 0o750));
+    // Killed between the marker's temporary file and its link: adopted, and the temporary
+    // removed once it is surely stale (a minute old).
+    let b = w.export.join("b");
+    std::fs::create_dir(&b).unwrap();
+    let tmp = b.join(format!("{MARKER_TMP}-n-1-2"));
+    std::fs::write(&tmp, b"{\"half").unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    std::fs::File::options()
+        .write(true)
+        .open(&tmp)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    std::fs::write(b.join(format!("{MARKER_TMP}-n-1-3")), b"{\"fresh").unwrap();
+    make_subdir(&root, Path::new("b"), own, &marker("pvc-2", "u2", "n")).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(&b)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [MARKER.to_owned(), format!("{MARKER_TMP}-n-1-3")]);
+    assert_eq!(
+        hostpath::inspect(&root, Path::new("b")),
+        DirState::Marked(marker("pvc-2", "u2", "n"))
+    );
+    // But a temporary next to anything else is not ours to clear.
+    std::fs::create_dir(w.export.join("c")).unwrap();
+    std::fs::write(w.export.join("c").join(format!("{MARKER_TMP}-n-1-2")), b"").unwrap();
+    std::fs::write(w.export.join("c/data"), b"").unwrap();
+    let e = make_subdir(&root, Path::new("c"), own, &marker("pvc-3", "u3", "n")).unwrap_err();
+    assert!(e.contains("no flexvol marker"), "{e}");
+    assert_eq!(std::fs::read_dir(w.export.join("c")).unwrap().count(), 2);
+}
+
+#[test]
+fn provision_never_follows_a_symlink_out_of_the_export() {
+    let w = World::new();
+    let outside = w.export.parent().unwrap().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, w.export.join("ns")).unwrap();
+    let mut b = w.backend();
+    let p = params(&[("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}")]);
+    assert!(provision(&mut b, &w.cfg, &p, "u1", "n").is_err());
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+}
+
+/// A provisioned volume with some data, for the delete tests.
+fn volume(w: &World, on_delete: &str, uid: &str) -> (PersistentVolume, PathBuf) {
+    let mut b = w.backend();
+    let p = params(&[
+        ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
+        ("onDelete", on_delete),
+    ]);
+    let got = provision(&mut b, &w.cfg, &p, uid, "node-a").unwrap();
+    let dir = w.export.join(&got.annotations[ANN_PATH]);
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/f"), b"data").unwrap();
+    (pv_of(uid, &got), dir)
+}
+
+#[test]
+fn delete_removes_exactly_the_recorded_nested_directory() {
+    let w = World::new();
+    let (pv, dir) = volume(&w, "delete", "u1");
+    let (_, sibling) = volume(&w, "delete", "u2");
+    let outside = w.export.parent().unwrap().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("precious"), b"x").unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("escape")).unwrap();
+    let mut b = w.backend();
+    let said = b.delete(&w.cfg, &pv).unwrap();
+    assert!(said.contains("removed"), "{said}");
+    assert!(!dir.exists());
+    assert!(w.export.join("ns").is_dir(), "the pattern's parent stays");
+    assert!(sibling.join("sub/f").exists(), "the sibling volume stays");
+    assert!(outside.join("precious").exists(), "followed a symlink");
+    let names: Vec<_> = std::fs::read_dir(&w.export)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["ns"], "no tombstone, no archive");
+    // Again: already gone is success.
+    assert!(b.delete(&w.cfg, &pv).unwrap().contains("already gone"));
+}
+
+#[test]
+fn a_delete_killed_after_its_rename_is_finished_by_the_next() {
+    let w = World::new();
+    let (pv, dir) = volume(&w, "delete", "u1");
+    let tomb = w
+        .export
+        .join(format!("{}pvc-u1", hostpath::TOMBSTONE_PREFIX));
+    std::fs::rename(&dir, &tomb).unwrap();
+    w.backend().delete(&w.cfg, &pv).unwrap();
+    assert!(!tomb.exists());
+}
+
+#[test]
+fn archive_moves_the_directory_to_the_export_root_and_never_overwrites() {
+    let w = World::new();
+    let (pv, dir) = volume(&w, "archive", "u1");
+    // An archive of that name exists already (same second, say): the next name is used.
+    let first = w.export.join("archived-pvc-u1-20261122T150000Z");
+    std::fs::create_dir(&first).unwrap();
+    std::fs::write(first.join("old"), b"old").unwrap();
+    let root = w.root();
+    let said = remove_subdir(
+        &root,
+        Path::new("ns/claim-u1"),
+        "pvc-u1",
+        "u1",
+        OnDelete::Archive,
+        "20261122T150000Z",
+    )
+    .unwrap();
+    let second = w.export.join("archived-pvc-u1-20261122T150000Z-1");
+    assert!(said.contains(&second.display().to_string()), "{said}");
+    assert_eq!(std::fs::read(second.join("sub/f")).unwrap(), b"data");
+    assert_eq!(std::fs::read(first.join("old")).unwrap(), b"old");
+    assert!(!dir.exists());
+    assert!(w.export.join("ns").is_dir());
+    // The archive keeps its marker, so a new claim cannot take it over; deleting again is done.
+    assert!(second.join(MARKER).exists());
+    assert!(
+        w.backend()
+            .delete(&w.cfg, &pv)
+            .unwrap()
+            .contains("not there any more")
+    );
+    // Through the backend: the archive is named with the time.
+    let (pv3, dir3) = volume(&w, "archive", "u3");
+    let said = w.backend().delete(&w.cfg, &pv3).unwrap();
+    assert!(said.contains("archived-pvc-u3-20"), "{said}");
+    assert!(!dir3.exists());
+}
+
+#[test]
+fn retain_keeps_the_directory_and_mounts_nothing() {
+    let w = World::new();
+    let (pv, dir) = volume(&w, "retain", "u1");
+    let before = w.log().len();
+    let said = w.backend().delete(&w.cfg, &pv).unwrap();
+    assert!(
+        said.starts_with("kept 10.0.0.5:/srv/nfs/ns/claim-u1"),
+        "{said}"
+    );
+    assert!(dir.join("sub/f").exists());
+    assert_eq!(w.log().len(), before, "nothing mounted for retain");
+}
+
+#[test]
+fn delete_refuses_what_it_cannot_prove_is_this_pvs() {
+    let w = World::new();
+    let (pv, dir) = volume(&w, "delete", "u1");
+    let mut b = w.backend();
+    let edit = |f: &dyn Fn(&mut PersistentVolume)| {
+        let mut p = pv.clone();
+        f(&mut p);
+        p
+    };
+    let cases: Vec<(PersistentVolume, &str)> = vec![
+        // The share is not export + path (someone edited one of them).
+        (
+            edit(&|p| {
+                p.spec
+                    .as_mut()
+                    .unwrap()
+                    .flex_volume
+                    .as_mut()
+                    .unwrap()
+                    .options
+                    .as_mut()
+                    .unwrap()
+                    .insert("share".into(), "/srv/nfs/ns".into());
+            }),
+            "as recorded at creation",
+        ),
+        // A path that climbs out.
+        (
+            edit(&|p| {
+                p.metadata
+                    .annotations
+                    .as_mut()
+                    .unwrap()
+                    .insert(ANN_PATH.into(), "ns/../..".into());
+            }),
+            ANN_PATH,
+        ),
+        // The annotations are gone.
+        (
+            edit(&|p| {
+                p.metadata.annotations.as_mut().unwrap().remove(ANN_EXPORT);
+            }),
+            ANN_EXPORT,
+        ),
+        // Another claim's uid: the marker does not match.
+        (
+            edit(&|p| {
+                p.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some("u9".into());
+            }),
+            "belongs to PV pvc-u1",
+        ),
+        (
+            edit(&|p| {
+                p.spec.as_mut().unwrap().claim_ref = None;
+            }),
+            "claimRef",
+        ),
+    ];
+    for (p, want) in cases {
+        let e = b.delete(&w.cfg, &p).unwrap_err();
+        assert!(e.contains(want), "{want}: {e}");
+        assert!(dir.join("sub/f").exists());
+    }
+    // The directory swapped for a symlink to a marked directory elsewhere: refused.
+    let elsewhere = w.export.parent().unwrap().join("elsewhere");
+    std::fs::rename(&dir, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    for mode in ["delete", "archive"] {
+        let p = edit(&|p| {
+            p.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(ANN_ON_DELETE.into(), mode.into());
+        });
+        let e = b.delete(&w.cfg, &p).unwrap_err();
+        assert!(e.contains("symlink"), "{mode}: {e}");
+        assert!(elsewhere.join("sub/f").exists());
+    }
+}
+
+#[test]
+fn racing_deletes_converge() {
+    let w = World::new();
+    let root = w.root();
+    for (i, mode) in [OnDelete::Delete, OnDelete::Archive]
+        .into_iter()
+        .cycle()
+        .take(16)
+        .enumerate()
+    {
+        let rel = PathBuf::from(format!("ns/c{i}"));
+        let pv = format!("pvc-{i}");
+        make_subdir(&root, &rel, Ownership::default(), &marker(&pv, "u", "n")).unwrap();
+        for j in 0..50 {
+            std::fs::write(w.export.join(&rel).join(format!("f{j}")), b"x").unwrap();
+        }
+        let results: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let (root, rel, pv) = (&root, &rel, &pv);
+                    s.spawn(move || remove_subdir(root, rel, pv, "u", mode, "T"))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &results {
+            assert!(r.is_ok(), "{mode:?}: {results:?}");
+        }
+        assert!(!w.export.join(&rel).exists());
+        let archives = std::fs::read_dir(&w.export)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("archived-{pv}-"))
+            })
+            .count();
+        assert_eq!(archives, usize::from(mode == OnDelete::Archive), "{mode:?}");
+        assert!(
+            !w.export
+                .join(format!("{}{pv}", hostpath::TOMBSTONE_PREFIX))
+                .exists()
+        );
+    }
+}
+
+#[test]
+fn resize_is_accepted_and_not_enforced() {
+    let w = World::new();
+    let (pv, _) = volume(&w, "delete", "u1");
+    let mut b = w.backend();
+    assert_eq!(b.expand(&w.cfg, &pv, 5 << 30).unwrap(), 5 << 30);
+    assert!(!b.node_finishes_resize());
+}
+
+#[test]
+fn archive_stamps_are_compact_utc() {
+    let s = stamp_now();
+    assert_eq!(s.len(), "20261122T153001Z".len(), "{s}");
+    assert!(s.ends_with('Z') && s.as_bytes()[8] == b'T', "{s}");
+}

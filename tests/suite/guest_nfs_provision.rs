@@ -1,0 +1,422 @@
+//! Guest tier, NFS provisioning: `flexvol::provision::nfs::NfsBackend` against the guest's real
+//! kernel NFS server and client (`tests/vm/run --nfs-server SUITE --ignored --test-threads=1
+//! guest_nfs_provision`), as root. The export is `127.0.0.1:/srv/nfs`; each test makes its own
+//! class export below it (`/srv/nfs/<test>`, mountable since Linux exports subdirectories) and
+//! checks the server side directly (the guest is the server).
+//!
+//! What only the real thing proves: the export really is mounted through the NFS driver and
+//! unmounted again (no mount left under the run dir, also after failures), the PV's share is a
+//! mountable export path that pods write into, racing instances (two "nodes": two run dirs) meet on
+//! the same NFS directory, and a dead server fails within the probe's deadline.
+
+use flexvol::node::config::Config;
+use flexvol::provision::backend::{Backend, Provisioned, Refusal, Request};
+use flexvol::provision::nfs::{self, DriverExports, Exports, NfsBackend};
+use k8s_openapi::api::core::v1::{
+    FlexPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const IGNORE: &str = "guest tier: needs a kernel NFS server; run inside the test VM";
+
+fn require_server() {
+    assert!(
+        Path::new("/proc/fs/nfsd/threads").exists()
+            && std::net::TcpStream::connect("127.0.0.1:2049").is_ok(),
+        "{IGNORE}: no NFS server on 127.0.0.1:2049 (use tests/vm/run --nfs-server)"
+    );
+}
+
+/// One provisioner instance ("node"): its own config (run and state dirs in `tmp`).
+struct Node {
+    cfg: Config,
+    backend: NfsBackend,
+    name: String,
+}
+
+fn node(tmp: &Path, name: &str) -> Node {
+    Node {
+        cfg: Config {
+            run_dir: tmp.join(name).join("run"),
+            state_dir: tmp.join(name).join("state"),
+            ..Config::default()
+        },
+        backend: NfsBackend::new("flexvol/nfs".into()),
+        name: name.into(),
+    }
+}
+
+/// A fresh class export `/srv/nfs/<name>` on the server.
+fn export(name: &str) -> PathBuf {
+    let p = Path::new("/srv/nfs").join(name);
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn class(share: &Path, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::from([
+        ("server".to_owned(), "127.0.0.1".to_owned()),
+        ("share".to_owned(), share.to_str().unwrap().to_owned()),
+    ]);
+    for (k, v) in extra {
+        m.insert(k.to_string(), v.to_string());
+    }
+    m
+}
+
+fn provision(
+    n: &mut Node,
+    p: &BTreeMap<String, String>,
+    uid: &str,
+) -> Result<Provisioned, Refusal> {
+    let claim = PersistentVolumeClaim::default();
+    let pv = format!("pvc-{uid}");
+    let modes = ["ReadWriteMany".to_owned()];
+    let name = format!("claim-{uid}");
+    let req = Request {
+        pv_name: &pv,
+        claim: &claim,
+        namespace: "ns",
+        name: &name,
+        uid,
+        class_name: "nfs",
+        params: p,
+        size_bytes: 64 << 20,
+        access_modes: &modes,
+        node: &n.name,
+    };
+    n.backend.provision(&n.cfg, &req)
+}
+
+fn pv_of(uid: &str, p: &Provisioned) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(format!("pvc-{uid}")),
+            annotations: Some(p.annotations.clone()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            flex_volume: Some(FlexPersistentVolumeSource {
+                driver: "flexvol/nfs".into(),
+                options: Some(p.options.clone()),
+                ..Default::default()
+            }),
+            claim_ref: Some(ObjectReference {
+                uid: Some(uid.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// NFS mounts anywhere below `dir`.
+fn nfs_mounts_below(dir: &Path) -> Vec<PathBuf> {
+    flexvol::sys::mountinfo::MountTable::read()
+        .unwrap()
+        .entries
+        .iter()
+        .filter(|m| m.fs_type.starts_with("nfs") && m.mount_point.starts_with(dir))
+        .map(|m| m.mount_point.clone())
+        .collect()
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_creates_a_mountable_subdirectory_and_deletes_exactly_it() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = node(tmp.path(), "node-a");
+    let share = export("prov-basic");
+    let p = class(
+        &share,
+        &[
+            ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
+            ("uid", "1000"),
+            ("gid", "1000"),
+            ("mode", "0770"),
+            ("onDelete", "delete"),
+            ("mountOptions", "hard,noatime"),
+        ],
+    );
+    let t = Instant::now();
+    let got = provision(&mut a, &p, "u1").unwrap();
+    eprintln!(
+        "provision (mount, mkdir, marker, unmount) took {:?}",
+        t.elapsed()
+    );
+    let dir = share.join("ns/claim-u1");
+    assert_eq!(got.options["share"], dir.to_str().unwrap());
+    assert_eq!(got.options["server"], "127.0.0.1");
+    assert_eq!(got.options["mountOptions"], "hard,noatime");
+    let md = std::fs::metadata(&dir).unwrap();
+    assert_eq!(
+        (md.uid(), md.gid(), md.permissions().mode() & 0o7777),
+        (1000, 1000, 0o770)
+    );
+    assert_eq!(names(&dir), [".flexvol-provisioned"]);
+    assert!(
+        nfs_mounts_below(tmp.path()).is_empty(),
+        "the provisioner's mount was left"
+    );
+    assert_eq!(
+        names(&a.cfg.run_dir.join(nfs::MOUNT_DIR).join("node-a")),
+        Vec::<String>::new()
+    );
+    // The second volume of the class, beside it.
+    provision(&mut a, &p, "u2").unwrap();
+
+    // A pod mounts the PV's source through the driver and writes: it lands in the directory.
+    let pod_dir = tmp.path().join("pod");
+    std::fs::create_dir(&pod_dir).unwrap();
+    let json = serde_json::to_string(&got.options).unwrap();
+    DriverExports.mount(&a.cfg, &json, &pod_dir).unwrap();
+    std::fs::write(pod_dir.join("hello"), b"from the pod").unwrap();
+    DriverExports.unmount(&a.cfg, &pod_dir).unwrap();
+    assert_eq!(std::fs::read(dir.join("hello")).unwrap(), b"from the pod");
+
+    // Delete: exactly that directory goes; the pattern's parent and the sibling stay.
+    let t = Instant::now();
+    let said = a.backend.delete(&a.cfg, &pv_of("u1", &got)).unwrap();
+    eprintln!("delete took {:?}: {said}", t.elapsed());
+    assert!(!dir.exists());
+    assert_eq!(names(&share), ["ns"]);
+    assert_eq!(names(&share.join("ns")), ["claim-u2"]);
+    assert!(nfs_mounts_below(tmp.path()).is_empty());
+    // Again (a retry, or another instance after us): done already.
+    assert!(
+        a.backend
+            .delete(&a.cfg, &pv_of("u1", &got))
+            .unwrap()
+            .contains("already gone")
+    );
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_archive_and_retain_keep_the_data() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = node(tmp.path(), "node-a");
+    let share = export("prov-archive");
+    let pattern = ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}");
+    let arch = provision(&mut a, &class(&share, &[pattern]), "u1").unwrap();
+    assert_eq!(
+        arch.annotations[nfs::ANN_ON_DELETE],
+        "archive",
+        "the default"
+    );
+    std::fs::write(share.join("ns/claim-u1/data"), b"keep me").unwrap();
+    let said = a.backend.delete(&a.cfg, &pv_of("u1", &arch)).unwrap();
+    let archives: Vec<String> = names(&share)
+        .into_iter()
+        .filter(|n| n.starts_with("archived-pvc-u1-"))
+        .collect();
+    assert_eq!(archives.len(), 1, "{said}");
+    assert_eq!(
+        std::fs::read(share.join(&archives[0]).join("data")).unwrap(),
+        b"keep me"
+    );
+    assert!(!share.join("ns/claim-u1").exists());
+    assert!(share.join("ns").is_dir());
+
+    let kept = provision(
+        &mut a,
+        &class(&share, &[pattern, ("onDelete", "retain")]),
+        "u2",
+    )
+    .unwrap();
+    std::fs::write(share.join("ns/claim-u2/data"), b"keep me too").unwrap();
+    let said = a.backend.delete(&a.cfg, &pv_of("u2", &kept)).unwrap();
+    assert!(said.starts_with("kept "), "{said}");
+    assert_eq!(
+        std::fs::read(share.join("ns/claim-u2/data")).unwrap(),
+        b"keep me too"
+    );
+    assert!(nfs_mounts_below(tmp.path()).is_empty());
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_racing_instances_make_one_directory_and_both_delete() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let share = export("prov-race");
+    let p = class(&share, &[("onDelete", "delete"), ("uid", "1000")]);
+    for round in 0..3 {
+        let uid = format!("u{round}");
+        let mut nodes = [node(tmp.path(), "node-a"), node(tmp.path(), "node-b")];
+        let got: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = nodes
+                .iter_mut()
+                .map(|n| {
+                    let (p, uid) = (&p, &uid);
+                    s.spawn(move || provision(n, p, uid))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let first = got[0].clone().unwrap();
+        assert_eq!(got[1].clone().unwrap(), first);
+        let dir = share.join(&first.annotations[nfs::ANN_PATH]);
+        assert_eq!(names(&dir), [".flexvol-provisioned"]);
+        let pv = pv_of(&uid, &first);
+        let said: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = nodes
+                .iter_mut()
+                .map(|n| {
+                    let pv = &pv;
+                    s.spawn(move || n.backend.delete(&n.cfg, pv))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &said {
+            assert!(r.is_ok(), "{said:?}");
+        }
+        assert!(!dir.exists());
+        assert_eq!(names(&share), Vec::<String>::new(), "no tombstone left");
+        assert!(nfs_mounts_below(tmp.path()).is_empty());
+    }
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_dead_server_fails_within_the_probe_deadline() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = node(tmp.path(), "node-a");
+    let budget = Duration::from_secs(a.cfg.nfs.probe_timeout_seconds + 3);
+    // No route (TEST-NET-1), then a live host whose nfsd is down.
+    for (server, share) in [
+        ("192.0.2.1", "/srv/nfs"),
+        ("127.0.0.1", "/srv/nfs/prov-dead"),
+    ] {
+        if server == "127.0.0.1" {
+            export("prov-dead");
+        }
+        let _down = (server == "127.0.0.1").then(crate::guest_nfs::ServerDown::new);
+        let mut p = class(Path::new(share), &[]);
+        p.insert("server".into(), server.into());
+        let t = Instant::now();
+        let e = provision(&mut a, &p, "u1").unwrap_err();
+        let took = t.elapsed();
+        eprintln!("dead server {server}: failed after {took:?}: {e:?}");
+        let Refusal::Fail(why) = e else {
+            panic!("{e:?}")
+        };
+        assert!(why.contains("unreachable"), "{why}");
+        assert!(took < budget, "took {took:?}, more than {budget:?}");
+        assert!(nfs_mounts_below(tmp.path()).is_empty());
+    }
+    assert_eq!(names(Path::new("/srv/nfs/prov-dead")), Vec::<String>::new());
+    assert_eq!(
+        names(&a.cfg.run_dir.join(nfs::MOUNT_DIR).join("node-a")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_recover_unmounts_what_a_kill_left() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = node(tmp.path(), "node-a");
+    let share = export("prov-recover");
+    // What a kill -9 between mount and unmount leaves: the export mounted on the private dir.
+    let left = a
+        .cfg
+        .run_dir
+        .join(nfs::MOUNT_DIR)
+        .join("node-a")
+        .join("pvc-u1");
+    std::fs::create_dir_all(&left).unwrap();
+    let json = serde_json::json!({"server": "127.0.0.1", "share": share}).to_string();
+    DriverExports.mount(&a.cfg, &json, &left).unwrap();
+    assert_eq!(nfs_mounts_below(tmp.path()).len(), 1);
+    // The next provision of that PV reuses it (the driver's mount is idempotent) and cleans up.
+    let got = provision(&mut a, &class(&share, &[]), "u1").unwrap();
+    assert!(share.join(&got.annotations[nfs::ANN_PATH]).is_dir());
+    assert!(nfs_mounts_below(tmp.path()).is_empty());
+    // And recover() removes one of any other PV.
+    let left2 = a
+        .cfg
+        .run_dir
+        .join(nfs::MOUNT_DIR)
+        .join("node-a")
+        .join("pvc-u2");
+    std::fs::create_dir_all(&left2).unwrap();
+    DriverExports.mount(&a.cfg, &json, &left2).unwrap();
+    let errors = a.backend.recover(&a.cfg, "node-a");
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(nfs_mounts_below(tmp.path()).is_empty());
+    assert!(!left2.exists());
+}
+
+/// Mounts through the driver, then the server falls silent (every packet on `lo` dropped) until
+/// the test ends: a server that dies while the provisioner works in its export.
+struct DiesAfterMount(std::sync::Mutex<Option<crate::guest_nfs::Blackhole>>);
+
+impl Exports for DiesAfterMount {
+    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+        let root = DriverExports.mount(cfg, options, dir)?;
+        let hole = crate::guest_nfs::Blackhole::new().expect(
+            "cannot blackhole lo: `tc qdisc add dev lo root netem loss 100%` failed in the guest",
+        );
+        *self.0.lock().unwrap() = Some(hole);
+        Ok(root)
+    }
+
+    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+        DriverExports.unmount(cfg, dir)
+    }
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_server_dying_mid_work_fails_in_bounded_time_and_unmounts() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let share = export("prov-dies");
+    let hole = std::sync::Arc::new(DiesAfterMount(std::sync::Mutex::default()));
+    struct Shared(std::sync::Arc<DiesAfterMount>);
+    impl Exports for Shared {
+        fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+            self.0.mount(cfg, options, dir)
+        }
+        fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+            self.0.unmount(cfg, dir)
+        }
+    }
+    let mut a = node(tmp.path(), "node-a");
+    a.backend = NfsBackend::with_exports("flexvol/nfs".into(), Box::new(Shared(hole.clone())));
+    let t = Instant::now();
+    let e = provision(&mut a, &class(&share, &[]), "u1").unwrap_err();
+    let took = t.elapsed();
+    let left = nfs_mounts_below(tmp.path());
+    drop(hole.0.lock().unwrap().take()); // the server answers again
+    eprintln!("server died after the mount: provision failed after {took:?}: {e:?}");
+    assert!(matches!(e, Refusal::Fail(_)), "{e:?}");
+    // soft,timeo=30,retrans=2: about 18 s per operation, then the driver's forced/lazy unmount.
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    assert!(
+        left.is_empty(),
+        "the provisioner's mount was left: {left:?}"
+    );
+}
