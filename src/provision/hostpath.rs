@@ -39,6 +39,8 @@ use std::path::{Component, Path, PathBuf};
 
 /// The ownership marker's file name inside a volume directory.
 pub const MARKER: &str = ".flexvol-provisioned";
+/// The temporary the marker is written to before it is renamed into place.
+pub const MARKER_TMP_HOSTPATH: &str = ".flexvol-provisioned.tmp";
 /// Prefix of a committed deletion in a root.
 pub const TOMBSTONE_PREFIX: &str = ".flexvol-deleting-";
 
@@ -293,7 +295,12 @@ pub fn inspect(root: &Root, rel: &Path) -> DirState {
     };
     match read_marker(&dir) {
         Ok(Some(m)) => DirState::Marked(m),
-        Ok(None) => match std::fs::read_dir(&path).map(|mut d| d.next().is_none()) {
+        // Empty, or holding only the marker's temporary (a kill between writing it and the
+        // rename that publishes it): ours to finish, since the next write truncates it.
+        Ok(None) => match std::fs::read_dir(&path).map(|d| {
+            d.flatten()
+                .all(|e| e.file_name().to_str() == Some(MARKER_TMP_HOSTPATH))
+        }) {
             Ok(true) => DirState::Empty,
             Ok(false) => DirState::Foreign(format!(
                 "{} exists, is not empty and has no flexvol marker",
@@ -348,7 +355,7 @@ pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
     let fail =
         |e: &dyn std::fmt::Display| format!("cannot write the marker in {}: {e}", dir.display());
     let d = open_dir(dir).map_err(|e| fail(&e))?;
-    let tmp = format!("{MARKER}.tmp");
+    let tmp = MARKER_TMP_HOSTPATH;
     let how = OpenHow::new()
         .flags(
             OFlag::O_CREAT
@@ -359,13 +366,13 @@ pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
         )
         .mode(Mode::from_bits_truncate(0o444))
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    let fd = openat2(&d, tmp.as_str(), how).map_err(|e| fail(&e))?;
+    let fd = openat2(&d, tmp, how).map_err(|e| fail(&e))?;
     let mut f = std::fs::File::from(fd);
     let mut data = serde_json::to_vec(marker).map_err(|e| fail(&e))?;
     data.push(b'\n');
     f.write_all(&data).map_err(|e| fail(&e))?;
     f.sync_all().map_err(|e| fail(&e))?;
-    renameat(&d, tmp.as_str(), &d, MARKER).map_err(|e| fail(&e))?;
+    renameat(&d, tmp, &d, MARKER).map_err(|e| fail(&e))?;
     nix::unistd::fsync(&d).map_err(|e| fail(&e))?;
     Ok(())
 }
@@ -785,6 +792,19 @@ mod tests {
             let e = ClassParams::parse(&bad).unwrap_err();
             assert!(e.contains(want), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_marker_temporary_left_by_a_kill_does_not_make_the_directory_foreign() {
+        let (_d, r) = root();
+        let dir = r.real.join("v");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(MARKER_TMP_HOSTPATH), b"{\"half").unwrap();
+        assert_eq!(inspect(&r, Path::new("v")), DirState::Empty);
+        let m = marker("pv", "u");
+        create_volume_dir(&r, Path::new("v"), Ownership::default(), &m).unwrap();
+        assert!(matches!(inspect(&r, Path::new("v")), DirState::Marked(x) if x.volume == "pv"));
+        assert!(!dir.join(MARKER_TMP_HOSTPATH).exists());
     }
 
     #[test]

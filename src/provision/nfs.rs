@@ -98,7 +98,7 @@ pub const ANN_ON_DELETE: &str = "flexvol/nfs-on-delete";
 /// Archives are `<export>/archived-<pv>-<UTC time>`.
 pub const ARCHIVE_PREFIX: &str = "archived-";
 /// The marker's temporary files (`<MARKER>.tmp-<node>-<pid>-<nanos>`).
-const MARKER_TMP: &str = ".flexvol-provisioned.tmp";
+const MARKER_TMP: &str = hostpath::MARKER_TMP_HOSTPATH;
 /// The provisioner's private mounts live in `<runDir>/<this>/<node>/<pv>`.
 pub const MOUNT_DIR: &str = "provisioner-nfs";
 /// The provisioner's own mount: soft, so a server that dies mid-work fails the next operation
@@ -754,6 +754,7 @@ impl Backend for NfsBackend {
             claim: req.name.to_owned(),
             claim_uid: req.uid.to_owned(),
             node: req.node.to_owned(),
+            project_id: None,
         };
         let own = class.dir.ownership;
         let label = format!("{}:{}", class.server, class.share);

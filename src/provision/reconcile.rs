@@ -95,6 +95,8 @@ pub struct Reconciler<C> {
     /// Who we are.
     pub id: Identity,
     backends: Vec<Box<dyn Backend>>,
+    /// Per backend: whether this node serves it, as of this pass.
+    serving: Vec<bool>,
     said: HashMap<(String, &'static str), String>,
 }
 
@@ -178,6 +180,7 @@ impl<C: Cluster> Reconciler<C> {
         Self {
             cluster,
             id,
+            serving: vec![false; backends.len()],
             backends,
             said: HashMap::new(),
         }
@@ -239,6 +242,7 @@ impl<C: Cluster> Reconciler<C> {
             .iter()
             .map(|b| (self.id.provisioner(b.kind()), b.serves(cfg, &node)))
             .collect();
+        self.serving = serves.iter().map(|(_, s)| *s).collect();
         let hostname = self.sync_labels(&serves, &mut report).await;
 
         let volumes = match self.cluster.volumes().await {
@@ -394,7 +398,10 @@ impl<C: Cluster> Reconciler<C> {
         };
         let node_local = self.backends[bi].node_local();
         let provisioner = self.id.provisioner(self.backends[bi].kind());
+        // A shared kind is left to the instances that can serve it (one without mount.nfs would
+        // only add failure events beside another's success).
         if (node_local && ann(meta, ANN_SELECTED_NODE) != Some(self.id.node.as_str()))
+            || (!node_local && !self.serving[bi])
             || meta.deletion_timestamp.is_some()
         {
             return Step::Skip;
@@ -593,12 +600,15 @@ impl<C: Cluster> Reconciler<C> {
     }
 
     /// The backend of a PV we provisioned and this instance looks after (its node's, for a
-    /// node-local backend).
+    /// node-local backend; any serving instance, for a shared one).
     fn ours(&self, v: &PersistentVolume) -> Option<usize> {
         let bi = ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.backend_for(p))?;
-        (!self.backends[bi].node_local()
-            || ann(&v.metadata, ANN_NODE) == Some(self.id.node.as_str()))
-        .then_some(bi)
+        let mine = if self.backends[bi].node_local() {
+            ann(&v.metadata, ANN_NODE) == Some(self.id.node.as_str())
+        } else {
+            self.serving.get(bi).copied().unwrap_or(false)
+        };
+        mine.then_some(bi)
     }
 
     /// Released, Delete, ours, not being deleted: its backend.

@@ -971,3 +971,33 @@ fn quantities_use_the_largest_exact_binary_unit() {
     assert_eq!(quantity(1000).0, "1000");
     assert_eq!(quantity(0).0, "0");
 }
+
+#[test]
+fn an_instance_that_cannot_serve_a_shared_kind_leaves_its_claims_to_others() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-a");
+    let mut sc = class(
+        "shared",
+        &[("server", "192.0.2.1"), ("share", "/x")],
+        "Delete",
+    );
+    sc.provisioner = "flexvol/nfs".into();
+    rec.cluster.classes.borrow_mut().insert("shared".into(), sc);
+    let mut c = claim("data", "u1", "shared", None);
+    c.metadata.annotations = Some(BTreeMap::from([(
+        ANN_PROVISIONER_BETA.to_owned(),
+        "flexvol/nfs".to_owned(),
+    )]));
+    rec.cluster.claims.borrow_mut().push(c);
+    // No mount.nfs in toolDirs: this instance cannot mount an export.
+    let mut cfg = config("node-a", &[d.path()]);
+    cfg.tool_dirs = vec![d.path().to_path_buf()];
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.provisioned.is_empty() && r.failed.is_empty(), "{r:?}");
+    assert!(
+        rec.cluster.events.borrow().is_empty(),
+        "{:?}",
+        rec.cluster.events.borrow()
+    );
+    assert!(rec.cluster.volumes.borrow().is_empty());
+}

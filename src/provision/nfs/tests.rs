@@ -175,6 +175,7 @@ fn marker(pv: &str, uid: &str, node: &str) -> Marker {
         claim: "c".into(),
         claim_uid: uid.into(),
         node: node.into(),
+        project_id: None,
     }
 }
 
