@@ -4,8 +4,8 @@
 //! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs
 //! in the volume groups the node config grants, [`lvm`]) for the claims the scheduler placed on
 //! its node (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer), and shared ones (NFS
-//! subdirectories, [`nfs`]) for any claim of their class, by whichever serving instance gets there first;
-//! it makes the volume and the PV for it, grows both when the claim asks for more, and deletes
+//! subdirectories, [`nfs`]) for any claim of their class, by whichever serving instance gets there
+//! first; it makes the volume and the PV for it, grows both when the claim asks for more, and deletes
 //! both when a Released PV with reclaim policy Delete is one it made. The decisions are in
 //! [`reconcile`], the node-side work behind the [`backend::Backend`] seam, the API server behind
 //! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
