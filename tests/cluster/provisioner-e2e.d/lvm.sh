@@ -101,7 +101,7 @@ scenario_lvm() {
 	pv="$(pv_of c-lvm)"
 	jp_is pvc c-lvm '{.spec.volumeName}' "$pv" || fail "c-lvm bound to $(jp pvc c-lvm '{.spec.volumeName}'), not $pv"
 	for t in flexvol.created "flexvol.pv.$pv" flexvol.formatted; do
-		lv_tags "$pv" | tr ',' '\n' | grep -qx "$t" || fail "LV $LVP_VG/$pv lacks the tag $t: '$(lv_tags "$pv")'"
+		tr ',' '\n' <<<"$(lv_tags "$pv")" | grep -x "$t" >/dev/null || fail "LV $LVP_VG/$pv lacks the tag $t: '$(lv_tags "$pv")'"
 	done
 	[ "$(lv_mib "$pv")" = 64 ] || fail "LV $LVP_VG/$pv is $(lv_mib "$pv") MiB"
 	jp_is pv "$pv" '{.spec.flexVolume.driver}' flexvol/lvm || fail "PV $pv driver $(jp pv "$pv" '{.spec.flexVolume.driver}')"
