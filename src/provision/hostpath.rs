@@ -558,6 +558,31 @@ fn path_of(pv: &PersistentVolume) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The root (of the config of the node that made it) a hostPath PV's directory lies in, and the
+/// directory relative to it; `Err` says why not, ending with `what_to_do`.
+fn locate_pv(
+    cfg: &Config,
+    pv: &PersistentVolume,
+    what_to_do: &str,
+) -> Result<(Root, PathBuf, PathBuf), String> {
+    let path = path_of(pv).ok_or_else(|| "it has no flexVolume path option".to_string())?;
+    let node = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::reconcile::ANN_NODE))
+        .cloned()
+        .unwrap_or_default();
+    let (roots, _) = super::reconcile::usable_roots(&cfg.local_path.node_roots(&node), false);
+    match locate(&roots, &path) {
+        Some((root, rel)) => Ok((root.clone(), rel, path)),
+        None => Err(format!(
+            "its path {} is not below a root of node {node}'s flexvol config; {what_to_do}",
+            path.display()
+        )),
+    }
+}
+
 impl Backend for HostPathBackend {
     fn kind(&self) -> &'static str {
         "hostpath"
@@ -644,32 +669,22 @@ impl Backend for HostPathBackend {
 
     fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
         let name = pv.metadata.name.clone().unwrap_or_default();
-        let path = path_of(pv).ok_or_else(|| "it has no flexVolume path option".to_string())?;
-        let node = pv
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(super::reconcile::ANN_NODE))
-            .cloned()
-            .unwrap_or_default();
-        let (roots, _) = super::reconcile::usable_roots(&cfg.local_path.node_roots(&node), false);
-        let Some((root, rel)) = locate(&roots, &path) else {
-            return Err(format!(
-                "its path {} is not below a root of node {node}'s flexvol config; if a root was removed from the config, add it back; otherwise delete the directory by hand and then the PV",
-                path.display()
-            ));
-        };
-        let project = match inspect(root, &rel) {
+        let (root, rel, path) = locate_pv(
+            cfg,
+            pv,
+            "if a root was removed from the config, add it back; otherwise delete the directory by hand and then the PV",
+        )?;
+        let project = match inspect(&root, &rel) {
             DirState::Marked(m) if m.volume == name => m.project_id,
             _ => None,
         };
-        match delete_volume_dir(root, &rel, &name, &claim_uid_of(pv))? {
+        match delete_volume_dir(&root, &rel, &name, &claim_uid_of(pv))? {
             Deleted::Removed => {
                 let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
                 Ok(format!(
                     "removed {}{}",
                     path.display(),
-                    super::quota::release(&runner, root, project)
+                    super::quota::release(&runner, &root, project)
                 ))
             }
             Deleted::AlreadyGone => Ok(format!("{} was gone already", path.display())),
@@ -681,23 +696,9 @@ impl Backend for HostPathBackend {
         // directory: the new size is recorded, no more (and it stays unenforced: a quota is never
         // imposed on a volume in use, whose data may already exceed it).
         let name = pv.metadata.name.clone().unwrap_or_default();
-        let path = path_of(pv).ok_or_else(|| "it has no flexVolume path option".to_string())?;
-        let node = pv
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(super::reconcile::ANN_NODE))
-            .cloned()
-            .unwrap_or_default();
-        let (roots, _) = super::reconcile::usable_roots(&cfg.local_path.node_roots(&node), false);
-        let Some((root, rel)) = locate(&roots, &path) else {
-            return Err(format!(
-                "its path {} is not below a root of node {node}'s flexvol config; add the root back to grow it",
-                path.display()
-            ));
-        };
+        let (root, rel, _) = locate_pv(cfg, pv, "add the root back to grow it")?;
         let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
-        super::quota::raise_volume(&runner, root, &rel, &name, &claim_uid_of(pv), bytes)
+        super::quota::raise_volume(&runner, &root, &rel, &name, &claim_uid_of(pv), bytes)
     }
 
     fn node_finishes_resize(&self) -> bool {
