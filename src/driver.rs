@@ -60,7 +60,12 @@ fn answer(
     };
     let deadline = Deadline::after(config.verb_timeout());
     if !passive {
-        process::start_guards(call.verb(), deadline);
+        process::arm(call.verb(), deadline);
+        // hostPath starts the guard itself, only when a call leaves kubelet's own filesystem
+        // (see sys::process, "When the guard thread runs").
+        if backend != Backend::HostPath {
+            process::start_guards();
+        }
     }
     let runner = SystemRunner::new(config.tool_dirs.clone());
     let ctx = Context {
@@ -107,12 +112,18 @@ pub fn finish(reply: &Reply) -> i32 {
     }
 }
 
-/// Fault injection for the test suites, after the guards are armed: `FLEXVOL_TEST_FAULT=panic`
+/// Fault injection for the test suites, with the guard started: `FLEXVOL_TEST_FAULT=panic`
 /// panics, `hang` blocks forever, `hang-child` blocks in a child process (`sleep`). Tests use it to
 /// prove that panics, deadlines and SIGTERM still end in one Failure reply and no orphan children.
 /// Unset in production, where it costs one environment lookup.
 fn inject_test_fault(ctx: &Context) {
-    match std::env::var("FLEXVOL_TEST_FAULT").as_deref() {
+    let fault = std::env::var("FLEXVOL_TEST_FAULT");
+    if fault.is_ok() {
+        // What these faults stand for (a hung kernel call, a hung helper) is what the guard is
+        // for, so it runs whatever the backend would have decided.
+        process::start_guards();
+    }
+    match fault.as_deref() {
         Ok("panic") => panic!("injected test fault"),
         Ok("hang") => loop {
             std::thread::park();

@@ -734,6 +734,11 @@ const SOURCE_ID: &str = "sourceId";
 fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = HostPathOptions::parse(o)?;
     let pod_dir = pod_dir_path(pod_dir)?;
+    let mut sources = vec![opts.path.as_path()];
+    if opts.patterned {
+        sources.push(&opts.base);
+    }
+    guard_unless_local(ctx, &pod_dir, &sources);
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
     // Under the lock: what is mounted there now, not what was before waiting.
     let pod = open_pod_dir(&pod_dir)?.ok_or_else(|| {
@@ -889,6 +894,30 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     Ok(Reply::success())
 }
 
+/// Starts the guard thread unless the pod directory, `paths` and the allowed roots (everything of
+/// the volume's that this call may touch) are on the filesystem that holds the pod directory's
+/// parent, kubelet's own; see `sys::process`, "When the guard thread runs". Caller contract: call
+/// it before touching any of them.
+fn guard_unless_local(ctx: &Context, pod_dir: &Path, paths: &[&Path]) {
+    use crate::sys::process;
+    if process::guarded() {
+        return;
+    }
+    let local = pod_dir.parent().and_then(paths::cached_device);
+    let roots = ctx.config.hostpath.roots();
+    let mut touched = vec![pod_dir];
+    for p in paths
+        .iter()
+        .copied()
+        .chain(roots.iter().map(PathBuf::as_path))
+    {
+        if !touched.contains(&p) {
+            touched.push(p);
+        }
+    }
+    process::guard_unless_on(local, &touched);
+}
+
 /// Where a source of `kind` is bound: the pod directory itself for a directory, else a file of
 /// the source's name inside it.
 fn mount_point_for(pod_dir: &Path, source: &Path, kind: FileKind) -> Result<PathBuf> {
@@ -1039,6 +1068,8 @@ const MAX_LAYERS: usize = 16;
 fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
     let pod_dir = pod_dir_path(pod_dir)?;
+    // What is mounted there shows its own filesystem at the pod directory.
+    guard_unless_local(ctx, &pod_dir, &[]);
     if std::fs::symlink_metadata(&pod_dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
     {
         // Already gone: nothing can be mounted there. Forget any record of it.
@@ -1054,12 +1085,25 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     let record = state.load(&pod_dir)?;
 
     let points: Vec<(PathBuf, Option<FileId>)> = match &record {
-        Some(r) => vec![(r.mount_point().to_owned(), recorded_source_id(r))],
+        Some(r) => {
+            // A file-like volume's bind inside the pod directory, and a source an older
+            // version's record makes us open.
+            let mut touched = vec![r.mount_point()];
+            if !r.extra.contains_key(SOURCE_ID) {
+                touched.push(Path::new(&r.source));
+            }
+            guard_unless_local(ctx, &pod_dir, &touched);
+            vec![(r.mount_point().to_owned(), recorded_source_id(r))]
+        }
         None if pod.state.mount_root => vec![(pod_dir.clone(), None)],
-        None => file_binds_in(&pod_dir)?
-            .into_iter()
-            .map(|p| (p, None))
-            .collect(),
+        None => {
+            // No record: whatever is bound inside is unknown until it is looked at.
+            crate::sys::process::start_guards();
+            file_binds_in(&pod_dir)?
+                .into_iter()
+                .map(|p| (p, None))
+                .collect()
+        }
     };
     for (p, id) in &points {
         unmount_ours(ctx, p, *id)?;

@@ -145,6 +145,41 @@ pub fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
     Ok((real, meta))
 }
 
+/// The device number of the filesystem `path` is on, found without I/O and without blocking:
+/// the lookup uses only the kernel's dentry cache (`openat2(RESOLVE_CACHED)`, Linux 5.12) and the
+/// device comes from `statx(AT_STATX_DONT_SYNC)`, which asks no server. A path that does not exist
+/// (its negative entry cached) reports the device of its nearest existing ancestor. `None`
+/// whenever that cannot be known this way (a lookup that would need I/O or a server, an older
+/// kernel, any error): callers must then assume that touching the path may block. Symlinks are
+/// followed (from the cache too): the answer is where the path leads now, for a decision about
+/// waiting, never for policy.
+pub fn cached_device(path: &Path) -> Option<u64> {
+    use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags};
+    let mut cur = path;
+    loop {
+        match rustix::fs::openat2(
+            CWD,
+            cur,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::CACHED,
+        ) {
+            Ok(fd) => {
+                let st = rustix::fs::statx(
+                    &fd,
+                    "",
+                    AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
+                    StatxFlags::TYPE,
+                )
+                .ok()?;
+                return Some(rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor));
+            }
+            Err(rustix::io::Errno::NOENT) => cur = cur.parent()?,
+            Err(_) => return None,
+        }
+    }
+}
+
 /// The path with the missing components appended: what the path will resolve to once created.
 pub fn joined(base: &Path, rest: &[OsString]) -> PathBuf {
     let mut p = base.to_path_buf();

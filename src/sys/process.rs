@@ -2,10 +2,29 @@
 //!
 //! kubelet puts no timeout on most verbs, so a hung driver wedges the volume forever; on the one
 //! verb it does time out (`waitforattach`) it sends SIGTERM and, 10 s later, SIGKILL. So:
-//! - every call runs under a [`Deadline`]; a watchdog thread answers Failure when it expires;
-//! - SIGTERM, SIGINT and SIGHUP are taken by a dedicated thread that answers Failure;
+//! - every call runs under a [`Deadline`]; a guard thread answers Failure when it expires;
+//! - SIGTERM, SIGINT and SIGHUP are taken by the same thread, which answers Failure;
 //! - in both cases every child process group we started is killed first, so no helper keeps
 //!   working on a volume after we have reported failure.
+//!
+//! # When the guard thread runs
+//! A call that can block on something the node does not control (a helper process, a network or
+//! FUSE filesystem, a device) must have the guard running *before* it touches that thing:
+//! [`arm`] records the deadline, [`start_guards`] starts the thread (once; later calls do
+//! nothing). The driver starts it right after parsing for every backend but hostPath.
+//!
+//! hostPath starts it lazily, because a thread costs every call about as much as the rest of a
+//! hostPath mount (measured: a third of the mount+unmount pair), and a hostPath call usually
+//! touches nothing but the filesystem kubelet's own pod directories live on. Before touching a
+//! volume path the backend asks [`guard_unless_on`] whether that path is on the same
+//! filesystem as the pod directory's parent, found by a lookup that cannot block
+//! ([`crate::sys::paths::cached_device`]: dentry cache only, no server asked); anything else, or
+//! anything that cannot be answered that way, starts the guard first. Waiting forever on
+//! kubelet's own filesystem is not something the guard could cure: kubelet waits on it too, and
+//! a thread cannot end a process stuck in an uninterruptible wait. Without the guard, SIGTERM
+//! stays blocked and pending: the call finishes its local work and answers normally.
+//! flexvol's own config, state, lock and log locations are, like the config file, read without
+//! the guard: they must be on local filesystems (README "Node configuration").
 //!
 //! Children run in their own process groups (see `exec`), so killing the group also reaches the
 //! grandchildren a tool may fork.
@@ -129,16 +148,43 @@ fn termination_signals() -> SigSet {
     set
 }
 
-/// Arms the deadline and starts the one guard thread, which answers Failure and exits on the
-/// deadline (an `alarm(2)`, delivered as SIGALRM) or on a termination signal. One thread with a
-/// small stack: every call pays for it, so it is kept cheap. Children never inherit the alarm
-/// (fork clears it).
-pub fn start_guards(verb: &str, deadline: Deadline) {
+/// The call's verb and deadline, recorded by [`arm`] for [`start_guards`].
+static ARMED: OnceLock<(String, Deadline)> = OnceLock::new();
+/// Set once the guard thread has been asked for.
+static STARTED: OnceLock<()> = OnceLock::new();
+
+/// Records the call's verb and deadline without starting anything. Caller contract: once per
+/// process, before any [`start_guards`] or [`guard_unless_on`]; later calls are ignored.
+pub fn arm(verb: &str, deadline: Deadline) {
+    let _ = ARMED.set((verb.to_owned(), deadline));
+}
+
+/// Whether the guard thread has been started for this call.
+pub fn guarded() -> bool {
+    STARTED.get().is_some()
+}
+
+/// Starts the guard thread (once per process; later calls return at once) and arms the alarm for
+/// the time left before the [`arm`]ed deadline. The thread answers Failure and exits on the
+/// deadline (an `alarm(2)`, delivered as SIGALRM) or on a termination signal. Does nothing before
+/// [`arm`]. Children never inherit the alarm (fork clears it).
+pub fn start_guards() {
+    let Some((verb, deadline)) = ARMED.get() else {
+        return;
+    };
+    if STARTED.set(()).is_err() {
+        return;
+    }
     let secs = u32::try_from(deadline.total().as_secs())
         .unwrap_or(u32::MAX)
         .max(1);
-    let verb = verb.to_owned();
-    // Unnamed: a name costs an allocation and a prctl in every call.
+    // Whole seconds, rounded up: never earlier than the deadline, at least one.
+    let left = deadline.remaining();
+    let alarm_secs = u32::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let verb = verb.clone();
+    // Unnamed: a name costs an allocation and a prctl.
     let spawned = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
         let Ok(sig) = termination_signals().wait() else { return };
         if sig == Signal::SIGALRM {
@@ -152,18 +198,43 @@ pub fn start_guards(verb: &str, deadline: Deadline) {
         ));
     });
     if spawned.is_ok() {
-        nix::unistd::alarm::set(secs);
+        nix::unistd::alarm::set(alarm_secs);
+    }
+}
+
+/// Starts the guard ([`start_guards`]) unless every path in `paths` is on the filesystem `local`
+/// (a device number from [`crate::sys::paths::cached_device`]), as far as a lookup that cannot
+/// block can tell. `local` of `None` (unknown) starts it. Costs nothing once the guard runs; two
+/// syscalls per path otherwise. Caller contract: call it before touching any of `paths`.
+pub fn guard_unless_on(local: Option<u64>, paths: &[&std::path::Path]) {
+    if guarded() {
+        return;
+    }
+    let on_local = local.is_some_and(|dev| {
+        paths
+            .iter()
+            .all(|p| crate::sys::paths::cached_device(p) == Some(dev))
+    });
+    if !on_local {
+        start_guards();
     }
 }
 
 /// A named point in a mutating verb where the crash tests kill the driver: when the environment
 /// variable `FLEXVOL_TEST_KILL_AT` equals `name`, the process sends itself SIGKILL right here,
-/// exactly like a node losing the process mid-call. The next call must converge. Costs one
-/// environment lookup when unset.
+/// exactly like a node losing the process mid-call. The next call must converge. When
+/// `FLEXVOL_TEST_HANG_AT` equals `name`, the call blocks here forever instead, like a step stuck
+/// in the kernel: the deadline tests prove which calls the guard thread answers. Costs two
+/// environment lookups when unset.
 pub fn checkpoint(name: &str) {
     if std::env::var_os("FLEXVOL_TEST_KILL_AT").is_some_and(|v| v == name) {
         let _ = signal::kill(Pid::this(), Signal::SIGKILL);
         // SIGKILL cannot be blocked; never reached.
         std::thread::park();
+    }
+    if std::env::var_os("FLEXVOL_TEST_HANG_AT").is_some_and(|v| v == name) {
+        loop {
+            std::thread::park();
+        }
     }
 }

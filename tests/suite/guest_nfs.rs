@@ -558,6 +558,73 @@ fn guest_nfs_silent_server_costs_the_probe_budget_not_a_hang() {
     assert!(env.mounts().is_empty(), "{:?}", env.mounts());
 }
 
+/// A hostPath root on an NFS export whose server goes silent: the hostPath driver starts its
+/// guard thread for a volume off kubelet's own filesystem (sys::process, "When the guard thread
+/// runs"), so a call stuck on the server is answered at the deadline, and the process ends.
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_hostpath_root_on_a_silent_nfs_server_is_answered_at_the_deadline() {
+    require_server();
+    let share = export_dir("hostpath-root");
+    let env = Env::with_config(json!({"verbTimeoutSeconds": 3}));
+    // Mounted the way a node operator would (hard, the kernel's default); Env's drop detaches it.
+    let root = env.mkdir("nfs-root");
+    sh(
+        "mount",
+        &[
+            "-t",
+            "nfs",
+            "-o",
+            "vers=4.2,hard",
+            &format!("127.0.0.1:{}", share.display()),
+            root.to_str().unwrap(),
+        ],
+    );
+    let hostpath = |dir: &Path, verb: &str, src: Option<&Path>| {
+        let d = dir.to_str().unwrap().to_owned();
+        let j = src.map(|s| {
+            json!({
+                "kubernetes.io/pvOrVolumeName": "v",
+                "kubernetes.io/readwrite": "rw",
+                "path": s,
+                "type": "DirectoryOrCreate",
+            })
+            .to_string()
+        });
+        let mut args = vec![verb, d.as_str()];
+        args.extend(j.as_deref());
+        let t = Instant::now();
+        let r = env.call("hostpath", &args);
+        (r, t.elapsed())
+    };
+    let pod = env.mkdir("kubelet/pods/uid-h1/volumes/flexvol~hostpath/v");
+    let (r, _) = hostpath(&pod, "mount", Some(&root.join("a")));
+    r.ok();
+
+    let Some(hole) = Blackhole::new() else {
+        panic!(
+            "cannot blackhole the NFS server: `tc qdisc add dev lo root netem loss 100%` failed in the guest (sch_netem missing?)"
+        );
+    };
+    // A new directory needs the server: answered at the deadline, nothing mounted.
+    let fresh = env.mkdir("kubelet/pods/uid-h2/volumes/flexvol~hostpath/v");
+    let (r, took) = hostpath(&fresh, "mount", Some(&root.join("b")));
+    r.failed("did not finish within its deadline of 3s");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert!(env.mounts().iter().all(|m| m != &fresh));
+    // The volume already on the export: its unmount ends too (done, or the deadline).
+    let (r, took) = hostpath(&pod, "unmount", None);
+    assert!(took < Duration::from_secs(15), "{took:?}: {}", r.json);
+    drop(hole);
+    eprintln!(
+        "hostPath on a silent NFS server: unmount answered in {took:?}: {}",
+        r.json
+    );
+    // With the server back, everything converges.
+    hostpath(&pod, "unmount", None).0.ok();
+    assert!(env.mounts().iter().all(|m| m != &pod), "{:?}", env.mounts());
+}
+
 /// The shipped conformance runner judges the installed NFS driver with a real export: probe,
 /// repeated and parallel mounts of one volume by several pods, unmount, kubelet's rmdir.
 #[test]

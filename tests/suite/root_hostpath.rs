@@ -922,3 +922,92 @@ fn root_unmount_of_an_old_shared_bind_leaves_the_hosts_submount() {
     );
     assert!(record_of(&env, &pod).is_none());
 }
+
+/// Runs `cmd` for at most `limit`. `Ok` with its output when it ended by then; `Err` with its
+/// thread count when it was still running (then it is killed), so that a call that should have
+/// answered fails the test instead of hanging it.
+fn run_for(
+    mut cmd: std::process::Command,
+    limit: std::time::Duration,
+) -> Result<std::process::Output, usize> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while t.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return Ok(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let threads =
+        std::fs::read_dir(format!("/proc/{}/task", child.id())).map_or(0, Iterator::count);
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    Err(threads)
+}
+
+/// The guard thread answers a call stuck in the kernel, and hostPath starts it only when the
+/// volume leaves the filesystem of kubelet's pod directories (sys::process, "When the guard
+/// thread runs"). Both halves: a source on another filesystem (a tmpfs here; an NFS export in
+/// the guest tier) stuck at the bind, or at the unmount, gets the deadline's Failure; a source on
+/// kubelet's own filesystem runs with no thread at all (so it would wait, like kubelet itself).
+#[test]
+fn root_guard_thread_only_when_the_volume_leaves_kubelets_filesystem() {
+    use std::time::Duration;
+    require_root!();
+    let env = Env::with_config(json!({"verbTimeoutSeconds": 1}));
+    let stuck_at = |at: &str, args: &[&str]| {
+        let mut c = env.command("hostpath", args);
+        c.env("FLEXVOL_TEST_HANG_AT", at);
+        run_for(c, Duration::from_secs(4))
+    };
+    let answered = |r: Result<std::process::Output, usize>| {
+        let out = r.unwrap_or_else(|threads| {
+            panic!("no answer after 4 s with a deadline of 1 s ({threads} threads)")
+        });
+        crate::util::check_protocol(&out.stdout, &out.stderr, out.status.code())
+    };
+
+    // Another filesystem: the guard runs and answers at the deadline.
+    let foreign = env.mkdir("foreign");
+    tmpfs(&foreign);
+    let src = foreign.join("data");
+    let pod = env.pod_dir("uid-g1", "v");
+    let p = pod.to_str().unwrap();
+    let j = opts(&src, json!({"type": "DirectoryOrCreate"}));
+    answered(stuck_at("hostpath-mount-before-bind", &["mount", p, &j]))
+        .failed("did not finish within its deadline of 1s");
+    assert!(env.mounts().iter().all(|m| m != &pod), "{:?}", env.mounts());
+    mount(&env, &pod, &j).ok();
+    answered(stuck_at("hostpath-unmount-after-unmount", &["unmount", p]))
+        .failed("did not finish within its deadline of 1s");
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().iter().all(|m| m != &pod), "{:?}", env.mounts());
+
+    // kubelet's own filesystem: no guard thread, so a call stuck there is still waiting, with
+    // one thread and no reply, well past its deadline.
+    let local = env.mkdir("local");
+    let pod = env.pod_dir("uid-g2", "v");
+    let p = pod.to_str().unwrap();
+    let j = opts(&local, json!({}));
+    match stuck_at("hostpath-mount-before-bind", &["mount", p, &j]) {
+        Err(threads) => assert_eq!(
+            threads, 1,
+            "a hostPath call on kubelet's filesystem started a thread"
+        ),
+        Ok(out) => panic!(
+            "the call answered: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    }
+    // The ordinary path on kubelet's filesystem, start to end.
+    mount(&env, &pod, &j).ok();
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().iter().all(|m| m != &pod), "{:?}", env.mounts());
+    nix::mount::umount2(&foreign, nix::mount::MntFlags::MNT_DETACH).unwrap();
+}
