@@ -1,5 +1,6 @@
 //! One kubelet call, top to bottom: parse argv, load the node config, start the call record, arm
-//! the deadline and signal guards, let the backend answer, reply exactly once.
+//! the deadline and start the guard thread (hostPath: only when the call leaves kubelet's own
+//! filesystem, see `sys::process`), let the backend answer, reply exactly once.
 //!
 //! Every path out of here, including a config error, a parse error, a deadline, SIGTERM and a
 //! panic, ends in exactly one JSON reply on stdout and an exit code that matches it.
