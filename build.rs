@@ -21,6 +21,11 @@ fn main() {
     // debug symbols instead would change the profile, and with it every hashed name.
     println!("cargo:rerun-if-env-changed=FLEXVOL_LINK_MAP");
     if let Some(map) = std::env::var_os("FLEXVOL_LINK_MAP") {
-        println!("cargo:rustc-link-arg-bins=-Wl,-Map={}", map.to_string_lossy());
+        println!(
+            "cargo:rustc-link-arg-bins=-Wl,-Map={}",
+            map.to_string_lossy()
+        );
+        // The names the ordering file needs, not their demangled forms.
+        println!("cargo:rustc-link-arg-bins=-Wl,--no-demangle");
     }
 }

@@ -3,7 +3,8 @@
 //! - `init` vs exec of a minimal static C program that prints one JSON line (the process floor);
 //! - a hostPath mount+unmount pair vs two minimal static C programs doing the same raw syscalls
 //!   (bind mount, then umount2), exec'd the same way;
-//! - peak memory (max RSS) per verb, from `getrusage(RUSAGE_CHILDREN)` in a fresh sub-process;
+//! - peak memory (max RSS) and page faults per verb, from `getrusage(RUSAGE_CHILDREN)` in a fresh
+//!   sub-process;
 //! - 64 hostPath mounts in parallel vs 64 sequential ones divided by the cores;
 //! - the mount+unmount pair and its floor again with the node's mount table grown: in a private
 //!   mount namespace (`unshare --mount`, so nothing leaks to the host and everything vanishes with
@@ -106,7 +107,8 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-/// Sub-process mode: run one verb `n` times and print the children's max RSS in KiB.
+/// Sub-process mode: run one verb `n` times and print the children's max RSS in KiB and their
+/// page faults (minor and major) per run.
 fn rss_mode(args: &[String]) {
     let (bin, n, rest) = (&args[2], args[3].parse::<usize>().unwrap(), &args[4..]);
     for _ in 0..n {
@@ -118,10 +120,15 @@ fn rss_mode(args: &[String]) {
             .status();
     }
     let ru = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
-    println!("{}", ru.max_rss());
+    println!(
+        "{} {}",
+        ru.max_rss(),
+        (ru.minor_page_faults() + ru.major_page_faults()) / i64::try_from(n).unwrap()
+    );
 }
 
-fn max_rss_kib(bin: &Path, args: &[&str], config: &Path) -> u64 {
+/// Max RSS in KiB and page faults per call of `bin args` (5 calls in a fresh sub-process).
+fn rss_and_faults(bin: &Path, args: &[&str], config: &Path) -> (u64, u64) {
     let out = Command::new(std::env::current_exe().unwrap())
         .arg("--rss")
         .arg(bin)
@@ -130,10 +137,14 @@ fn max_rss_kib(bin: &Path, args: &[&str], config: &Path) -> u64 {
         .env("FLEXVOL_CONFIG", config)
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0)
+    let v: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (
+        v.first().copied().unwrap_or(0),
+        v.get(1).copied().unwrap_or(0),
+    )
 }
 
 /// Sub-process mode, run inside a private mount namespace: add `n` unrelated bind mounts, then
@@ -327,10 +338,10 @@ fn main() {
         .map(|n| n.get())
         .unwrap_or(1) as f64;
 
-    let rss_init = max_rss_kib(&hostpath, &["init"], &config);
-    let rss_mount = max_rss_kib(&hostpath, &["mount", pod_s, &opts], &config);
-    let rss_unmount = max_rss_kib(&hostpath, &["unmount", pod_s], &config);
-    let rss_floor = max_rss_kib(&floor_json, &[], &config);
+    let (rss_init, pf_init) = rss_and_faults(&hostpath, &["init"], &config);
+    let (rss_mount, pf_mount) = rss_and_faults(&hostpath, &["mount", pod_s, &opts], &config);
+    let (rss_unmount, pf_unmount) = rss_and_faults(&hostpath, &["unmount", pod_s], &config);
+    let (rss_floor, pf_floor) = rss_and_faults(&floor_json, &[], &config);
     let size = std::fs::metadata(&bin).unwrap().len();
 
     // The pair against the size of the mount table, each size in its own private namespace.
@@ -390,6 +401,12 @@ fn main() {
         rss_mount as f64 / 1024.0,
         rss_unmount as f64 / 1024.0,
         rss_floor as f64 / 1024.0
+    );
+    // Each 64 KiB window of code a call touches is a fault: a jump here with no change in the
+    // verbs means src/hot-symbols.txt no longer matches the build (tests/perf/hot-symbols).
+    println!(
+        "{:<28} init {pf_init}, mount {pf_mount}, unmount {pf_unmount} (C floor {pf_floor})",
+        "page faults per call"
     );
     println!(
         "\nhostPath mount+unmount pair against the mount table (private namespace, {table_iters} pairs each, interleaved with the floor):"
