@@ -3,29 +3,50 @@
 //! kubelet execs the driver for every call, so what a call pays to start matters: every 64 KiB
 //! window of code it touches costs a page fault. `src/hot-symbols.txt` lists the functions the
 //! driver verbs run (made by `tests/perf/hot-symbols`); the linker places them together at the
-//! start of `.text`, which took a hostPath mount from 86 page faults to 45.
+//! start of `.text`, which took a hostPath mount from 86 page faults to 47 and `init` from 76 to
+//! 42.
 //!
-//! The linker is rustc's default on x86_64 Linux since 1.90, rust-lld (`--symbol-ordering-file`
-//! is an lld option). Names it cannot find (the list is older than the toolchain, Cargo.lock or
-//! profile) are skipped silently: the binary is the same program, only slower to start.
+//! `--symbol-ordering-file` is an lld option, and rust-lld is rustc's default linker on x86_64
+//! Linux since 1.90: with an older rustc (which links with the system's `ld`) nothing is added.
+//! Names lld cannot find (the list is older than the toolchain, Cargo.lock or release profile)
+//! are skipped silently: the binary is the same program, only slower to start.
 
 // Cargo reads a build script's instructions from its stdout.
 #![allow(clippy::print_stdout)]
 
 fn main() {
-    let list = concat!(env!("CARGO_MANIFEST_DIR"), "/src/hot-symbols.txt");
     println!("cargo:rerun-if-changed=src/hot-symbols.txt");
+    println!("cargo:rerun-if-env-changed=FLEXVOL_LINK_MAP");
+    if !links_with_lld() {
+        return;
+    }
+    let list = concat!(env!("CARGO_MANIFEST_DIR"), "/src/hot-symbols.txt");
     println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={list}");
     println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
     // tests/perf/hot-symbols reads the symbols' addresses from the linker's map: building with
     // debug symbols instead would change the profile, and with it every hashed name.
-    println!("cargo:rerun-if-env-changed=FLEXVOL_LINK_MAP");
     if let Some(map) = std::env::var_os("FLEXVOL_LINK_MAP") {
-        println!(
-            "cargo:rustc-link-arg-bins=-Wl,-Map={}",
-            map.to_string_lossy()
-        );
+        println!("cargo:rustc-link-arg-bins=-Wl,-Map={}", map.to_string_lossy());
         // The names the ordering file needs, not their demangled forms.
         println!("cargo:rustc-link-arg-bins=-Wl,--no-demangle");
     }
+}
+
+/// Whether rustc links this target with rust-lld: x86_64 Linux, rustc 1.90 or later.
+fn links_with_lld() -> bool {
+    let target = std::env::var("TARGET").unwrap_or_default();
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let minor = std::process::Command::new(rustc)
+        .arg("-V")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let v = String::from_utf8_lossy(&o.stdout).into_owned();
+            // "rustc 1.95.0 (59807616e 2026-04-14)"
+            v.split_whitespace()
+                .nth(1)
+                .and_then(|ver| ver.split('.').nth(1).map(str::to_owned))
+        })
+        .and_then(|m| m.parse::<u32>().ok());
+    target == "x86_64-unknown-linux-gnu" && minor.is_some_and(|m| m >= 90)
 }
