@@ -11,6 +11,10 @@
 //!   the process) with 0, 1,000 and 4,000 unrelated bind mounts added (`FLEXVOL_BENCH_TABLE`, a
 //!   comma list, overrides the sizes).
 //!
+//! Every floor is spawned exactly as flexvol is, environment included (`FLEXVOL_CONFIG`, which
+//! the C programs ignore): a `Command` with an added variable builds a new environment block in
+//! the parent for every spawn, and timing only one side with it would bill flexvol for it.
+//!
 //! Nothing here asserts a time: it prints the table and the targets, so a regression is seen, not
 //! flaked on. Needs root (real mounts) and a C compiler for the floors.
 
@@ -213,8 +217,8 @@ fn table_mode(args: &[String]) {
     let mut x = Vec::new();
     for i in 0..iters + iters / 10 {
         let t0 = Instant::now();
-        run(floor_mount, &[data.to_str().unwrap(), pod_s], &[]);
-        run(floor_umount, &[pod_s], &[]);
+        run(floor_mount, &[data.to_str().unwrap(), pod_s], &env);
+        run(floor_umount, &[pod_s], &env);
         let t1 = Instant::now();
         run(hostpath, &["mount", pod_s, &opts], &env);
         run(hostpath, &["unmount", pod_s], &env);
@@ -296,11 +300,11 @@ fn main() {
     println!(
         "flexvol benchmarks: {iters} iterations each, medians (p90); floors measured in this run\n"
     );
-    let f_init = measure(iters, || run(&floor_json, &[], &[]));
+    let f_init = measure(iters, || run(&floor_json, &[], &env));
     let x_init = measure(iters, || run(&hostpath, &["init"], &env));
     let f_pair = measure(iters, || {
-        run(&floor_mount, &[src.to_str().unwrap(), pod_s], &[]);
-        run(&floor_umount, &[pod_s], &[]);
+        run(&floor_mount, &[src.to_str().unwrap(), pod_s], &env);
+        run(&floor_umount, &[pod_s], &env);
     });
     let x_pair = measure(iters, || {
         run(&hostpath, &["mount", pod_s, &opts], &env);
