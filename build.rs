@@ -26,7 +26,10 @@ fn main() {
     // tests/perf/hot-symbols reads the symbols' addresses from the linker's map: building with
     // debug symbols instead would change the profile, and with it every hashed name.
     if let Some(map) = std::env::var_os("FLEXVOL_LINK_MAP") {
-        println!("cargo:rustc-link-arg-bins=-Wl,-Map={}", map.to_string_lossy());
+        println!(
+            "cargo:rustc-link-arg-bins=-Wl,-Map={}",
+            map.to_string_lossy()
+        );
         // The names the ordering file needs, not their demangled forms.
         println!("cargo:rustc-link-arg-bins=-Wl,--no-demangle");
     }
