@@ -202,7 +202,7 @@ scenario_lvm_kill() {
 	pid="$(kc_pid_of provisioner-node-a)"
 	wait_killed node-a "$pid"
 	lv_gone "$pv" || fail "LV $pv still there after lvremove"
-	kc_kubectl get pv "$pv" >/dev/null 2>&1 || fail "PV $pv deleted although the kill came before it"
+	still_there pv "$pv" || fail "PV $pv deleted although the kill came before it"
 	start_provisioner node-a
 	wait_until "PV $pv deleted after the restart" 60 gone pv "$pv"
 	[ -z "$(lvm lvs --noheadings -o lv_name "$LVP_VG")" ] || fail "left in $LVP_VG: $(lvm lvs --noheadings -o lv_name "$LVP_VG" | tr -d ' ' | tr '\n' ' ')"
@@ -224,7 +224,7 @@ scenario_lvm_retain() {
 	kc_kubectl delete pvc c-lvm-retain --wait=false >/dev/null
 	wait_until "PV $pv Released" 60 jp_is pv "$pv" '{.status.phase}' Released
 	sleep 8 # more than two resyncs of the provisioner
-	kc_kubectl get pv "$pv" >/dev/null 2>&1 || fail "Retain PV $pv was deleted"
+	still_there pv "$pv" || fail "Retain PV $pv was deleted"
 	lv_exists "$pv" || fail "Retain LV $LVP_VG/$pv was removed"
 	lvm lvchange -ay "$LVP_VG/$pv" >/dev/null
 	[ "$(debugfs -R 'cat /data' "/dev/$LVP_VG/$pv" 2>/dev/null)" = kept ] || fail "the Retain LV lost its data"

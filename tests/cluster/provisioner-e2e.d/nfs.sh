@@ -213,7 +213,7 @@ scenario_nfs_kill() {
 	tomb="$NFS_EXPORT/.flexvol-deleting-$pv"
 	[ ! -e "$dir" ] || fail "$dir still there after the rename"
 	[ -d "$tomb" ] || fail "no tombstone $tomb after the kill: $(ls -A "$NFS_EXPORT")"
-	kc_kubectl get pv "$pv" >/dev/null 2>&1 || fail "PV $pv deleted before its directory was"
+	still_there pv "$pv" || fail "PV $pv deleted before its directory was"
 	start_provisioner node-b
 	start_provisioner node-a
 	wait_until "PV $pv deleted after the restart" 60 gone pv "$pv"
