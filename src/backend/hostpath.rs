@@ -734,12 +734,17 @@ const SOURCE_ID: &str = "sourceId";
 fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = HostPathOptions::parse(o)?;
     let pod_dir = pod_dir_path(pod_dir)?;
-    let mut sources = vec![opts.path.as_path()];
+    // The source, and the allowed roots the policy check resolves.
+    let roots = ctx.config.hostpath.roots();
+    let mut touched = vec![opts.path.as_path()];
     if opts.patterned {
-        sources.push(&opts.base);
+        touched.push(&opts.base);
     }
-    guard_unless_local(ctx, &pod_dir, &sources);
+    touched.extend(roots.iter().map(PathBuf::as_path));
+    // Under the lock: the probe opens the pod directory, which a concurrent unmount would find
+    // busy.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+    guard_unless_local(&pod_dir, &touched);
     // Under the lock: what is mounted there now, not what was before waiting.
     let pod = open_pod_dir(&pod_dir)?.ok_or_else(|| {
         Error::refused(format!(
@@ -894,23 +899,18 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     Ok(Reply::success())
 }
 
-/// Starts the guard thread unless the pod directory, `paths` and the allowed roots (everything of
-/// the volume's that this call may touch) are on the filesystem that holds the pod directory's
-/// parent, kubelet's own; see `sys::process`, "When the guard thread runs". Caller contract: call
-/// it before touching any of them.
-fn guard_unless_local(ctx: &Context, pod_dir: &Path, paths: &[&Path]) {
+/// Starts the guard thread unless the pod directory and `paths` (everything of the volume's that
+/// this call may touch) are on the filesystem that holds the pod directory's parent, kubelet's
+/// own; see `sys::process`, "When the guard thread runs". Caller contract: call it before
+/// touching any of them.
+fn guard_unless_local(pod_dir: &Path, paths: &[&Path]) {
     use crate::sys::process;
     if process::guarded() {
         return;
     }
     let local = pod_dir.parent().and_then(paths::cached_device);
-    let roots = ctx.config.hostpath.roots();
     let mut touched = vec![pod_dir];
-    for p in paths
-        .iter()
-        .copied()
-        .chain(roots.iter().map(PathBuf::as_path))
-    {
+    for &p in paths {
         if !touched.contains(&p) {
             touched.push(p);
         }
@@ -1068,15 +1068,10 @@ const MAX_LAYERS: usize = 16;
 fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
     let pod_dir = pod_dir_path(pod_dir)?;
-    // What is mounted there shows its own filesystem at the pod directory.
-    guard_unless_local(ctx, &pod_dir, &[]);
-    if std::fs::symlink_metadata(&pod_dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-    {
-        // Already gone: nothing can be mounted there. Forget any record of it.
-        state.remove(&pod_dir)?;
-        return Ok(Reply::success());
-    }
+    // Under the lock: the probe opens the pod directory, which a concurrent unmount would find
+    // busy. What is mounted there shows its own filesystem at the pod directory.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
+    guard_unless_local(&pod_dir, &[]);
     let Some(pod) = open_pod_dir(&pod_dir)? else {
         // Already gone: nothing can be mounted there. Forget any record of it.
         state.remove(&pod_dir)?;
@@ -1092,7 +1087,7 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
             if !r.extra.contains_key(SOURCE_ID) {
                 touched.push(Path::new(&r.source));
             }
-            guard_unless_local(ctx, &pod_dir, &touched);
+            guard_unless_local(&pod_dir, &touched);
             vec![(r.mount_point().to_owned(), recorded_source_id(r))]
         }
         None if pod.state.mount_root => vec![(pod_dir.clone(), None)],
