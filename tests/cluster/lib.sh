@@ -137,7 +137,9 @@ kc_pid_ours() {
 	[ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
 	st="$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)"
 	[ "$st" != Z ] || return 1
-	{ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$KC_DIR"
+	local cmd
+	cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+	[[ "$cmd" == *"$KC_DIR"* ]]
 }
 
 # kc_stop_name NAME [GRACE]: SIGTERM, wait, SIGKILL; removes NAME from DIR/pids.

@@ -163,7 +163,7 @@ scenario_lvm_reschedule() {
 	lvm_unlabelled node-b || fail "node-b still labelled flexvol/lvm"
 	pv="$(pv_of c-lvm-move)"
 	[ "$(lvs_tagged_for "$pv")" = 1 ] || fail "$(lvs_tagged_for "$pv") LVs tagged for $pv"
-	sel="$(events_of c-lvm-move | grep -m1 'cannot serve' | cut -c1-220)"
+	sel="$(first_event c-lvm-move '.*cannot serve.*')"
 	pass "lvm-reschedule: '$sel'; node-b unlabelled; pod Running on node-a with LV $LVP_VG/$pv"
 	delete_pod p-lvm-move
 	kc_kubectl delete pvc c-lvm-move --wait=false >/dev/null

@@ -171,7 +171,7 @@ scenario_nfs_dead() {
 	[ -z "$(jp pvc c-nfs-dead '{.spec.volumeName}')" ] || fail "c-nfs-dead got a PV"
 	[ "$(pvs_for_claim "$(claim_uid c-nfs-dead)")" = 0 ] || fail "a PV exists for c-nfs-dead"
 	[ "$(nfs_private_mounts)" = 0 ] || fail "provisioner mounts left: $(grep provisioner-nfs /proc/self/mountinfo)"
-	pass "nfs-dead: ProvisioningFailed '$(events_of c-nfs-dead | grep -m1 -o 'ProvisioningFailed: .*unreachable' | cut -c1-140)...' after ${secs}s; no PV, no mount left"
+	pass "nfs-dead: ProvisioningFailed '$(first_event c-nfs-dead 'ProvisioningFailed: .*unreachable' 140)...' after ${secs}s; no PV, no mount left"
 	kc_kubectl delete pvc c-nfs-dead --wait=false >/dev/null
 }
 
