@@ -530,7 +530,6 @@ fn resolved(p: &Path) -> PathBuf {
 /// and never with a pod's `uid`/`gid`/`mode`.
 fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<PathBuf> {
     use crate::node::config::Config;
-    use std::os::unix::fs::MetadataExt;
     let src = resolved_source;
     let shown = src.display();
     if src == Path::new("/") {
@@ -540,6 +539,9 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
     }
     let protected = protected(ctx.config, Some(pod_dir));
     let mut ids = Vec::with_capacity(protected.len());
+    // The locations share most of their ancestors (`/var/lib`, `/run`, flexvol's directories):
+    // one resolver looks at each ancestor once.
+    let mut resolver = paths::SharedResolver::new();
     for Protected {
         path: p,
         why,
@@ -548,8 +550,8 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
     {
         // What the location really is (a fixed one may be relocated by a symlink, as
         // `/var/lib/docker` -> `/data/docker`), with its device and inode.
-        let (real, meta) = match paths::real_path(p) {
-            Ok((real, m)) => (real, Some(m)),
+        let (real, id) = match resolver.real_path_id(p) {
+            Ok((real, id)) => (real, Some(id)),
             Err(_) if *configured => (resolved(p), None),
             Err(_) => (p.clone(), None),
         };
@@ -559,13 +561,13 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
                 real.display()
             )));
         }
-        if let Some(m) = meta {
-            ids.push(((m.dev(), m.ino()), p, *why));
+        if let Some(id) = id {
+            ids.push((id, p, *why));
         }
     }
     for a in src.ancestors() {
-        if let Ok(m) = std::fs::metadata(a)
-            && let Some((_, p, why)) = ids.iter().find(|(id, _, _)| *id == (m.dev(), m.ino()))
+        if let Some(id) = resolver.id(a)
+            && let Some((_, p, why)) = ids.iter().find(|(i, _, _)| *i == id)
         {
             return Err(Error::refused(format!(
                 "host path {shown} is refused: {} is {} ({why}) under another name, which no volume may expose whatever the node config says",
@@ -574,24 +576,19 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
             )));
         }
     }
-    if let Ok(m) = std::fs::symlink_metadata(src) {
-        use std::os::unix::fs::FileTypeExt;
-        let ft = m.file_type();
-        let kind = if ft.is_char_device() {
-            FileKind::CharDevice
-        } else if ft.is_block_device() {
-            FileKind::BlockDevice
-        } else {
-            FileKind::Other
-        };
-        check_device_source(src, kind)?;
+    if let Ok(st) = resolver.lstat(src) {
+        check_device_source(src, paths::kind_of_stat(&st))?;
     }
 
     let configured = !ctx.config.hostpath.allowed_roots.is_empty();
     let roots = ctx.config.hostpath.roots();
     let serving = roots
         .iter()
-        .map(|r| resolved(r))
+        .map(|r| {
+            resolver
+                .real_path_id(r)
+                .map_or_else(|_| resolved(r), |(real, _)| real)
+        })
         .filter(|r| r != Path::new("/") && src.starts_with(r))
         .max_by_key(|r| r.components().count());
     if let Some(root) = serving {

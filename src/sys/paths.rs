@@ -145,6 +145,99 @@ pub fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
     Ok((real, meta))
 }
 
+/// Resolves many absolute paths that share ancestors (the protected locations the hostPath
+/// policy compares against: `/var/lib/...`, `/run/...`, flexvol's own directories) more cheaply
+/// than [`real_path`] on each: one `lstat` per path, then one per ancestor not seen before. A
+/// path none of whose components is a symlink is canonical as named, and its `lstat` is its
+/// metadata; a missing path costs that one `lstat` alone (where an open of it costs a file
+/// allocation as well). Anything else (a symlink on the way, `..`, a relative path, an error other
+/// than a missing component) goes to [`real_path`], so the answers are [`real_path`]'s.
+///
+/// Caller contract: one resolver per decision. It remembers which ancestors are symlinks, so a
+/// resolver kept across a change of the file system would answer from the past.
+#[derive(Default)]
+pub struct SharedResolver {
+    /// Paths looked at so far, normalized, with what `lstat` answered.
+    seen: Vec<(PathBuf, nix::Result<nix::sys::stat::FileStat>)>,
+}
+
+impl SharedResolver {
+    /// A resolver that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `lstat` of a normalized absolute path (every component but the last followed), asked of
+    /// the kernel once per resolver.
+    pub fn lstat(&mut self, p: &Path) -> nix::Result<nix::sys::stat::FileStat> {
+        if let Some((_, st)) = self.seen.iter().find(|(q, _)| q == p) {
+            return *st;
+        }
+        let st = nix::sys::stat::lstat(p);
+        self.seen.push((p.to_owned(), st));
+        st
+    }
+
+    /// Device and inode of what `p` leads to (symlinks followed), `None` if it leads nowhere.
+    pub fn id(&mut self, p: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        match self.lstat(p) {
+            Ok(st) if !is_link(&st) => Some((st.st_dev, st.st_ino)),
+            _ => std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())),
+        }
+    }
+
+    /// What [`real_path`] answers, as the canonical path and the device and inode (symlinks
+    /// followed): `Err` exactly when the path does not resolve.
+    pub fn real_path_id(&mut self, path: &Path) -> std::io::Result<(PathBuf, (u64, u64))> {
+        use std::os::unix::fs::MetadataExt;
+        let slow = |p: &Path| real_path(p).map(|(real, m)| (real, (m.dev(), m.ino())));
+        if !path.is_absolute() || has_dotdot(path) {
+            return slow(path);
+        }
+        // components() drops `.`, repeated and trailing slashes: the form canonicalize returns.
+        let named: PathBuf = path.components().collect();
+        let st = match self.lstat(&named) {
+            Ok(st) => st,
+            // lstat follows every component but the last: a path it cannot find does not resolve
+            // (the last component missing, or missing behind a symlink), as real_path finds.
+            Err(e @ (nix::Error::ENOENT | nix::Error::ENOTDIR)) => {
+                return Err(std::io::Error::from(e));
+            }
+            Err(_) => return slow(path),
+        };
+        if is_link(&st) {
+            return slow(path);
+        }
+        for a in named.ancestors().skip(1) {
+            if a.parent().is_none() {
+                break; // "/"
+            }
+            if !matches!(self.lstat(a), Ok(st) if !is_link(&st)) {
+                return slow(path);
+            }
+        }
+        Ok((named, (st.st_dev, st.st_ino)))
+    }
+}
+
+/// Whether an `lstat` answer is a symlink.
+pub fn is_link(st: &nix::sys::stat::FileStat) -> bool {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
+}
+
+/// The kind of file an `lstat` answer describes.
+pub fn kind_of_stat(st: &nix::sys::stat::FileStat) -> FileKind {
+    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFDIR => FileKind::Directory,
+        SFlag::S_IFREG => FileKind::File,
+        SFlag::S_IFSOCK => FileKind::Socket,
+        SFlag::S_IFCHR => FileKind::CharDevice,
+        SFlag::S_IFBLK => FileKind::BlockDevice,
+        _ => FileKind::Other,
+    }
+}
+
 /// The device number of the filesystem `path` is on, found without I/O and without blocking:
 /// the lookup uses only the kernel's dentry cache (`openat2(RESOLVE_CACHED)`, Linux 5.12) and the
 /// device comes from `statx(AT_STATX_DONT_SYNC)`, which asks no server. A path that does not exist
@@ -351,6 +444,51 @@ mod tests {
         );
         let (real, rest) = resolve_existing(&base.join("l/b")).unwrap();
         assert_eq!((real, rest), (base.join("a/b"), vec![]));
+    }
+
+    #[test]
+    fn shared_resolver_answers_what_real_path_answers() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(base.join("a/b/c")).unwrap();
+        std::fs::write(base.join("a/b/f"), b"").unwrap();
+        std::os::unix::fs::symlink(base.join("a"), base.join("l")).unwrap(); // an ancestor link
+        std::os::unix::fs::symlink(base.join("a/b/c"), base.join("a/lc")).unwrap(); // a last link
+        std::os::unix::fs::symlink(base.join("nowhere"), base.join("a/dangling")).unwrap();
+        let mut r = SharedResolver::new();
+        // In an order that puts ancestors in the memo before the paths below a link are asked.
+        for rel in [
+            "a/b/c",
+            "a/b",
+            "a/b/f",
+            "l/b/c",
+            "l/b",
+            "a/lc",
+            "l/lc",
+            "a/./b//c/",
+            "a/b/../b/c",
+            "missing",
+            "a/missing",
+            "l/missing",
+            "a/b/f/below",
+            "a/dangling",
+            "a/dangling/x",
+        ] {
+            let p = base.join(rel);
+            let want = real_path(&p).map(|(real, m)| (real, (m.dev(), m.ino())));
+            let got = r.real_path_id(&p);
+            match (&want, &got) {
+                (Ok(w), Ok(g)) => assert_eq!(w, g, "{rel}"),
+                (Err(_), Err(_)) => {}
+                _ => panic!("{rel}: real_path {want:?}, resolver {got:?}"),
+            }
+        }
+        // The first answers above went the cheap way (no link on the way), the link ones the slow.
+        assert_eq!(
+            r.real_path_id(&base.join("l/b")).unwrap().0,
+            base.join("a/b")
+        );
     }
 
     #[test]
