@@ -898,12 +898,14 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
 
 /// Starts the guard thread unless the pod directory and `paths` (everything of the volume's that
 /// this call may touch) are on the filesystem that holds the pod directory's parent, kubelet's
-/// own; see `sys::process`, "When the guard thread runs". Caller contract: call it before
-/// touching any of them.
-fn guard_unless_local(pod_dir: &Path, paths: &[&Path]) {
+/// own; see `sys::process`, "When the guard thread runs". Returns that filesystem's device
+/// (`None` when unknown or the guard already runs), so that paths met later in the same call are
+/// judged with `sys::process::guard_unless_on` without probing these again. Caller contract: call
+/// it before touching any of them.
+fn guard_unless_local(pod_dir: &Path, paths: &[&Path]) -> Option<u64> {
     use crate::sys::process;
     if process::guarded() {
-        return;
+        return None;
     }
     let local = pod_dir.parent().and_then(paths::cached_device);
     let mut touched = vec![pod_dir];
@@ -913,6 +915,7 @@ fn guard_unless_local(pod_dir: &Path, paths: &[&Path]) {
         }
     }
     process::guard_unless_on(local, &touched);
+    local
 }
 
 /// Where a source of `kind` is bound: the pod directory itself for a directory, else a file of
@@ -958,10 +961,9 @@ fn target_holds(
                 _ => Err(foreign(pod_dir, &pod.state)),
             };
         }
-        let mut entries =
-            std::fs::read_dir(pod_dir).map_err(|e| Error::io("read", pod_dir.as_path(), e))?;
-        if let Some(e) = entries.next() {
-            let name = e.map(|e| e.file_name()).unwrap_or_default();
+        if let Some(name) =
+            paths::first_entry(pod_dir).map_err(|e| Error::io("read", pod_dir.as_path(), e))?
+        {
             return Err(Error::refused(format!(
                 "{} is not empty (it holds {:?}), so a directory volume would hide what is in it; unmount the volume that is there first",
                 pod_dir.display(),
@@ -1068,7 +1070,7 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     // Under the lock: the probe opens the pod directory, which a concurrent unmount would find
     // busy. What is mounted there shows its own filesystem at the pod directory.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
-    guard_unless_local(&pod_dir, &[]);
+    let local = guard_unless_local(&pod_dir, &[]);
     let Some(pod) = open_pod_dir(&pod_dir)? else {
         // Already gone: nothing can be mounted there. Forget any record of it.
         state.remove(&pod_dir)?;
@@ -1079,12 +1081,15 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
     let points: Vec<(PathBuf, Option<FileId>)> = match &record {
         Some(r) => {
             // A file-like volume's bind inside the pod directory, and a source an older
-            // version's record makes us open.
-            let mut touched = vec![r.mount_point()];
+            // version's record makes us open (the pod directory was judged above).
+            let mut touched = Vec::new();
+            if r.mount_point() != pod_dir {
+                touched.push(r.mount_point());
+            }
             if !r.extra.contains_key(SOURCE_ID) {
                 touched.push(Path::new(&r.source));
             }
-            guard_unless_local(&pod_dir, &touched);
+            crate::sys::process::guard_unless_on(local, &touched);
             vec![(r.mount_point().to_owned(), recorded_source_id(r))]
         }
         None if pod.state.mount_root => vec![(pod_dir.clone(), None)],

@@ -157,7 +157,16 @@ impl StateStore {
     /// The record for `target`, if any.
     pub fn load(&self, target: &Path) -> Result<Option<VolumeRecord>, StateError> {
         let path = self.file(target);
-        let data = match fs::read(&path) {
+        // Read through `take`, so std does not fstat for a size hint: open, two reads, close.
+        let read = |p: &Path| {
+            let mut d = Vec::with_capacity(1024);
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(fs::File::open(p)?, u64::MAX),
+                &mut d,
+            )
+            .map(|_| d)
+        };
+        let data = match read(&path) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => {

@@ -221,6 +221,26 @@ impl SharedResolver {
     }
 }
 
+/// The name of some entry of directory `dir` other than `.` and `..`, or `None` when it is empty.
+/// Four syscalls (open, getdents until the end, close): `std::fs::read_dir` adds an fstat.
+pub fn first_entry(dir: &Path) -> std::io::Result<Option<OsString>> {
+    use rustix::fs::{CWD, Mode, OFlags};
+    use std::os::unix::ffi::OsStrExt;
+    let fd = rustix::fs::openat(
+        CWD,
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    for entry in rustix::fs::Dir::new(fd)? {
+        let name = entry?.file_name().to_bytes().to_owned();
+        if name != b"." && name != b".." {
+            return Ok(Some(std::ffi::OsStr::from_bytes(&name).to_owned()));
+        }
+    }
+    Ok(None)
+}
+
 /// Whether an `lstat` answer is a symlink.
 pub fn is_link(st: &nix::sys::stat::FileStat) -> bool {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
@@ -444,6 +464,16 @@ mod tests {
         );
         let (real, rest) = resolve_existing(&base.join("l/b")).unwrap();
         assert_eq!((real, rest), (base.join("a/b"), vec![]));
+    }
+
+    #[test]
+    fn first_entry_skips_dot_and_dotdot() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(first_entry(d.path()).unwrap(), None);
+        std::fs::write(d.path().join("x y"), b"").unwrap();
+        assert_eq!(first_entry(d.path()).unwrap(), Some(OsString::from("x y")));
+        assert!(first_entry(&d.path().join("x y")).is_err(), "a file is not a directory");
+        assert!(first_entry(&d.path().join("missing")).is_err());
     }
 
     #[test]

@@ -204,7 +204,7 @@ pub fn start_guards() {
 
 /// Starts the guard ([`start_guards`]) unless every path in `paths` is on the filesystem `local`
 /// (a device number from [`crate::sys::paths::cached_device`]), as far as a lookup that cannot
-/// block can tell. `local` of `None` (unknown) starts it. Costs nothing once the guard runs; two
+/// block can tell. `local` of `None` (unknown) starts it. Costs nothing once the guard runs; three
 /// syscalls per path otherwise. Caller contract: call it before touching any of `paths`.
 pub fn guard_unless_on(local: Option<u64>, paths: &[&std::path::Path]) {
     if guarded() {
