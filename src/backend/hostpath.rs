@@ -739,7 +739,12 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     }
     touched.extend(roots.iter().map(PathBuf::as_path));
     // Under the lock: the probe opens the pod directory, which a concurrent unmount would find
-    // busy.
+    // busy. The option paths are looked up here, before the policy check: from the dentry cache
+    // only, read-only, following symlinks, and the answer decides nothing but whether the guard
+    // starts. What that leaves: a pod that can write into an allowed root could swap a symlink
+    // between this probe and the real lookup, towards a dead NFS mount already on the node; its
+    // own call would then wait unguarded, as kubelet's own calls into that mount would. A hang of
+    // the caller's own volume, never access: the policy check below sees the path as it is then.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
     guard_unless_local(&pod_dir, &touched);
     // Under the lock: what is mounted there now, not what was before waiting.

@@ -472,7 +472,10 @@ mod tests {
         assert_eq!(first_entry(d.path()).unwrap(), None);
         std::fs::write(d.path().join("x y"), b"").unwrap();
         assert_eq!(first_entry(d.path()).unwrap(), Some(OsString::from("x y")));
-        assert!(first_entry(&d.path().join("x y")).is_err(), "a file is not a directory");
+        assert!(
+            first_entry(&d.path().join("x y")).is_err(),
+            "a file is not a directory"
+        );
         assert!(first_entry(&d.path().join("missing")).is_err());
     }
 
