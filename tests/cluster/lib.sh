@@ -138,7 +138,7 @@ kc_pid_ours() {
 	st="$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)"
 	[ "$st" != Z ] || return 1
 	local cmd
-	cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+	cmd="$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null)" || return 1
 	[[ "$cmd" == *"$KC_DIR"* ]]
 }
 
