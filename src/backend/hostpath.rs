@@ -501,9 +501,21 @@ fn protected(config: &crate::node::config::Config, pod_dir: Option<&Path>) -> Ve
     }
     // "/" is refused on its own in check_policy; as a protected location (a kubelet root of "/"
     // from an odd pod directory) it would refuse everything.
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|p| p.path != Path::new("/") && seen.insert(p.path.clone()));
-    out
+    // Normalized, then compared as bytes: some thirty short paths, not worth hashing.
+    let mut kept: Vec<Protected> = Vec::with_capacity(out.len());
+    for mut p in out {
+        if let std::borrow::Cow::Owned(n) = paths::normalized(&p.path) {
+            p.path = n;
+        }
+        if p.path.as_os_str() != "/"
+            && !kept
+                .iter()
+                .any(|k| k.path.as_os_str() == p.path.as_os_str())
+        {
+            kept.push(p);
+        }
+    }
+    kept
 }
 
 /// A path as it resolves now, missing components appended (they cannot be symlinks yet).
@@ -530,7 +542,9 @@ fn resolved(p: &Path) -> PathBuf {
 /// and never with a pod's `uid`/`gid`/`mode`.
 fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<PathBuf> {
     use crate::node::config::Config;
-    let src = resolved_source;
+    // Normalized once, so that every comparison below can be one of bytes (paths::is_under).
+    let src_n = paths::normalized(resolved_source);
+    let src: &Path = &src_n;
     let shown = src.display();
     if src == Path::new("/") {
         return Err(Error::refused(
@@ -553,9 +567,10 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
         let (real, id) = match resolver.real_path_id(p) {
             Ok((real, id)) => (real, Some(id)),
             Err(_) if *configured => (resolved(p), None),
-            Err(_) => (p.clone(), None),
+            Err(_) => (paths::normalized(p).into_owned(), None),
         };
-        if src.starts_with(&real) || real.starts_with(src) {
+        let real = paths::normalized(&real);
+        if paths::is_under(src, &real) || paths::is_under(&real, src) {
             return Err(Error::refused(format!(
                 "host path {shown} is refused: it is or contains {} ({why}), which no volume may expose whatever the node config says",
                 real.display()

@@ -170,7 +170,12 @@ impl SharedResolver {
     /// `lstat` of a normalized absolute path (every component but the last followed), asked of
     /// the kernel once per resolver.
     pub fn lstat(&mut self, p: &Path) -> nix::Result<nix::sys::stat::FileStat> {
-        if let Some((_, st)) = self.seen.iter().find(|(q, _)| q == p) {
+        // Byte comparison: every path asked is normalized (Path's == parses components).
+        if let Some((_, st)) = self
+            .seen
+            .iter()
+            .find(|(q, _)| q.as_os_str() == p.as_os_str())
+        {
             return *st;
         }
         let st = nix::sys::stat::lstat(p);
@@ -195,8 +200,8 @@ impl SharedResolver {
         if !path.is_absolute() || has_dotdot(path) {
             return slow(path);
         }
-        // components() drops `.`, repeated and trailing slashes: the form canonicalize returns.
-        let named: PathBuf = path.components().collect();
+        // Without `.`, repeated and trailing slashes: the form canonicalize returns.
+        let named = normalized(path).into_owned();
         let st = match self.lstat(&named) {
             Ok(st) => st,
             // lstat follows every component but the last: a path it cannot find does not resolve
@@ -219,6 +224,34 @@ impl SharedResolver {
         }
         Ok((named, (st.st_dev, st.st_ino)))
     }
+}
+
+/// `path` in the form `components().collect()` gives (no `.`, no repeated or trailing slash),
+/// borrowed as it is when it has that form already (a byte scan, where collecting parses every
+/// component and allocates).
+pub fn normalized(path: &Path) -> std::borrow::Cow<'_, Path> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = path.as_os_str().as_bytes();
+    let plain = !b.is_empty()
+        && !b.windows(2).any(|w| w == b"//")
+        && !b.windows(3).any(|w| w == b"/./")
+        && !b.starts_with(b"./")
+        && b != b"."
+        && !b.ends_with(b"/.")
+        && (b == b"/" || !b.ends_with(b"/"));
+    if plain {
+        std::borrow::Cow::Borrowed(path)
+    } else {
+        std::borrow::Cow::Owned(path.components().collect())
+    }
+}
+
+/// `a.starts_with(b)` for paths in [`normalized`] form, by comparing bytes: `Path::starts_with`
+/// parses both into components, which the hostPath policy did some sixty times per mount.
+pub fn is_under(a: &Path, b: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (a, b) = (a.as_os_str().as_bytes(), b.as_os_str().as_bytes());
+    a.starts_with(b) && (a.len() == b.len() || b.ends_with(b"/") || a.get(b.len()) == Some(&b'/'))
 }
 
 /// The name of some entry of directory `dir` other than `.` and `..`, or `None` when it is empty.
@@ -464,6 +497,29 @@ mod tests {
         );
         let (real, rest) = resolve_existing(&base.join("l/b")).unwrap();
         assert_eq!((real, rest), (base.join("a/b"), vec![]));
+    }
+
+    #[test]
+    fn normalized_and_is_under_agree_with_components() {
+        let raw = [
+            "/", "//", "/a", "/a/", "/a//b", "/a/./b", "/a/b/.", "/ab", "/a/b", "/a/b/c", "/a/..",
+            "/a/../b", "a", "./a", "a/b", ".", "/.", "/./",
+        ];
+        for r in raw {
+            let n = normalized(Path::new(r));
+            let want: PathBuf = Path::new(r).components().collect();
+            assert_eq!(n.as_os_str(), want.as_os_str(), "{r}");
+        }
+        assert!(matches!(
+            normalized(Path::new("/a/b")),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        for a in raw {
+            for b in raw {
+                let (na, nb) = (normalized(Path::new(a)), normalized(Path::new(b)));
+                assert_eq!(is_under(&na, &nb), na.starts_with(&*nb), "{a} under {b}");
+            }
+        }
     }
 
     #[test]
