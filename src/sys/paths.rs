@@ -279,7 +279,7 @@ pub fn is_link(st: &nix::sys::stat::FileStat) -> bool {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
 }
 
-/// The kind of file an `lstat` answer describes.
+/// The kind of file a `stat`/`lstat`/`fstat` answer describes.
 pub fn kind_of_stat(st: &nix::sys::stat::FileStat) -> FileKind {
     match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFDIR => FileKind::Directory,
@@ -346,16 +346,7 @@ pub fn open_nofollow(path: &Path) -> nix::Result<OwnedFd> {
 
 /// The kind of file a descriptor refers to.
 pub fn kind_of(fd: impl AsFd) -> nix::Result<FileKind> {
-    let st = fstat(fd)?;
-    let fmt = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-    Ok(match fmt {
-        SFlag::S_IFDIR => FileKind::Directory,
-        SFlag::S_IFREG => FileKind::File,
-        SFlag::S_IFSOCK => FileKind::Socket,
-        SFlag::S_IFCHR => FileKind::CharDevice,
-        SFlag::S_IFBLK => FileKind::BlockDevice,
-        _ => FileKind::Other,
-    })
+    Ok(kind_of_stat(&fstat(fd)?))
 }
 
 /// `/proc/self/fd/N` for a descriptor: a mount source that pins the opened inode.
