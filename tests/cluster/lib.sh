@@ -62,6 +62,16 @@ kc_dump_logs() {
 # kubectl as the cluster admin.
 kc_kubectl() { "$KC_BIN/kubectl" --kubeconfig "$KC_DIR/admin.kubeconfig" --request-timeout=30s "$@"; }
 
+# Event checks, over the calling script's `events_of NAME` ("reason: message" lines). Never
+# `events_of X | grep -q`: grep exits at the first match, and under pipefail the SIGPIPE that
+# kubectl (one write per jsonpath piece) may then get fails the check although the event is there.
+# Read first, then match.
+has_event() { local ev; ev="$(events_of "$1")" || true; grep -Eq -- "$2" <<<"$ev"; }
+# first_event OBJECT REGEX [WIDTH]: the first match about OBJECT, cut to WIDTH characters, or
+# nothing. Never fails: as an assignment under `set -e`, a failed pipeline would end the script
+# without a word.
+first_event() { local ev; ev="$(events_of "$1")" || true; grep -m1 -Eo -- "$2" <<<"$ev" | cut -c1-"${3:-220}" || true; }
+
 kc_port() { # kc_port etcd|etcd-peer|apiserver|kubelet INDEX
 	local b="${KC_PORT_BASE:-17000}"
 	case "$1" in
