@@ -472,6 +472,31 @@ mod tests {
         );
     }
 
+    /// The driver runs with the termination signals and SIGPIPE blocked (`process::start`);
+    /// a tool must not inherit that mask, or it could not be stopped by SIGTERM nor see EPIPE
+    /// as a shell pipeline expects. Blocked here in this test's own thread, as `start` does.
+    #[test]
+    fn children_start_with_no_blocked_signals() {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGPIPE] {
+            set.add(s);
+        }
+        let old = set
+            .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
+            .unwrap();
+        let out = SystemRunner::default().run(&sh("grep -E '^Sig(Blk|Ign)' /proc/self/status"));
+        old.thread_set_mask().unwrap();
+        let text = out.unwrap().stdout_text();
+        let mask = |name: &str| {
+            let line = text.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0, "{text}");
+        // Whatever started this test may ignore other signals; SIGPIPE (13) must be default.
+        assert_eq!(mask("SigIgn:") & (1 << 12), 0, "{text}");
+    }
+
     #[test]
     fn environment_is_rebuilt() {
         let out = SystemRunner::default()

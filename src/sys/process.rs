@@ -122,15 +122,58 @@ impl Deadline {
     }
 }
 
-/// Blocks the termination signals in the calling thread, before any other thread exists, so that
-/// every thread inherits the mask and only [`start_guards`]'s signal thread receives them.
-/// Children get a clean mask: std resets it between fork and exec.
-pub fn block_termination_signals() {
-    let _ = termination_signals().thread_block();
+/// What the process needs before anything else runs, in place of std's own start-up (`main.rs`
+/// says why flexvol's `main` is the C entry point). Caller contract: first thing in `main`,
+/// before any other thread exists, so that every thread inherits the signal mask.
+///
+/// - Descriptors 0, 1 and 2 are open: a closed one is opened on `/dev/null` (std's start-up does
+///   the same). Otherwise the first file flexvol opens would take its number, and the reply, or a
+///   child's output, would be written into a lock, state or log file.
+/// - The termination signals are blocked, so that only [`start_guards`]'s signal thread receives
+///   them, and so is SIGPIPE: a write to a closed pipe or socket (kubelet gone, an NFS server that
+///   reset the connection) fails with EPIPE instead of killing the process before it answers.
+///   std ignores SIGPIPE instead; changing a disposition needs `unsafe`, blocking does not, and a
+///   blocked SIGPIPE stays pending and harmless (the signal thread never waits for it).
+///
+/// Children get a clean mask and default dispositions: std resets the mask between fork and exec
+/// (`exec::tests::children_start_with_no_blocked_signals`).
+pub fn start() {
+    open_standard_fds();
+    let mut set = termination_signals();
+    set.add(Signal::SIGPIPE);
+    let _ = set.thread_block();
 }
 
-/// Waits until SIGTERM, SIGINT or SIGHUP arrives (they are blocked, see
-/// [`block_termination_signals`]), for commands that run until stopped.
+/// Opens `/dev/null` on each of descriptors 0, 1 and 2 that is closed: one `poll` asks about all
+/// three (`POLLNVAL` marks a closed one), and `open` always returns the lowest free number.
+fn open_standard_fds() {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::{AsFd, IntoRawFd};
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let mut fds = [
+        PollFd::new(stdin.as_fd(), PollFlags::empty()),
+        PollFd::new(stdout.as_fd(), PollFlags::empty()),
+        PollFd::new(stderr.as_fd(), PollFlags::empty()),
+    ];
+    if poll(&mut fds, PollTimeout::ZERO).is_err() {
+        return;
+    }
+    for fd in &fds {
+        if fd
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLNVAL))
+        {
+            // Kept open for the life of the process, as the descriptor it stands in for.
+            let _ = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map(IntoRawFd::into_raw_fd);
+        }
+    }
+}
+
+/// Waits until SIGTERM, SIGINT or SIGHUP arrives (they are blocked, see [`start`]), for commands that run until stopped.
 pub fn wait_for_termination() -> Option<Signal> {
     termination_signals().wait().ok()
 }

@@ -656,3 +656,33 @@ fn contract_binary_is_static() {
         "{text}"
     );
 }
+
+/// A caller that stops reading (kubelet killed mid-call) must not kill the driver with SIGPIPE
+/// before it has logged the call: the reply's write fails with EPIPE and the call ends as it
+/// would have, with its exit code and its log record (`sys::process::start` blocks SIGPIPE).
+#[test]
+fn contract_a_closed_reply_pipe_does_not_kill_the_driver() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    for driver in DRIVERS {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let status = env
+            .command(driver, &["init"])
+            .stdout(writer)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            (status.code(), status.signal()),
+            (Some(0), None),
+            "{driver}"
+        );
+        let last = env.log_lines().pop().unwrap();
+        assert_eq!(
+            (last["backend"].as_str(), last["verb"].as_str()),
+            (Some(driver), Some("init")),
+            "{last}"
+        );
+    }
+}

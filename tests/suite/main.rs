@@ -18,6 +18,7 @@ mod guest_nfs;
 mod guest_nfs_provision;
 mod guest_quota;
 mod install;
+mod lints;
 mod manifests;
 mod ops;
 mod root_hostpath;

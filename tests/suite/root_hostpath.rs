@@ -951,6 +951,41 @@ fn run_for(
     Err(threads)
 }
 
+/// A driver started with its standard output closed (a careless caller) must not let the first
+/// file it opens take descriptor 1: a reply written then (here the deadline's, while the volume's
+/// lock file is open) would land in that file. `sys::process::start` opens `/dev/null` there.
+#[test]
+fn root_closed_stdout_never_takes_a_reply_into_a_file() {
+    use std::time::Duration;
+    require_root!();
+    let env = Env::with_config(json!({"verbTimeoutSeconds": 1}));
+    let foreign = env.mkdir("foreign");
+    tmpfs(&foreign);
+    let pod = env.pod_dir("uid-fd", "v");
+    let j = opts(&foreign.join("data"), json!({"type": "DirectoryOrCreate"}));
+    let mut c = std::process::Command::new("/bin/sh");
+    c.args(["-c", "exec \"$@\" >&-", "sh"])
+        .arg(env.driver("hostpath"))
+        .args(["mount", pod.to_str().unwrap(), &j])
+        .env("FLEXVOL_CONFIG", &env.config)
+        .env("FLEXVOL_TEST_HANG_AT", "hostpath-mount-before-bind")
+        .stdin(std::process::Stdio::null());
+    let out = run_for(c, Duration::from_secs(4))
+        .unwrap_or_else(|threads| panic!("no exit after 4 s ({threads} threads)"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let locks: Vec<_> = std::fs::read_dir(env.run.join("locks"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!locks.is_empty());
+    for l in &locks {
+        let text = std::fs::read_to_string(l).unwrap();
+        assert!(text.is_empty(), "{} holds {text:?}", l.display());
+    }
+    let last = env.log_lines().pop().unwrap();
+    assert_eq!(last["reply"]["status"], "Failure", "{last}");
+}
+
 /// The guard thread answers a call stuck in the kernel, and hostPath starts it only when the
 /// volume leaves the filesystem of kubelet's pod directories (sys::process, "When the guard
 /// thread runs"). Both halves: a source on another filesystem (a tmpfs here; an NFS export in
