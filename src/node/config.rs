@@ -143,15 +143,7 @@ impl Config {
             path: path.clone(),
             source,
         })?;
-        // The file's real path, as the kernel opened it (one readlink, whatever the depth).
-        let real = {
-            use std::os::fd::AsRawFd;
-            std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-                .ok()
-                .filter(|p| p.is_absolute())
-                .or_else(|| std::fs::canonicalize(&path).ok())
-        };
-        check_trusted(&path, real.as_deref(), &meta)?;
+        check_trusted(&path, &file, &meta)?;
         // Sized from the fstat above, read through `take` so std does not fstat and lseek again
         // for a size hint: two reads (the data, then end of file).
         let mut data =
@@ -284,11 +276,17 @@ impl Config {
 }
 
 /// Refuses a config file that someone other than root (or us) could have written: the file
-/// itself (`meta`, from the opened file) and every directory above it, both as named and as
-/// `real` (the opened file's resolved path).
+/// itself (`meta`, from the opened `file`) and every directory above it, both as named and as
+/// the kernel resolved it.
+///
+/// When no component of the named path is a symlink (each directory above it `lstat`s as a
+/// directory and the name `lstat`s as the opened file), the named path is the real one and the
+/// `lstat`s are what `stat` would say: one syscall per directory. Otherwise the real path comes
+/// from the opened descriptor (`/proc/self/fd/N`), and every directory on either path is judged
+/// by `stat`, so a symlinked directory is judged by what it points to.
 fn check_trusted(
     path: &Path,
-    real: Option<&Path>,
+    file: &std::fs::File,
     meta: &std::fs::Metadata,
 ) -> Result<(), ConfigError> {
     use std::os::unix::fs::MetadataExt;
@@ -325,19 +323,11 @@ fn check_trusted(
     } else {
         std::env::current_dir().unwrap_or_default().join(path)
     };
-    let mut dirs: Vec<PathBuf> = absolute.ancestors().skip(1).map(Path::to_owned).collect();
-    if let Some(real) = real {
-        for d in real.ancestors().skip(1) {
-            if !dirs.iter().any(|x| x == d) {
-                dirs.push(d.to_owned());
-            }
-        }
-    }
-    for d in dirs {
-        // stat follows symlinks: a symlinked directory is judged by what it points to.
-        let Ok(m) = std::fs::metadata(&d) else {
-            continue;
-        };
+    let dirs = match plain_ancestors(&absolute, meta) {
+        Some(dirs) => dirs,
+        None => resolved_ancestors(&absolute, file),
+    };
+    for (d, m) in dirs {
         if m.uid() != 0 && m.uid() != me {
             return Err(untrusted(
                 format!(
@@ -360,6 +350,49 @@ fn check_trusted(
         }
     }
     Ok(())
+}
+
+/// The directories above `absolute` with their `lstat`, when no component is a symlink and the
+/// name is the opened file (`meta`); `None` otherwise.
+fn plain_ancestors(
+    absolute: &Path,
+    meta: &std::fs::Metadata,
+) -> Option<Vec<(PathBuf, std::fs::Metadata)>> {
+    use std::os::unix::fs::MetadataExt;
+    let named = std::fs::symlink_metadata(absolute).ok()?;
+    if named.dev() != meta.dev() || named.ino() != meta.ino() || !named.is_file() {
+        return None;
+    }
+    absolute
+        .ancestors()
+        .skip(1)
+        .map(|d| {
+            let m = std::fs::symlink_metadata(d).ok().filter(|m| m.is_dir())?;
+            Some((d.to_owned(), m))
+        })
+        .collect()
+}
+
+/// The directories above `absolute` as named and above the opened `file`'s real path, each with
+/// its `stat` (following symlinks); ones that cannot be stat'ed are left out.
+fn resolved_ancestors(absolute: &Path, file: &std::fs::File) -> Vec<(PathBuf, std::fs::Metadata)> {
+    use std::os::fd::AsRawFd;
+    // The file's real path, as the kernel opened it (one readlink, whatever the depth).
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::fs::canonicalize(absolute).ok());
+    let mut dirs: Vec<PathBuf> = absolute.ancestors().skip(1).map(Path::to_owned).collect();
+    if let Some(real) = real {
+        for d in real.ancestors().skip(1) {
+            if !dirs.iter().any(|x| x == d) {
+                dirs.push(d.to_owned());
+            }
+        }
+    }
+    dirs.into_iter()
+        .filter_map(|d| std::fs::metadata(&d).ok().map(|m| (d, m)))
+        .collect()
 }
 
 #[cfg(test)]

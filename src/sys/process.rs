@@ -148,12 +148,13 @@ pub fn start() {
 /// three (`POLLNVAL` marks a closed one), and `open` always returns the lowest free number.
 fn open_standard_fds() {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use std::os::fd::{AsFd, IntoRawFd};
-    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    use rustix::stdio::{stderr, stdin, stdout};
+    use std::os::fd::IntoRawFd;
+    // rustix's descriptors, not std's handles: `std::io::stdin()` would allocate its 8 KiB buffer.
     let mut fds = [
-        PollFd::new(stdin.as_fd(), PollFlags::empty()),
-        PollFd::new(stdout.as_fd(), PollFlags::empty()),
-        PollFd::new(stderr.as_fd(), PollFlags::empty()),
+        PollFd::new(stdin(), PollFlags::empty()),
+        PollFd::new(stdout(), PollFlags::empty()),
+        PollFd::new(stderr(), PollFlags::empty()),
     ];
     if poll(&mut fds, PollTimeout::ZERO).is_err() {
         return;

@@ -450,6 +450,24 @@ fn contract_untrusted_config_is_refused_and_doctor_flags_it() {
     std::os::unix::fs::symlink(&moved, &link).unwrap();
     call(&link, &["mount", pod.to_str().unwrap(), &j])
         .failed("writable by group or others without the sticky bit");
+    // Named through a symlinked directory: the same.
+    let dir_link = env.root().join("dir-link");
+    std::os::unix::fs::symlink(&open_dir, &dir_link).unwrap();
+    call(
+        &dir_link.join("config.json"),
+        &["mount", pod.to_str().unwrap(), &j],
+    )
+    .failed("writable by group or others without the sticky bit");
+    // A relative name with `..` through the symlink: the same.
+    let relative = Path::new("dir-link/../dir-link/config.json");
+    let out = env
+        .command("hostpath", &["mount", pod.to_str().unwrap(), &j])
+        .env("FLEXVOL_CONFIG", relative)
+        .current_dir(env.root())
+        .output()
+        .unwrap();
+    check_protocol(&out.stdout, &out.stderr, out.status.code())
+        .failed("writable by group or others without the sticky bit");
     // With the sticky bit (like /tmp) it is fine.
     std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
     call(&moved, &["mount", pod.to_str().unwrap(), &j]).failed("does not exist");
