@@ -1,6 +1,7 @@
 //! `cargo bench`: flexvol against floors measured in the same run, printed as ratios.
 //!
 //! - `init` vs exec of a minimal static C program that prints one JSON line (the process floor);
+//!   every flexvol figure is timed alternately with its floor (`measure_against`);
 //! - a hostPath mount+unmount pair vs two minimal static C programs doing the same raw syscalls
 //!   (bind mount, then umount2), exec'd the same way;
 //! - peak memory (max RSS) and page faults per verb, from `getrusage(RUSAGE_CHILDREN)` in a fresh
@@ -89,22 +90,30 @@ struct Stats {
     p90: Duration,
 }
 
-fn measure(iters: usize, mut f: impl FnMut()) -> Stats {
-    for _ in 0..iters / 10 {
-        f(); // warm the page cache and the dentry cache
-    }
-    let mut v: Vec<Duration> = (0..iters)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
+fn stats(mut v: Vec<Duration>) -> Stats {
     v.sort();
     Stats {
         median: v[v.len() / 2],
         p90: v[v.len() * 9 / 10],
     }
+}
+
+/// `floor` and `x` timed alternately, `iters` times each after a tenth as many warm-up rounds
+/// (the page cache and the dentry cache): a machine that gets busier or quieter during the run
+/// moves both alike, where timing one after the other billed the drift to one side.
+fn measure_against(iters: usize, mut floor: impl FnMut(), mut x: impl FnMut()) -> (Stats, Stats) {
+    let (mut f, mut v) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for i in 0..iters + iters / 10 {
+        let t0 = Instant::now();
+        floor();
+        let t1 = Instant::now();
+        x();
+        if i >= iters / 10 {
+            f.push(t1 - t0);
+            v.push(t1.elapsed());
+        }
+    }
+    (stats(f), stats(v))
 }
 
 fn ms(d: Duration) -> String {
@@ -212,29 +221,23 @@ fn table_mode(args: &[String]) {
         Path::new(floor_mount),
         Path::new(floor_umount),
     );
-    // Interleaved, so a busy machine slows both alike.
-    let mut f = Vec::new();
-    let mut x = Vec::new();
-    for i in 0..iters + iters / 10 {
-        let t0 = Instant::now();
-        run(floor_mount, &[data.to_str().unwrap(), pod_s], &env);
-        run(floor_umount, &[pod_s], &env);
-        let t1 = Instant::now();
-        run(hostpath, &["mount", pod_s, &opts], &env);
-        run(hostpath, &["unmount", pod_s], &env);
-        if i >= iters / 10 {
-            f.push(t1 - t0);
-            x.push(t1.elapsed());
-        }
-    }
-    f.sort();
-    x.sort();
+    let (f, x) = measure_against(
+        iters,
+        || {
+            run(floor_mount, &[data.to_str().unwrap(), pod_s], &env);
+            run(floor_umount, &[pod_s], &env);
+        },
+        || {
+            run(hostpath, &["mount", pod_s, &opts], &env);
+            run(hostpath, &["unmount", pod_s], &env);
+        },
+    );
     println!(
         "{n} {entries} {} {} {} {}",
-        x[x.len() / 2].as_nanos(),
-        x[x.len() * 9 / 10].as_nanos(),
-        f[f.len() / 2].as_nanos(),
-        f[f.len() * 9 / 10].as_nanos()
+        x.median.as_nanos(),
+        x.p90.as_nanos(),
+        f.median.as_nanos(),
+        f.p90.as_nanos()
     );
 }
 
@@ -300,16 +303,22 @@ fn main() {
     println!(
         "flexvol benchmarks: {iters} iterations each, medians (p90); floors measured in this run\n"
     );
-    let f_init = measure(iters, || run(&floor_json, &[], &env));
-    let x_init = measure(iters, || run(&hostpath, &["init"], &env));
-    let f_pair = measure(iters, || {
-        run(&floor_mount, &[src.to_str().unwrap(), pod_s], &env);
-        run(&floor_umount, &[pod_s], &env);
-    });
-    let x_pair = measure(iters, || {
-        run(&hostpath, &["mount", pod_s, &opts], &env);
-        run(&hostpath, &["unmount", pod_s], &env);
-    });
+    let (f_init, x_init) = measure_against(
+        iters,
+        || run(&floor_json, &[], &env),
+        || run(&hostpath, &["init"], &env),
+    );
+    let (f_pair, x_pair) = measure_against(
+        iters,
+        || {
+            run(&floor_mount, &[src.to_str().unwrap(), pod_s], &env);
+            run(&floor_umount, &[pod_s], &env);
+        },
+        || {
+            run(&hostpath, &["mount", pod_s, &opts], &env);
+            run(&hostpath, &["unmount", pod_s], &env);
+        },
+    );
 
     // 64 mounts: sequential, then all at once.
     let pods: Vec<PathBuf> = (0..64)

@@ -592,7 +592,7 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
         }
     }
     if let Ok(st) = resolver.lstat(src) {
-        check_device_source(src, paths::kind_of_stat(&st))?;
+        check_device_source(src, st.kind())?;
     }
 
     let configured = !ctx.config.hostpath.allowed_roots.is_empty();

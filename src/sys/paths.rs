@@ -155,21 +155,52 @@ pub fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
 ///
 /// Caller contract: one resolver per decision. It remembers which ancestors are symlinks, so a
 /// resolver kept across a change of the file system would answer from the past.
-#[derive(Default)]
 pub struct SharedResolver {
-    /// Paths looked at so far, normalized, with what `lstat` answered.
-    seen: Vec<(PathBuf, nix::Result<nix::sys::stat::FileStat>)>,
+    /// Paths looked at so far, normalized, with what `lstat` answered: the part of it a decision
+    /// uses (a whole `stat` is 144 bytes, and the hostPath policy keeps some forty).
+    seen: Vec<(PathBuf, nix::Result<Lstat>)>,
+}
+
+/// What [`SharedResolver::lstat`] keeps of an `lstat` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lstat {
+    /// Device of the filesystem holding the entry.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Type and permission bits (`st_mode`).
+    pub mode: u32,
+}
+
+impl Lstat {
+    /// What kind of file the entry is (a symlink is [`FileKind::Other`]).
+    pub fn kind(&self) -> FileKind {
+        kind_of_mode(self.mode)
+    }
+
+    /// Whether the entry is a symlink.
+    pub fn is_link(&self) -> bool {
+        SFlag::from_bits_truncate(self.mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
+    }
+}
+
+impl Default for SharedResolver {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl SharedResolver {
-    /// A resolver that has seen nothing yet.
+    /// A resolver that has seen nothing yet, with room for what one policy decision looks at.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            seen: Vec::with_capacity(64),
+        }
     }
 
     /// `lstat` of a normalized absolute path (every component but the last followed), asked of
     /// the kernel once per resolver.
-    pub fn lstat(&mut self, p: &Path) -> nix::Result<nix::sys::stat::FileStat> {
+    pub fn lstat(&mut self, p: &Path) -> nix::Result<Lstat> {
         // Byte comparison: every path asked is normalized (Path's == parses components).
         if let Some((_, st)) = self
             .seen
@@ -178,7 +209,11 @@ impl SharedResolver {
         {
             return *st;
         }
-        let st = nix::sys::stat::lstat(p);
+        let st = nix::sys::stat::lstat(p).map(|st| Lstat {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+        });
         self.seen.push((p.to_owned(), st));
         st
     }
@@ -187,7 +222,7 @@ impl SharedResolver {
     pub fn id(&mut self, p: &Path) -> Option<(u64, u64)> {
         use std::os::unix::fs::MetadataExt;
         match self.lstat(p) {
-            Ok(st) if !is_link(&st) => Some((st.st_dev, st.st_ino)),
+            Ok(st) if !st.is_link() => Some((st.dev, st.ino)),
             _ => std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())),
         }
     }
@@ -211,18 +246,18 @@ impl SharedResolver {
             }
             Err(_) => return slow(path),
         };
-        if is_link(&st) {
+        if st.is_link() {
             return slow(path);
         }
         for a in named.ancestors().skip(1) {
             if a.parent().is_none() {
                 break; // "/"
             }
-            if !matches!(self.lstat(a), Ok(st) if !is_link(&st)) {
+            if !matches!(self.lstat(a), Ok(st) if !st.is_link()) {
                 return slow(path);
             }
         }
-        Ok((named, (st.st_dev, st.st_ino)))
+        Ok((named, (st.dev, st.ino)))
     }
 }
 
@@ -274,14 +309,14 @@ pub fn first_entry(dir: &Path) -> std::io::Result<Option<OsString>> {
     Ok(None)
 }
 
-/// Whether an `lstat` answer is a symlink.
-pub fn is_link(st: &nix::sys::stat::FileStat) -> bool {
-    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
-}
-
 /// The kind of file a `stat`/`lstat`/`fstat` answer describes.
 pub fn kind_of_stat(st: &nix::sys::stat::FileStat) -> FileKind {
-    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+    kind_of_mode(st.st_mode)
+}
+
+/// What kind of file an `st_mode` describes.
+fn kind_of_mode(mode: u32) -> FileKind {
+    match SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFDIR => FileKind::Directory,
         SFlag::S_IFREG => FileKind::File,
         SFlag::S_IFSOCK => FileKind::Socket,
