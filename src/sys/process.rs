@@ -1,4 +1,5 @@
-//! The driver's own process: its deadline, its signals and the children it must not leave behind.
+//! The driver's own process: what it needs at start-up ([`start`], in place of std's own, see
+//! `main.rs`), its deadline, its signals and the children it must not leave behind.
 //!
 //! kubelet puts no timeout on most verbs, so a hung driver wedges the volume forever; on the one
 //! verb it does time out (`waitforattach`) it sends SIGTERM and, 10 s later, SIGKILL. So:
