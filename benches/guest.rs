@@ -147,11 +147,13 @@ fn main() {
     );
     let lvm = plugins.join("flexvol~lvm/lvm");
     let nfs = plugins.join("flexvol~nfs/nfs");
+    // The bench's own volume group, the one the LVM driver may use (lvm.allowedVolumeGroups).
+    let vg = format!("fvb{}", std::process::id());
     let cfg = root.join("config.json");
     std::fs::write(
         &cfg,
         format!(
-            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"{0}/log"}}"#,
+            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"{0}/log","lvm":{{"allowedVolumeGroups":["{vg}"]}}}}"#,
             root.display()
         ),
     )
@@ -191,7 +193,7 @@ fn main() {
     std::fs::write(
         &tools_cfg,
         format!(
-            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"","toolDirs":["{1}"]}}"#,
+            r#"{{"stateDir":"{0}/state","runDir":"{0}/run","logFile":"","toolDirs":["{1}"],"lvm":{{"allowedVolumeGroups":["{vg}"]}}}}"#,
             root.display(),
             tools.display()
         ),
@@ -207,7 +209,6 @@ fn main() {
     let loop_dev = sh("losetup", &["-f", "--show", img.to_str().unwrap()])
         .trim()
         .to_owned();
-    let vg = format!("fvb{}", std::process::id());
     sh("lvm", &["vgcreate", "-y", &vg, &loop_dev]);
     let dev = format!("/dev/{vg}/bench");
     let j = format!(
