@@ -2,5 +2,6 @@
 //! the per-call log.
 
 pub mod calllog;
+pub mod capability;
 pub mod config;
 pub mod state;
