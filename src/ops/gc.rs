@@ -10,8 +10,11 @@
 //! - mounts without a record whose pod is alive are shown and **left alone**: a live pod may use them.
 //!
 //! - **orphaned provisioned directories** (only with `--live-pvs FILE`): a directory made by
-//!   `flexvol provisioner` whose PV is not in FILE (see [`super::provisioned`]); `--apply` deletes
-//!   it as the provisioner would (ownership marker checked, never through a symlink).
+//!   `flexvol provisioner` whose PV is not in FILE (see [`super::provisioned`]) and that was made
+//!   before FILE was written and at least `--min-age` (default 1h) ago: the provisioner makes a
+//!   directory before its PV, so a younger one may be live and is left alone. `--apply` reads
+//!   FILE again and re-checks the age right before each deletion, then deletes it as the
+//!   provisioner would (ownership marker checked, never through a symlink).
 //!
 //! Apart from those, it never deletes data: it never removes anything recursively, never touches
 //! a volume's source, and removes at most an empty directory it has just unmounted.
@@ -61,9 +64,37 @@ pub struct GcArgs {
     /// `flexvol provisioner` whose PV is not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
     pub live_pvs: Option<PathBuf>,
+    /// With --live-pvs: a provisioned directory whose PV is not listed is an orphan only when it
+    /// was made at least this long ago (and before FILE was written); the provisioner makes the
+    /// directory before the PV. `<n>s`, `<n>m`, `<n>h` or `<n>d`.
+    #[arg(long, value_name = "AGE", default_value = "1h", value_parser = parse_age)]
+    pub min_age: Duration,
     /// Only look at mounts below this kubelet root (default: every kubelet-shaped mount).
     #[arg(long, value_name = "DIR")]
     pub kubelet_root: Option<PathBuf>,
+}
+
+/// Parses `--min-age`: a whole number of seconds, minutes, hours or days (`90s`, `30m`, `1h`,
+/// `2d`; a bare number is seconds).
+fn parse_age(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c),
+        _ => (s, 's'),
+    };
+    let per = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(format!("unknown unit {unit:?}: use s, m, h or d (e.g. 1h)")),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(per))
+        .map(Duration::from_secs)
+        .ok_or_else(|| {
+            format!("{s:?} is not a duration: a whole number and s, m, h or d (e.g. 1h)")
+        })
 }
 
 /// One thing gc found and what it did (or would do) about it.
@@ -232,22 +263,35 @@ pub fn run(a: &GcArgs) -> i32 {
     // Provisioned directories whose PV is gone (only with a list of live PVs: absence from the
     // node proves nothing).
     let found = super::provisioned::collect(&config);
+    let now = std::time::SystemTime::now();
     let mut orphans = match a.live_pvs.as_deref().map(super::provisioned::read_live_pvs) {
         None => Vec::new(),
-        Some(Ok(live)) => super::provisioned::orphans(&found, &live),
+        Some(Ok(live)) => {
+            let rule = super::provisioned::AgeRule {
+                min_age: a.min_age,
+                list_written: live.written,
+            };
+            super::provisioned::orphans(&found, &live, &rule, now, super::provisioned::created_at)
+        }
         Some(Err(e)) => {
             println!("flexvol gc: error: {e}");
             return 2;
         }
     };
-    if a.apply {
-        for o in &mut orphans {
-            let uid = found
-                .iter()
-                .find(|f| f.path == o.path)
-                .map(|f| f.marker.claim_uid.clone())
-                .unwrap_or_default();
-            let r = super::provisioned::delete(&config, o, &uid);
+    if a.apply
+        && let Some(list) = a.live_pvs.as_deref()
+    {
+        for o in orphans.iter_mut().filter(|o| o.left_alone.is_none()) {
+            let Some(f) = found.iter().find(|f| f.path == o.path) else {
+                continue;
+            };
+            // The list may have been rewritten and the provisioner may have made the directory
+            // again since the scan: read and check both once more, right before deleting.
+            if let Err(why) = super::provisioned::recheck(f, list, a.min_age) {
+                o.left_alone = Some(why);
+                continue;
+            }
+            let r = super::provisioned::delete(&config, o, &f.marker.claim_uid);
             o.done = Some(r.is_ok());
             o.error = r.err();
         }
@@ -284,6 +328,15 @@ pub fn run(a: &GcArgs) -> i32 {
         println!("left alone: corrupt record {} ({e})", file.display());
     }
     for o in &orphans {
+        if let Some(why) = &o.left_alone {
+            println!(
+                "left alone: {} (provisioned for PV {} of claim {}, which is not in the list, but {why})",
+                o.path.display(),
+                o.volume,
+                o.claim
+            );
+            continue;
+        }
         let what = match o.done {
             None => "would delete",
             Some(true) => "deleted",
@@ -305,7 +358,8 @@ pub fn run(a: &GcArgs) -> i32 {
             found.len()
         );
     }
-    let actionable = findings.iter().filter(|f| f.action != "none").count() + orphans.len();
+    let actionable = findings.iter().filter(|f| f.action != "none").count()
+        + orphans.iter().filter(|o| o.left_alone.is_none()).count();
     if findings.is_empty() && orphans.is_empty() {
         println!("nothing to clean up");
     } else if !a.apply && actionable > 0 {
@@ -366,5 +420,16 @@ mod tests {
         let mut d = entry(true, true, PodState::NotAPod, 1);
         d.verb = "mountdevice".into();
         assert_eq!(kinds(d), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn min_age_parses_whole_units_only() {
+        assert_eq!(parse_age("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_age("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_age("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_age("2d"), Ok(Duration::from_secs(172_800)));
+        for bad in ["", "h", "1.5h", "-1h", "1w", "1hh", "99999999999999999999d"] {
+            assert!(parse_age(bad).is_err(), "{bad}");
+        }
     }
 }

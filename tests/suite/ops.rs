@@ -694,3 +694,96 @@ fn root_ops_status_and_gc_look_only_below_the_kubelet_root_they_are_given() {
         .call("hostpath", &["unmount", pod.to_str().unwrap()])
         .ok();
 }
+
+/// A volume directory as `flexvol provisioner` makes it (directory, then ownership marker).
+fn provisioned_dir(root: &Path, pv: &str) -> PathBuf {
+    use flexvol::provision::hostpath::{Marker, create_volume_dir, prepare_root};
+    let root = prepare_root(root).unwrap();
+    let m = Marker {
+        provisioner: "flexvol/hostpath".into(),
+        volume: pv.into(),
+        namespace: "team-b".into(),
+        claim: format!("claim-{pv}"),
+        claim_uid: format!("uid-{pv}"),
+        node: "n".into(),
+        project_id: None,
+    };
+    let dir = create_volume_dir(
+        &root,
+        Path::new(pv),
+        flexvol::sys::paths::Ownership::default(),
+        &m,
+    )
+    .unwrap();
+    std::fs::write(dir.join("data"), pv).unwrap();
+    dir
+}
+
+/// Issue #20 hole 6: the provisioner writes a volume's marker before its PV exists, so a PV list
+/// taken a moment earlier misses it, and `gc --live-pvs LIST --apply` deleted the new volume as
+/// "no longer exists". A directory made after the list, or younger than --min-age (default 1h),
+/// is left alone; one older than both is still an orphan.
+#[test]
+fn contract_ops_gc_live_pvs_never_deletes_a_directory_younger_than_the_list_or_min_age() {
+    let env = Env::new();
+    let prov = env.root().join("prov");
+    env.reconfigure(json!({"nodePathMap": [{"node": "n", "paths": [prov]}]}));
+    let old = provisioned_dir(&prov, "pvc-old");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // The list is taken: neither PV is in it (pvc-old's claim is gone; pvc-new's PV does not
+    // exist yet).
+    let list = env.root().join("pvs");
+    std::fs::write(&list, "persistentvolume/pvc-other\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let new = provisioned_dir(&prov, "pvc-new");
+    let list_s = list.to_str().unwrap();
+
+    // With the default --min-age, both are minutes old: nothing is deleted.
+    let out = flexvol(&env, &["gc", "--live-pvs", list_s, "--apply"]);
+    assert_eq!(out.code, 0, "{}", out.text);
+    assert!(
+        new.join("data").exists(),
+        "a live volume was deleted: {}",
+        out.text
+    );
+    assert!(old.join("data").exists(), "{}", out.text);
+    assert!(out.text.contains("--min-age"), "{}", out.text);
+
+    // With --min-age 0 the one made after the list is still left alone; the old one goes.
+    let out = flexvol(
+        &env,
+        &[
+            "gc",
+            "--live-pvs",
+            list_s,
+            "--min-age",
+            "0s",
+            "--apply",
+            "--json",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.text);
+    assert!(
+        new.join("data").exists(),
+        "a live volume was deleted: {}",
+        out.text
+    );
+    assert!(!old.exists(), "{}", out.text);
+    let dirs = out.json()["orphanedDirectories"].clone();
+    let by_pv = |pv: &str| {
+        dirs.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["volume"] == pv)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_pv("pvc-old")["done"], true, "{dirs}");
+    assert!(
+        by_pv("pvc-new")["leftAlone"]
+            .as_str()
+            .unwrap()
+            .contains("after the --live-pvs file"),
+        "{dirs}"
+    );
+}
