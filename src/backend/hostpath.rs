@@ -28,13 +28,18 @@
 //! `/data/<name>`.
 //!
 //! `unmount <podDir>` (no options): unmount the bind the record names, and only while it shows the
-//! recorded source (a mount of anything else is left alone: Failure); without a record, the bind
-//! at the pod directory or the file-like binds directly inside it. Mounts that propagated into
-//! the bind are detached with it, never unmounted on their own (that would unmount the host's
-//! originals). Then remove the placeholder file of a file-like source and forget the record.
-//! Never writes to the source. Neither verb reads the mount table on its normal path (only an
-//! unmount that finds the bind busy does, once): mount facts come from `statx` (see
-//! `sys::mount`), so a call costs the same on a node with 20 mounts or 4,000.
+//! recorded source (a mount of anything else is left alone: Failure); without a record (kubelet
+//! or the node lost it), the bind at the pod directory or the file-like binds directly inside it,
+//! and only those that can be ours: a bind whose source lies under an allowed hostPath root or a
+//! provisioner root (mountinfo's device and root of the mount, against where those roots and the
+//! mounts below them live). Anything else there (a tmpfs, another filesystem, a bind of a path
+//! outside every root) is left alone with a Failure that says what is mounted and why. Mounts
+//! that propagated into the bind are detached with it, never unmounted on their own (that would
+//! unmount the host's originals). Then remove the placeholder file of a file-like source and
+//! forget the record. Never writes to the source. Neither verb reads the mount table on its
+//! normal path (only an unmount that finds the bind busy does, once, and the rare unmount without
+//! a record, once): mount facts come from `statx` (see `sys::mount`), so a call costs the same on
+//! a node with 20 mounts or 4,000.
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
@@ -1080,8 +1085,9 @@ const MAX_LAYERS: usize = 16;
 /// What is undone: with a record, the bind at its mount point, and only while that mount shows
 /// the recorded source (device and inode, one `statx`); a mount of anything else there is left
 /// alone and reported. Without a record (state lost), the bind at the pod directory, or, when
-/// that is not a mount point, the file-like binds directly inside it: in a pod volume directory
-/// of this driver nothing else mounts. Mounts that propagated into a bind (a shared source, or a
+/// that is not a mount point, the file-like binds directly inside it, each only when it can be a
+/// bind this driver made ([`check_unrecorded`]; otherwise Failure and nothing is unmounted).
+/// Mounts that propagated into a bind (a shared source, or a
 /// bind made by an older version) are detached with it, never unmounted on their own, so the
 /// host's originals stay; the bind is made a slave first so nothing propagates back.
 fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
@@ -1122,6 +1128,9 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
                 .collect()
         }
     };
+    if record.is_none() {
+        check_unrecorded(ctx, &pod_dir, &points)?;
+    }
     for (p, id) in &points {
         unmount_ours(ctx, p, *id)?;
     }
@@ -1174,6 +1183,90 @@ fn file_binds_in(pod_dir: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     Ok(out)
+}
+
+/// Without a record, refuses (before anything is unmounted) when a mount at one of `points`
+/// cannot be a bind this driver made: one whose source lies under an allowed hostPath root or a
+/// provisioner root. Reads the mount table once, and only when something is mounted there.
+fn check_unrecorded(
+    ctx: &Context,
+    pod_dir: &Path,
+    points: &[(PathBuf, Option<FileId>)],
+) -> Result<()> {
+    let mut mounted = Vec::new();
+    for (p, _) in points {
+        if let Some(st) = path_state(p)?.filter(|st| st.mount_root) {
+            mounted.push((p, st));
+        }
+    }
+    if mounted.is_empty() {
+        return Ok(());
+    }
+    let table = crate::sys::mountinfo::MountTable::read().map_err(MountError::from)?;
+    let mut roots = ctx.config.hostpath.roots();
+    roots.extend(ctx.config.local_path.all_roots());
+    let kubelet = crate::backend::kubelet_root(pod_dir);
+    let sources = bindable_sources(&table, &roots, kubelet.as_deref());
+    for (p, st) in mounted {
+        let m = table
+            .entries
+            .iter()
+            .find(|e| u64::from(e.id) == st.mnt_id)
+            .or_else(|| table.at(p));
+        let Some(m) = m else {
+            return Err(Error::refused(format!(
+                "{} is a mount point that is not in the mount table and there is no record of a volume there; it is left alone. Unmount it by hand if it is stale",
+                p.display()
+            )));
+        };
+        let ours = sources
+            .iter()
+            .any(|(maj, min, dir)| (m.major, m.minor) == (*maj, *min) && m.root.starts_with(dir));
+        if !ours {
+            return Err(Error::refused(format!(
+                "{} has a mount flexvol did not make ({} {:?}, directory {} of device {}:{}) and there is no record of a volume there: it is not a bind of a path under an allowed hostPath root ({}) or a provisioner root, so it is left alone. Unmount it by hand if it is stale",
+                p.display(),
+                m.fs_type,
+                m.source,
+                m.root.display(),
+                m.major,
+                m.minor,
+                ctx.config
+                    .hostpath
+                    .roots()
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where the data under `roots` lives, as (device, directory within it): each root, and every
+/// mount below a root (a volume may name a path on a filesystem mounted inside a root), except
+/// mounts below the kubelet root (pod volumes are never a source). A bind shows one of these, or
+/// a directory below one, exactly when its source is under a root.
+fn bindable_sources(
+    table: &crate::sys::mountinfo::MountTable,
+    roots: &[PathBuf],
+    kubelet: Option<&Path>,
+) -> Vec<(u32, u32, PathBuf)> {
+    let mut out = Vec::new();
+    for r in roots {
+        let Ok(real) = std::fs::canonicalize(r) else {
+            continue; // a root that does not exist holds no source
+        };
+        out.extend(table.locate(&real));
+        for m in table.below(&real) {
+            if kubelet.is_some_and(|k| m.mount_point.starts_with(k)) {
+                continue;
+            }
+            out.push((m.major, m.minor, m.root.clone()));
+        }
+    }
+    out
 }
 
 /// Unmounts the bind(s) at `at` while they show `id` (or, without one, what the first shows).

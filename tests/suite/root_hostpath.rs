@@ -1046,3 +1046,60 @@ fn root_guard_thread_only_when_the_volume_leaves_kubelets_filesystem() {
     assert!(env.mounts().iter().all(|m| m != &pod), "{:?}", env.mounts());
     nix::mount::umount2(&foreign, nix::mount::MntFlags::MNT_DETACH).unwrap();
 }
+
+/// Issue #20 item 9: without a record, `unmount` removed whatever was mounted on a kubelet-shaped
+/// pod volume directory (a foreign tmpfs was unmounted). Without a record only what can be ours,
+/// a bind of a path under an allowed root, is detached; anything else is left with a Failure
+/// that says what is mounted there. A lost record still lets kubelet unmount its own binds.
+#[test]
+fn root_unmount_without_a_record_detaches_only_binds_from_an_allowed_root() {
+    require_root!();
+    let env = Env::new();
+    // A foreign tmpfs on the pod directory itself.
+    let pod = env.pod_dir("u", "v");
+    tmpfs(&pod);
+    std::fs::write(pod.join("theirs"), "foreign").unwrap();
+    unmount(&env, &pod).failed("tmpfs");
+    unmount(&env, &pod).failed("left alone");
+    assert_eq!(mount_count(&pod), 1, "a foreign tmpfs was unmounted");
+    assert_eq!(
+        std::fs::read_to_string(pod.join("theirs")).unwrap(),
+        "foreign"
+    );
+    nix::mount::umount2(&pod, nix::mount::MntFlags::empty()).unwrap();
+
+    // A foreign file bind inside it, of a file outside every allowed root.
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, "outside").unwrap();
+    let pod2 = env.pod_dir("u2", "v");
+    std::fs::write(pod2.join("sock"), "").unwrap();
+    bind(&secret, &pod2.join("sock"));
+    unmount(&env, &pod2).failed("not a bind of a path under an allowed hostPath root");
+    assert_eq!(mount_count(&pod2.join("sock")), 1);
+    assert!(pod2.join("sock").exists());
+    nix::mount::umount2(&pod2.join("sock"), nix::mount::MntFlags::empty()).unwrap();
+
+    // kubelet lost the record of its own volume: a bind of a directory and of a file under the
+    // allowed root, made by hand or by the driver, are still unmounted.
+    let src = env.mkdir("data");
+    let pod3 = env.pod_dir("u3", "v");
+    bind(&src, &pod3);
+    unmount(&env, &pod3).ok();
+    assert_eq!(mount_count(&pod3), 0);
+    let pod4 = env.pod_dir("u4", "v");
+    mount(&env, &pod4, &opts(&src, json!({"type": "Directory"}))).ok();
+    std::fs::remove_dir_all(env.state.join("hostpath")).unwrap();
+    unmount(&env, &pod4).ok();
+    assert_eq!(mount_count(&pod4), 0);
+    let f = env.root().join("cfg");
+    std::fs::write(&f, "ours").unwrap();
+    let pod5 = env.pod_dir("u5", "v");
+    mount(&env, &pod5, &opts(&f, json!({"type": "File"}))).ok();
+    std::fs::remove_dir_all(env.state.join("hostpath")).unwrap();
+    unmount(&env, &pod5).ok();
+    assert_eq!(mount_count(&pod5.join("cfg")), 0);
+    assert!(!pod5.join("cfg").exists());
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "ours");
+    assert!(env.mounts().is_empty());
+}
