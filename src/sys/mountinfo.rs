@@ -10,7 +10,8 @@
 //! The hostPath verbs do not read it on their normal path: its cost grows with the node's mount
 //! table (16x the raw syscalls at 4,000 mounts, when every call read it). Where a question needs
 //! it, [`has_children`] reads it once, parses only the fields it needs, and stops at the first
-//! answer.
+//! answer; the rare hostPath `unmount` without a record reads the table once, to check that what
+//! it would detach is a bind of a path under an allowed root.
 //!
 //! The kernel escapes space, tab, newline and backslash in paths as `\040`, `\011`, `\012` and
 //! `\134`; every path field is unescaped here, so paths with spaces and non-ASCII bytes compare
