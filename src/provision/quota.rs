@@ -41,7 +41,7 @@
 //!   (`FS_IOC_GETFLAGS`), its ID (`project -c`) and the limit (`report`) are read back.
 
 use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
-use super::hostpath::{self, DirState, Marker, Root};
+use super::hostpath::{self, DirState, Marker, Record, Root};
 use super::reconcile::SCAN_DEPTH;
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;
@@ -467,15 +467,16 @@ pub fn enforce_volume(
     bytes: u64,
 ) -> Result<Outcome, String> {
     let dir = root.real.join(rel);
-    let m = match hostpath::inspect(root, rel) {
-        DirState::Marked(m) => m,
+    let rec = match hostpath::inspect(root, rel) {
+        DirState::Owned(rec) => rec,
         _ => {
             return Err(format!(
-                "{} has no flexvol marker after it was made",
+                "{} has no flexvol record after it was made",
                 dir.display()
             ));
         }
     };
+    let m = rec.marker.clone();
     let support = detect_with_tool(runner, &dir);
     let taken: BTreeSet<u32> = if m.project_id.is_none() && matches!(support, Support::Enforced(_))
     {
@@ -496,22 +497,86 @@ pub fn enforce_volume(
         &taken,
         bytes,
         |id| {
-            hostpath::write_marker(
+            // The root-only record is what counts; the marker in the directory is informational.
+            hostpath::write_record(
+                root,
+                &Record {
+                    marker: Marker {
+                        project_id: Some(id),
+                        ..m.clone()
+                    },
+                    ..rec.clone()
+                },
+            )?;
+            let _ = hostpath::write_marker(
                 &dir,
                 &Marker {
                     project_id: Some(id),
                     ..m.clone()
                 },
-            )
+            );
+            Ok(())
         },
     )
+}
+
+/// Checks that the directory `dir` itself really carries project `id` (`xfs_quota project -c`,
+/// which reports every inode whose project differs): what the record or an old marker names is
+/// acted on only when the filesystem agrees. An old volume's marker is tenant-writable: without
+/// this, a tenant could make delete clear, or resize set, the limit of another volume's project.
+pub fn check_project(runner: &dyn Runner, fs: &QuotaFs, dir: &Path, id: u32) -> Result<(), String> {
+    let p = safe_path(dir)?;
+    let out = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
+    let own = format!("{p} - ");
+    match out.lines().map(str::trim).find(|l| l.starts_with(&own)) {
+        Some(line) if line.contains("identifier") => Err(format!(
+            "{p} does not carry project {id}, which its record or marker names ({line}); flexvol does not touch project quotas for it: check the directory's project (xfs_io -c lsproj)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The project ID flexvol may act on for the volume directory `<root>/<rel>` of PV `volume`: the
+/// one its record (or, for an old volume, its marker) names, cross-checked against the
+/// directory's real project ([`check_project`]) where quotas are enforced. `Ok(None)`: none, or
+/// nothing enforces quotas there (so no quota command runs either).
+pub fn project_of_volume(
+    runner: &dyn Runner,
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+) -> Result<Option<u32>, String> {
+    let claimed = match hostpath::inspect(root, rel) {
+        DirState::Owned(r) if r.marker.volume == volume => r.marker.project_id,
+        DirState::Legacy(m) if m.volume == volume => m.project_id,
+        _ => None,
+    };
+    let Some(id) = claimed else {
+        return Ok(None);
+    };
+    let dir = root.real.join(rel);
+    checked_id(runner, &detect_with_tool(runner, &dir), &dir, id)
+}
+
+/// `id` when `support` enforces nothing or `dir` really carries it; an error otherwise.
+pub fn checked_id(
+    runner: &dyn Runner,
+    support: &Support,
+    dir: &Path,
+    id: u32,
+) -> Result<Option<u32>, String> {
+    match support {
+        Support::Enforced(fs) => check_project(runner, fs, dir, id).map(|()| Some(id)),
+        Support::NotEnforced(_) => Ok(None),
+    }
 }
 
 /// Grows the volume directory `<root>/<rel>` of PV `volume` (claim `claim_uid`) to `bytes`:
 /// raises its project's limit when its size is enforced; returns the size in force. Without a
 /// project (the size was never enforced) it returns `bytes` and changes nothing. A volume whose
 /// size was enforced on a filesystem that no longer enforces quotas is an error: its old limit
-/// would come back with the quotas.
+/// would come back with the quotas. The project comes from the record (an old volume: its
+/// marker) and is cross-checked against the directory's ([`check_project`]) first.
 pub fn raise_volume(
     runner: &dyn Runner,
     root: &Root,
@@ -521,28 +586,21 @@ pub fn raise_volume(
     bytes: u64,
 ) -> Result<u64, String> {
     let dir = root.real.join(rel);
-    let id = match hostpath::inspect(root, rel) {
-        DirState::Marked(m) if m.volume == volume && m.claim_uid == claim_uid => m.project_id,
-        DirState::Marked(m) => {
-            return Err(format!(
-                "{} belongs to PV {}, not {volume}; not grown",
-                dir.display(),
-                m.volume
-            ));
-        }
-        DirState::Missing => return Err(format!("{} does not exist", dir.display())),
-        _ => {
-            return Err(format!(
-                "{} has no flexvol marker; not grown",
-                dir.display()
-            ));
-        }
+    let state = hostpath::inspect(root, rel);
+    hostpath::check_owner(&state, &dir, volume, claim_uid, "not grown")?;
+    let id = match state {
+        DirState::Owned(r) => r.marker.project_id,
+        DirState::Legacy(m) => m.project_id,
+        _ => None,
     };
     let Some(id) = id else {
         return Ok(bytes);
     };
     match detect_with_tool(runner, &dir) {
-        Support::Enforced(fs) => raise(runner, &fs, &dir, id, bytes),
+        Support::Enforced(fs) => {
+            check_project(runner, &fs, &dir, id)?;
+            raise(runner, &fs, &dir, id, bytes)
+        }
         Support::NotEnforced(why) => Err(format!(
             "{} has an enforced size (project {id}), but now {why}; its limit cannot be raised until then",
             dir.display()
