@@ -718,7 +718,21 @@ pub fn create_volume_dir_as(
                 ));
             }
             match inspect_with(root, rel, &records) {
-                DirState::Owned(_) => return Ok(path),
+                DirState::Owned(_) => {
+                    // Private directories of killed instances (a minute old, holding nothing
+                    // but our marker) go; best effort.
+                    if let Ok(parent) = open_dir(&parent_path) {
+                        for n in names_in(&parent).unwrap_or_default() {
+                            if let Some(s) = n.to_str()
+                                && s.starts_with(&format!("{base}@"))
+                                && old_entry(&parent, s)
+                            {
+                                let _ = remove_private(&parent, s, &parent_path);
+                            }
+                        }
+                    }
+                    return Ok(path);
+                }
                 DirState::Missing => {}
                 DirState::Foreign(why) => return Err(squatted(&why)),
                 DirState::Legacy(_) => {
@@ -776,7 +790,11 @@ pub fn create_volume_dir_as(
             Err(nix::Error::EEXIST) => continue,
             Err(e) => return Err(fail(&e)),
         }
-        checkpoint("provisioner-after-private-mkdir");
+        checkpoint(if instance.is_some() {
+            "provisioner-nfs-after-mkdir"
+        } else {
+            "provisioner-after-private-mkdir"
+        });
         let fd = open_child_dir(&parent, OsStr::new(&private)).map_err(|e| fail(&e))?;
         paths::apply_ownership(&fd, own, 0o755).map_err(|e| {
             let hint = if matches!(e, nix::Error::EPERM | nix::Error::EACCES) {
@@ -956,7 +974,22 @@ pub fn delete_volume_dir(
     checkpoint("provisioner-delete-after-rename");
     remove_tombstone(root, &tomb)?;
     remove_record(root, volume)?;
+    remove_leftovers(&parent, volume, &root.real.join(parent_rel));
     Ok(Deleted::Removed)
+}
+
+/// Removes the private directories killed creates of PV `volume` left in `parent` (those that
+/// hold nothing but our marker). Best effort: run when the volume is deleted, when no create of
+/// it can be under way any more.
+fn remove_leftovers(parent: &OwnedFd, volume: &str, parent_path: &Path) {
+    let base = format!("{NEW_PREFIX}{volume}");
+    for n in names_in(parent).unwrap_or_default() {
+        if let Some(s) = n.to_str()
+            && (s == base || s.starts_with(&format!("{base}@")))
+        {
+            let _ = remove_private(parent, s, parent_path);
+        }
+    }
 }
 
 /// Deepest tree [`check_tree`] and the removal walk go into (one descriptor per level).
@@ -1604,6 +1637,11 @@ mod tests {
         std::fs::remove_dir_all(&w).unwrap();
         create_volume_dir(&r, Path::new("ns/w"), own, &m2).unwrap();
         assert!(owned(&r, "ns/w").is_some());
+        // Another instance's leftover (NFS) goes with the volume's deletion.
+        let theirs = r.real.join("ns").join(format!("{NEW_PREFIX}pvc-2@other.1"));
+        std::fs::create_dir(&theirs).unwrap();
+        delete_volume_dir(&r, Path::new("ns/w"), "pvc-2", "u2").unwrap();
+        assert!(!theirs.exists());
 
         // A private name holding somebody's data: not ours to remove, not used.
         let m3 = marker("pvc-3", "u3");

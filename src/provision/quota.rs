@@ -596,10 +596,22 @@ pub fn raise_volume(
     let Some(id) = id else {
         return Ok(bytes);
     };
-    match detect_with_tool(runner, &dir) {
+    raise_checked(runner, &detect_with_tool(runner, &dir), &dir, id, bytes)
+}
+
+/// [`raise`] on `support`, after checking that `dir` really carries project `id`
+/// ([`check_project`]): a mismatch changes no limit.
+pub fn raise_checked(
+    runner: &dyn Runner,
+    support: &Support,
+    dir: &Path,
+    id: u32,
+    bytes: u64,
+) -> Result<u64, String> {
+    match support {
         Support::Enforced(fs) => {
-            check_project(runner, &fs, &dir, id)?;
-            raise(runner, &fs, &dir, id, bytes)
+            check_project(runner, fs, dir, id)?;
+            raise(runner, fs, dir, id, bytes)
         }
         Support::NotEnforced(why) => Err(format!(
             "{} has an enforced size (project {id}), but now {why}; its limit cannot be raised until then",
@@ -610,15 +622,21 @@ pub fn raise_volume(
 
 /// After a volume directory with project `id` was deleted: clears the project's limit, so its
 /// quota record can go. Best effort (a leftover record only keeps its ID from being chosen); the
-/// text is for the log.
+/// text is for the log. `id` must come from [`project_of_volume`] (cross-checked before the
+/// directory went).
 pub fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
+    release_on(runner, &detect_with_tool(runner, &root.real), id)
+}
+
+/// [`release`] on `support`.
+pub fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> String {
     let Some(id) = id else {
         return String::new();
     };
-    let Support::Enforced(fs) = detect_with_tool(runner, &root.real) else {
+    let Support::Enforced(fs) = support else {
         return String::new();
     };
-    match run(runner, &xfs_quota(&fs, format!("limit -p bhard=0 {id}"))) {
+    match run(runner, &xfs_quota(fs, format!("limit -p bhard=0 {id}"))) {
         Ok(_) => format!("; cleared the limit of project {id}"),
         Err(e) => format!("; the limit of project {id} stays ({e})"),
     }
@@ -932,6 +950,79 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, Outcome::NotEnforced("tmpfs".into()));
+        assert!(r.calls().is_empty());
+    }
+
+    #[test]
+    fn a_tampered_marker_cannot_steer_quota_commands() {
+        // An old volume (marker, no record): its tenant rewrote projectId to another volume's
+        // project (`victim`); the directory really carries `own`.
+        let (own, victim) = (0x4000_0010_u32, 0x4000_0020_u32);
+        let d = tempfile::tempdir().unwrap();
+        let root = hostpath::prepare_root(d.path()).unwrap();
+        let dir = root.real.join("old");
+        std::fs::create_dir(&dir).unwrap();
+        let forged = Marker {
+            provisioner: "flexvol/hostpath".into(),
+            volume: "pvc-1".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "u1".into(),
+            node: "n".into(),
+            project_id: Some(victim),
+        };
+        hostpath::write_marker(&dir, &forged).unwrap();
+        assert!(matches!(
+            hostpath::inspect(&root, Path::new("old")),
+            DirState::Legacy(m) if m.project_id == Some(victim)
+        ));
+        let p = dir.to_str().unwrap().to_owned();
+        let r = FakeRunner::new();
+        // What `xfs_quota project -c` prints for a directory with another project.
+        r.on(
+            "xfs_quota",
+            &["project -c"],
+            0,
+            &format!("{p} - project identifier is not set (inode={own}, tree={victim})\n"),
+            "",
+        );
+        r.on(
+            "xfs_quota",
+            &["report"],
+            0,
+            &format!("#{victim} 4 0 4096 00 [--------]\n"),
+            "",
+        );
+        let sup = Support::Enforced(xfs());
+        // Delete: the project is not released.
+        let e = checked_id(&r, &sup, &dir, victim).unwrap_err();
+        assert!(
+            e.contains(&format!("does not carry project {victim}")),
+            "{e}"
+        );
+        // Resize: no limit is set.
+        let e = raise_checked(&r, &sup, &dir, victim, 1 << 30).unwrap_err();
+        assert!(e.contains("does not carry"), "{e}");
+        assert!(
+            !r.lines().iter().any(|l| l.contains("limit")),
+            "{:?}",
+            r.lines()
+        );
+        // The real one passes the check (nothing printed about the directory itself).
+        let r = FakeRunner::new();
+        r.on(
+            "xfs_quota",
+            &["project -c"],
+            0,
+            &format!("{p}/sub - project inheritance flag is not set\n"),
+            "",
+        );
+        assert_eq!(checked_id(&r, &sup, &dir, own).unwrap(), Some(own));
+        assert!(release_on(&r, &sup, Some(own)).contains("cleared"));
+        // Where nothing enforces quotas, nothing runs at all.
+        let r = FakeRunner::new();
+        let none = Support::NotEnforced("tmpfs".into());
+        assert_eq!(checked_id(&r, &none, &dir, victim).unwrap(), None);
         assert!(r.calls().is_empty());
     }
 
