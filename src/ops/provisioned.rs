@@ -1,12 +1,14 @@
 //! Volume directories `flexvol provisioner` made on this node, for `flexvol status` and
-//! `flexvol gc`: found by their ownership marker under every root the node config names, without
-//! the API server (the marker holds the PV and the claim).
+//! `flexvol gc`: found by their root-only ownership records (and, for volumes made before records
+//! existed, their marker) under every root the node config names, without the API server (both
+//! hold the PV and the claim).
 //!
 //! gc's part: a directory whose PV is not in the `--live-pvs` list (names, as
 //! `kubectl get pv -o name` prints them) is an orphan, e.g. a claim deleted between the directory
-//! and its PV. With `--apply` it is deleted the provisioner's own way (marker checked, never
-//! through a symlink, never outside a root). Without a list nothing counts as an orphan: absence
-//! from the node proves nothing.
+//! and its PV. With `--apply` it is deleted the provisioner's own way (record or old marker
+//! checked, never through a symlink, never across a mount, never over another volume, never
+//! outside a root). Without a list nothing counts as an orphan: absence from the node proves
+//! nothing.
 
 use crate::node::config::Config;
 use crate::provision::hostpath::{self, Found};
@@ -69,7 +71,7 @@ pub fn orphans(found: &[Found], live: &BTreeSet<String>) -> Vec<Orphan> {
         .collect()
 }
 
-/// Deletes an orphan the provisioner's way (marker re-checked).
+/// Deletes an orphan the provisioner's way (record or old marker re-checked).
 pub fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(), String> {
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
     let (root, rel) = hostpath::locate(&roots, &o.path)

@@ -6,19 +6,67 @@
 //!   reached with `openat2(RESOLVE_NO_SYMLINKS)`: a symlink anywhere below a root (say one a pod
 //!   planted in a directory it can write) makes the operation fail instead of being followed.
 //! - A volume directory is `<root>/<relative path>`, the relative path made of normal components
-//!   only ([`volume_rel_path`]); nothing else is ever created or removed.
-//! - Every volume directory holds an ownership marker, [`MARKER`], naming the PV and the claim it
-//!   was made for. It is written before the PV is created. A directory is deleted only when its
-//!   marker names the PV being deleted and that PV's claim.
-//! - Deletion first renames the directory to `<root>/.flexvol-deleting-<pv>` (one atomic step that
-//!   commits it), then removes that recursively (std's `remove_dir_all` never follows symlinks, it
-//!   unlinks them). A kill -9 in between leaves only the tombstone, which [`finish_deletes`]
-//!   removes on the next pass.
+//!   only, none starting with `.flexvol` ([`volume_rel_path`]); nothing else is ever created or
+//!   removed, besides flexvol's own names below.
+//!
+//! Ownership ([`Record`]): what a directory is, and for which PV, is kept where only root writes:
+//! `<root>/.flexvol/volumes/<pv>.json`, in directories of mode 0700 owned by root (checked on every
+//! use; anything else is an error, never trusted). A record holds the PV, its claim (namespace,
+//! name, uid), the node that made it, the project ID of its enforced size, the directory's path
+//! relative to the root, and its device and inode: a directory is the PV's only when it is that
+//! very inode ([`DirState::Owned`]). The marker file [`MARKER`] in the directory still says the
+//! same (for people, and for older flexvol versions), but it lives in a directory the pod owns, so
+//! it decides nothing — except for **old volumes**, made before records existed: a marker and no
+//! record is [`DirState::Legacy`], still deleted and resized when the marker names the PV and its
+//! claim, while its `projectId` is used only after [`super::quota`] has checked that the directory
+//! really carries that project.
+//!
+//! Creating ([`create_volume_dir_as`]) never adopts anything: an existing directory at the target
+//! that is not the recorded one for this PV — empty or not, made by a pod's inline
+//! `DirectoryOrCreate` that may still have it mounted — is an error. The steps:
+//! 1. refuse a path inside or above another volume (by the records, and by old volumes' markers
+//!    above it): volumes never nest;
+//! 2. missing parents are made root:root 0755 (never the class's owner: a tenant uid owning a
+//!    parent could rename its siblings' directories);
+//! 3. the directory is made under a private name in its parent, `.flexvol-new-<pv>` (on NFS, where
+//!    several instances work at once, `.flexvol-new-<pv>@<node>.<pid>`), gets the class's uid, gid
+//!    and mode and the marker;
+//! 4. the record is published: written to a temporary file and hard-linked into place, so the
+//!    first instance wins and the others remove their own private directory;
+//! 5. the private directory is renamed to its name with `renameat2(RENAME_NOREPLACE)`, which never
+//!    replaces anything. Where that flag is not supported (NFS answers `EINVAL`), a plain `rename`
+//!    after checking the name is free: in the window between the check and the rename, `rename(2)`
+//!    can only replace an *empty* directory (a non-empty one, a file or a mount point make it
+//!    fail). That loses no data, and whoever made that empty directory keeps only its old, now
+//!    nameless inode (and its mount of it): they never see the volume. So the fallback is
+//!    acceptable.
+//!
+//! A kill at any step converges: before the record, the next call removes this instance's leftover
+//! private directory (only when it holds nothing but our marker: a name planted by somebody else
+//! with data in it is an error, never removed) and starts over; after it, the next call (of any
+//! instance) renames the private directory the record names, or finds it in place; a record whose
+//! directory is nowhere is dropped. Private directories of killed NFS instances are removed once a
+//! minute old, and with the volume.
+//!
+//! Deleting ([`delete_volume_dir`]): only a directory that is the PV's (record, or an old volume's
+//! marker) for that PV's claim. First the whole tree is walked ([`check_tree`], descriptors only,
+//! no symlink followed): a mount point anywhere inside (statx's mount-root attribute, another
+//! device, or `openat2(RESOLVE_NO_XDEV)` refusing to cross) or another volume's directory (its
+//! inode in another PV's record, or an old volume's marker naming another PV) fails the delete
+//! before anything is removed. Then the directory is renamed to `<root>/.flexvol-deleting-<pv>`
+//! (one atomic step that commits it) and removed by a descriptor-based walk that unlinks symlinks
+//! without following them and stops at any mount point or device change — so a mount that appears
+//! meanwhile still stops it. Then the record goes. A kill -9 in between leaves the tombstone, which
+//! [`finish_deletes`] (or the next delete of the PV) removes, and its record with it.
 //!
 //! - Sizes: where the root's filesystem enforces project quotas, [`HostPathBackend`] gives each new
 //!   directory a project quota of the claim's size and raises it on a resize ([`super::quota`]);
-//!   the project ID is recorded in the marker before the quota is set up. Elsewhere the PV says
+//!   the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //!   `flexvol/size-enforced: "false"` and why.
+//!
+//! What this relies on: nothing but root can write below `<root>/.flexvol`. The drivers must not
+//! serve it (or a root itself) to an inline volume, which the capability check of
+//! [`crate::node::capability`] is for.
 //!
 //! Caller contract: one provisioner per node works on a root at a time (the DaemonSet runs one);
 //! nothing here takes a lock.

@@ -15,8 +15,12 @@
 //!   squash root), others can read. Pods
 //!   that run as another user need `uid`/`gid` (or `gid` and `mode: "0770"`). There is no forced
 //!   0777 (nfs-subdir-external-provisioner's choice, which lets every user of every client write).
-//!   Directories the pattern creates above the volume's get the same ownership. The export must
-//!   let root on this node chown (`no_root_squash`) when `uid`/`gid` are set;
+//!   Directories the pattern creates above the volume's are root:root 0755 (never the class's
+//!   owner, who could then rename its siblings' directories). `uid`/`gid` and `mode` are checked
+//!   by the NFS driver's own rules ([`Ownership::parse_id`], [`Ownership::parse_mode`]: no
+//!   4294967295, no set-uid/set-gid/sticky bits). The export must let root on this node own
+//!   files (`no_root_squash`): flexvol's ownership records live on the export, in
+//!   `<export>/.flexvol/volumes` (root, 0700), and are not trusted otherwise;
 //! - `onDelete`: `delete` | `retain` | `archive`, what happens to the directory when its PV (reclaim
 //!   policy Delete) is released. **Default: `archive`**: nfs-subdir's effective default
 //!   (`archiveOnDelete` unset archives), and the one that never loses data by surprise; a class
@@ -25,12 +29,14 @@
 //! Not node-local: any instance may provision a claim and any may delete its PV; several do at
 //! once. The PV name is deterministic (`pvc-<claim uid>`), so the API server keeps one PV; here,
 //! racing instances converge:
-//! - provisioning: `mkdir` that finds the directory (EEXIST) goes on; the marker is written to a
-//!   temporary file of this instance (`O_EXCL`, unique name) and hard-linked into place, so a
-//!   marker is never seen half written, and the first link wins; everybody then reads the marker
-//!   and accepts it when it names the same PV and claim (the `node` field says which instance
-//!   made it and is not compared). A directory holding only marker temporaries counts as empty
-//!   (a racer is writing, or a kill left one; those older than a minute are removed);
+//! - provisioning: hostPath's protocol ([`hostpath::create_volume_dir_as`], its module doc): each
+//!   instance makes the directory under its own private name (`.flexvol-new-<pv>@<node>.<pid>`),
+//!   sets it up, and publishes the record by a hard link (the first link wins; the others remove
+//!   theirs), then any instance renames the recorded directory into place without replacing
+//!   anything (NFS has no `RENAME_NOREPLACE`: the fallback there is explained in that doc).
+//!   Everybody accepts the record when it names the same PV and claim (the `node` field says
+//!   which instance made it and is not compared). A directory at the target that is not the
+//!   recorded one — a squatter's, empty or not — is never adopted;
 //! - deleting: the directory is committed by one `rename` (to a tombstone, or to its archive
 //!   name); an instance whose rename finds nothing looks again and finishes the tombstone or
 //!   finds the job done.
@@ -50,15 +56,17 @@
 //! - the PV records what delete acts on: [`ANN_EXPORT`] (the export root mounted), [`ANN_PATH`]
 //!   (the directory below it, exactly as created, also for nested patterns) and
 //!   [`ANN_ON_DELETE`]; the PV's `share` must equal export + path, or delete refuses;
-//! - delete acts only on a directory whose marker names this PV and its claim uid; it renames
-//!   within the export root and never leaves it;
+//! - delete acts only on a directory recorded as this PV's for its claim uid (an old one without
+//!   a record: whose marker names them); it renames within the export root and never leaves it,
+//!   and refuses a tree with a mount point or another volume inside ([`hostpath::check_tree`]);
+//!   after a delete or an archive the record goes;
 //! - `archive` renames the directory to `<export>/archived-<pv>-<UTC time>` (in the export
 //!   root, whatever the nesting, so an operator finds every archive in one place). It never
 //!   overwrites: an existing name is skipped, and a directory rename can never replace a
 //!   non-empty directory (every archive holds at least its marker). NFS has no
 //!   `RENAME_NOREPLACE`, so this is how "never overwrite" is kept;
 //! - `delete` renames to the tombstone `<export>/.flexvol-deleting-<pv>` then removes it
-//!   recursively without following symlinks ([`hostpath::delete_volume_dir`]); a kill in
+//!   without following symlinks nor crossing mounts ([`hostpath::delete_volume_dir`]); a kill in
 //!   between leaves the tombstone, which the next delete of the same PV (still there: the PV is
 //!   removed only after) finishes;
 //! - `retain` does not even mount the export: only the PV goes.
@@ -431,7 +439,8 @@ pub fn make_subdir(
 }
 
 /// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),
-/// only if its marker names them. `stamp` names an archive (UTC time). Returns what was done.
+/// only if it is recorded as theirs (an old one: its marker names them). `stamp` names an archive
+/// (UTC time). Returns what was done.
 pub fn remove_subdir(
     root: &Root,
     rel: &Path,

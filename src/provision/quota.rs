@@ -19,9 +19,11 @@
 //! [`ID_FIRST`]..=[`ID_LAST`], away from the low IDs people put in `/etc/projects` and from
 //! kubelet's own range (from 1048577); if the preferred ID is already in use on the filesystem —
 //! it has a quota record there (`xfs_quota report` lists every project with usage or limits, and a
-//! directory carrying an ID is itself charged to it) or another volume's marker names it — the next
-//! free one is taken. The caller persists the chosen ID in the volume's ownership marker *before*
-//! it is applied, so it is stable across restarts, and a pass after a kill -9 reuses it.
+//! directory carrying an ID is itself charged to it) or another volume's record (or old marker)
+//! names it — the next free one is taken. The caller persists the chosen ID in the volume's
+//! root-only ownership record ([`hostpath::Record`]) *before* it is applied, so it is stable across
+//! restarts, and a pass after a kill -9 reuses it (the marker in the directory gets a copy, for
+//! people only).
 //!
 //! Safety rules:
 //! - `xfs_quota` is the only tool, run through the [`Runner`] seam (found in the node's
@@ -39,6 +41,13 @@
 //!   by [`raise`]; shrinking is the caller's to refuse.
 //! - What is reported enforced has been checked: after setting up, the directory's inherit flag
 //!   (`FS_IOC_GETFLAGS`), its ID (`project -c`) and the limit (`report`) are read back.
+//! - Nothing a tenant can write chooses the project a command acts on: the ID comes from the
+//!   root-only record (an old volume without one: from its marker, which the pod can rewrite), and
+//!   before delete clears a limit or resize sets one, [`check_project`] asks the filesystem whether
+//!   the directory itself really carries that ID (`project -c`); on a mismatch nothing is changed
+//!   and the error says so. (A pod with `CAP_FOWNER` in the initial user namespace could change
+//!   its directory's project itself; for an old volume, that and a rewritten marker together
+//!   remain possible — records close it for every volume made since.)
 
 use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use super::hostpath::{self, DirState, Marker, Record, Root};
@@ -346,7 +355,7 @@ pub fn verify(
 pub enum Outcome {
     /// Project `id` with a hard limit of `limit_bytes` is in force on the directory.
     Enforced {
-        /// The project ID (as persisted in the marker).
+        /// The project ID (as persisted in the record).
         id: u32,
         /// The limit in force, in bytes.
         limit_bytes: u64,
@@ -358,11 +367,11 @@ pub enum Outcome {
 /// Enforces `bytes` on the volume directory `dir` of PV `volume`, on a filesystem [`detect`]
 /// found.
 ///
-/// `known` is the project ID the directory's marker already names (an earlier, maybe killed, pass
+/// `known` is the project ID the directory's record already names (an earlier, maybe killed, pass
 /// chose it): it is reused as is. Otherwise an ID is chosen ([`choose_id`]) among those not in the
-/// filesystem's quota report nor in `taken` (the IDs other volumes' markers name), and `persist`
-/// must record it in the marker durably before anything is applied; its error stops here.
-/// `Err` is a failure to retry (a tool failed, the marker could not be written); a filesystem
+/// filesystem's quota report nor in `taken` (the IDs other volumes' records name), and `persist`
+/// must record it in the record durably before anything is applied; its error stops here.
+/// `Err` is a failure to retry (a tool failed, the record could not be written); a filesystem
 /// without quotas or an unusable path is `Ok(NotEnforced)`.
 #[allow(clippy::too_many_arguments)]
 pub fn enforce(
@@ -422,7 +431,7 @@ pub fn raise(
     Ok(limit)
 }
 
-/// PV annotation: the project ID of an enforced size (for people; the marker is what counts).
+/// PV annotation: the project ID of an enforced size (for people; the record is what counts).
 pub const ANN_PROJECT: &str = "flexvol/quota-project";
 
 impl Outcome {
@@ -457,8 +466,8 @@ fn detect_with_tool(runner: &dyn Runner, dir: &Path) -> Support {
 }
 
 /// Enforces `bytes` on the marked volume directory `<root>/<rel>` just made (or found, made by an
-/// earlier pass): the ID comes from its marker, or is chosen and recorded in the marker first.
-/// IDs other volumes' markers under `root` name count as taken, so two volumes never share one
+/// earlier pass): the ID comes from its record, or is chosen and recorded in the record first.
+/// IDs other volumes' records (or old markers) under `root` name count as taken, so two volumes never share one
 /// even when a kill left one's ID recorded but not yet applied.
 pub fn enforce_volume(
     runner: &dyn Runner,
@@ -648,7 +657,7 @@ pub fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> St
 pub struct SizeStatus {
     /// Whether a project quota limits it now.
     pub enforced: bool,
-    /// Its project ID, from its marker.
+    /// Its project ID, from its record (an old volume: its marker).
     pub project_id: Option<u32>,
     /// The hard limit in force, in bytes.
     pub limit_bytes: Option<u64>,
@@ -693,7 +702,7 @@ pub fn size_status(runner: &dyn Runner, found: &[hostpath::Found]) -> Vec<SizeSt
             if usage.limit_bytes == 0 || !inherit {
                 return not(
                     format!(
-                        "project {id} is recorded in its marker but {} (a provisioning pass that was interrupted finishes it)",
+                        "project {id} is recorded for it but {} (a provisioning pass that was interrupted finishes it)",
                         if inherit { "has no limit" } else { "the directory lacks the project-inherit flag" }
                     ),
                     Some(id),
