@@ -66,7 +66,10 @@
 //!
 //! What this relies on: nothing but root can write below `<root>/.flexvol`. The drivers must not
 //! serve it (or a root itself) to an inline volume, which the capability check of
-//! [`crate::node::capability`] is for.
+//! [`crate::node::capability`] is for. Not covered here: a *parent* directory somebody else made
+//! before flexvol did (an inline volume's `<root>/team-b`, kept mounted) is used as it is, so its
+//! maker sees the volumes made below it; parents made by older flexvol versions are
+//! indistinguishable from such a squat (same owners), so refusing them would break upgrades.
 //!
 //! Caller contract: one provisioner per node works on a root at a time (the DaemonSet runs one);
 //! nothing here takes a lock.
@@ -2034,12 +2037,15 @@ mod tests {
         )
         .unwrap();
         std::fs::create_dir(r.real.join("other")).unwrap();
+        // An old volume: a marker, no record.
+        std::fs::create_dir(r.real.join("old")).unwrap();
+        write_marker(&r.real.join("old"), &marker("pvc-0", "u0")).unwrap();
         let f = scan(std::slice::from_ref(&r), 3);
         assert_eq!(
             f.iter()
-                .map(|f| f.marker.volume.as_str())
+                .map(|f| (f.marker.volume.as_str(), f.recorded))
                 .collect::<Vec<_>>(),
-            vec!["pvc-1", "pvc-2"]
+            vec![("pvc-1", true), ("pvc-2", true), ("pvc-0", false)]
         );
     }
 
