@@ -1728,6 +1728,98 @@ mod tests {
         );
     }
 
+    /// The child of [`a_kill_9_at_each_step_of_create_and_delete_converges`]: does one create
+    /// (or delete) in the root named by the environment and is killed at the checkpoint there.
+    /// Without that environment it does nothing.
+    #[test]
+    fn kill_child() {
+        let Some(dir) = std::env::var_os("FLEXVOL_DIRLIB_CHILD_ROOT") else {
+            return;
+        };
+        let r = prepare_root(Path::new(&dir)).unwrap();
+        let own = Ownership {
+            uid: Some(1234),
+            gid: Some(5678),
+            mode: Some(0o750),
+        };
+        if std::env::var_os("FLEXVOL_DIRLIB_CHILD_DELETE").is_some() {
+            let _ = delete_volume_dir(&r, Path::new("ns/v"), "pvc-k", "uk");
+        } else {
+            let _ = create_volume_dir(&r, Path::new("ns/v"), own, &marker("pvc-k", "uk"));
+        }
+    }
+
+    #[test]
+    fn a_kill_9_at_each_step_of_create_and_delete_converges() {
+        use std::os::unix::process::ExitStatusExt;
+        let exe = std::env::current_exe().unwrap();
+        let kill_at = |root: &Path, at: &str, delete: bool| {
+            let mut c = std::process::Command::new(&exe);
+            c.args([
+                "--exact",
+                "provision::hostpath::tests::kill_child",
+                "--nocapture",
+            ])
+            .env("FLEXVOL_DIRLIB_CHILD_ROOT", root)
+            .env("FLEXVOL_TEST_KILL_AT", at);
+            if delete {
+                c.env("FLEXVOL_DIRLIB_CHILD_DELETE", "1");
+            }
+            let st = c.output().unwrap().status;
+            assert_eq!(st.signal(), Some(9), "{at}: not killed there ({st:?})");
+        };
+        let own = Ownership {
+            uid: Some(1234),
+            gid: Some(5678),
+            mode: Some(0o750),
+        };
+        let m = marker("pvc-k", "uk");
+        for at in [
+            "provisioner-after-private-mkdir",
+            "provisioner-after-record",
+        ] {
+            let (_d, r) = root();
+            kill_at(&r.real, at, false);
+            let target = r.real.join("ns/v");
+            assert!(!target.exists(), "{at}: made at its name before the rename");
+            let left: Vec<_> = std::fs::read_dir(r.real.join("ns"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left, [OsString::from(format!("{NEW_PREFIX}pvc-k"))], "{at}");
+            // The next pass converges: one directory, set up, recorded, nothing left beside it.
+            let p = create_volume_dir(&r, Path::new("ns/v"), own, &m).unwrap();
+            let md = std::fs::metadata(&p).unwrap();
+            assert_eq!(
+                (md.uid(), md.gid(), md.mode() & 0o7777),
+                (1234, 5678, 0o750)
+            );
+            assert!(owned(&r, "ns/v").is_some(), "{at}");
+            assert_eq!(
+                std::fs::read_dir(r.real.join("ns")).unwrap().count(),
+                1,
+                "{at}"
+            );
+        }
+        // A delete killed after its rename: the next one finishes it, record included.
+        let (_d, r) = root();
+        let p = create_volume_dir(&r, Path::new("ns/v"), own, &m).unwrap();
+        std::fs::write(p.join("data"), b"x").unwrap();
+        kill_at(&r.real, "provisioner-delete-after-rename", true);
+        assert!(!p.exists());
+        assert!(r.real.join(format!("{TOMBSTONE_PREFIX}pvc-k")).exists());
+        assert_eq!(
+            delete_volume_dir(&r, Path::new("ns/v"), "pvc-k", "uk").unwrap(),
+            Deleted::Removed
+        );
+        assert_eq!(read_record(&r, "pvc-k").unwrap(), None);
+        assert_eq!(
+            std::fs::read_dir(&r.real).unwrap().count(),
+            2,
+            "ns and .flexvol"
+        );
+    }
+
     #[test]
     fn volumes_never_nest() {
         let (_d, r) = root();
