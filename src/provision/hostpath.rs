@@ -1821,6 +1821,28 @@ mod tests {
     }
 
     #[test]
+    fn an_old_volume_without_a_record_still_deletes() {
+        let (_d, r) = root();
+        // Made by an older flexvol: a marker, no record.
+        let p = r.real.join("ns/old");
+        std::fs::create_dir_all(&p).unwrap();
+        write_marker(&p, &marker("pvc-old", "uo")).unwrap();
+        std::fs::write(p.join("data"), b"x").unwrap();
+        assert!(matches!(
+            inspect(&r, Path::new("ns/old")),
+            DirState::Legacy(_)
+        ));
+        // Not for another PV or claim.
+        assert!(delete_volume_dir(&r, Path::new("ns/old"), "pvc-x", "uo").is_err());
+        assert!(delete_volume_dir(&r, Path::new("ns/old"), "pvc-old", "ux").is_err());
+        assert_eq!(
+            delete_volume_dir(&r, Path::new("ns/old"), "pvc-old", "uo").unwrap(),
+            Deleted::Removed
+        );
+        assert!(!p.exists());
+    }
+
+    #[test]
     fn volumes_never_nest() {
         let (_d, r) = root();
         let own = Ownership::default();

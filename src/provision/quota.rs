@@ -1036,6 +1036,35 @@ mod tests {
     }
 
     #[test]
+    fn an_old_volume_without_a_project_grows_without_quota_commands() {
+        let d = tempfile::tempdir().unwrap();
+        let root = hostpath::prepare_root(d.path()).unwrap();
+        let dir = root.real.join("old");
+        std::fs::create_dir(&dir).unwrap();
+        let m = Marker {
+            provisioner: "flexvol/hostpath".into(),
+            volume: "pvc-1".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "u1".into(),
+            node: "n".into(),
+            project_id: None,
+        };
+        hostpath::write_marker(&dir, &m).unwrap();
+        let r = FakeRunner::new();
+        assert_eq!(
+            raise_volume(&r, &root, Path::new("old"), "pvc-1", "u1", 5 << 20).unwrap(),
+            5 << 20
+        );
+        assert!(raise_volume(&r, &root, Path::new("old"), "pvc-1", "u9", 5 << 20).is_err());
+        assert_eq!(
+            project_of_volume(&r, &root, Path::new("old"), "pvc-1").unwrap(),
+            None
+        );
+        assert!(r.calls().is_empty());
+    }
+
+    #[test]
     fn raise_never_lowers_and_skips_a_limit_already_there() {
         let r = FakeRunner::new();
         r.on(
