@@ -145,46 +145,18 @@ pub struct HostPathOptions {
 pub const OPTION_KEYS: &[&str] = &["path", "type", "uid", "gid", "mode", "pathPattern"];
 
 fn parse_id(o: &Options, key: &str) -> std::result::Result<Option<u32>, OptionsError> {
-    let bad = |v: &str| OptionsError::invalid(key, v, "expected a numeric id (digits only)");
-    match o.non_empty(key) {
-        None => Ok(None),
-        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) && v.len() <= 10 => {
-            let id: u32 = v.parse().map_err(|_| bad(v))?;
-            // chown(2) reads (uid_t)-1 as "leave unchanged": accepting it would silently ignore
-            // what the user asked for.
-            if id == u32::MAX {
-                return Err(OptionsError::invalid(
-                    key,
-                    v,
-                    "4294967295 is (uid_t)-1, which chown reads as \"no change\"; use an id below it",
-                ));
-            }
-            Ok(Some(id))
-        }
-        Some(v) => Err(bad(v)),
-    }
+    o.non_empty(key)
+        .map(|v| Ownership::parse_id(v).map_err(|why| OptionsError::invalid(key, v, why)))
+        .transpose()
 }
 
-/// The `mode` option: octal permission bits only (at most `0777`, optional `0` or `0o` prefix).
-/// Set-uid, set-gid and sticky bits are refused: a pod author must not be able to make the
-/// driver create a set-gid directory (inherited group) or a sticky one on the node.
+/// The `mode` option: octal permission bits only ([`Ownership::parse_mode`]). Set-uid, set-gid
+/// and sticky bits are refused: a pod author must not be able to make the driver create a
+/// set-gid directory (inherited group) or a sticky one on the node.
 fn parse_mode(o: &Options) -> std::result::Result<Option<u32>, OptionsError> {
-    let Some(v) = o.non_empty("mode") else {
-        return Ok(None);
-    };
-    let digits = v.strip_prefix("0o").unwrap_or(v);
-    let bad = |why: &str| OptionsError::invalid("mode", v, why);
-    let m = Some(digits)
-        .filter(|d| !d.is_empty() && d.len() <= 6 && d.bytes().all(|b| (b'0'..=b'7').contains(&b)))
-        .and_then(|d| u32::from_str_radix(d, 8).ok())
-        .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| bad("expected octal permission bits such as 0755"))?;
-    if m > 0o777 {
-        return Err(bad(
-            "set-uid, set-gid and sticky bits are not allowed on what the driver creates; use permission bits only (at most 0777)",
-        ));
-    }
-    Ok(Some(m))
+    o.non_empty("mode")
+        .map(|v| Ownership::parse_mode(v).map_err(|why| OptionsError::invalid("mode", v, why)))
+        .transpose()
 }
 
 /// Linux limits: a path of at most `PATH_MAX` (4096, with its NUL) bytes and components of at

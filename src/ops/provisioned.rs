@@ -1,20 +1,22 @@
 //! Volume directories `flexvol provisioner` made on this node, for `flexvol status` and
-//! `flexvol gc`: found by their ownership marker under every root the node config names, without
-//! the API server (the marker holds the PV and the claim).
+//! `flexvol gc`: found by their root-only ownership records (and, for volumes made before records
+//! existed, their marker) under every root the node config names, without the API server (both
+//! hold the PV and the claim).
 //!
 //! gc's part: a directory whose PV is not in the `--live-pvs` list (names, as
 //! `kubectl get pv -o name` prints them) is an orphan, e.g. a claim deleted between the directory
-//! and its PV. With `--apply` it is deleted the provisioner's own way (marker checked, never
-//! through a symlink, never outside a root). Without a list nothing counts as an orphan: absence
-//! from the node proves nothing.
+//! and its PV. With `--apply` it is deleted the provisioner's own way (record or old marker
+//! checked, never through a symlink, never across a mount, never over another volume, never
+//! outside a root). Without a list nothing counts as an orphan: absence from the node proves
+//! nothing.
 //!
-//! The provisioner makes the directory and its marker *before* the PV exists, so a list taken a
-//! moment earlier misses a claim being provisioned. A directory therefore counts as an orphan
-//! only when it was made before the list file was last written *and* at least `--min-age` ago
-//! ([`AgeRule`]); younger ones are shown and left alone. When it was made is [`created_at`]: the
-//! latest of the directory's birth time and its marker's modification and change times, none of
-//! which a tenant can move into the past. Right before each deletion gc reads the list file again
-//! and checks the age again ([`recheck`]).
+//! The provisioner makes the directory *before* the PV exists, so a list taken a moment earlier
+//! misses a claim being provisioned. A directory therefore counts as an orphan only when it was
+//! made before the list file was last written *and* at least `--min-age` ago ([`AgeRule`]);
+//! younger ones are shown and left alone. When it was made is [`created_at`]: the latest of the
+//! directory's birth time and its marker's modification and change times, none of which a tenant
+//! can move into the past. Right before each deletion gc reads the list file again and checks the
+//! age again ([`recheck`]).
 
 use crate::node::config::Config;
 use crate::provision::hostpath::{self, Found};
@@ -180,7 +182,7 @@ pub fn recheck(found: &Found, list: &Path, min_age: Duration) -> Result<(), Stri
     }
 }
 
-/// Deletes an orphan the provisioner's way (marker re-checked).
+/// Deletes an orphan the provisioner's way (record or old marker re-checked).
 pub fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(), String> {
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
     let (root, rel) = hostpath::locate(&roots, &o.path)
@@ -298,6 +300,7 @@ mod tests {
         let found = vec![Found {
             path: path.clone(),
             marker: m,
+            recorded: true,
         }];
         let created = created_at(&found[0]).unwrap();
         assert!(created > before);

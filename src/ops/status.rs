@@ -75,7 +75,9 @@ pub fn run(a: &StatusArgs) -> i32 {
         let provisioned: Vec<serde_json::Value> = provisioned
             .iter()
             .zip(&sizes)
-            .map(|(f, s)| serde_json::json!({"path": f.path, "marker": f.marker, "size": s}))
+            .map(|(f, s)| {
+                serde_json::json!({"path": f.path, "marker": f.marker, "recorded": f.recorded, "size": s})
+            })
             .collect();
         let v = serde_json::json!({
             "stateDir": config.state_dir,
@@ -162,6 +164,11 @@ fn print_provisioned(
             f.marker.namespace, f.marker.claim, f.marker.claim_uid
         );
         println!("    size:        {}", size_line(s));
+        if !f.recorded {
+            println!(
+                "    ownership:   marker only (made before ownership records; its marker is writable by the pod)"
+            );
+        }
     }
     if !found.is_empty() {
         println!("{} provisioned volume directory(ies)", found.len());

@@ -6,19 +6,70 @@
 //!   reached with `openat2(RESOLVE_NO_SYMLINKS)`: a symlink anywhere below a root (say one a pod
 //!   planted in a directory it can write) makes the operation fail instead of being followed.
 //! - A volume directory is `<root>/<relative path>`, the relative path made of normal components
-//!   only ([`volume_rel_path`]); nothing else is ever created or removed.
-//! - Every volume directory holds an ownership marker, [`MARKER`], naming the PV and the claim it
-//!   was made for. It is written before the PV is created. A directory is deleted only when its
-//!   marker names the PV being deleted and that PV's claim.
-//! - Deletion first renames the directory to `<root>/.flexvol-deleting-<pv>` (one atomic step that
-//!   commits it), then removes that recursively (std's `remove_dir_all` never follows symlinks, it
-//!   unlinks them). A kill -9 in between leaves only the tombstone, which [`finish_deletes`]
-//!   removes on the next pass.
+//!   only, none starting with `.flexvol` ([`volume_rel_path`]); nothing else is ever created or
+//!   removed, besides flexvol's own names below.
+//!
+//! Ownership ([`Record`]): what a directory is, and for which PV, is kept where only root writes:
+//! `<root>/.flexvol/volumes/<pv>.json`, in directories of mode 0700 owned by root (checked on every
+//! use; anything else is an error, never trusted). A record holds the PV, its claim (namespace,
+//! name, uid), the node that made it, the project ID of its enforced size, the directory's path
+//! relative to the root, and its device and inode: a directory is the PV's only when it is that
+//! very inode ([`DirState::Owned`]). The marker file [`MARKER`] in the directory still says the
+//! same (for people, and for older flexvol versions), but it lives in a directory the pod owns, so
+//! it decides nothing — except for **old volumes**, made before records existed: a marker and no
+//! record is [`DirState::Legacy`], still deleted and resized when the marker names the PV and its
+//! claim, while its `projectId` is used only after [`super::quota`] has checked that the directory
+//! really carries that project.
+//!
+//! Creating ([`create_volume_dir_as`]) never adopts anything: an existing directory at the target
+//! that is not the recorded one for this PV — empty or not, made by a pod's inline
+//! `DirectoryOrCreate` that may still have it mounted — is an error. The steps:
+//! 1. refuse a path inside or above another volume (by the records, and by old volumes' markers
+//!    above it): volumes never nest;
+//! 2. missing parents are made root:root 0755 (never the class's owner: a tenant uid owning a
+//!    parent could rename its siblings' directories);
+//! 3. the directory is made under a private name in its parent, `.flexvol-new-<pv>` (on NFS, where
+//!    several instances work at once, `.flexvol-new-<pv>@<node>.<pid>`), gets the class's uid, gid
+//!    and mode and the marker;
+//! 4. the record is published: written to a temporary file and hard-linked into place, so the
+//!    first instance wins and the others remove their own private directory;
+//! 5. the private directory is renamed to its name with `renameat2(RENAME_NOREPLACE)`, which never
+//!    replaces anything. Where that flag is not supported (NFS answers `EINVAL`), a plain `rename`
+//!    after checking the name is free: in the window between the check and the rename, `rename(2)`
+//!    can only replace an *empty* directory (a non-empty one, a file or a mount point make it
+//!    fail). That loses no data, and whoever made that empty directory keeps only its old, now
+//!    nameless inode (and its mount of it): they never see the volume. So the fallback is
+//!    acceptable.
+//!
+//! A kill at any step converges: before the record, the next call removes this instance's leftover
+//! private directory (only when it holds nothing but our marker: a name planted by somebody else
+//! with data in it is an error, never removed) and starts over; after it, the next call (of any
+//! instance) renames the private directory the record names, or finds it in place; a record whose
+//! directory is nowhere is dropped. Private directories of killed NFS instances are removed once a
+//! minute old, and with the volume.
+//!
+//! Deleting ([`delete_volume_dir`]): only a directory that is the PV's (record, or an old volume's
+//! marker) for that PV's claim. First the whole tree is walked ([`check_tree`], descriptors only,
+//! no symlink followed): a mount point anywhere inside (statx's mount-root attribute, another
+//! device, or `openat2(RESOLVE_NO_XDEV)` refusing to cross) or another volume's directory (its
+//! inode in another PV's record, or an old volume's marker naming another PV) fails the delete
+//! before anything is removed. Then the directory is renamed to `<root>/.flexvol-deleting-<pv>`
+//! (one atomic step that commits it) and removed by a descriptor-based walk that unlinks symlinks
+//! without following them and stops at any mount point or device change — so a mount that appears
+//! meanwhile still stops it. Then the record goes. A kill -9 in between leaves the tombstone, which
+//! [`finish_deletes`] (or the next delete of the PV) removes, and its record with it.
 //!
 //! - Sizes: where the root's filesystem enforces project quotas, [`HostPathBackend`] gives each new
 //!   directory a project quota of the claim's size and raises it on a resize ([`super::quota`]);
-//!   the project ID is recorded in the marker before the quota is set up. Elsewhere the PV says
+//!   the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //!   `flexvol/size-enforced: "false"` and why.
+//!
+//! What this relies on: nothing but root can write below `<root>/.flexvol`. The drivers must not
+//! serve it (or a root itself) to an inline volume, which the capability check of
+//! [`crate::node::capability`] is for. Not covered here: a *parent* directory somebody else made
+//! before flexvol did (an inline volume's `<root>/team-b`, kept mounted) is used as it is, so its
+//! maker sees the volumes made below it; parents made by older flexvol versions are
+//! indistinguishable from such a squat (same owners), so refusing them would break upgrades.
 //!
 //! Caller contract: one provisioner per node works on a root at a time (the DaemonSet runs one);
 //! nothing here takes a lock.
@@ -28,13 +79,14 @@ use crate::node::config::Config;
 use crate::sys::paths::{self, Ownership};
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::PersistentVolume;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2, renameat};
+use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag, openat2, renameat, renameat2};
 use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// The ownership marker's file name inside a volume directory.
@@ -43,6 +95,16 @@ pub const MARKER: &str = ".flexvol-provisioned";
 pub const MARKER_TMP_HOSTPATH: &str = ".flexvol-provisioned.tmp";
 /// Prefix of a committed deletion in a root.
 pub const TOMBSTONE_PREFIX: &str = ".flexvol-deleting-";
+/// Prefix of a volume directory being made, in its parent: `.flexvol-new-<pv>[@<instance>]`.
+pub const NEW_PREFIX: &str = ".flexvol-new-";
+/// flexvol's own directory in a root (root-only, 0700).
+pub const STATE_DIR: &str = ".flexvol";
+/// The ownership records' directory in [`STATE_DIR`]: `<root>/.flexvol/volumes/<pv>.json`.
+pub const RECORDS_DIR: &str = "volumes";
+/// A record's file name is the PV's name with this suffix.
+pub const RECORD_SUFFIX: &str = ".json";
+/// Every name flexvol reserves in a root starts with this.
+pub const RESERVED_PREFIX: &str = ".flexvol";
 
 /// What the marker says: the identity of the PV a directory was made for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,17 +129,36 @@ pub struct Marker {
 }
 
 impl Marker {
-    /// Whether `self` and `other` name the same volume (everything but the project ID, which
-    /// the quota step adds later).
+    /// Whether `self` and `other` name the same volume: everything but the project ID (which the
+    /// quota step adds later) and the node (on NFS, any instance may be the one that made it).
     pub fn same_volume(&self, other: &Marker) -> bool {
-        Marker {
+        let key = |m: &Marker| Marker {
             project_id: None,
-            ..self.clone()
-        } == Marker {
-            project_id: None,
-            ..other.clone()
-        }
+            node: String::new(),
+            ..m.clone()
+        };
+        key(self) == key(other)
     }
+}
+
+/// The ownership record of a volume directory: `<root>/.flexvol/volumes/<pv>.json`, in a
+/// directory only root can enter (mode 0700), so nothing a tenant writes can change it. It holds
+/// what the marker holds (the project ID included) plus where the directory is and which inode it
+/// is: a directory is the PV's only when it is that very inode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// The PV, its claim, the node that made it and its project ID.
+    #[serde(flatten)]
+    pub marker: Marker,
+    /// The directory relative to the root.
+    pub path: String,
+    /// The private name it was made under (in the same parent) before it was renamed into place.
+    pub new_name: String,
+    /// Its device (`st_dev`).
+    pub dev: u64,
+    /// Its inode.
+    pub ino: u64,
 }
 
 /// Class parameters of the hostPath provisioner, validated.
@@ -107,10 +188,9 @@ impl ClassParams {
                     p.path_pattern = Some(v.clone());
                 }
                 "uid" | "gid" => {
-                    let id: u32 = v.parse().map_err(|_| {
-                        format!(
-                            "class parameter {k}={v:?} is not a numeric id; use e.g. {k}: \"1000\""
-                        )
+                    // The driver's own rule (one validation for both).
+                    let id = Ownership::parse_id(v).map_err(|why| {
+                        format!("class parameter {k}={v:?}: {why}; use e.g. {k}: \"1000\"")
                     })?;
                     if k == "uid" {
                         p.ownership.uid = Some(id);
@@ -119,12 +199,9 @@ impl ClassParams {
                     }
                 }
                 "mode" => {
-                    let m = u32::from_str_radix(v.trim_start_matches("0o"), 8)
-                        .ok()
-                        .filter(|m| *m <= 0o7777)
-                        .ok_or_else(|| {
-                            format!("class parameter mode={v:?} is not an octal mode; use e.g. mode: \"0770\"")
-                        })?;
+                    let m = Ownership::parse_mode(v).map_err(|why| {
+                        format!("class parameter mode={v:?}: {why}; use e.g. mode: \"0770\"")
+                    })?;
                     p.ownership.mode = Some(m);
                 }
                 _ => {
@@ -182,7 +259,7 @@ pub fn volume_rel_path(s: &str) -> Result<PathBuf, String> {
                 "expands to {s:?}, which has an empty, \".\" or \"..\" component"
             ));
         }
-        if part.starts_with(TOMBSTONE_PREFIX) || part == MARKER {
+        if part.starts_with(RESERVED_PREFIX) {
             return Err(format!(
                 "expands to {s:?}, which uses a name flexvol reserves"
             ));
@@ -239,43 +316,258 @@ pub fn prepare_root(configured: &Path) -> Result<Root, String> {
 pub enum DirState {
     /// Nothing there.
     Missing,
-    /// A directory with this marker.
-    Marked(Marker),
-    /// An empty directory (a kill between `mkdir` and the marker leaves this).
-    Empty,
-    /// Anything else: not ours, never touched.
+    /// Ours: a root-only [`Record`] names this directory, and the directory is the very one it
+    /// names (same device and inode).
+    Owned(Record),
+    /// A volume made before records existed: a [`MARKER`] in the directory and no record. The
+    /// marker is tenant-writable: its `projectId` is never used without a cross-check.
+    Legacy(Marker),
+    /// Anything else — empty or not — is not ours and is never touched, adopted or deleted.
     Foreign(String),
 }
 
 fn open_dir(path: &Path) -> nix::Result<OwnedFd> {
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    openat2(nix::fcntl::AT_FDCWD, path, how)
+    paths::open_dir_nofollow(path)
 }
 
-fn read_marker(dir: &OwnedFd) -> Result<Option<Marker>, String> {
+/// Opens the directory `name` inside `dir`: no symlink, not outside `dir`, and not across a mount
+/// point (`EXDEV` when `name` is one).
+fn open_child_dir(dir: &impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(
+            ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_XDEV,
+        );
+    openat2(dir.as_fd(), name, how)
+}
+
+/// Reads a small JSON file `name` in `dir` (no symlink followed), `None` when absent.
+fn read_json<T: serde::de::DeserializeOwned>(
+    dir: &impl AsFd,
+    name: &str,
+    what: &str,
+) -> Result<Option<T>, String> {
     let how = OpenHow::new()
         .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    let fd = match openat2(dir, MARKER, how) {
+    let fd = match openat2(dir.as_fd(), name, how) {
         Ok(fd) => fd,
         Err(nix::Error::ENOENT) => return Ok(None),
-        Err(e) => return Err(format!("its marker {MARKER} cannot be opened: {e}")),
+        Err(e) => return Err(format!("its {what} {name} cannot be opened: {e}")),
     };
     let mut data = Vec::new();
     use std::io::Read;
     std::fs::File::from(fd)
         .take(64 * 1024)
         .read_to_end(&mut data)
-        .map_err(|e| format!("its marker {MARKER} cannot be read: {e}"))?;
+        .map_err(|e| format!("its {what} {name} cannot be read: {e}"))?;
     serde_json::from_slice(&data)
         .map(Some)
-        .map_err(|e| format!("its marker {MARKER} is not flexvol's: {e}"))
+        .map_err(|e| format!("its {what} {name} is not flexvol's: {e}"))
 }
 
-/// Looks at `<root>/<rel>` without following symlinks.
+fn read_marker(dir: &OwnedFd) -> Result<Option<Marker>, String> {
+    read_json(dir, MARKER, "marker")
+}
+
+/// The names in an open directory (read through its descriptor, so whatever its path names now
+/// does not matter), without `.` and `..`.
+fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<OsString>> {
+    let fd_dir = paths::fd_path(dir);
+    std::fs::read_dir(fd_dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect()
+}
+
+fn dev_ino(fd: &impl AsFd) -> nix::Result<(u64, u64)> {
+    let st = nix::sys::stat::fstat(fd.as_fd())?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// `<root>/.flexvol/volumes`, opened; created (mode 0700) when `create`. It is trusted only when
+/// both directories are real directories (no symlink), owned by the user we run as (root) and
+/// closed to everybody else; anything else is an error that says what to do. `Ok(None)`: absent
+/// and not created.
+fn records_dir(root: &Root, create: bool) -> Result<Option<OwnedFd>, String> {
+    let mut cur = open_dir(&root.real)
+        .map_err(|e| format!("root {} cannot be opened: {e}", root.real.display()))?;
+    let mut path = root.real.clone();
+    for name in [STATE_DIR, RECORDS_DIR] {
+        path.push(name);
+        let fail = |e: &dyn std::fmt::Display| {
+            format!("flexvol's record directory {}: {e}", path.display())
+        };
+        let fd = match open_child_dir(&cur, OsStr::new(name)) {
+            Ok(fd) => fd,
+            Err(nix::Error::ENOENT) if create => {
+                match nix::sys::stat::mkdirat(&cur, name, Mode::from_bits_truncate(0o700)) {
+                    Ok(()) | Err(nix::Error::EEXIST) => {}
+                    Err(e) => return Err(fail(&e)),
+                }
+                let fd = open_child_dir(&cur, OsStr::new(name)).map_err(|e| fail(&e))?;
+                // Made now, by us: close it to everybody else whatever the umask was.
+                let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(&e))?;
+                if st.st_uid == nix::unistd::geteuid().as_raw() {
+                    nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o700))
+                        .map_err(|e| fail(&e))?;
+                }
+                fd
+            }
+            Err(nix::Error::ENOENT) => return Ok(None),
+            Err(e) => return Err(fail(&e)),
+        };
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(&e))?;
+        if st.st_uid != nix::unistd::geteuid().as_raw() || st.st_mode & 0o077 != 0 {
+            return Err(fail(&format!(
+                "is owned by uid {} with mode {:o}, not by root with mode 0700, so flexvol cannot trust what is in it (on NFS: export with no_root_squash); move it away",
+                st.st_uid,
+                st.st_mode & 0o7777
+            )));
+        }
+        cur = fd;
+    }
+    Ok(Some(cur))
+}
+
+fn record_name(pv: &str) -> Result<String, String> {
+    if pv.contains('/') || volume_rel_path(pv).is_err() || pv.starts_with('.') {
+        return Err(format!("{pv:?} is not usable as a PV name"));
+    }
+    Ok(format!("{pv}{RECORD_SUFFIX}"))
+}
+
+/// The record of PV `pv` under `root`, if any.
+pub fn read_record(root: &Root, pv: &str) -> Result<Option<Record>, String> {
+    let Some(dir) = records_dir(root, false)? else {
+        return Ok(None);
+    };
+    read_json(&dir, &record_name(pv)?, "record")
+}
+
+/// Every record under `root` (none when the record directory does not exist). A record that
+/// cannot be read is an error: it may be a volume, and nothing may be decided without it.
+pub fn read_records(root: &Root) -> Result<Vec<Record>, String> {
+    let Some(dir) = records_dir(root, false)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let names = names_in(&dir).map_err(|e| format!("cannot list flexvol's records: {e}"))?;
+    for n in names {
+        let Some(s) = n.to_str() else { continue };
+        if s.starts_with('.') || !s.ends_with(RECORD_SUFFIX) {
+            continue; // temporaries
+        }
+        if let Some(r) = read_json::<Record>(&dir, s, "record")? {
+            out.push(r);
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn temp_name(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!(".tmp-{what}-{}-{nanos}", std::process::id())
+}
+
+/// Writes `rec` to a temporary file of this process in the record directory, synced. Returns the
+/// temporary's name.
+fn write_temp_record(dir: &OwnedFd, rec: &Record) -> Result<String, String> {
+    let fail = |e: &dyn std::fmt::Display| {
+        format!("cannot write the record of {}: {e}", rec.marker.volume)
+    };
+    let tmp = temp_name(&rec.marker.volume);
+    let how = OpenHow::new()
+        .flags(OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC)
+        .mode(Mode::from_bits_truncate(0o600))
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
+    let fd = openat2(dir, tmp.as_str(), how).map_err(|e| fail(&e))?;
+    let mut f = std::fs::File::from(fd);
+    let mut data = serde_json::to_vec(rec).map_err(|e| fail(&e))?;
+    data.push(b'\n');
+    let written = f
+        .write_all(&data)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| fail(&e));
+    if written.is_err() {
+        let _ = unlinkat(dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    written.map(|()| tmp)
+}
+
+/// Publishes `rec` unless a record of its PV exists: hard-links a temporary into place (the
+/// first link wins, on NFS too). Returns whether this call's record is the one in place.
+fn link_record(root: &Root, rec: &Record) -> Result<bool, String> {
+    let dir = records_dir(root, true)?.ok_or("no record directory")?;
+    let name = record_name(&rec.marker.volume)?;
+    let tmp = write_temp_record(&dir, rec)?;
+    let linked = linkat(&dir, tmp.as_str(), &dir, name.as_str(), AtFlags::empty());
+    let _ = unlinkat(&dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+    let won = match linked {
+        Ok(()) => true,
+        Err(nix::Error::EEXIST) => false,
+        Err(e) => {
+            return Err(format!(
+                "cannot write the record of {}: {e}",
+                rec.marker.volume
+            ));
+        }
+    };
+    nix::unistd::fsync(&dir).map_err(|e| format!("cannot sync flexvol's records: {e}"))?;
+    Ok(won)
+}
+
+/// Replaces the record of `rec`'s PV (a temporary renamed over, then synced): how a project ID is
+/// added to it.
+pub fn write_record(root: &Root, rec: &Record) -> Result<(), String> {
+    let dir = records_dir(root, true)?.ok_or("no record directory")?;
+    let name = record_name(&rec.marker.volume)?;
+    let tmp = write_temp_record(&dir, rec)?;
+    renameat(&dir, tmp.as_str(), &dir, name.as_str())
+        .and_then(|()| nix::unistd::fsync(&dir))
+        .map_err(|e| format!("cannot write the record of {}: {e}", rec.marker.volume))
+}
+
+/// Removes the record of PV `pv` when it names `rel` and nothing is at `rel` any more (the
+/// directory was deleted or archived).
+pub fn forget_record(root: &Root, rel: &Path, pv: &str) -> Result<(), String> {
+    match read_record(root, pv)? {
+        Some(r) if Path::new(&r.path) == rel && inspect(root, rel) == DirState::Missing => {
+            remove_record(root, pv)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Removes the record of PV `pv` (absent is fine).
+fn remove_record(root: &Root, pv: &str) -> Result<(), String> {
+    let Some(dir) = records_dir(root, false)? else {
+        return Ok(());
+    };
+    match unlinkat(&dir, record_name(pv)?.as_str(), UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(nix::Error::ENOENT) => {
+            let _ = nix::unistd::fsync(&dir);
+            Ok(())
+        }
+        Err(e) => Err(format!("cannot remove the record of {pv}: {e}")),
+    }
+}
+
+/// Looks at `<root>/<rel>` without following symlinks. Ownership comes from the root-only
+/// records; an in-directory marker counts only for a volume that has no record (an old one).
 pub fn inspect(root: &Root, rel: &Path) -> DirState {
+    match read_records(root) {
+        Ok(records) => inspect_with(root, rel, &records),
+        Err(why) => DirState::Foreign(why),
+    }
+}
+
+fn inspect_with(root: &Root, rel: &Path, records: &[Record]) -> DirState {
     let path = root.real.join(rel);
     let dir = match open_dir(&path) {
         Ok(fd) => fd,
@@ -293,68 +585,326 @@ pub fn inspect(root: &Root, rel: &Path) -> DirState {
         }
         Err(e) => return DirState::Foreign(format!("{} cannot be opened: {e}", path.display())),
     };
+    let id = match dev_ino(&dir) {
+        Ok(id) => id,
+        Err(e) => return DirState::Foreign(format!("{} cannot be read: {e}", path.display())),
+    };
+    if let Some(rec) = records.iter().find(|r| Path::new(&r.path) == rel) {
+        return if (rec.dev, rec.ino) == id {
+            DirState::Owned(rec.clone())
+        } else {
+            DirState::Foreign(format!(
+                "{} is not the directory flexvol made for PV {} (it was replaced)",
+                path.display(),
+                rec.marker.volume
+            ))
+        };
+    }
     match read_marker(&dir) {
-        Ok(Some(m)) => DirState::Marked(m),
-        // Empty, or holding only the marker's temporary (a kill between writing it and the
-        // rename that publishes it): ours to finish, since the next write truncates it.
-        Ok(None) => match std::fs::read_dir(&path).map(|d| {
-            d.flatten()
-                .all(|e| e.file_name().to_str() == Some(MARKER_TMP_HOSTPATH))
-        }) {
-            Ok(true) => DirState::Empty,
-            Ok(false) => DirState::Foreign(format!(
-                "{} exists, is not empty and has no flexvol marker",
-                path.display()
-            )),
-            Err(e) => DirState::Foreign(format!("{} cannot be listed: {e}", path.display())),
-        },
+        Ok(Some(m)) if records.iter().any(|r| r.marker.volume == m.volume) => {
+            DirState::Foreign(format!(
+                "{}: its marker names PV {}, whose record names another directory",
+                path.display(),
+                m.volume
+            ))
+        }
+        Ok(Some(m)) => DirState::Legacy(m),
+        Ok(None) => DirState::Foreign(format!(
+            "{} exists and flexvol did not make it (no ownership record)",
+            path.display()
+        )),
         Err(why) => DirState::Foreign(format!("{}: {why}", path.display())),
     }
 }
 
-/// Creates `<root>/<rel>` (and missing parents), applies `own` to what it creates, and writes the
-/// marker (atomically: a temporary file renamed over). Idempotent: an existing directory with the
-/// same marker, or empty, is taken; anything else is an error and is left alone.
+/// Refuses a volume at `rel` inside or above another volume's directory (by the records, and
+/// by the markers of old volumes above it).
+fn check_nesting(root: &Root, rel: &Path, pv: &str, records: &[Record]) -> Result<(), String> {
+    for r in records.iter().filter(|r| r.marker.volume != pv) {
+        let other = Path::new(&r.path);
+        let what = if rel == other {
+            "is"
+        } else if rel.starts_with(other) {
+            "would be inside"
+        } else if other.starts_with(rel) {
+            "would contain"
+        } else {
+            continue;
+        };
+        return Err(format!(
+            "{} {what} the directory of PV {} (claim {}/{}); volumes never nest: give the classes on this root patterns that cannot overlap (e.g. end each in {{{{ .PVName }}}})",
+            root.real.join(rel).display(),
+            r.marker.volume,
+            r.marker.namespace,
+            r.marker.claim
+        ));
+    }
+    for a in rel.ancestors().skip(1) {
+        if a.as_os_str().is_empty() {
+            break;
+        }
+        let Ok(fd) = open_dir(&root.real.join(a)) else {
+            continue;
+        };
+        if let Ok(Some(m)) = read_marker(&fd)
+            && m.volume != pv
+        {
+            return Err(format!(
+                "{} would be inside the directory of PV {} (claim {}/{}); volumes never nest: give the classes on this root patterns that cannot overlap",
+                root.real.join(rel).display(),
+                m.volume,
+                m.namespace,
+                m.claim
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a leftover private directory holds nothing but what we write into it (the marker and
+/// its temporary), so removing it loses nothing.
+fn only_ours_inside(dir: &OwnedFd) -> bool {
+    names_in(dir).is_ok_and(|names| {
+        names
+            .iter()
+            .all(|n| n == MARKER || n == MARKER_TMP_HOSTPATH)
+    })
+}
+
+/// Removes the private directory `name` in `parent` if it holds nothing but our marker; `Err`
+/// when it holds anything else (never ours to delete).
+fn remove_private(parent: &OwnedFd, name: &str, where_: &Path) -> Result<(), String> {
+    let fd = match open_child_dir(parent, OsStr::new(name)) {
+        Ok(fd) => fd,
+        Err(nix::Error::ENOENT) => return Ok(()),
+        Err(e) => return Err(format!("{}/{name} cannot be opened: {e}", where_.display())),
+    };
+    if !only_ours_inside(&fd) {
+        return Err(format!(
+            "{}/{name} holds files flexvol did not write; move it away",
+            where_.display()
+        ));
+    }
+    for n in [MARKER, MARKER_TMP_HOSTPATH] {
+        let _ = unlinkat(&fd, n, UnlinkatFlags::NoRemoveDir);
+    }
+    match unlinkat(parent, name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
+        Err(e) => Err(format!("cannot remove {}/{name}: {e}", where_.display())),
+    }
+}
+
+/// Renames `from` to `to` in `dir` without ever replacing anything: `renameat2(RENAME_NOREPLACE)`.
+/// Where the filesystem does not support it (NFS answers `EINVAL`), a plain `rename` after
+/// checking the target is absent: in the window between the check and the rename, rename(2) can
+/// replace only an *empty* directory (a non-empty one fails, a file fails with `ENOTDIR`, a mount
+/// point with `EBUSY`). Replacing an empty directory loses no data, and detaches it from the
+/// name: whoever made it (and has it mounted) keeps the old, empty inode and never sees the
+/// volume. `EEXIST`/`ENOTEMPTY`/`ENOTDIR`: something is there.
+fn rename_noreplace(dir: &OwnedFd, from: &str, to: &OsStr) -> nix::Result<()> {
+    match renameat2(dir, from, dir, to, RenameFlags::RENAME_NOREPLACE) {
+        Err(nix::Error::EINVAL | nix::Error::ENOSYS) => {
+            match nix::sys::stat::fstatat(dir, to, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(_) => Err(nix::Error::EEXIST),
+                Err(nix::Error::ENOENT) => renameat(dir, from, dir, to),
+                Err(e) => Err(e),
+            }
+        }
+        r => r,
+    }
+}
+
+/// Creates the volume directory `<root>/<rel>` for `marker`'s PV; see
+/// [`create_volume_dir_as`] (one instance per root: the private name is `.flexvol-new-<pv>`).
 pub fn create_volume_dir(
     root: &Root,
     rel: &Path,
     own: Ownership,
     marker: &Marker,
 ) -> Result<PathBuf, String> {
-    let path = root.real.join(rel);
-    match inspect(root, rel) {
-        DirState::Marked(m) if m.same_volume(marker) => return Ok(path),
-        DirState::Marked(m) => {
-            return Err(format!(
-                "{} already exists and belongs to PV {} (claim {}/{}); delete that PV or the directory, or use a pathPattern with {{{{ .PVName }}}}",
-                path.display(),
-                m.volume,
-                m.namespace,
-                m.claim
-            ));
-        }
-        DirState::Foreign(why) => {
-            return Err(format!(
-                "{why}; flexvol will not use it: move it away or pick another pathPattern"
-            ));
-        }
-        DirState::Missing => {
-            let missing: Vec<OsString> = rel.iter().map(OsString::from).collect();
-            paths::create_dirs(&root.real, &missing, own)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        }
-        DirState::Empty => {}
-    }
-    write_marker(&path, marker)?;
-    Ok(path)
+    create_volume_dir_as(root, rel, own, marker, None)
 }
 
-/// Writes (or rewrites) the marker of `dir` atomically: a temporary file renamed over, then
-/// synced. Used for the first marker and to record a project ID in it.
+/// Creates the volume directory `<root>/<rel>` for `marker`'s PV, never adopting anything
+/// (module doc, "Creating"): missing parents root:root 0755; the directory under the private
+/// name `.flexvol-new-<pv>` (`…@<instance>` when several instances share the root, as on NFS)
+/// with `own`, the informational marker in it, the record published (first wins), then renamed
+/// into place without replacing anything. Idempotent and kill-safe: a later call finds the
+/// record and finishes (renames the private directory it names, or sees it in place). An
+/// existing directory at the target that is not the one recorded for this PV is an error.
+pub fn create_volume_dir_as(
+    root: &Root,
+    rel: &Path,
+    own: Ownership,
+    marker: &Marker,
+    instance: Option<&str>,
+) -> Result<PathBuf, String> {
+    let path = root.real.join(rel);
+    let pv = marker.volume.as_str();
+    record_name(pv)?;
+    let leaf = rel
+        .file_name()
+        .ok_or_else(|| format!("{} has no name", path.display()))?;
+    let parent_rel = rel.parent().unwrap_or(Path::new(""));
+    let parent_path = root.real.join(parent_rel);
+    let base = format!("{NEW_PREFIX}{pv}");
+    let private = match instance {
+        Some(i) => format!("{base}@{i}.{}", std::process::id()),
+        None => base.clone(),
+    };
+    records_dir(root, true)?;
+    for _ in 0..4 {
+        let records = read_records(root)?;
+        check_nesting(root, rel, pv, &records)?;
+        let fail = |e: &dyn std::fmt::Display| format!("cannot create {}: {e}", path.display());
+        if let Some(rec) = records.iter().find(|r| r.marker.volume == pv) {
+            if !rec.marker.same_volume(marker) || Path::new(&rec.path) != rel {
+                return Err(format!(
+                    "PV {pv} already has a directory, {}, made for claim {}/{} (uid {}); not made again at {}",
+                    root.real.join(&rec.path).display(),
+                    rec.marker.namespace,
+                    rec.marker.claim,
+                    rec.marker.claim_uid,
+                    path.display()
+                ));
+            }
+            match inspect_with(root, rel, &records) {
+                DirState::Owned(_) => {
+                    // Private directories of killed instances (a minute old, holding nothing
+                    // but our marker) go; best effort.
+                    if let Ok(parent) = open_dir(&parent_path) {
+                        for n in names_in(&parent).unwrap_or_default() {
+                            if let Some(s) = n.to_str()
+                                && s.starts_with(&format!("{base}@"))
+                                && old_entry(&parent, s)
+                            {
+                                let _ = remove_private(&parent, s, &parent_path);
+                            }
+                        }
+                    }
+                    return Ok(path);
+                }
+                DirState::Missing => {}
+                DirState::Foreign(why) => return Err(squatted(&why)),
+                DirState::Legacy(_) => {
+                    return Err(squatted(&format!("{} exists", path.display())));
+                }
+            }
+            // Recorded but not in place: a kill (or a racing instance) between the record and the
+            // rename. Finish with the private directory the record names, if it is still there.
+            let parent = open_dir(&parent_path).map_err(|e| fail(&e))?;
+            let pending = open_child_dir(&parent, OsStr::new(&rec.new_name))
+                .ok()
+                .and_then(|fd| dev_ino(&fd).ok())
+                .is_some_and(|id| id == (rec.dev, rec.ino));
+            if pending {
+                match rename_noreplace(&parent, &rec.new_name, leaf) {
+                    Ok(()) => {
+                        let _ = nix::unistd::fsync(&parent);
+                    }
+                    // A racing instance renamed it first, or something took the name.
+                    Err(nix::Error::ENOENT | nix::Error::EEXIST | nix::Error::ENOTEMPTY) => {}
+                    Err(e) => return Err(fail(&e)),
+                }
+                continue;
+            }
+            // Nothing the record names exists (looked again, in case a racer just renamed it):
+            // the record is stale; drop it and start over.
+            if inspect(root, rel) == DirState::Missing {
+                remove_record(root, pv)?;
+            }
+            continue;
+        }
+        // No record: nothing at the target may exist (never adopted, empty or not) — unless a
+        // racing instance published its record and renamed meanwhile: look again.
+        match inspect_with(root, rel, &records) {
+            DirState::Missing => {}
+            _ if matches!(read_record(root, pv), Ok(Some(_))) => continue,
+            DirState::Foreign(why) => return Err(squatted(&why)),
+            _ => return Err(squatted(&format!("{} exists", path.display()))),
+        }
+        let missing: Vec<OsString> = parent_rel.iter().map(OsString::from).collect();
+        paths::create_dirs(&root.real, &missing, Ownership::default()).map_err(|e| fail(&e))?;
+        let parent = open_dir(&parent_path).map_err(|e| fail(&e))?;
+        // Leftovers of killed passes for this PV: ours by name and holding nothing but our
+        // marker (a tenant can plant a name in a parent it can write: never adopted).
+        for n in names_in(&parent).map_err(|e| fail(&e))? {
+            let Some(s) = n.to_str() else { continue };
+            let mine = s == private;
+            let others = s.starts_with(&format!("{base}@")) && old_entry(&parent, s);
+            if mine || others {
+                remove_private(&parent, s, &parent_path)?;
+            }
+        }
+        match nix::sys::stat::mkdirat(&parent, private.as_str(), Mode::from_bits_truncate(0o700)) {
+            Ok(()) => {}
+            Err(nix::Error::EEXIST) => continue,
+            Err(e) => return Err(fail(&e)),
+        }
+        checkpoint(if instance.is_some() {
+            "provisioner-nfs-after-mkdir"
+        } else {
+            "provisioner-after-private-mkdir"
+        });
+        let fd = open_child_dir(&parent, OsStr::new(&private)).map_err(|e| fail(&e))?;
+        paths::apply_ownership(&fd, own, 0o755).map_err(|e| {
+            let hint = if matches!(e, nix::Error::EPERM | nix::Error::EACCES) {
+                " (root on this node may not change ownership there: on NFS, export with no_root_squash, or leave uid/gid out of the class)"
+            } else {
+                ""
+            };
+            format!("cannot set up {}/{private}: {e}{hint}", parent_path.display())
+        })?;
+        write_marker_fd(&fd, marker).map_err(|e| fail(&e))?;
+        let (dev, ino) = dev_ino(&fd).map_err(|e| fail(&e))?;
+        let rec = Record {
+            marker: marker.clone(),
+            path: rel.to_string_lossy().into_owned(),
+            new_name: private.clone(),
+            dev,
+            ino,
+        };
+        if !link_record(root, &rec)? {
+            // A racing instance published its own first: ours goes, theirs is finished above.
+            remove_private(&parent, &private, &parent_path)?;
+        }
+        checkpoint("provisioner-after-record");
+    }
+    Err(format!(
+        "{} did not settle (other instances kept changing it); retrying",
+        path.display()
+    ))
+}
+
+fn squatted(why: &str) -> String {
+    format!(
+        "{why}; flexvol never adopts a directory it did not make for this claim (whoever made it may still have it mounted): move it away, or use a pathPattern with {{{{ .PVName }}}}"
+    )
+}
+
+/// Whether the entry `name` in `dir` was last changed more than a minute ago (a leftover of a
+/// killed instance, never one still at work).
+fn old_entry(dir: &OwnedFd, name: &str) -> bool {
+    nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        u64::try_from(st.st_mtime).is_ok_and(|m| m + 60 < now)
+    })
+}
+
+/// Writes (or rewrites) the informational marker of `dir` atomically: a temporary file renamed
+/// over, then synced. Ownership is decided by the record, never by this file.
 pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
-    let fail =
-        |e: &dyn std::fmt::Display| format!("cannot write the marker in {}: {e}", dir.display());
-    let d = open_dir(dir).map_err(|e| fail(&e))?;
+    let d =
+        open_dir(dir).map_err(|e| format!("cannot write the marker in {}: {e}", dir.display()))?;
+    write_marker_fd(&d, marker)
+        .map_err(|e| format!("cannot write the marker in {}: {e}", dir.display()))
+}
+
+fn write_marker_fd(d: &OwnedFd, marker: &Marker) -> Result<(), String> {
+    let fail = |e: &dyn std::fmt::Display| e.to_string();
     let tmp = MARKER_TMP_HOSTPATH;
     let how = OpenHow::new()
         .flags(
@@ -366,14 +916,14 @@ pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
         )
         .mode(Mode::from_bits_truncate(0o444))
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    let fd = openat2(&d, tmp, how).map_err(|e| fail(&e))?;
+    let fd = openat2(d, tmp, how).map_err(|e| fail(&e))?;
     let mut f = std::fs::File::from(fd);
     let mut data = serde_json::to_vec(marker).map_err(|e| fail(&e))?;
     data.push(b'\n');
     f.write_all(&data).map_err(|e| fail(&e))?;
     f.sync_all().map_err(|e| fail(&e))?;
-    renameat(&d, tmp, &d, MARKER).map_err(|e| fail(&e))?;
-    nix::unistd::fsync(&d).map_err(|e| fail(&e))?;
+    renameat(d, tmp, d, MARKER).map_err(|e| fail(&e))?;
+    nix::unistd::fsync(d).map_err(|e| fail(&e))?;
     Ok(())
 }
 
@@ -402,8 +952,38 @@ pub fn locate<'a>(roots: &'a [Root], path: &Path) -> Option<(&'a Root, PathBuf)>
     })
 }
 
+/// Whether `state` is the directory of PV `volume` of claim uid `claim_uid`; `Err` says why not,
+/// ending with `left`.
+pub fn check_owner(
+    state: &DirState,
+    path: &Path,
+    volume: &str,
+    claim_uid: &str,
+    left: &str,
+) -> Result<(), String> {
+    let m = match state {
+        DirState::Owned(r) => &r.marker,
+        DirState::Legacy(m) => m,
+        DirState::Missing => return Err(format!("{} does not exist", path.display())),
+        DirState::Foreign(why) => return Err(format!("{why}; {left}")),
+    };
+    if m.volume == volume && m.claim_uid == claim_uid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} belongs to PV {} (claim uid {}), not to {volume}; {left}",
+            path.display(),
+            m.volume,
+            m.claim_uid
+        ))
+    }
+}
+
 /// Deletes the volume directory `<root>/<rel>` of PV `volume` (claim uid `claim_uid`), only if
-/// its marker says so. Never follows a symlink; a directory already gone is not an error.
+/// it is recorded as that PV's (or, for an old volume, its marker says so); then its record.
+/// Before anything is removed the whole tree is checked ([`check_tree`]: no mount point, no other
+/// volume); the removal itself never follows a symlink nor crosses a mount. A directory already
+/// gone is not an error.
 pub fn delete_volume_dir(
     root: &Root,
     rel: &Path,
@@ -412,54 +992,250 @@ pub fn delete_volume_dir(
 ) -> Result<Deleted, String> {
     let path = root.real.join(rel);
     let tomb = format!("{TOMBSTONE_PREFIX}{volume}");
-    match inspect(root, rel) {
-        DirState::Missing => {
-            // A deletion killed after its rename left the tombstone: finish it.
-            return if root.real.join(&tomb).exists() {
-                remove_tombstone(root, &tomb).map(|()| Deleted::Removed)
-            } else {
-                Ok(Deleted::AlreadyGone)
-            };
+    let left = "it was left alone: delete it by hand if it is not needed, then remove the PV";
+    let records = read_records(root)?;
+    let state = inspect_with(root, rel, &records);
+    if state == DirState::Missing {
+        // A deletion killed after its rename left the tombstone: finish it.
+        let done = if root.real.join(&tomb).exists() {
+            remove_tombstone(root, &tomb)?;
+            Deleted::Removed
+        } else {
+            Deleted::AlreadyGone
+        };
+        if records
+            .iter()
+            .any(|r| r.marker.volume == volume && Path::new(&r.path) == rel)
+        {
+            remove_record(root, volume)?;
         }
-        DirState::Marked(m) if m.volume == volume && m.claim_uid == claim_uid => {}
-        DirState::Marked(m) => {
-            return Err(format!(
-                "{} belongs to PV {} (claim uid {}), not to {volume}; it was left alone: delete it by hand if it is not needed, then remove the PV",
-                path.display(),
-                m.volume,
-                m.claim_uid
-            ));
-        }
-        DirState::Empty => {
-            return Err(format!(
-                "{} has no flexvol marker, so it may not be ours; it was left alone: delete it by hand if it is not needed, then remove the PV",
-                path.display()
-            ));
-        }
-        DirState::Foreign(why) => {
-            return Err(format!(
-                "{why}; it was left alone: delete it by hand if it is not needed, then remove the PV"
-            ));
-        }
+        return Ok(done);
     }
+    check_owner(&state, &path, volume, claim_uid, left)?;
+    let fail = |e: &dyn std::fmt::Display| format!("cannot delete {}: {e}", path.display());
+    let dir = open_dir(&path).map_err(|e| fail(&e))?;
+    check_tree(&dir, &path, volume, &records).map_err(|why| format!("{why}; {left}"))?;
     let parent_rel = rel.parent().unwrap_or(Path::new(""));
     let leaf = rel
         .file_name()
         .ok_or_else(|| format!("{} has no name", path.display()))?;
-    let fail = |e: &dyn std::fmt::Display| format!("cannot delete {}: {e}", path.display());
     let parent = open_dir(&root.real.join(parent_rel)).map_err(|e| fail(&e))?;
     let root_fd = open_dir(&root.real).map_err(|e| fail(&e))?;
     renameat(&parent, leaf, &root_fd, tomb.as_str()).map_err(|e| fail(&e))?;
     checkpoint("provisioner-delete-after-rename");
     remove_tombstone(root, &tomb)?;
+    remove_record(root, volume)?;
+    remove_leftovers(&parent, volume, &root.real.join(parent_rel));
     Ok(Deleted::Removed)
+}
+
+/// Removes the private directories killed creates of PV `volume` left in `parent` (those that
+/// hold nothing but our marker). Best effort: run when the volume is deleted, when no create of
+/// it can be under way any more.
+fn remove_leftovers(parent: &OwnedFd, volume: &str, parent_path: &Path) {
+    let base = format!("{NEW_PREFIX}{volume}");
+    for n in names_in(parent).unwrap_or_default() {
+        if let Some(s) = n.to_str()
+            && (s == base || s.starts_with(&format!("{base}@")))
+        {
+            let _ = remove_private(parent, s, parent_path);
+        }
+    }
+}
+
+/// Deepest tree [`check_tree`] and the removal walk go into (one descriptor per level).
+pub const MAX_DEPTH: usize = 256;
+
+/// `statx` of `name` in `dir` (no symlink followed): whether it is a directory, its device, and
+/// whether it is the root of a mount.
+/// `None`: it is gone.
+type Facts = Option<(bool, (u32, u32), bool)>;
+
+fn entry_facts(dir: &OwnedFd, name: &OsStr) -> Result<Facts, String> {
+    use rustix::fs::{AtFlags as RAt, StatxAttributes, StatxFlags};
+    let st = match rustix::fs::statx(
+        dir,
+        name,
+        RAt::SYMLINK_NOFOLLOW | RAt::NO_AUTOMOUNT,
+        StatxFlags::TYPE | StatxFlags::INO,
+    ) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(format!("cannot look at {}: {e}", name.to_string_lossy())),
+    };
+    let is_dir = u32::from(st.stx_mode) & nix::libc::S_IFMT == nix::libc::S_IFDIR;
+    let mount = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT)
+        && st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT);
+    Ok(Some((is_dir, (st.stx_dev_major, st.stx_dev_minor), mount)))
+}
+
+fn top_dev(dir: &OwnedFd) -> Result<(u32, u32), String> {
+    rustix::fs::statx(
+        dir,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::INO,
+    )
+    .map(|st| (st.stx_dev_major, st.stx_dev_minor))
+    .map_err(|e| format!("cannot look at the directory: {e}"))
+}
+
+/// Walks the volume directory `dir` (at `path`) before it is deleted: fails if anything inside
+/// is a mount point (statx's mount-root attribute, or another device), or is another volume's
+/// directory (its device and inode in another PV's record, or an old volume's marker naming
+/// another PV). Never follows a symlink; nothing is changed.
+pub fn check_tree(
+    dir: &OwnedFd,
+    path: &Path,
+    volume: &str,
+    records: &[Record],
+) -> Result<(), String> {
+    let dev = top_dev(dir)?;
+    let others: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.marker.volume != volume)
+        .collect();
+    walk_tree(dir, path, dev, 0, &mut |d, p, top| {
+        let id = dev_ino(d).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        if let Some(r) = others.iter().find(|r| (r.dev, r.ino) == id) {
+            return Err(format!(
+                "{} holds the directory of PV {} ({}), another volume",
+                path.display(),
+                r.marker.volume,
+                p.display()
+            ));
+        }
+        if !top
+            && let Ok(Some(m)) = read_marker(d)
+            && m.volume != volume
+        {
+            return Err(format!(
+                "{} holds the directory of PV {} ({}), another volume",
+                path.display(),
+                m.volume,
+                p.display()
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Calls `visit` on `dir` and every directory below it (depth first), with its path and whether
+/// it is the top. Fails on a mount point or another device below, a symlink is never followed.
+fn walk_tree(
+    dir: &OwnedFd,
+    path: &Path,
+    dev: (u32, u32),
+    depth: usize,
+    visit: &mut dyn FnMut(&OwnedFd, &Path, bool) -> Result<(), String>,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "{} is more than {MAX_DEPTH} directories deep; delete it by hand",
+            path.display()
+        ));
+    }
+    visit(dir, path, depth == 0)?;
+    let names = names_in(dir).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+    for n in names {
+        let p = path.join(&n);
+        let Some((is_dir, d, mount)) = entry_facts(dir, &n)? else {
+            continue;
+        };
+        if mount || d != dev {
+            return Err(format!(
+                "{} is a mount point; flexvol never deletes across a mount: unmount it first",
+                p.display()
+            ));
+        }
+        if is_dir {
+            let child = match open_child_dir(dir, &n) {
+                Ok(fd) => fd,
+                Err(nix::Error::ENOENT) => continue,
+                Err(nix::Error::EXDEV) => {
+                    return Err(format!(
+                        "{} is a mount point; flexvol never deletes across a mount: unmount it first",
+                        p.display()
+                    ));
+                }
+                Err(e) => return Err(format!("cannot open {}: {e}", p.display())),
+            };
+            walk_tree(&child, &p, dev, depth + 1, visit)?;
+        }
+    }
+    Ok(())
+}
+
+/// Empties the directory `dir` (at `path`) and everything below it: entries are unlinked through
+/// their directory's descriptor, a symlink is unlinked (never followed), and a mount point or a
+/// device change stops it with an error (so a mount that appears meanwhile is never crossed).
+fn remove_contents(
+    dir: &OwnedFd,
+    path: &Path,
+    dev: (u32, u32),
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "{} is more than {MAX_DEPTH} directories deep; delete it by hand",
+            path.display()
+        ));
+    }
+    let names = names_in(dir).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+    for n in names {
+        let p = path.join(&n);
+        let Some((is_dir, d, mount)) = entry_facts(dir, &n)? else {
+            continue; // gone meanwhile (a racing instance removes the same tombstone)
+        };
+        if mount || d != dev {
+            return Err(format!(
+                "{} is a mount point; flexvol never deletes across a mount: unmount it, then delete again",
+                p.display()
+            ));
+        }
+        if is_dir {
+            let child = match open_child_dir(dir, &n) {
+                Ok(fd) => fd,
+                Err(nix::Error::ENOENT) => continue,
+                Err(nix::Error::EXDEV) => {
+                    return Err(format!(
+                        "{} is a mount point; flexvol never deletes across a mount: unmount it, then delete again",
+                        p.display()
+                    ));
+                }
+                Err(e) => return Err(format!("cannot open {}: {e}", p.display())),
+            };
+            remove_contents(&child, &p, dev, depth + 1)?;
+            unlinkat(dir, n.as_os_str(), UnlinkatFlags::RemoveDir)
+        } else {
+            unlinkat(dir, n.as_os_str(), UnlinkatFlags::NoRemoveDir)
+        }
+        .or_else(|e| if e == nix::Error::ENOENT { Ok(()) } else { Err(e) })
+        .map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+    }
+    Ok(())
 }
 
 fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), String> {
     let p = root.real.join(tomb);
-    match std::fs::remove_dir_all(&p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+    let root_fd =
+        open_dir(&root.real).map_err(|e| format!("cannot open {}: {e}", root.real.display()))?;
+    let dir = match open_child_dir(&root_fd, OsStr::new(tomb)) {
+        Ok(fd) => fd,
+        Err(nix::Error::ENOENT) => return Ok(()),
+        Err(nix::Error::EXDEV) => {
+            return Err(format!(
+                "{} is a mount point; flexvol never deletes across a mount: unmount it first",
+                p.display()
+            ));
+        }
+        Err(e) => return Err(format!("cannot open {}: {e}", p.display())),
+    };
+    let dev = top_dev(&dir)?;
+    remove_contents(&dir, &p, dev, 0)?;
+    drop(dir);
+    match unlinkat(&root_fd, tomb, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
         Err(e) => Err(format!("cannot remove {}: {e}", p.display())),
     }
 }
@@ -477,7 +1253,16 @@ pub fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
             let Some(n) = name.to_str() else { continue };
             if n.starts_with(TOMBSTONE_PREFIX) && e.file_type().is_ok_and(|t| t.is_dir()) {
                 match remove_tombstone(r, n) {
-                    Ok(()) => done.push(r.real.join(n)),
+                    Ok(()) => {
+                        // Its record, if the kill came before the record went.
+                        let pv = &n[TOMBSTONE_PREFIX.len()..];
+                        if let Ok(Some(rec)) = read_record(r, pv)
+                            && inspect(r, Path::new(&rec.path)) == DirState::Missing
+                        {
+                            let _ = remove_record(r, pv);
+                        }
+                        done.push(r.real.join(n));
+                    }
                     Err(why) => errors.push(why),
                 }
             }
@@ -486,19 +1271,22 @@ pub fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
     (done, errors)
 }
 
-/// A volume directory found on disk, with its marker (for `status` and `gc`).
+/// A volume directory found on disk, with what makes it a volume (for `status` and `gc`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Found {
     /// Where it is.
     pub path: PathBuf,
-    /// What its marker says.
+    /// What its record (or, for an old volume, its marker) says.
     pub marker: Marker,
+    /// Whether a root-only record vouches for it (`false`: an old volume, known by its marker).
+    pub recorded: bool,
 }
 
-/// Lists the marked volume directories under `roots`, up to `depth` levels below each (patterns
-/// may nest directories). Never follows symlinks.
+/// Lists the volume directories under `roots`: those their records name (and that are there),
+/// and old ones with a marker and no record, up to `depth` levels below each root (patterns may
+/// nest directories). Never follows symlinks.
 pub fn scan(roots: &[Root], depth: usize) -> Vec<Found> {
-    fn walk(root: &Root, rel: &Path, depth: usize, out: &mut Vec<Found>) {
+    fn walk(root: &Root, records: &[Record], rel: &Path, depth: usize, out: &mut Vec<Found>) {
         let Ok(entries) = std::fs::read_dir(root.real.join(rel)) else {
             return;
         };
@@ -506,20 +1294,46 @@ pub fn scan(roots: &[Root], depth: usize) -> Vec<Found> {
             if !e.file_type().is_ok_and(|t| t.is_dir()) {
                 continue; // symlinks report as symlinks here, not directories
             }
+            if rel.as_os_str().is_empty() && e.file_name() == STATE_DIR {
+                continue;
+            }
             let r = rel.join(e.file_name());
-            match inspect(root, &r) {
-                DirState::Marked(marker) => out.push(Found {
+            match inspect_with(root, &r, records) {
+                DirState::Owned(rec) => out.push(Found {
+                    path: root.real.join(&r),
+                    marker: rec.marker,
+                    recorded: true,
+                }),
+                DirState::Legacy(marker) => out.push(Found {
                     path: root.real.join(&r),
                     marker,
+                    recorded: false,
                 }),
-                _ if depth > 1 => walk(root, &r, depth - 1, out),
+                _ if depth > 1 => walk(root, records, &r, depth - 1, out),
                 _ => {}
             }
         }
     }
     let mut out = Vec::new();
     for r in roots {
-        walk(r, Path::new(""), depth, &mut out);
+        let records = read_records(r).unwrap_or_default();
+        walk(r, &records, Path::new(""), depth, &mut out);
+        // Recorded volumes deeper than `depth`.
+        for rec in &records {
+            let p = r.real.join(&rec.path);
+            if !out.iter().any(|f| f.path == p)
+                && matches!(
+                    inspect_with(r, Path::new(&rec.path), &records),
+                    DirState::Owned(_)
+                )
+            {
+                out.push(Found {
+                    path: p,
+                    marker: rec.marker.clone(),
+                    recorded: true,
+                });
+            }
+        }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
@@ -627,7 +1441,7 @@ impl Backend for HostPathBackend {
         // A directory made for this PV by an earlier (killed) pass wins; else the most free space.
         let chosen = roots
             .iter()
-            .find(|r| matches!(inspect(r, &rel), DirState::Marked(m) if m.volume == req.pv_name))
+            .find(|r| matches!(read_record(r, req.pv_name), Ok(Some(_))))
             .or_else(|| {
                 roots
                     .iter()
@@ -674,18 +1488,17 @@ impl Backend for HostPathBackend {
             pv,
             "if a root was removed from the config, add it back; otherwise delete the directory by hand and then the PV",
         )?;
-        let project = match inspect(&root, &rel) {
-            DirState::Marked(m) if m.volume == name => m.project_id,
-            _ => None,
-        };
+        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+        // The project to clear afterwards: the record's (or an old marker's), only when the
+        // directory really carries it (checked now, while it is there).
+        let project = super::quota::project_of_volume(&runner, &root, &rel, &name);
         match delete_volume_dir(&root, &rel, &name, &claim_uid_of(pv))? {
             Deleted::Removed => {
-                let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
-                Ok(format!(
-                    "removed {}{}",
-                    path.display(),
-                    super::quota::release(&runner, &root, project)
-                ))
+                let released = match project {
+                    Ok(id) => super::quota::release(&runner, &root, id),
+                    Err(why) => format!("; no project limit cleared: {why}"),
+                };
+                Ok(format!("removed {}{released}", path.display()))
             }
             Deleted::AlreadyGone => Ok(format!("{} was gone already", path.display())),
         }
@@ -757,6 +1570,8 @@ mod tests {
             "x}}",
             "",
             ".flexvol-deleting-x",
+            ".flexvol/volumes",
+            "ns/.flexvol-new-pvc-x",
         ] {
             let e = expand_pattern(bad, "pv", "ns", "c").unwrap_err();
             assert!(e.contains("pathPattern"), "{bad}: {e}");
@@ -787,6 +1602,11 @@ mod tests {
             (m(&[("uid", "bob")]), "numeric id"),
             (m(&[("mode", "999")]), "octal"),
             (m(&[("mode", "77777")]), "octal"),
+            (m(&[("uid", "4294967295")]), "(uid_t)-1"),
+            (m(&[("gid", "4294967295")]), "(uid_t)-1"),
+            (m(&[("mode", "2770")]), "set-gid"),
+            (m(&[("mode", "4755")]), "set-uid"),
+            (m(&[("mode", "1777")]), "sticky"),
             (m(&[("nodePath", "/x")]), "unknown class parameter"),
             (m(&[("pathPattern", "../x")]), "pathPattern"),
         ] {
@@ -795,17 +1615,346 @@ mod tests {
         }
     }
 
+    fn owned(r: &Root, rel: &str) -> Option<Record> {
+        match inspect(r, Path::new(rel)) {
+            DirState::Owned(rec) => Some(rec),
+            _ => None,
+        }
+    }
+
     #[test]
-    fn a_marker_temporary_left_by_a_kill_does_not_make_the_directory_foreign() {
+    fn a_squatted_empty_directory_is_never_adopted() {
         let (_d, r) = root();
-        let dir = r.real.join("v");
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join(MARKER_TMP_HOSTPATH), b"{\"half").unwrap();
-        assert_eq!(inspect(&r, Path::new("v")), DirState::Empty);
-        let m = marker("pv", "u");
-        create_volume_dir(&r, Path::new("v"), Ownership::default(), &m).unwrap();
-        assert!(matches!(inspect(&r, Path::new("v")), DirState::Marked(x) if x.volume == "pv"));
-        assert!(!dir.join(MARKER_TMP_HOSTPATH).exists());
+        // An inline DirectoryOrCreate (0777) made team-b/db before the claim existed.
+        let squat = r.real.join("team-b/db");
+        std::fs::create_dir_all(&squat).unwrap();
+        std::fs::set_permissions(&squat, PermissionsExt::from_mode(0o777)).unwrap();
+        let own = Ownership {
+            uid: Some(1234),
+            gid: Some(5678),
+            mode: Some(0o770),
+        };
+        let e =
+            create_volume_dir(&r, Path::new("team-b/db"), own, &marker("pvc-b", "ub")).unwrap_err();
+        assert!(e.contains("never adopts"), "{e}");
+        assert!(e.contains("team-b/db"), "{e}");
+        assert!(!squat.join(MARKER).exists(), "not marked");
+        let md = std::fs::metadata(&squat).unwrap();
+        assert_eq!((md.uid(), md.mode() & 0o7777), (0, 0o777), "not touched");
+        assert_eq!(read_record(&r, "pvc-b").unwrap(), None);
+        // Nothing under a private name is left behind either.
+        assert_eq!(std::fs::read_dir(r.real.join("team-b")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_kill_at_any_step_of_create_converges() {
+        let (_d, r) = root();
+        let own = Ownership {
+            uid: Some(1234),
+            gid: Some(5678),
+            mode: Some(0o750),
+        };
+        let m = marker("pvc-1", "u1");
+        let private = r.real.join("ns").join(format!("{NEW_PREFIX}pvc-1"));
+        // Killed after the private mkdir, before the record: the leftover goes, made again.
+        std::fs::create_dir_all(&private).unwrap();
+        std::fs::write(private.join(MARKER), b"{}").unwrap();
+        let p = create_volume_dir(&r, Path::new("ns/v"), own, &m).unwrap();
+        assert!(!private.exists());
+        let md = std::fs::metadata(&p).unwrap();
+        assert_eq!(
+            (md.uid(), md.gid(), md.mode() & 0o7777),
+            (1234, 5678, 0o750)
+        );
+        assert_eq!(owned(&r, "ns/v").unwrap().marker, m);
+
+        // Killed after the record, before the rename: the recorded private directory is reused.
+        let m2 = marker("pvc-2", "u2");
+        create_volume_dir(&r, Path::new("ns/w"), own, &m2).unwrap();
+        let w = r.real.join("ns/w");
+        let private2 = r.real.join("ns").join(format!("{NEW_PREFIX}pvc-2"));
+        std::fs::rename(&w, &private2).unwrap();
+        let ino = std::fs::metadata(&private2).unwrap().ino();
+        assert_eq!(inspect(&r, Path::new("ns/w")), DirState::Missing);
+        create_volume_dir(&r, Path::new("ns/w"), own, &m2).unwrap();
+        assert_eq!(
+            std::fs::metadata(&w).unwrap().ino(),
+            ino,
+            "the same directory"
+        );
+        assert!(!private2.exists());
+
+        // A record whose directory is nowhere (lost by hand): dropped, made again.
+        std::fs::remove_dir_all(&w).unwrap();
+        create_volume_dir(&r, Path::new("ns/w"), own, &m2).unwrap();
+        assert!(owned(&r, "ns/w").is_some());
+        // Another instance's leftover (NFS) goes with the volume's deletion.
+        let theirs = r.real.join("ns").join(format!("{NEW_PREFIX}pvc-2@other.1"));
+        std::fs::create_dir(&theirs).unwrap();
+        delete_volume_dir(&r, Path::new("ns/w"), "pvc-2", "u2").unwrap();
+        assert!(!theirs.exists());
+
+        // A private name holding somebody's data: not ours to remove, not used.
+        let m3 = marker("pvc-3", "u3");
+        let private3 = r.real.join(format!("{NEW_PREFIX}pvc-3"));
+        std::fs::create_dir(&private3).unwrap();
+        std::fs::write(private3.join("data"), b"x").unwrap();
+        let e = create_volume_dir(&r, Path::new("x"), own, &m3).unwrap_err();
+        assert!(e.contains("did not write"), "{e}");
+        assert!(private3.join("data").exists());
+    }
+
+    #[test]
+    fn parents_a_pattern_makes_are_roots_0755() {
+        let (_d, r) = root();
+        let own = Ownership {
+            uid: Some(1234),
+            gid: Some(5678),
+            mode: Some(0o770),
+        };
+        create_volume_dir(&r, Path::new("ns/sub/v"), own, &marker("pvc-1", "u1")).unwrap();
+        for p in ["ns", "ns/sub"] {
+            let md = std::fs::metadata(r.real.join(p)).unwrap();
+            assert_eq!(
+                (md.uid(), md.gid(), md.mode() & 0o7777),
+                (0, 0, 0o755),
+                "{p}"
+            );
+        }
+        let md = std::fs::metadata(r.real.join("ns/sub/v")).unwrap();
+        assert_eq!(
+            (md.uid(), md.gid(), md.mode() & 0o7777),
+            (1234, 5678, 0o770)
+        );
+    }
+
+    /// The child of [`a_kill_9_at_each_step_of_create_and_delete_converges`]: does one create
+    /// (or delete) in the root named by the environment and is killed at the checkpoint there.
+    /// Without that environment it does nothing.
+    #[test]
+    fn kill_child() {
+        let Some(dir) = std::env::var_os("FLEXVOL_DIRLIB_CHILD_ROOT") else {
+            return;
+        };
+        let r = prepare_root(Path::new(&dir)).unwrap();
+        let own = Ownership {
+            uid: Some(1234),
+            gid: Some(5678),
+            mode: Some(0o750),
+        };
+        if std::env::var_os("FLEXVOL_DIRLIB_CHILD_DELETE").is_some() {
+            let _ = delete_volume_dir(&r, Path::new("ns/v"), "pvc-k", "uk");
+        } else {
+            let _ = create_volume_dir(&r, Path::new("ns/v"), own, &marker("pvc-k", "uk"));
+        }
+    }
+
+    #[test]
+    fn a_kill_9_at_each_step_of_create_and_delete_converges() {
+        use std::os::unix::process::ExitStatusExt;
+        let exe = std::env::current_exe().unwrap();
+        let kill_at = |root: &Path, at: &str, delete: bool| {
+            let mut c = std::process::Command::new(&exe);
+            c.args([
+                "--exact",
+                "provision::hostpath::tests::kill_child",
+                "--nocapture",
+            ])
+            .env("FLEXVOL_DIRLIB_CHILD_ROOT", root)
+            .env("FLEXVOL_TEST_KILL_AT", at);
+            if delete {
+                c.env("FLEXVOL_DIRLIB_CHILD_DELETE", "1");
+            }
+            let st = c.output().unwrap().status;
+            assert_eq!(st.signal(), Some(9), "{at}: not killed there ({st:?})");
+        };
+        let own = Ownership {
+            uid: Some(1234),
+            gid: Some(5678),
+            mode: Some(0o750),
+        };
+        let m = marker("pvc-k", "uk");
+        for at in [
+            "provisioner-after-private-mkdir",
+            "provisioner-after-record",
+        ] {
+            let (_d, r) = root();
+            kill_at(&r.real, at, false);
+            let target = r.real.join("ns/v");
+            assert!(!target.exists(), "{at}: made at its name before the rename");
+            let left: Vec<_> = std::fs::read_dir(r.real.join("ns"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left, [OsString::from(format!("{NEW_PREFIX}pvc-k"))], "{at}");
+            // The next pass converges: one directory, set up, recorded, nothing left beside it.
+            let p = create_volume_dir(&r, Path::new("ns/v"), own, &m).unwrap();
+            let md = std::fs::metadata(&p).unwrap();
+            assert_eq!(
+                (md.uid(), md.gid(), md.mode() & 0o7777),
+                (1234, 5678, 0o750)
+            );
+            assert!(owned(&r, "ns/v").is_some(), "{at}");
+            assert_eq!(
+                std::fs::read_dir(r.real.join("ns")).unwrap().count(),
+                1,
+                "{at}"
+            );
+        }
+        // A delete killed after its rename: the next one finishes it, record included.
+        let (_d, r) = root();
+        let p = create_volume_dir(&r, Path::new("ns/v"), own, &m).unwrap();
+        std::fs::write(p.join("data"), b"x").unwrap();
+        kill_at(&r.real, "provisioner-delete-after-rename", true);
+        assert!(!p.exists());
+        assert!(r.real.join(format!("{TOMBSTONE_PREFIX}pvc-k")).exists());
+        assert_eq!(
+            delete_volume_dir(&r, Path::new("ns/v"), "pvc-k", "uk").unwrap(),
+            Deleted::Removed
+        );
+        assert_eq!(read_record(&r, "pvc-k").unwrap(), None);
+        assert_eq!(
+            std::fs::read_dir(&r.real).unwrap().count(),
+            2,
+            "ns and .flexvol"
+        );
+    }
+
+    #[test]
+    fn an_old_volume_without_a_record_still_deletes() {
+        let (_d, r) = root();
+        // Made by an older flexvol: a marker, no record.
+        let p = r.real.join("ns/old");
+        std::fs::create_dir_all(&p).unwrap();
+        write_marker(&p, &marker("pvc-old", "uo")).unwrap();
+        std::fs::write(p.join("data"), b"x").unwrap();
+        assert!(matches!(
+            inspect(&r, Path::new("ns/old")),
+            DirState::Legacy(_)
+        ));
+        // Not for another PV or claim.
+        assert!(delete_volume_dir(&r, Path::new("ns/old"), "pvc-x", "uo").is_err());
+        assert!(delete_volume_dir(&r, Path::new("ns/old"), "pvc-old", "ux").is_err());
+        assert_eq!(
+            delete_volume_dir(&r, Path::new("ns/old"), "pvc-old", "uo").unwrap(),
+            Deleted::Removed
+        );
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn volumes_never_nest() {
+        let (_d, r) = root();
+        let own = Ownership::default();
+        create_volume_dir(&r, Path::new("team-a"), own, &marker("pvc-a", "ua")).unwrap();
+        // Inside another volume.
+        let e =
+            create_volume_dir(&r, Path::new("team-a/db"), own, &marker("pvc-b", "ub")).unwrap_err();
+        assert!(e.contains("inside the directory of PV pvc-a"), "{e}");
+        assert!(!r.real.join("team-a/db").exists());
+        // Above another volume.
+        create_volume_dir(&r, Path::new("team-c/db"), own, &marker("pvc-d", "ud")).unwrap();
+        let e =
+            create_volume_dir(&r, Path::new("team-c"), own, &marker("pvc-c", "uc")).unwrap_err();
+        assert!(e.contains("contain the directory of PV pvc-d"), "{e}");
+        // An old volume (marker, no record) above counts too.
+        std::fs::create_dir(r.real.join("old")).unwrap();
+        write_marker(&r.real.join("old"), &marker("pvc-old", "uo")).unwrap();
+        let e = create_volume_dir(&r, Path::new("old/x"), own, &marker("pvc-e", "ue")).unwrap_err();
+        assert!(e.contains("inside the directory of PV pvc-old"), "{e}");
+    }
+
+    #[test]
+    fn delete_refuses_a_tree_holding_another_volume() {
+        let (_d, r) = root();
+        let own = Ownership::default();
+        create_volume_dir(&r, Path::new("a"), own, &marker("pvc-a", "ua")).unwrap();
+        create_volume_dir(&r, Path::new("b"), own, &marker("pvc-b", "ub")).unwrap();
+        std::fs::write(r.real.join("b/data"), b"b's").unwrap();
+        // B's directory ends up inside A's (as nested patterns made it before).
+        std::fs::rename(r.real.join("b"), r.real.join("a/b")).unwrap();
+        let e = delete_volume_dir(&r, Path::new("a"), "pvc-a", "ua").unwrap_err();
+        assert!(e.contains("PV pvc-b"), "{e}");
+        assert!(r.real.join("a/b/data").exists());
+        assert!(r.real.join("a").join(MARKER).exists());
+        // An old volume's marker inside: refused too.
+        std::fs::rename(r.real.join("a/b"), r.real.join("b")).unwrap();
+        std::fs::create_dir(r.real.join("a/old")).unwrap();
+        write_marker(&r.real.join("a/old"), &marker("pvc-old", "uo")).unwrap();
+        let e = delete_volume_dir(&r, Path::new("a"), "pvc-a", "ua").unwrap_err();
+        assert!(e.contains("PV pvc-old"), "{e}");
+        assert!(r.real.join("a/old").join(MARKER).exists());
+    }
+
+    #[test]
+    fn a_tampered_marker_decides_nothing() {
+        let (_d, r) = root();
+        let own = Ownership::default();
+        let p = create_volume_dir(&r, Path::new("v"), own, &marker("pvc-1", "u1")).unwrap();
+        // The tenant rewrites the marker in its own directory.
+        let mut forged = marker("pvc-9", "u9");
+        forged.project_id = Some(0x4000_0001);
+        std::fs::remove_file(p.join(MARKER)).unwrap();
+        std::fs::write(p.join(MARKER), serde_json::to_vec(&forged).unwrap()).unwrap();
+        let rec = owned(&r, "v").unwrap();
+        assert_eq!(rec.marker, marker("pvc-1", "u1"), "the record decides");
+        assert!(delete_volume_dir(&r, Path::new("v"), "pvc-9", "u9").is_err());
+        assert_eq!(
+            delete_volume_dir(&r, Path::new("v"), "pvc-1", "u1").unwrap(),
+            Deleted::Removed
+        );
+        assert_eq!(read_record(&r, "pvc-1").unwrap(), None);
+        // The record directory is root's alone.
+        let md = std::fs::metadata(r.real.join(STATE_DIR).join(RECORDS_DIR)).unwrap();
+        assert_eq!((md.uid(), md.mode() & 0o777), (0, 0o700));
+    }
+
+    #[test]
+    fn delete_fails_before_removing_anything_when_a_mount_is_inside() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root (mount)");
+            return;
+        }
+        let (d, r) = root();
+        let p = create_volume_dir(&r, Path::new("v"), Ownership::default(), &marker("pv", "u"))
+            .unwrap();
+        std::fs::write(p.join("a-file"), b"x").unwrap();
+        std::fs::create_dir_all(p.join("sub/mnt")).unwrap();
+        std::fs::write(p.join("sub/beside"), b"x").unwrap();
+        let src = d.path().join("elsewhere");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("precious"), b"x").unwrap();
+        let bind = |at: &Path| {
+            nix::mount::mount(
+                Some(&src),
+                at,
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .unwrap();
+        };
+        let unbind = |at: &Path| {
+            let _ = nix::mount::umount2(at, nix::mount::MntFlags::MNT_DETACH);
+        };
+        bind(&p.join("sub/mnt"));
+        let e = delete_volume_dir(&r, Path::new("v"), "pv", "u");
+        unbind(&p.join("sub/mnt"));
+        let e = e.unwrap_err();
+        assert!(e.contains("mount point"), "{e}");
+        assert!(src.join("precious").exists(), "crossed the mount");
+        assert!(p.join("a-file").exists(), "removed something first");
+        assert!(p.join("sub/beside").exists(), "removed something first");
+        assert!(owned(&r, "v").is_some());
+        // A mount that appears in a tombstone (after the check) stops the removal there too.
+        let tomb_name = format!("{TOMBSTONE_PREFIX}pv");
+        let tomb = r.real.join(&tomb_name);
+        std::fs::rename(&p, &tomb).unwrap();
+        bind(&tomb.join("sub/mnt"));
+        let e = remove_tombstone(&r, &tomb_name);
+        unbind(&tomb.join("sub/mnt"));
+        assert!(e.unwrap_err().contains("mount point"));
+        assert!(src.join("precious").exists(), "crossed the mount");
     }
 
     #[test]
@@ -815,14 +1964,16 @@ mod tests {
         let own = Ownership {
             uid: Some(1234),
             gid: Some(5678),
-            mode: Some(0o2770),
+            mode: Some(0o770),
         };
         let p = create_volume_dir(&r, &rel, own, &marker("pvc-1", "u1")).unwrap();
         assert_eq!(p, r.real.join("pvc-1_ns_c"));
         let md = std::fs::metadata(&p).unwrap();
         assert_eq!((md.uid(), md.gid()), (1234, 5678));
-        assert_eq!(md.permissions().mode() & 0o7777, 0o2770);
-        assert_eq!(inspect(&r, &rel), DirState::Marked(marker("pvc-1", "u1")));
+        assert_eq!(md.permissions().mode() & 0o7777, 0o770);
+        let rec = owned(&r, "pvc-1_ns_c").unwrap();
+        assert_eq!(rec.marker, marker("pvc-1", "u1"));
+        assert_eq!((rec.dev, rec.ino), (md.dev(), md.ino()));
         // Again: same answer, nothing changes.
         std::fs::write(p.join("data"), b"x").unwrap();
         assert_eq!(
@@ -832,17 +1983,13 @@ mod tests {
         assert!(p.join("data").exists());
         // Another PV's marker, or foreign data: refused, left alone.
         let e = create_volume_dir(&r, &rel, own, &marker("pvc-2", "u2")).unwrap_err();
-        assert!(e.contains("belongs to PV pvc-1"), "{e}");
+        assert!(e.contains("is the directory of PV pvc-1"), "{e}");
         std::fs::create_dir(r.real.join("foreign")).unwrap();
         std::fs::write(r.real.join("foreign/f"), b"x").unwrap();
         let e =
             create_volume_dir(&r, Path::new("foreign"), own, &marker("pvc-3", "u3")).unwrap_err();
-        assert!(e.contains("no flexvol marker"), "{e}");
+        assert!(e.contains("never adopts"), "{e}");
         assert!(!r.real.join("foreign").join(MARKER).exists());
-        // Empty (a kill between mkdir and marker): adopted.
-        std::fs::create_dir(r.real.join("empty")).unwrap();
-        create_volume_dir(&r, Path::new("empty"), own, &marker("pvc-4", "u4")).unwrap();
-        assert!(r.real.join("empty").join(MARKER).exists());
     }
 
     #[test]
@@ -900,9 +2047,10 @@ mod tests {
         assert!(r.real.join("ns").exists(), "only the volume directory goes");
         assert_eq!(
             std::fs::read_dir(&r.real).unwrap().count(),
-            1,
-            "no tombstone left"
+            2,
+            "no tombstone left (ns and .flexvol)"
         );
+        assert_eq!(read_record(&r, "pvc-1").unwrap(), None);
         // Gone already: fine.
         assert_eq!(
             delete_volume_dir(&r, &rel, "pvc-1", "u1").unwrap(),
@@ -954,7 +2102,12 @@ mod tests {
             delete_volume_dir(&r, &rel, "pvc-1", "u1").unwrap(),
             Deleted::Removed
         );
-        assert_eq!(std::fs::read_dir(&r.real).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(&r.real).unwrap().count(),
+            1,
+            "only .flexvol"
+        );
+        assert_eq!(read_record(&r, "pvc-1").unwrap(), None);
         std::fs::create_dir(r.real.join(format!("{TOMBSTONE_PREFIX}pvc-2"))).unwrap();
         let (done, errors) = finish_deletes(std::slice::from_ref(&r));
         assert_eq!((done.len(), errors.len()), (1, 0));
@@ -998,12 +2151,15 @@ mod tests {
         )
         .unwrap();
         std::fs::create_dir(r.real.join("other")).unwrap();
+        // An old volume: a marker, no record.
+        std::fs::create_dir(r.real.join("old")).unwrap();
+        write_marker(&r.real.join("old"), &marker("pvc-0", "u0")).unwrap();
         let f = scan(std::slice::from_ref(&r), 3);
         assert_eq!(
             f.iter()
-                .map(|f| f.marker.volume.as_str())
+                .map(|f| (f.marker.volume.as_str(), f.recorded))
                 .collect::<Vec<_>>(),
-            vec!["pvc-1", "pvc-2"]
+            vec![("pvc-1", true), ("pvc-2", true), ("pvc-0", false)]
         );
     }
 

@@ -15,8 +15,12 @@
 //!   squash root), others can read. Pods
 //!   that run as another user need `uid`/`gid` (or `gid` and `mode: "0770"`). There is no forced
 //!   0777 (nfs-subdir-external-provisioner's choice, which lets every user of every client write).
-//!   Directories the pattern creates above the volume's get the same ownership. The export must
-//!   let root on this node chown (`no_root_squash`) when `uid`/`gid` are set;
+//!   Directories the pattern creates above the volume's are root:root 0755 (never the class's
+//!   owner, who could then rename its siblings' directories). `uid`/`gid` and `mode` are checked
+//!   by the NFS driver's own rules ([`Ownership::parse_id`], [`Ownership::parse_mode`]: no
+//!   4294967295, no set-uid/set-gid/sticky bits). The export must let root on this node own
+//!   files (`no_root_squash`): flexvol's ownership records live on the export, in
+//!   `<export>/.flexvol/volumes` (root, 0700), and are not trusted otherwise;
 //! - `onDelete`: `delete` | `retain` | `archive`, what happens to the directory when its PV (reclaim
 //!   policy Delete) is released. **Default: `archive`**: nfs-subdir's effective default
 //!   (`archiveOnDelete` unset archives), and the one that never loses data by surprise; a class
@@ -25,12 +29,14 @@
 //! Not node-local: any instance may provision a claim and any may delete its PV; several do at
 //! once. The PV name is deterministic (`pvc-<claim uid>`), so the API server keeps one PV; here,
 //! racing instances converge:
-//! - provisioning: `mkdir` that finds the directory (EEXIST) goes on; the marker is written to a
-//!   temporary file of this instance (`O_EXCL`, unique name) and hard-linked into place, so a
-//!   marker is never seen half written, and the first link wins; everybody then reads the marker
-//!   and accepts it when it names the same PV and claim (the `node` field says which instance
-//!   made it and is not compared). A directory holding only marker temporaries counts as empty
-//!   (a racer is writing, or a kill left one; those older than a minute are removed);
+//! - provisioning: hostPath's protocol ([`hostpath::create_volume_dir_as`], its module doc): each
+//!   instance makes the directory under its own private name (`.flexvol-new-<pv>@<node>.<pid>`),
+//!   sets it up, and publishes the record by a hard link (the first link wins; the others remove
+//!   theirs), then any instance renames the recorded directory into place without replacing
+//!   anything (NFS has no `RENAME_NOREPLACE`: the fallback there is explained in that doc).
+//!   Everybody accepts the record when it names the same PV and claim (the `node` field says
+//!   which instance made it and is not compared). A directory at the target that is not the
+//!   recorded one — a squatter's, empty or not — is never adopted;
 //! - deleting: the directory is committed by one `rename` (to a tombstone, or to its archive
 //!   name); an instance whose rename finds nothing looks again and finishes the tombstone or
 //!   finds the job done.
@@ -50,15 +56,17 @@
 //! - the PV records what delete acts on: [`ANN_EXPORT`] (the export root mounted), [`ANN_PATH`]
 //!   (the directory below it, exactly as created, also for nested patterns) and
 //!   [`ANN_ON_DELETE`]; the PV's `share` must equal export + path, or delete refuses;
-//! - delete acts only on a directory whose marker names this PV and its claim uid; it renames
-//!   within the export root and never leaves it;
+//! - delete acts only on a directory recorded as this PV's for its claim uid (an old one without
+//!   a record: whose marker names them); it renames within the export root and never leaves it,
+//!   and refuses a tree with a mount point or another volume inside ([`hostpath::check_tree`]);
+//!   after a delete or an archive the record goes;
 //! - `archive` renames the directory to `<export>/archived-<pv>-<UTC time>` (in the export
 //!   root, whatever the nesting, so an operator finds every archive in one place). It never
 //!   overwrites: an existing name is skipped, and a directory rename can never replace a
 //!   non-empty directory (every archive holds at least its marker). NFS has no
 //!   `RENAME_NOREPLACE`, so this is how "never overwrite" is kept;
 //! - `delete` renames to the tombstone `<export>/.flexvol-deleting-<pv>` then removes it
-//!   recursively without following symlinks ([`hostpath::delete_volume_dir`]); a kill in
+//!   without following symlinks nor crossing mounts ([`hostpath::delete_volume_dir`]); a kill in
 //!   between leaves the tombstone, which the next delete of the same PV (still there: the PV is
 //!   removed only after) finishes;
 //! - `retain` does not even mount the export: only the PV goes.
@@ -74,18 +82,15 @@
 use super::backend::{
     ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
 };
-use super::hostpath::{self, DirState, MARKER, Marker, Root};
+use super::hostpath::{self, DirState, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
 use crate::node::config::Config;
 use crate::protocol::options::Options;
 use crate::sys::paths::{self, Ownership};
 use k8s_openapi::api::core::v1::PersistentVolume;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2, renameat};
+use nix::fcntl::{AtFlags, renameat};
 use nix::sys::stat::Mode;
-use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// PV annotation: the export root mounted to create and remove the directory (the class's
@@ -97,8 +102,6 @@ pub const ANN_PATH: &str = "flexvol/nfs-path";
 pub const ANN_ON_DELETE: &str = "flexvol/nfs-on-delete";
 /// Archives are `<export>/archived-<pv>-<UTC time>`.
 pub const ARCHIVE_PREFIX: &str = "archived-";
-/// The marker's temporary files (`<MARKER>.tmp-<node>-<pid>-<nanos>`).
-const MARKER_TMP: &str = hostpath::MARKER_TMP_HOSTPATH;
 /// The provisioner's private mounts live in `<runDir>/<this>/<node>/<pv>`.
 pub const MOUNT_DIR: &str = "provisioner-nfs";
 /// The provisioner's own mount: soft, so a server that dies mid-work fails the next operation
@@ -422,167 +425,22 @@ fn relabel(s: &str, root: &Root, label: &str) -> String {
     s.replace(&*root.real.to_string_lossy(), label)
 }
 
-fn same_claim(a: &Marker, b: &Marker) -> bool {
-    a.provisioner == b.provisioner
-        && a.volume == b.volume
-        && a.claim_uid == b.claim_uid
-        && a.namespace == b.namespace
-        && a.claim == b.claim
-}
-
-/// Creates `<root>/<rel>` (missing parents too) with `own`, and its marker; race-safe and
-/// idempotent (module doc). A directory holding another claim's marker, or anything but ours, is
-/// an error and left alone.
+/// Creates `<root>/<rel>` (missing parents root:root 0755) with `own`, its record and its
+/// marker: [`hostpath::create_volume_dir_as`], with this instance's private name, so racing
+/// instances converge on one directory (module doc). Anything at the target that was not made
+/// for this PV is an error and left alone.
 pub fn make_subdir(
     root: &Root,
     rel: &Path,
     own: Ownership,
     marker: &Marker,
 ) -> Result<PathBuf, String> {
-    let path = root.real.join(rel);
-    let mut state = hostpath::inspect(root, rel);
-    for _ in 0..3 {
-        if !matches!(state, DirState::Foreign(_)) {
-            break;
-        }
-        match only_marker_temps(&path) {
-            // Another instance is writing the marker, or a kill left its temporary: as empty.
-            Some(false) => state = DirState::Empty,
-            // Its marker appeared meanwhile: look again.
-            Some(true) => state = hostpath::inspect(root, rel),
-            None => break,
-        }
-    }
-    match state {
-        DirState::Marked(m) if same_claim(&m, marker) => return Ok(path),
-        DirState::Marked(m) => return Err(belongs(&path, &m)),
-        DirState::Foreign(why) => {
-            return Err(format!(
-                "{why}; flexvol will not use it: move it away or pick another pathPattern"
-            ));
-        }
-        DirState::Missing => {
-            let missing: Vec<std::ffi::OsString> = rel.iter().map(Into::into).collect();
-            paths::create_dirs(&root.real, &missing, own)
-                .map_err(|e| format!("cannot create {}: {e}{}", path.display(), squash_hint(e)))?;
-            crate::sys::process::checkpoint("provisioner-nfs-after-mkdir");
-        }
-        DirState::Empty => {
-            // Made by a killed pass (or a racing instance that has not set it up yet): give it
-            // the class's ownership, which the kill may have prevented.
-            let fd = paths::open_dir_nofollow(&path)
-                .and_then(|fd| paths::apply_ownership(&fd, own, 0o755).map(|()| fd))
-                .map_err(|e| format!("cannot set up {}: {e}{}", path.display(), squash_hint(e)))?;
-            drop(fd);
-        }
-    }
-    link_marker(&path, marker)?;
-    match hostpath::inspect(root, rel) {
-        DirState::Marked(m) if same_claim(&m, marker) => Ok(path),
-        DirState::Marked(m) => Err(belongs(&path, &m)),
-        _ => Err(format!(
-            "{} has no readable marker right after writing it; retrying",
-            path.display()
-        )),
-    }
-}
-
-fn belongs(path: &Path, m: &Marker) -> String {
-    format!(
-        "{} already exists and belongs to PV {} (claim {}/{}); delete that PV or the directory, or use a pathPattern with {{{{ .PVName }}}}",
-        path.display(),
-        m.volume,
-        m.namespace,
-        m.claim
-    )
-}
-
-fn squash_hint(e: nix::Error) -> &'static str {
-    if matches!(e, nix::Error::EPERM | nix::Error::EACCES) {
-        " (root on this node is not allowed to do that on the export: export it with no_root_squash, or leave uid/gid out of the class)"
-    } else {
-        ""
-    }
-}
-
-/// Writes the marker into `dir`: a temporary file of this process (`O_EXCL`), hard-linked to
-/// [`MARKER`] (the first link wins, later ones find it there), then removed.
-fn link_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
-    let fail =
-        |e: &dyn std::fmt::Display| format!("cannot write the marker in {}: {e}", dir.display());
-    let d = paths::open_dir_nofollow(dir).map_err(|e| fail(&e))?;
-    let mut data = serde_json::to_vec(marker).map_err(|e| fail(&e))?;
-    data.push(b'\n');
-    for attempt in 0..5 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .subsec_nanos();
-        let tmp = format!(
-            "{MARKER_TMP}-{}-{}-{attempt}-{nanos}",
-            marker.node,
-            std::process::id()
-        );
-        let how = OpenHow::new()
-            .flags(OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC)
-            .mode(Mode::from_bits_truncate(0o444))
-            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-        let fd = openat2(&d, tmp.as_str(), how).map_err(|e| fail(&e))?;
-        let linked = (|| -> Result<bool, String> {
-            let mut f = std::fs::File::from(fd);
-            f.write_all(&data).map_err(|e| fail(&e))?;
-            f.sync_all().map_err(|e| fail(&e))?;
-            match linkat(&d, tmp.as_str(), &d, MARKER, AtFlags::empty()) {
-                Ok(()) | Err(nix::Error::EEXIST) => Ok(true),
-                // Our temporary is gone (cleared as stale by a racer: a very slow write).
-                Err(nix::Error::ENOENT) => Ok(false),
-                Err(e) => Err(fail(&e)),
-            }
-        })();
-        let _ = unlinkat(&d, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
-        if linked? {
-            return nix::unistd::fsync(&d).map_err(|e| fail(&e));
-        }
-    }
-    Err(fail(&"other instances kept clearing it; retrying"))
-}
-
-/// Whether a directory holds nothing but marker temporaries (a racing instance writing its
-/// marker, or one a kill left) and maybe the marker itself: `None` when it holds anything else,
-/// `Some(marker there)` otherwise. Temporaries older than a minute (left by a kill, never an
-/// instance still writing) are removed on the way.
-fn only_marker_temps(dir: &Path) -> Option<bool> {
-    let d = paths::open_dir_nofollow(dir).ok()?;
-    // The open descriptor's /proc link lists the directory that was opened, not whatever the
-    // path names now.
-    let fd_dir = PathBuf::from(format!("/proc/self/fd/{}", d.as_raw_fd()));
-    let mut marker = false;
-    for e in std::fs::read_dir(&fd_dir).ok()? {
-        let name = e.ok()?.file_name();
-        let s = name.to_str()?;
-        if s == MARKER {
-            marker = true;
-        } else if s.starts_with(MARKER_TMP) {
-            let old =
-                nix::sys::stat::fstatat(&d, s, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_secs();
-                    u64::try_from(st.st_mtime).is_ok_and(|m| m + 60 < now)
-                });
-            if old {
-                let _ = unlinkat(&d, s, UnlinkatFlags::NoRemoveDir);
-            }
-        } else {
-            return None;
-        }
-    }
-    Some(marker)
+    hostpath::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
 }
 
 /// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),
-/// only if its marker names them. `stamp` names an archive (UTC time). Returns what was done.
+/// only if it is recorded as theirs (an old one: its marker names them). `stamp` names an archive
+/// (UTC time). Returns what was done.
 pub fn remove_subdir(
     root: &Root,
     rel: &Path,
@@ -628,25 +486,12 @@ fn archive(
     };
     let left =
         "it was left alone: archive or delete it by hand if it is not needed, then remove the PV";
-    match hostpath::inspect(root, rel) {
-        DirState::Missing => return gone(),
-        DirState::Marked(m) if m.volume == pv && m.claim_uid == claim_uid => {}
-        DirState::Marked(m) => {
-            return Err(format!(
-                "{} belongs to PV {} (claim uid {}), not to {pv}; {left}",
-                path.display(),
-                m.volume,
-                m.claim_uid
-            ));
-        }
-        DirState::Empty => {
-            return Err(format!(
-                "{} has no flexvol marker, so it may not be ours; {left}",
-                path.display()
-            ));
-        }
-        DirState::Foreign(why) => return Err(format!("{why}; {left}")),
+    let state = hostpath::inspect(root, rel);
+    if state == DirState::Missing {
+        hostpath::forget_record(root, rel, pv)?;
+        return gone();
     }
+    hostpath::check_owner(&state, &path, pv, claim_uid, left)?;
     let fail = |e: &dyn std::fmt::Display| format!("cannot archive {}: {e}", path.display());
     let leaf = rel
         .file_name()
@@ -671,6 +516,9 @@ fn archive(
         match renameat(&parent, leaf, &root_fd, name.as_str()) {
             Ok(()) => {
                 let _ = nix::unistd::fsync(&root_fd);
+                // An archive is no volume any more: its record goes (its marker stays, saying
+                // whose it was).
+                hostpath::forget_record(root, rel, pv)?;
                 return Ok(format!(
                     "archived {} to {}",
                     path.display(),
@@ -678,6 +526,7 @@ fn archive(
                 ));
             }
             Err(nix::Error::ENOENT) if hostpath::inspect(root, rel) == DirState::Missing => {
+                hostpath::forget_record(root, rel, pv)?;
                 return gone(); // a racing instance archived it
             }
             Err(nix::Error::EEXIST | nix::Error::ENOTEMPTY | nix::Error::ENOTDIR) => continue,

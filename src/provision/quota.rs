@@ -19,9 +19,11 @@
 //! [`ID_FIRST`]..=[`ID_LAST`], away from the low IDs people put in `/etc/projects` and from
 //! kubelet's own range (from 1048577); if the preferred ID is already in use on the filesystem —
 //! it has a quota record there (`xfs_quota report` lists every project with usage or limits, and a
-//! directory carrying an ID is itself charged to it) or another volume's marker names it — the next
-//! free one is taken. The caller persists the chosen ID in the volume's ownership marker *before*
-//! it is applied, so it is stable across restarts, and a pass after a kill -9 reuses it.
+//! directory carrying an ID is itself charged to it) or another volume's record (or old marker)
+//! names it — the next free one is taken. The caller persists the chosen ID in the volume's
+//! root-only ownership record ([`hostpath::Record`]) *before* it is applied, so it is stable across
+//! restarts, and a pass after a kill -9 reuses it (the marker in the directory gets a copy, for
+//! people only).
 //!
 //! Safety rules:
 //! - `xfs_quota` is the only tool, run through the [`Runner`] seam (found in the node's
@@ -39,9 +41,16 @@
 //!   by [`raise`]; shrinking is the caller's to refuse.
 //! - What is reported enforced has been checked: after setting up, the directory's inherit flag
 //!   (`FS_IOC_GETFLAGS`), its ID (`project -c`) and the limit (`report`) are read back.
+//! - Nothing a tenant can write chooses the project a command acts on: the ID comes from the
+//!   root-only record (an old volume without one: from its marker, which the pod can rewrite), and
+//!   before delete clears a limit or resize sets one, [`check_project`] asks the filesystem whether
+//!   the directory itself really carries that ID (`project -c`); on a mismatch nothing is changed
+//!   and the error says so. (A pod with `CAP_FOWNER` in the initial user namespace could change
+//!   its directory's project itself; for an old volume, that and a rewritten marker together
+//!   remain possible — records close it for every volume made since.)
 
 use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
-use super::hostpath::{self, DirState, Marker, Root};
+use super::hostpath::{self, DirState, Marker, Record, Root};
 use super::reconcile::SCAN_DEPTH;
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;
@@ -346,7 +355,7 @@ pub fn verify(
 pub enum Outcome {
     /// Project `id` with a hard limit of `limit_bytes` is in force on the directory.
     Enforced {
-        /// The project ID (as persisted in the marker).
+        /// The project ID (as persisted in the record).
         id: u32,
         /// The limit in force, in bytes.
         limit_bytes: u64,
@@ -358,11 +367,11 @@ pub enum Outcome {
 /// Enforces `bytes` on the volume directory `dir` of PV `volume`, on a filesystem [`detect`]
 /// found.
 ///
-/// `known` is the project ID the directory's marker already names (an earlier, maybe killed, pass
+/// `known` is the project ID the directory's record already names (an earlier, maybe killed, pass
 /// chose it): it is reused as is. Otherwise an ID is chosen ([`choose_id`]) among those not in the
-/// filesystem's quota report nor in `taken` (the IDs other volumes' markers name), and `persist`
-/// must record it in the marker durably before anything is applied; its error stops here.
-/// `Err` is a failure to retry (a tool failed, the marker could not be written); a filesystem
+/// filesystem's quota report nor in `taken` (the IDs other volumes' records name), and `persist`
+/// must record it in the record durably before anything is applied; its error stops here.
+/// `Err` is a failure to retry (a tool failed, the record could not be written); a filesystem
 /// without quotas or an unusable path is `Ok(NotEnforced)`.
 #[allow(clippy::too_many_arguments)]
 pub fn enforce(
@@ -422,7 +431,7 @@ pub fn raise(
     Ok(limit)
 }
 
-/// PV annotation: the project ID of an enforced size (for people; the marker is what counts).
+/// PV annotation: the project ID of an enforced size (for people; the record is what counts).
 pub const ANN_PROJECT: &str = "flexvol/quota-project";
 
 impl Outcome {
@@ -457,8 +466,8 @@ fn detect_with_tool(runner: &dyn Runner, dir: &Path) -> Support {
 }
 
 /// Enforces `bytes` on the marked volume directory `<root>/<rel>` just made (or found, made by an
-/// earlier pass): the ID comes from its marker, or is chosen and recorded in the marker first.
-/// IDs other volumes' markers under `root` name count as taken, so two volumes never share one
+/// earlier pass): the ID comes from its record, or is chosen and recorded in the record first.
+/// IDs other volumes' records (or old markers) under `root` name count as taken, so two volumes never share one
 /// even when a kill left one's ID recorded but not yet applied.
 pub fn enforce_volume(
     runner: &dyn Runner,
@@ -467,15 +476,16 @@ pub fn enforce_volume(
     bytes: u64,
 ) -> Result<Outcome, String> {
     let dir = root.real.join(rel);
-    let m = match hostpath::inspect(root, rel) {
-        DirState::Marked(m) => m,
+    let rec = match hostpath::inspect(root, rel) {
+        DirState::Owned(rec) => rec,
         _ => {
             return Err(format!(
-                "{} has no flexvol marker after it was made",
+                "{} has no flexvol record after it was made",
                 dir.display()
             ));
         }
     };
+    let m = rec.marker.clone();
     let support = detect_with_tool(runner, &dir);
     let taken: BTreeSet<u32> = if m.project_id.is_none() && matches!(support, Support::Enforced(_))
     {
@@ -496,22 +506,86 @@ pub fn enforce_volume(
         &taken,
         bytes,
         |id| {
-            hostpath::write_marker(
+            // The root-only record is what counts; the marker in the directory is informational.
+            hostpath::write_record(
+                root,
+                &Record {
+                    marker: Marker {
+                        project_id: Some(id),
+                        ..m.clone()
+                    },
+                    ..rec.clone()
+                },
+            )?;
+            let _ = hostpath::write_marker(
                 &dir,
                 &Marker {
                     project_id: Some(id),
                     ..m.clone()
                 },
-            )
+            );
+            Ok(())
         },
     )
+}
+
+/// Checks that the directory `dir` itself really carries project `id` (`xfs_quota project -c`,
+/// which reports every inode whose project differs): what the record or an old marker names is
+/// acted on only when the filesystem agrees. An old volume's marker is tenant-writable: without
+/// this, a tenant could make delete clear, or resize set, the limit of another volume's project.
+pub fn check_project(runner: &dyn Runner, fs: &QuotaFs, dir: &Path, id: u32) -> Result<(), String> {
+    let p = safe_path(dir)?;
+    let out = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
+    let own = format!("{p} - ");
+    match out.lines().map(str::trim).find(|l| l.starts_with(&own)) {
+        Some(line) if line.contains("identifier") => Err(format!(
+            "{p} does not carry project {id}, which its record or marker names ({line}); flexvol does not touch project quotas for it: check the directory's project (xfs_io -c lsproj)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The project ID flexvol may act on for the volume directory `<root>/<rel>` of PV `volume`: the
+/// one its record (or, for an old volume, its marker) names, cross-checked against the
+/// directory's real project ([`check_project`]) where quotas are enforced. `Ok(None)`: none, or
+/// nothing enforces quotas there (so no quota command runs either).
+pub fn project_of_volume(
+    runner: &dyn Runner,
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+) -> Result<Option<u32>, String> {
+    let claimed = match hostpath::inspect(root, rel) {
+        DirState::Owned(r) if r.marker.volume == volume => r.marker.project_id,
+        DirState::Legacy(m) if m.volume == volume => m.project_id,
+        _ => None,
+    };
+    let Some(id) = claimed else {
+        return Ok(None);
+    };
+    let dir = root.real.join(rel);
+    checked_id(runner, &detect_with_tool(runner, &dir), &dir, id)
+}
+
+/// `id` when `support` enforces nothing or `dir` really carries it; an error otherwise.
+pub fn checked_id(
+    runner: &dyn Runner,
+    support: &Support,
+    dir: &Path,
+    id: u32,
+) -> Result<Option<u32>, String> {
+    match support {
+        Support::Enforced(fs) => check_project(runner, fs, dir, id).map(|()| Some(id)),
+        Support::NotEnforced(_) => Ok(None),
+    }
 }
 
 /// Grows the volume directory `<root>/<rel>` of PV `volume` (claim `claim_uid`) to `bytes`:
 /// raises its project's limit when its size is enforced; returns the size in force. Without a
 /// project (the size was never enforced) it returns `bytes` and changes nothing. A volume whose
 /// size was enforced on a filesystem that no longer enforces quotas is an error: its old limit
-/// would come back with the quotas.
+/// would come back with the quotas. The project comes from the record (an old volume: its
+/// marker) and is cross-checked against the directory's ([`check_project`]) first.
 pub fn raise_volume(
     runner: &dyn Runner,
     root: &Root,
@@ -521,28 +595,33 @@ pub fn raise_volume(
     bytes: u64,
 ) -> Result<u64, String> {
     let dir = root.real.join(rel);
-    let id = match hostpath::inspect(root, rel) {
-        DirState::Marked(m) if m.volume == volume && m.claim_uid == claim_uid => m.project_id,
-        DirState::Marked(m) => {
-            return Err(format!(
-                "{} belongs to PV {}, not {volume}; not grown",
-                dir.display(),
-                m.volume
-            ));
-        }
-        DirState::Missing => return Err(format!("{} does not exist", dir.display())),
-        _ => {
-            return Err(format!(
-                "{} has no flexvol marker; not grown",
-                dir.display()
-            ));
-        }
+    let state = hostpath::inspect(root, rel);
+    hostpath::check_owner(&state, &dir, volume, claim_uid, "not grown")?;
+    let id = match state {
+        DirState::Owned(r) => r.marker.project_id,
+        DirState::Legacy(m) => m.project_id,
+        _ => None,
     };
     let Some(id) = id else {
         return Ok(bytes);
     };
-    match detect_with_tool(runner, &dir) {
-        Support::Enforced(fs) => raise(runner, &fs, &dir, id, bytes),
+    raise_checked(runner, &detect_with_tool(runner, &dir), &dir, id, bytes)
+}
+
+/// [`raise`] on `support`, after checking that `dir` really carries project `id`
+/// ([`check_project`]): a mismatch changes no limit.
+pub fn raise_checked(
+    runner: &dyn Runner,
+    support: &Support,
+    dir: &Path,
+    id: u32,
+    bytes: u64,
+) -> Result<u64, String> {
+    match support {
+        Support::Enforced(fs) => {
+            check_project(runner, fs, dir, id)?;
+            raise(runner, fs, dir, id, bytes)
+        }
         Support::NotEnforced(why) => Err(format!(
             "{} has an enforced size (project {id}), but now {why}; its limit cannot be raised until then",
             dir.display()
@@ -552,15 +631,21 @@ pub fn raise_volume(
 
 /// After a volume directory with project `id` was deleted: clears the project's limit, so its
 /// quota record can go. Best effort (a leftover record only keeps its ID from being chosen); the
-/// text is for the log.
+/// text is for the log. `id` must come from [`project_of_volume`] (cross-checked before the
+/// directory went).
 pub fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
+    release_on(runner, &detect_with_tool(runner, &root.real), id)
+}
+
+/// [`release`] on `support`.
+pub fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> String {
     let Some(id) = id else {
         return String::new();
     };
-    let Support::Enforced(fs) = detect_with_tool(runner, &root.real) else {
+    let Support::Enforced(fs) = support else {
         return String::new();
     };
-    match run(runner, &xfs_quota(&fs, format!("limit -p bhard=0 {id}"))) {
+    match run(runner, &xfs_quota(fs, format!("limit -p bhard=0 {id}"))) {
         Ok(_) => format!("; cleared the limit of project {id}"),
         Err(e) => format!("; the limit of project {id} stays ({e})"),
     }
@@ -572,7 +657,7 @@ pub fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
 pub struct SizeStatus {
     /// Whether a project quota limits it now.
     pub enforced: bool,
-    /// Its project ID, from its marker.
+    /// Its project ID, from its record (an old volume: its marker).
     pub project_id: Option<u32>,
     /// The hard limit in force, in bytes.
     pub limit_bytes: Option<u64>,
@@ -617,7 +702,7 @@ pub fn size_status(runner: &dyn Runner, found: &[hostpath::Found]) -> Vec<SizeSt
             if usage.limit_bytes == 0 || !inherit {
                 return not(
                     format!(
-                        "project {id} is recorded in its marker but {} (a provisioning pass that was interrupted finishes it)",
+                        "project {id} is recorded for it but {} (a provisioning pass that was interrupted finishes it)",
                         if inherit { "has no limit" } else { "the directory lacks the project-inherit flag" }
                     ),
                     Some(id),
@@ -874,6 +959,108 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, Outcome::NotEnforced("tmpfs".into()));
+        assert!(r.calls().is_empty());
+    }
+
+    #[test]
+    fn a_tampered_marker_cannot_steer_quota_commands() {
+        // An old volume (marker, no record): its tenant rewrote projectId to another volume's
+        // project (`victim`); the directory really carries `own`.
+        let (own, victim) = (0x4000_0010_u32, 0x4000_0020_u32);
+        let d = tempfile::tempdir().unwrap();
+        let root = hostpath::prepare_root(d.path()).unwrap();
+        let dir = root.real.join("old");
+        std::fs::create_dir(&dir).unwrap();
+        let forged = Marker {
+            provisioner: "flexvol/hostpath".into(),
+            volume: "pvc-1".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "u1".into(),
+            node: "n".into(),
+            project_id: Some(victim),
+        };
+        hostpath::write_marker(&dir, &forged).unwrap();
+        assert!(matches!(
+            hostpath::inspect(&root, Path::new("old")),
+            DirState::Legacy(m) if m.project_id == Some(victim)
+        ));
+        let p = dir.to_str().unwrap().to_owned();
+        let r = FakeRunner::new();
+        // What `xfs_quota project -c` prints for a directory with another project.
+        r.on(
+            "xfs_quota",
+            &["project -c"],
+            0,
+            &format!("{p} - project identifier is not set (inode={own}, tree={victim})\n"),
+            "",
+        );
+        r.on(
+            "xfs_quota",
+            &["report"],
+            0,
+            &format!("#{victim} 4 0 4096 00 [--------]\n"),
+            "",
+        );
+        let sup = Support::Enforced(xfs());
+        // Delete: the project is not released.
+        let e = checked_id(&r, &sup, &dir, victim).unwrap_err();
+        assert!(
+            e.contains(&format!("does not carry project {victim}")),
+            "{e}"
+        );
+        // Resize: no limit is set.
+        let e = raise_checked(&r, &sup, &dir, victim, 1 << 30).unwrap_err();
+        assert!(e.contains("does not carry"), "{e}");
+        assert!(
+            !r.lines().iter().any(|l| l.contains("limit")),
+            "{:?}",
+            r.lines()
+        );
+        // The real one passes the check (nothing printed about the directory itself).
+        let r = FakeRunner::new();
+        r.on(
+            "xfs_quota",
+            &["project -c"],
+            0,
+            &format!("{p}/sub - project inheritance flag is not set\n"),
+            "",
+        );
+        assert_eq!(checked_id(&r, &sup, &dir, own).unwrap(), Some(own));
+        assert!(release_on(&r, &sup, Some(own)).contains("cleared"));
+        // Where nothing enforces quotas, nothing runs at all.
+        let r = FakeRunner::new();
+        let none = Support::NotEnforced("tmpfs".into());
+        assert_eq!(checked_id(&r, &none, &dir, victim).unwrap(), None);
+        assert!(r.calls().is_empty());
+    }
+
+    #[test]
+    fn an_old_volume_without_a_project_grows_without_quota_commands() {
+        let d = tempfile::tempdir().unwrap();
+        let root = hostpath::prepare_root(d.path()).unwrap();
+        let dir = root.real.join("old");
+        std::fs::create_dir(&dir).unwrap();
+        let m = Marker {
+            provisioner: "flexvol/hostpath".into(),
+            volume: "pvc-1".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "u1".into(),
+            node: "n".into(),
+            project_id: None,
+        };
+        hostpath::write_marker(&dir, &m).unwrap();
+        let r = FakeRunner::new();
+        assert_eq!(
+            raise_volume(&r, &root, Path::new("old"), "pvc-1", "u1", 5 << 20).unwrap(),
+            5 << 20
+        );
+        assert!(raise_volume(&r, &root, Path::new("old"), "pvc-1", "u9", 5 << 20).is_err());
+        assert_eq!(
+            project_of_volume(&r, &root, Path::new("old"), "pvc-1").unwrap(),
+            None
+        );
         assert!(r.calls().is_empty());
     }
 

@@ -263,6 +263,7 @@ fn entries(dir: &Path) -> Vec<String> {
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != ".flexvol") // the root-only records
                 .collect()
         })
         .unwrap_or_default();
@@ -761,13 +762,13 @@ fn deletes_of_other_nodes_are_not_ours() {
 fn a_wrong_marker_or_a_path_outside_the_roots_keeps_everything_and_says_why() {
     let (_d, root, mut rec, cfg) = provisioned("Delete");
     set_phase(&rec, "pvc-u1", "Released");
-    // The marker names another PV.
-    let m = root.join("pvc-u1_ns_data").join(MARKER);
-    let text = std::fs::read_to_string(&m)
-        .unwrap()
-        .replace("pvc-u1", "pvc-zz");
-    std::fs::set_permissions(&m, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    std::fs::write(&m, text).unwrap();
+    // The directory was replaced by another one (same name, marker copied): not the one
+    // recorded, so not deleted.
+    let dir = root.join("pvc-u1_ns_data");
+    std::fs::rename(&dir, root.join("moved")).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(root.join("moved").join(MARKER), dir.join(MARKER)).unwrap();
+    std::fs::write(dir.join("data"), b"x").unwrap();
     let r = block_on(rec.pass(&cfg));
     assert!(r.deleted.is_empty());
     assert_eq!(entries(&root.join("pvc-u1_ns_data")).len(), 2);
@@ -778,7 +779,8 @@ fn a_wrong_marker_or_a_path_outside_the_roots_keeps_everything_and_says_why() {
         ("VolumeFailedDelete", "PersistentVolume")
     );
     assert!(
-        ev.message.contains("belongs to PV pvc-zz"),
+        ev.message
+            .contains("not the directory flexvol made for PV pvc-u1"),
         "{}",
         ev.message
     );

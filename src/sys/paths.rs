@@ -57,6 +57,46 @@ pub struct Ownership {
     pub mode: Option<u32>,
 }
 
+impl Ownership {
+    /// Checks a `uid`/`gid` value: digits only, at most 10 of them, below 4294967295. The one
+    /// rule for the driver's options and the provisioners' class parameters; the error says why.
+    pub fn parse_id(v: &str) -> Result<u32, &'static str> {
+        let bad = "expected a numeric id (digits only)";
+        if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad);
+        }
+        let id: u32 = v.parse().map_err(|_| bad)?;
+        // chown(2) reads (uid_t)-1 as "leave unchanged": accepting it would silently ignore
+        // what the user asked for.
+        if id == u32::MAX {
+            return Err(
+                "4294967295 is (uid_t)-1, which chown reads as \"no change\"; use an id below it",
+            );
+        }
+        Ok(id)
+    }
+
+    /// Checks a `mode` value: octal permission bits only (at most `0777`, optional `0` or `0o`
+    /// prefix). Set-uid, set-gid and sticky bits are refused: nobody outside the node's root
+    /// may make flexvol create a set-gid directory (inherited group) or a sticky one on the node.
+    pub fn parse_mode(v: &str) -> Result<u32, &'static str> {
+        let digits = v.strip_prefix("0o").unwrap_or(v);
+        let m = Some(digits)
+            .filter(|d| {
+                !d.is_empty() && d.len() <= 6 && d.bytes().all(|b| (b'0'..=b'7').contains(&b))
+            })
+            .and_then(|d| u32::from_str_radix(d, 8).ok())
+            .filter(|m| *m <= 0o7777)
+            .ok_or("expected octal permission bits such as 0755")?;
+        if m > 0o777 {
+            return Err(
+                "set-uid, set-gid and sticky bits are not allowed on what the driver creates; use permission bits only (at most 0777)",
+            );
+        }
+        Ok(m)
+    }
+}
+
 /// Splits a path into its longest existing ancestor, resolved (canonical), and the components
 /// below it that do not exist yet. The input must be absolute and free of `..`.
 ///

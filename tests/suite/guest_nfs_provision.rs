@@ -128,10 +128,12 @@ fn nfs_mounts_below(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The names in `dir`, without flexvol's root-only record directory (`.flexvol`).
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != flexvol::provision::hostpath::STATE_DIR)
         .collect();
     v.sort();
     v
@@ -206,6 +208,59 @@ fn guest_nfs_provision_creates_a_mountable_subdirectory_and_deletes_exactly_it()
             .unwrap()
             .contains("already gone")
     );
+}
+
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_never_adopts_a_squatted_directory() {
+    require_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = node(tmp.path(), "node-a");
+    let share = export("prov-squat");
+    let p = class(
+        &share,
+        &[
+            ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
+            ("uid", "1000"),
+            ("gid", "1000"),
+            ("mode", "0770"),
+            ("onDelete", "delete"),
+        ],
+    );
+    // Somebody made the claim's directory first (empty, open to all) and may have it mounted.
+    let squat = share.join("ns/claim-u1");
+    std::fs::create_dir_all(&squat).unwrap();
+    std::fs::set_permissions(&squat, PermissionsExt::from_mode(0o777)).unwrap();
+    match provision(&mut a, &p, "u1") {
+        Err(Refusal::Fail(e)) => assert!(e.contains("never adopts"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(names(&squat), Vec::<String>::new(), "no marker written");
+    let md = std::fs::metadata(&squat).unwrap();
+    assert_eq!((md.uid(), md.permissions().mode() & 0o7777), (0, 0o777));
+    assert_eq!(
+        names(&share.join("ns")),
+        ["claim-u1"],
+        "nothing left beside it"
+    );
+    assert!(nfs_mounts_below(tmp.path()).is_empty());
+    // Once it is moved away, the claim gets a directory of its own, set up and recorded; the
+    // record directory on the export is root's alone.
+    std::fs::rename(&squat, share.join("moved")).unwrap();
+    provision(&mut a, &p, "u1").unwrap();
+    let md = std::fs::metadata(&squat).unwrap();
+    assert_eq!(
+        (md.uid(), md.gid(), md.permissions().mode() & 0o7777),
+        (1000, 1000, 0o770)
+    );
+    let rec = share.join(".flexvol/volumes/pvc-u1.json");
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.contains(&format!("\"ino\":{}", md.ino())), "{text}");
+    let rd = std::fs::metadata(share.join(".flexvol/volumes")).unwrap();
+    assert_eq!((rd.uid(), rd.permissions().mode() & 0o777), (0, 0o700));
+    // Parents a pattern makes are root's, 0755.
+    let pd = std::fs::metadata(share.join("ns")).unwrap();
+    assert_eq!((pd.uid(), pd.permissions().mode() & 0o7777), (0, 0o755));
 }
 
 #[test]

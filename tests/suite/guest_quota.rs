@@ -463,3 +463,107 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
     );
     b.delete(&cfg, &pv).unwrap();
 }
+
+#[test]
+#[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
+fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
+    use flexvol::provision::backend::{Backend, Request};
+    use flexvol::provision::hostpath::{self, HostPathBackend, Marker};
+    use std::collections::BTreeMap;
+
+    let disk = Disk::xfs("prjquota");
+    let qroot = disk.mnt.join("q");
+    let cfg = flexvol::node::config::Config::parse(
+        Path::new("c"),
+        serde_json::json!({"nodePathMap": [{"node": "n1", "paths": [qroot]}]})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut b = HostPathBackend::new("flexvol/hostpath".into());
+    let claim = Default::default();
+    let params = BTreeMap::new();
+    let modes = vec!["ReadWriteOnce".to_owned()];
+    let req = |pv: &'static str, uid: &'static str| Request {
+        pv_name: pv,
+        claim: &claim,
+        namespace: "ns",
+        name: "c",
+        uid,
+        class_name: "local",
+        params: &params,
+        size_bytes: 16 << 20,
+        access_modes: &modes,
+        node: "n1",
+    };
+    let runner = SystemRunner::default();
+    let fs = enforced(&disk.mnt);
+    let limit = |id: u32| {
+        quota::report(&runner, &fs)
+            .unwrap()
+            .get(&id)
+            .copied()
+            .unwrap_or_default()
+            .limit_bytes
+    };
+
+    // The victim: a new volume (record), project V with 16 MiB.
+    let p = b.provision(&cfg, &req("pvc-victim", "uv")).unwrap();
+    let victim: u32 = p.annotations["flexvol/quota-project"].parse().unwrap();
+    assert_eq!(limit(victim), 16 << 20);
+
+    // An old volume (made before records: a marker, no record) with its own project O.
+    let root = hostpath::prepare_root(&qroot).unwrap();
+    let old_dir = root.real.join("old");
+    std::fs::create_dir(&old_dir).unwrap();
+    let own = quota::ID_FIRST + 7;
+    let mut m = Marker {
+        provisioner: "flexvol/hostpath".into(),
+        volume: "pvc-old".into(),
+        namespace: "ns".into(),
+        claim: "old".into(),
+        claim_uid: "uo".into(),
+        node: "n1".into(),
+        project_id: Some(own),
+    };
+    hostpath::write_marker(&old_dir, &m).unwrap();
+    quota::apply(&runner, &fs, &old_dir, own, 16 << 20).unwrap();
+    // Its tenant rewrites the marker to name the victim's project.
+    m.project_id = Some(victim);
+    std::fs::remove_file(old_dir.join(hostpath::MARKER)).unwrap();
+    std::fs::write(
+        old_dir.join(hostpath::MARKER),
+        serde_json::to_vec(&m).unwrap(),
+    )
+    .unwrap();
+    let old_pv = pv_for("pvc-old", "uo", "n1", old_dir.to_str().unwrap());
+    // Resize: refused, no limit changes.
+    let e = b.expand(&cfg, &old_pv, 64 << 20).unwrap_err();
+    assert!(e.contains("does not carry"), "{e}");
+    assert_eq!((limit(victim), limit(own)), (16 << 20, 16 << 20));
+    // Delete: the directory goes, the victim's limit stays.
+    let said = b.delete(&cfg, &old_pv).unwrap();
+    assert!(said.contains("no project limit cleared"), "{said}");
+    assert!(!old_dir.exists());
+    assert_eq!(limit(victim), 16 << 20, "{said}");
+    // The victim's own marker, rewritten by its tenant, changes nothing either: the record
+    // decides, and the volume still grows.
+    let vdir = PathBuf::from(&p.location);
+    let mut vm: Marker =
+        serde_json::from_slice(&std::fs::read(vdir.join(hostpath::MARKER)).unwrap()).unwrap();
+    vm.project_id = Some(own);
+    std::fs::remove_file(vdir.join(hostpath::MARKER)).unwrap();
+    std::fs::write(
+        vdir.join(hostpath::MARKER),
+        serde_json::to_vec(&vm).unwrap(),
+    )
+    .unwrap();
+    let vpv = pv_for("pvc-victim", "uv", "n1", &p.location);
+    assert_eq!(b.expand(&cfg, &vpv, 32 << 20).unwrap(), 32 << 20);
+    assert_eq!(limit(victim), 32 << 20);
+    let said = b.delete(&cfg, &vpv).unwrap();
+    assert!(
+        said.contains(&format!("cleared the limit of project {victim}")),
+        "{said}"
+    );
+}

@@ -274,7 +274,7 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
         ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
         ("uid", "1234"),
         ("gid", "5678"),
-        ("mode", "02770"),
+        ("mode", "0770"),
         ("mountOptions", "hard,noatime"),
         ("version", "4.2"),
     ]);
@@ -299,8 +299,9 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
     assert!(got.annotations[ANN_SIZE_NOTE].contains("does not limit"));
     let md = std::fs::metadata(&dir).unwrap();
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
-    assert_eq!(md.permissions().mode() & 0o7777, 0o2770);
-    let m: Marker = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).unwrap()).unwrap();
+    assert_eq!(md.permissions().mode() & 0o7777, 0o770);
+    let m: Marker =
+        serde_json::from_slice(&std::fs::read(dir.join(hostpath::MARKER)).unwrap()).unwrap();
     assert_eq!((m.volume.as_str(), m.node.as_str()), ("pvc-u1", "node-a"));
     assert_eq!(m.provisioner, "flexvol/nfs");
     // Mounted soft with the class's other options, and unmounted; the private dir is gone.
@@ -331,7 +332,7 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
     let mut p2 = p.clone();
     p2.insert("pathPattern".into(), "ns/claim-u1".into());
     match provision(&mut b, &w.cfg, &p2, "u2", "node-a") {
-        Err(Refusal::Fail(e)) => assert!(e.contains("belongs to PV pvc-u1"), "{e}"),
+        Err(Refusal::Fail(e)) => assert!(e.contains("is the directory of PV pvc-u1"), "{e}"),
         other => panic!("{other:?}"),
     }
     // Every mount was unmounted, also after the failure.
@@ -384,7 +385,7 @@ fn racing_instances_converge_on_one_directory_and_one_marker() {
                                 gid: Some(1000),
                                 mode: Some(0o770),
                             },
-                            &marker("pvc-1", "u1", &format!("node-{i}")),
+                            &marker(&format!("pvc-{round}"), "u1", &format!("node-{i}")),
                         )
                     })
                 })
@@ -398,14 +399,20 @@ fn racing_instances_converge_on_one_directory_and_one_marker() {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, [MARKER], "one marker, no temporaries");
+        assert_eq!(names, [hostpath::MARKER], "one marker, no temporaries");
+        let left: Vec<_> = std::fs::read_dir(w.export.join("ns"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with(hostpath::NEW_PREFIX))
+            .collect();
+        assert!(left.is_empty(), "private directories left: {left:?}");
         let md = std::fs::metadata(w.export.join(&rel)).unwrap();
         assert_eq!(md.permissions().mode() & 0o7777, 0o770);
     }
 }
 
 #[test]
-fn what_a_kill_leaves_in_a_new_directory_is_adopted() {
+fn a_squatted_directory_is_never_adopted_and_a_kill_converges() {
     let w = World::new();
     let root = w.root();
     let own = Ownership {
@@ -413,44 +420,45 @@ fn what_a_kill_leaves_in_a_new_directory_is_adopted() {
         gid: Some(1000),
         mode: Some(0o750),
     };
-    // Killed right after mkdir (0700, root: create_dirs had not applied the ownership yet).
+    // Made by somebody else before the claim (empty, 0777, maybe mounted by its maker): refused.
     std::fs::create_dir(w.export.join("a")).unwrap();
-    std::fs::set_permissions(w.export.join("a"), PermissionsExt::from_mode(0o700)).unwrap();
-    make_subdir(&root, Path::new("a"), own, &marker("pvc-1", "u1", "n")).unwrap();
-    let md = std::fs::metadata(w.export.join("a")).unwrap();
+    std::fs::set_permissions(w.export.join("a"), PermissionsExt::from_mode(0o777)).unwrap();
+    let e = make_subdir(&root, Path::new("a"), own, &marker("pvc-1", "u1", "n")).unwrap_err();
+    assert!(e.contains("never adopts"), "{e}");
+    assert!(!w.export.join("a").join(hostpath::MARKER).exists());
+    assert_eq!(
+        std::fs::metadata(w.export.join("a")).unwrap().uid(),
+        0,
+        "left alone"
+    );
+    // A kill right after the private mkdir (no record yet): the leftover of this instance is
+    // removed and the directory made again, with the class's ownership.
+    let leftover = w.export.join(format!(
+        "{}pvc-2@n.{}",
+        hostpath::NEW_PREFIX,
+        std::process::id()
+    ));
+    std::fs::create_dir(&leftover).unwrap();
+    make_subdir(&root, Path::new("b"), own, &marker("pvc-2", "u2", "n")).unwrap();
+    assert!(!leftover.exists());
+    let md = std::fs::metadata(w.export.join("b")).unwrap();
     assert_eq!((md.uid(), md.permissions().mode() & 0o7777), (1000, 0o750));
-    // Killed between the marker's temporary file and its link: adopted, and the temporary
-    // removed once it is surely stale (a minute old).
-    let b = w.export.join("b");
-    std::fs::create_dir(&b).unwrap();
-    let tmp = b.join(format!("{MARKER_TMP}-n-1-2"));
-    std::fs::write(&tmp, b"{\"half").unwrap();
+    assert!(matches!(
+        hostpath::inspect(&root, Path::new("b")),
+        DirState::Owned(r) if r.marker.volume == "pvc-2"
+    ));
+    // Another instance's private name with data in it is not ours to clear.
+    let theirs = w.export.join(format!("{}pvc-3@m.1", hostpath::NEW_PREFIX));
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::write(theirs.join("data"), b"x").unwrap();
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
-    std::fs::File::options()
-        .write(true)
-        .open(&tmp)
+    std::fs::File::open(&theirs)
         .unwrap()
         .set_modified(old)
         .unwrap();
-    std::fs::write(b.join(format!("{MARKER_TMP}-n-1-3")), b"{\"fresh").unwrap();
-    make_subdir(&root, Path::new("b"), own, &marker("pvc-2", "u2", "n")).unwrap();
-    let mut names: Vec<_> = std::fs::read_dir(&b)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    assert_eq!(names, [MARKER.to_owned(), format!("{MARKER_TMP}-n-1-3")]);
-    assert_eq!(
-        hostpath::inspect(&root, Path::new("b")),
-        DirState::Marked(marker("pvc-2", "u2", "n"))
-    );
-    // But a temporary next to anything else is not ours to clear.
-    std::fs::create_dir(w.export.join("c")).unwrap();
-    std::fs::write(w.export.join("c").join(format!("{MARKER_TMP}-n-1-2")), b"").unwrap();
-    std::fs::write(w.export.join("c/data"), b"").unwrap();
     let e = make_subdir(&root, Path::new("c"), own, &marker("pvc-3", "u3", "n")).unwrap_err();
-    assert!(e.contains("no flexvol marker"), "{e}");
-    assert_eq!(std::fs::read_dir(w.export.join("c")).unwrap().count(), 2);
+    assert!(e.contains("did not write"), "{e}");
+    assert!(theirs.join("data").exists());
 }
 
 #[test]
@@ -498,6 +506,7 @@ fn delete_removes_exactly_the_recorded_nested_directory() {
     let names: Vec<_> = std::fs::read_dir(&w.export)
         .unwrap()
         .map(|e| e.unwrap().file_name())
+        .filter(|n| n != hostpath::STATE_DIR)
         .collect();
     assert_eq!(names, ["ns"], "no tombstone, no archive");
     // Again: already gone is success.
@@ -541,7 +550,7 @@ fn archive_moves_the_directory_to_the_export_root_and_never_overwrites() {
     assert!(!dir.exists());
     assert!(w.export.join("ns").is_dir());
     // The archive keeps its marker, so a new claim cannot take it over; deleting again is done.
-    assert!(second.join(MARKER).exists());
+    assert!(second.join(hostpath::MARKER).exists());
     assert!(
         w.backend()
             .delete(&w.cfg, &pv)

@@ -13,9 +13,9 @@
 #                 /srv/nfs/prov/archived-<pv>-<time> with its data; `retain`: it stays; both PVs go
 #   nfs-dead      a class whose server is 192.0.2.1 (no route): ProvisioningFailed "unreachable"
 #                 within a bounded time (printed as TIME nfs-dead-server-event), no PV, no mount left
-#   nfs-kill      kill -9 after mkdir (before the marker and the PV; the private mount left behind),
+#   nfs-kill      kill -9 after the private mkdir (before the record and the PV; the private mount left behind),
 #                 then after the tombstone rename of a delete: restart -> one PV, one marked
-#                 directory, the other instance adopts it; then PV and directory gone, no mount left
+#                 directory, made by the other instance; then PV and directory gone, no mount left
 #
 # Every node's provisioner may provision and delete NFS volumes (not node-local): both run.
 
@@ -188,21 +188,24 @@ scenario_nfs_kill() {
 	uid="$(claim_uid c-nfs-kill)"
 	pv="pvc-$uid"
 	dir="$NFS_EXPORT/default/c-nfs-kill"
-	[ -d "$dir" ] || fail "after the kill: no $dir"
-	[ -z "$(ls -A "$dir")" ] || fail "after the kill before the marker: $dir holds $(ls -A "$dir")"
+	# The directory is made under a private name first (never at its own name until it is set up
+	# and recorded), so the kill leaves only that.
+	[ ! -e "$dir" ] || fail "after the kill: $dir exists, although it is renamed into place last"
+	ls -d "$NFS_EXPORT/default/.flexvol-new-$pv@node-a."* >/dev/null 2>&1 || fail "after the kill: no private directory of node-a in $NFS_EXPORT/default: $(ls -A "$NFS_EXPORT/default")"
 	gone pv "$pv" || fail "PV $pv exists although the kill came before it"
 	[ "$(nfs_private_mounts)" = 1 ] || fail "the kill did not leave the provisioner's mount (test premise): $(nfs_private_mounts)"
-	# The other instance finishes the job: it adopts the empty directory.
+	# The other instance finishes the job with a directory of its own (node-a's leftover is never
+	# adopted; it is removed once it is a minute old).
 	start_provisioner node-b
 	wait_until "claim c-nfs-kill Bound" 60 bound c-nfs-kill
 	marker_names "$dir" "$pv" || fail "no marker for $pv in $dir"
 	grep -q '"node":"node-b"' "$dir/.flexvol-provisioned" || fail "the marker was not written by node-b: $(cat "$dir/.flexvol-provisioned")"
-	[ "$(stat -c %u:%g:%a "$dir")" = 1000:1000:770 ] || fail "$dir is $(stat -c %u:%g:%a "$dir") after adoption, the class says 1000:1000 0770"
+	[ "$(stat -c %u:%g:%a "$dir")" = 1000:1000:770 ] || fail "$dir is $(stat -c %u:%g:%a "$dir"), the class says 1000:1000 0770"
 	[ "$(pvs_for_claim "$uid")" = 1 ] || fail "$(pvs_for_claim "$uid") PVs for claim c-nfs-kill"
 	# node-a's restart removes the mount the kill left.
 	start_provisioner node-a
 	wait_until "node-a's leftover mount to go" 30 sh -c "[ \"\$(grep -c ' $KC_DIR/nodes/[^/]*/run/provisioner-nfs/' /proc/self/mountinfo)\" = 0 ]"
-	pass "nfs-kill: kill -9 after mkdir (mount left): node-b adopted the empty directory (marker, ownership), one PV; node-a's restart unmounted its leftover"
+	pass "nfs-kill: kill -9 after the private mkdir (mount left): node-b made the directory (marker, record, ownership), one PV; node-a's restart unmounted its leftover"
 
 	stop_provisioner node-b
 	stop_provisioner node-a
