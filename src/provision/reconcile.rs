@@ -26,6 +26,7 @@ use super::api::{ApiErrorKind, Cluster, EventSpec};
 use super::backend::{ANN_SIZE, Backend, Provisioned, Refusal, Request};
 use super::hostpath::{self, Root};
 use crate::backend::lvm::options::parse_size;
+use crate::node::capability;
 use crate::node::config::Config;
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
@@ -256,6 +257,7 @@ impl<C: Cluster> Reconciler<C> {
             .iter()
             .filter_map(|v| v.metadata.name.clone())
             .collect();
+        self.legacy_grants(&volumes, &names, cfg, &mut report);
         match self.cluster.claims().await {
             Err(e) => report.failed.push(e.to_string()),
             Ok(claims) => {
@@ -611,6 +613,66 @@ impl<C: Cluster> Reconciler<C> {
         mine.then_some(bi)
     }
 
+    /// Step 0 (every pass, no API call): a legacy grant for each PV of ours made before
+    /// capabilities, whose options carry no [`capability::OPTION`] (a PV's source is immutable):
+    /// hostPath and LVM PVs of this node, NFS PVs of any node (any node mounts them). The
+    /// drivers serve such a volume without a token to that PV name in its claim's namespace
+    /// only. Grants of PVs that no longer exist are removed. Costs an open and a read per
+    /// legacy PV and a directory listing; nothing for PVs with a token.
+    fn legacy_grants(
+        &self,
+        volumes: &[PersistentVolume],
+        names: &HashSet<String>,
+        cfg: &Config,
+        report: &mut Report,
+    ) {
+        for v in volumes {
+            let Some(bi) = ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.backend_for(p))
+            else {
+                continue;
+            };
+            let b = &self.backends[bi];
+            if b.node_local() && ann(&v.metadata, ANN_NODE) != Some(self.id.node.as_str()) {
+                continue;
+            }
+            let spec = v.spec.as_ref();
+            let Some(options) = spec
+                .and_then(|s| s.flex_volume.as_ref())
+                .and_then(|f| f.options.as_ref())
+            else {
+                continue;
+            };
+            let namespace = spec
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| r.namespace.clone());
+            let (Some(pv), Some(namespace)) = (v.metadata.name.clone(), namespace) else {
+                continue;
+            };
+            if options.contains_key(capability::OPTION) {
+                continue;
+            }
+            let Some(loc) = capability::pv_location(b.kind(), options) else {
+                continue;
+            };
+            if let Err(e) = capability::write_legacy_grant(
+                &cfg.state_dir,
+                &loc,
+                &capability::LegacyGrant {
+                    pv: pv.clone(),
+                    namespace,
+                },
+            ) {
+                report.failed.push(format!(
+                    "PV {pv}: cannot write its legacy grant in {}: {e}; pods of its claim cannot mount it on this node until it is written",
+                    cfg.state_dir.join(capability::LEGACY_DIR).display()
+                ));
+            }
+        }
+        report
+            .failed
+            .extend(sweep_legacy_grants(&cfg.state_dir, names));
+    }
+
     /// Released, Delete, ours, not being deleted: its backend.
     fn ours_to_delete(&self, v: &PersistentVolume) -> Option<usize> {
         let spec = v.spec.as_ref();
@@ -759,6 +821,17 @@ impl<C: Cluster> Reconciler<C> {
         let failure = match self.backends[bi].delete(cfg, &v) {
             Err(why) => Err(why),
             Ok(done) => {
+                // Best effort: a grant left behind is swept once the PV is gone.
+                let kind = self.backends[bi].kind();
+                if let Some(loc) = v
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.flex_volume.as_ref())
+                    .and_then(|f| f.options.as_ref())
+                    .and_then(|o| capability::pv_location(kind, o))
+                {
+                    let _ = capability::remove_legacy_grant(&cfg.state_dir, &loc);
+                }
                 checkpoint("provisioner-delete-before-pv");
                 match self.cluster.delete_volume(&name, &uid).await {
                     Ok(()) => Ok(done),
@@ -786,6 +859,43 @@ impl<C: Cluster> Reconciler<C> {
             }
         }
     }
+}
+
+/// Removes the legacy grants (in `<stateDir>/legacy-grants`) of PVs not in `names`, the PVs that
+/// exist; returns failures. Only files this provisioner wrote are there (root-only directory).
+fn sweep_legacy_grants(state_dir: &std::path::Path, names: &HashSet<String>) -> Vec<String> {
+    let dir = state_dir.join(capability::LEGACY_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => return vec![format!("cannot list {}: {e}", dir.display())],
+    };
+    let mut failed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        // Temporaries of a killed writer start with a dot: theirs to replace.
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = e.path();
+        let Ok(data) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(g) = serde_json::from_slice::<capability::LegacyGrant>(&data) else {
+            continue;
+        };
+        if !names.contains(&g.pv)
+            && let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            failed.push(format!(
+                "cannot remove the legacy grant {} of PV {}, which no longer exists: {e}",
+                path.display(),
+                g.pv
+            ));
+        }
+    }
+    failed
 }
 
 /// Provisioned by `provisioner` and bound to the claim with uid `claim_uid`.
