@@ -687,8 +687,9 @@ struct Served {
 
 /// A source that is a provisioning root `root`, or contains one.
 fn refuse_root(src: &Path, root: &Path) -> Error {
+    let is = if src == root { "is" } else { "contains" };
     Error::refused(format!(
-        "host path {} is refused: it is or contains {}, a root where flexvol provisioner makes every claim's volume, which no volume may expose; to use a provisioned volume, use its PersistentVolumeClaim",
+        "host path {} is refused: it {is} {}, a root where flexvol provisioner makes every claim's volume, which no volume may expose; to use a provisioned volume, use its PersistentVolumeClaim",
         src.display(),
         root.display()
     ))
