@@ -5,7 +5,9 @@
 //! root; anything else (`/`, a symlinked pod directory, another plugin's directory) is refused.
 //!
 //! `mount <podDir> <json>`:
-//! 1. validate every option and the node policy; bad input changes nothing;
+//! 1. validate every option and the node policy; bad input changes nothing. A path inside a
+//!    provisioning root (`nodePathMap`) is served only to the PV the provisioner made it for
+//!    (its `capabilityToken`, or a legacy grant; see `check_policy`);
 //! 2. under the pod directory's lock, check what the pod directory holds (its record, and one
 //!    `statx` of the mount point) *before* creating anything: another volume's record, a mount
 //!    of something else, a directory volume where a file is to go, or files a directory bind
