@@ -5,14 +5,18 @@
 //! 1. lets each backend finish what a kill left half done (tombstones);
 //! 2. labels the Node `<vendor>/<kind>=true` for each backend that can serve here, removes it
 //!    otherwise (classes may pin claims to labelled nodes with `allowedTopologies`);
-//! 3. every pending claim of one of our classes without a PV — for a node-local backend only those
+//! 3. for every PV of ours made before capabilities (no `capabilityToken` option) — hostPath and
+//!    LVM PVs of this node, NFS PVs of any node — writes a legacy grant so the drivers serve it to
+//!    that PV in its claim's namespace ([`crate::node::capability::write_legacy_grant`]); grants
+//!    of PVs that are gone are removed;
+//! 4. every pending claim of one of our classes without a PV — for a node-local backend only those
 //!    whose `selected-node` is this node, for a shared one (NFS) any — : validate class and claim,
 //!    let the backend make the volume, create `pvc-<claim uid>`; when the backend says this node
 //!    cannot serve it, remove `selected-node` so the scheduler picks again;
-//! 4. every Bound PV of ours whose claim asks for more than the PV's
+//! 5. every Bound PV of ours whose claim asks for more than the PV's
 //!    [`ANN_SIZE`](super::backend::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
-//! 5. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
+//! 6. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
 //!    node-local backend): re-read it from the server, let the backend remove the volume (it checks
 //!    the ownership marks), then delete the PV (with a uid precondition).
 //!
@@ -613,7 +617,7 @@ impl<C: Cluster> Reconciler<C> {
         mine.then_some(bi)
     }
 
-    /// Step 0 (every pass, no API call): a legacy grant for each PV of ours made before
+    /// Step 3 (every pass, no API call): a legacy grant for each PV of ours made before
     /// capabilities, whose options carry no [`capability::OPTION`] (a PV's source is immutable):
     /// hostPath and LVM PVs of this node, NFS PVs of any node (any node mounts them). The
     /// drivers serve such a volume without a token to that PV name in its claim's namespace
@@ -683,7 +687,7 @@ impl<C: Cluster> Reconciler<C> {
         .flatten()
     }
 
-    /// Step 4: grows a Bound PV of ours whose claim asks for more than it has.
+    /// Step 5: grows a Bound PV of ours whose claim asks for more than it has.
     async fn resize(
         &mut self,
         c: &PersistentVolumeClaim,
