@@ -5,7 +5,9 @@
 //! root; anything else (`/`, a symlinked pod directory, another plugin's directory) is refused.
 //!
 //! `mount <podDir> <json>`:
-//! 1. validate every option and the node policy; bad input changes nothing;
+//! 1. validate every option and the node policy; bad input changes nothing. A path inside a
+//!    provisioning root (`nodePathMap`) is served only to the PV the provisioner made it for
+//!    (its `capabilityToken`, or a legacy grant; see `check_policy`);
 //! 2. under the pod directory's lock, check what the pod directory holds (its record, and one
 //!    `statx` of the mount point) *before* creating anything: another volume's record, a mount
 //!    of something else, a directory volume where a file is to go, or files a directory bind
@@ -142,7 +144,15 @@ pub struct HostPathOptions {
 }
 
 /// The options the hostPath backend reads (besides kubelet's own keys).
-pub const OPTION_KEYS: &[&str] = &["path", "type", "uid", "gid", "mode", "pathPattern"];
+pub const OPTION_KEYS: &[&str] = &[
+    "path",
+    "type",
+    "uid",
+    "gid",
+    "mode",
+    "pathPattern",
+    crate::node::capability::OPTION,
+];
 
 fn parse_id(o: &Options, key: &str) -> std::result::Result<Option<u32>, OptionsError> {
     o.non_empty(key)
@@ -514,10 +524,16 @@ fn resolved(p: &Path) -> PathBuf {
 /// 3. only paths under the allowed roots: `hostpath.allowedRoots`, or [`DEFAULT_HOSTPATH_ROOT`]
 ///    when unset, resolved the same way.
 ///
+/// Provisioning roots (`nodePathMap`, [`crate::provision::localpath`]) are not allowed roots:
+/// they hold every claim's volume. A source that is such a root or contains one is refused; one
+/// inside a root (by path, or by device and inode of an ancestor) is served only to the PV the
+/// provisioner made it for, which `mount` checks ([`authorize_provisioned`]). Without
+/// provisioning roots in the config this costs nothing.
+///
 /// Checks `resolved_source` against the node policy; on success returns the (resolved) root that
 /// serves it, so that `mount` creates that root and its ancestors as the node's own (root, 0755)
-/// and never with a pod's `uid`/`gid`/`mode`.
-fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<PathBuf> {
+/// and never with a pod's `uid`/`gid`/`mode`, and whether that root is a provisioning root.
+fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result<Served> {
     use crate::node::config::Config;
     // Normalized once, so that every comparison below can be one of bytes (paths::is_under).
     let src_n = paths::normalized(resolved_source);
@@ -557,19 +573,52 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
             ids.push((id, p, *why));
         }
     }
+    // Provisioning roots: resolved like the protected locations (as configured paths).
+    let provisioning = ctx.config.local_path.all_roots();
+    let mut inside: Option<PathBuf> = None;
+    let mut root_ids: Vec<((u64, u64), PathBuf)> = Vec::with_capacity(provisioning.len());
+    for r in &provisioning {
+        let (real, id) = match resolver.real_path_id(r) {
+            Ok((real, id)) => (real, Some(id)),
+            Err(_) => (resolved(r), None),
+        };
+        let real = paths::normalized(&real).into_owned();
+        if paths::is_under(&real, src) {
+            return Err(refuse_root(src, &real));
+        }
+        if inside.is_none() && paths::is_under(src, &real) {
+            inside = Some(real.clone());
+        }
+        if let Some(id) = id {
+            root_ids.push((id, real));
+        }
+    }
     for a in src.ancestors() {
-        if let Some(id) = resolver.id(a)
-            && let Some((_, p, why)) = ids.iter().find(|(i, _, _)| *i == id)
-        {
+        let Some(id) = resolver.id(a) else { continue };
+        if let Some((_, p, why)) = ids.iter().find(|(i, _, _)| *i == id) {
             return Err(Error::refused(format!(
                 "host path {shown} is refused: {} is {} ({why}) under another name, which no volume may expose whatever the node config says",
                 a.display(),
                 p.display()
             )));
         }
+        if let Some((_, real)) = root_ids.iter().find(|(i, _)| *i == id) {
+            if a == src {
+                return Err(refuse_root(src, real));
+            }
+            if inside.is_none() {
+                inside = Some(real.clone());
+            }
+        }
     }
     if let Ok(st) = resolver.lstat(src) {
         check_device_source(src, st.kind())?;
+    }
+    if let Some(root) = inside {
+        return Ok(Served {
+            root,
+            provisioning: true,
+        });
     }
 
     let configured = !ctx.config.hostpath.allowed_roots.is_empty();
@@ -584,7 +633,10 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
         .filter(|r| r != Path::new("/") && src.starts_with(r))
         .max_by_key(|r| r.components().count());
     if let Some(root) = serving {
-        return Ok(root);
+        return Ok(Served {
+            root,
+            provisioning: false,
+        });
     }
     let config_file = Config::path().0;
     if !configured {
@@ -602,6 +654,80 @@ fn check_policy(ctx: &Context, resolved_source: &Path, pod_dir: &Path) -> Result
         "host path {shown} is refused: it is outside the allowed roots ({list}) once symlinks are resolved; use a path under them, or ask the node operator to add it to \"hostpath\": {{\"allowedRoots\": [...]}} in {}",
         config_file.display()
     )))
+}
+
+/// The root a source passed [`check_policy`] under.
+struct Served {
+    /// The resolved root.
+    root: PathBuf,
+    /// Whether it is a provisioning root: the source is then served only to its PV.
+    provisioning: bool,
+}
+
+/// A source that is a provisioning root `root`, or contains one.
+fn refuse_root(src: &Path, root: &Path) -> Error {
+    let is = if src == root { "is" } else { "contains" };
+    Error::refused(format!(
+        "host path {} is refused: it {is} {}, a root where flexvol provisioner makes every claim's volume, which no volume may expose; to use a provisioned volume, use its PersistentVolumeClaim",
+        src.display(),
+        root.display()
+    ))
+}
+
+/// What a source inside a provisioning root `root` must be to be served: the volume directory of
+/// a PV, named exactly as the PV does (`type: Directory`, no `pathPattern`, an existing directory
+/// reached without a symlink, so nothing is ever created inside a root), for the PV the
+/// provisioner made it for: a valid [`capability::OPTION`] for this PV and path, or a legacy
+/// grant for this path, PV name and namespace ([`capability::authorize`]). Only here is the node
+/// key read. `existing`/`missing`: the source as [`paths::resolve_existing`] split it.
+///
+/// [`capability::OPTION`]: crate::node::capability::OPTION
+/// [`capability::authorize`]: crate::node::capability::authorize
+fn authorize_provisioned(
+    ctx: &Context,
+    opts: &HostPathOptions,
+    o: &Options,
+    root: &Path,
+    existing: &Path,
+    missing: &[std::ffi::OsString],
+) -> Result<()> {
+    use crate::node::capability::{self, Key, Location};
+    let given = o.get("path").unwrap_or_default();
+    let refuse = |why: &str| {
+        Error::refused(format!(
+            "host path {} is refused: it is inside {}, a root where flexvol provisioner makes each claim's volume, and {why}; to use a provisioned volume, use its PersistentVolumeClaim",
+            opts.path.display(),
+            root.display()
+        ))
+    };
+    if opts.patterned {
+        return Err(refuse("pathPattern is not served there"));
+    }
+    if opts.path_type != PathType::Directory {
+        return Err(refuse(
+            "only a volume directory with type Directory is served there (nothing is created or mounted as a file inside a root)",
+        ));
+    }
+    if !missing.is_empty() {
+        return Err(refuse("it does not exist"));
+    }
+    if paths::normalized(existing) != paths::normalized(Path::new(given)) {
+        return Err(refuse("it is named through a symlink"));
+    }
+    let key = Key::load(
+        &capability::node_key_path(&ctx.config.state_dir),
+        "flexvol provisioner creates it when it provisions a volume on this node",
+    );
+    capability::authorize(
+        key.as_ref(),
+        &ctx.config.state_dir,
+        &Location::HostPath(given),
+        Some(o.get(keys::PV_OR_VOLUME_NAME).unwrap_or_default()),
+        Some(o.get(keys::POD_NAMESPACE).unwrap_or_default()),
+        o.non_empty(capability::OPTION),
+    )
+    .map(|_| ())
+    .map_err(Error::refused)
 }
 
 /// Device nodes are served only from `/dev`: one made with mknod elsewhere (say by a pod with
@@ -751,7 +877,10 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let (existing, missing) = paths::resolve_existing(&opts.path)
         .map_err(|e| Error::io("resolve host path", &opts.path, e))?;
     let resolved = paths::joined(&existing, &missing);
-    let root = check_policy(ctx, &resolved, &pod_dir)?;
+    let Served { root, provisioning } = check_policy(ctx, &resolved, &pod_dir)?;
+    if provisioning {
+        authorize_provisioned(ctx, &opts, o, &root, &existing, &missing)?;
+    }
     if opts.patterned {
         let (base_real, base_missing) = paths::resolve_existing(&opts.base)
             .map_err(|e| Error::io("resolve host path", &opts.base, e))?;

@@ -87,6 +87,30 @@ impl Location<'_> {
     }
 }
 
+/// The location of a volume as its PV's flexVolume `options` name it, for a driver of kind `kind`
+/// (`hostpath`: `path`; `lvm`: `volumegroup` and `volumeID`; `nfs`: `server` and `share`): what
+/// the provisioner signs, what the reconciler writes a legacy grant for, and what a driver checks
+/// (with [`crate::protocol::options::Options::plain`]). `None` for another kind or a missing
+/// option.
+pub fn pv_location<'a>(
+    kind: &str,
+    options: &'a std::collections::BTreeMap<String, String>,
+) -> Option<Location<'a>> {
+    let get = |k: &str| options.get(k).map(String::as_str);
+    match kind {
+        "hostpath" => Some(Location::HostPath(get("path")?)),
+        "lvm" => Some(Location::Lvm {
+            vg: get("volumegroup")?,
+            lv: get("volumeID")?,
+        }),
+        "nfs" => Some(Location::Nfs {
+            server: get("server")?,
+            share: get("share")?,
+        }),
+        _ => None,
+    }
+}
+
 /// The bytes a token is the HMAC of. Fields are separated by NUL, which none of them may hold
 /// (option values with NUL are refused by every parser), so two different volumes never share a
 /// message.
@@ -545,6 +569,39 @@ mod tests {
         let missing = Key::load(&st.join("nokey"), "create it").unwrap_err();
         let e = authorize(Err(&missing), st, &loc, Some("pvc-1"), None, Some(&token)).unwrap_err();
         assert!(e.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn a_pv_location_comes_from_its_options() {
+        let o = |kv: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let h = o(&[("path", "/srv/p/x"), ("type", "Directory")]);
+        assert_eq!(
+            pv_location("hostpath", &h),
+            Some(Location::HostPath("/srv/p/x"))
+        );
+        let l = o(&[("volumegroup", "vg0"), ("volumeID", "pvc-1")]);
+        assert_eq!(
+            pv_location("lvm", &l),
+            Some(Location::Lvm {
+                vg: "vg0",
+                lv: "pvc-1"
+            })
+        );
+        let n = o(&[("server", "10.0.0.5"), ("share", "/export/a")]);
+        assert_eq!(
+            pv_location("nfs", &n),
+            Some(Location::Nfs {
+                server: "10.0.0.5",
+                share: "/export/a"
+            })
+        );
+        assert_eq!(pv_location("lvm", &h), None);
+        assert_eq!(pv_location("nfs", &o(&[("server", "s")])), None);
+        assert_eq!(pv_location("other", &h), None);
     }
 
     #[test]

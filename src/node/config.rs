@@ -163,8 +163,8 @@ impl Config {
             reason,
         };
         // local-path-provisioner's keys are split off first, so its config.json is a valid config
-        // as it is; every root it names is also an allowed hostPath root (added to the roots in
-        // effect, the default root included when none is configured).
+        // as it is. The roots it names are not hostPath allowed roots: they hold every claim's
+        // volume, which the hostPath driver serves only to the claim's PV (its policy check).
         let mut obj: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
         let local_path = crate::provision::localpath::LocalPathConfig::split_off(&mut obj)
@@ -172,13 +172,6 @@ impl Config {
             .unwrap_or_default();
         let mut c: Config = serde_json::from_value(serde_json::Value::Object(obj))
             .map_err(|e| invalid(e.to_string()))?;
-        if !local_path.is_empty() {
-            let mut roots = c.hostpath.roots();
-            roots.extend(local_path.all_roots());
-            roots.sort();
-            roots.dedup();
-            c.hostpath.allowed_roots = roots;
-        }
         c.local_path = local_path;
         let path_ok = |p: &Path| p.is_absolute() && !crate::sys::paths::has_dotdot(p);
         for (name, p) in [

@@ -75,6 +75,7 @@
 //! nothing here takes a lock.
 
 use super::backend::{Backend, Provisioned, Refusal, Request};
+use crate::node::capability::{self, Key, Location, node_key_path};
 use crate::node::config::Config;
 use crate::sys::paths::{self, Ownership};
 use crate::sys::process::checkpoint;
@@ -1453,6 +1454,9 @@ impl Backend for HostPathBackend {
                 bad.join("; ")
             )));
         };
+        // The node key first: a Failure leaves nothing behind.
+        let key = Key::load_or_create(&node_key_path(&cfg.state_dir))
+            .map_err(|e| Refusal::Fail(format!("{e}; retrying")))?;
         let marker = Marker {
             provisioner: self.provisioner.clone(),
             volume: req.pv_name.to_owned(),
@@ -1469,10 +1473,14 @@ impl Backend for HostPathBackend {
         let size = super::quota::enforce_volume(&runner, root, &rel, req.size_bytes)
             .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
         let location = path.display().to_string();
+        // The PV alone may use the directory: the driver serves a path inside a provisioning
+        // root only with this token for this PV and exactly this path.
+        let token = key.sign(req.pv_name, &Location::HostPath(&location));
         Ok(Provisioned {
             options: BTreeMap::from([
                 ("path".to_owned(), location.clone()),
                 ("type".to_owned(), "Directory".to_owned()),
+                (capability::OPTION.to_owned(), token),
             ]),
             capacity_bytes: req.size_bytes,
             annotations: size.annotations(req.size_bytes),

@@ -18,8 +18,10 @@
 //! `setupCommand`, `teardownCommand` and `cmdTimeoutSeconds` are accepted (a local-path config
 //! stays valid) but nothing runs them: flexvol creates and removes directories itself.
 //!
-//! Every root named anywhere in the file is also an allowed root of the hostPath driver
-//! ([`LocalPathConfig::all_roots`]), so the PVs the provisioner writes pass the driver's policy.
+//! The roots are not allowed roots of the hostPath driver: every root named anywhere in the file
+//! ([`LocalPathConfig::all_roots`]) is refused to inline volumes, and a directory inside one is
+//! served only to the PV the provisioner made it for (its `capabilityToken`, see
+//! [`crate::node::capability`]).
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

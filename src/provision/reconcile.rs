@@ -5,14 +5,18 @@
 //! 1. lets each backend finish what a kill left half done (tombstones);
 //! 2. labels the Node `<vendor>/<kind>=true` for each backend that can serve here, removes it
 //!    otherwise (classes may pin claims to labelled nodes with `allowedTopologies`);
-//! 3. every pending claim of one of our classes without a PV — for a node-local backend only those
+//! 3. for every PV of ours made before capabilities (no `capabilityToken` option) — hostPath and
+//!    LVM PVs of this node, NFS PVs of any node — writes a legacy grant so the drivers serve it to
+//!    that PV in its claim's namespace ([`crate::node::capability::write_legacy_grant`]); grants
+//!    of PVs that are gone are removed;
+//! 4. every pending claim of one of our classes without a PV — for a node-local backend only those
 //!    whose `selected-node` is this node, for a shared one (NFS) any — : validate class and claim,
 //!    let the backend make the volume, create `pvc-<claim uid>`; when the backend says this node
 //!    cannot serve it, remove `selected-node` so the scheduler picks again;
-//! 4. every Bound PV of ours whose claim asks for more than the PV's
+//! 5. every Bound PV of ours whose claim asks for more than the PV's
 //!    [`ANN_SIZE`](super::backend::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
-//! 5. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
+//! 6. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
 //!    node-local backend): re-read it from the server, let the backend remove the volume (it checks
 //!    the ownership marks), then delete the PV (with a uid precondition).
 //!
@@ -26,6 +30,7 @@ use super::api::{ApiErrorKind, Cluster, EventSpec};
 use super::backend::{ANN_SIZE, Backend, Provisioned, Refusal, Request};
 use super::hostpath::{self, Root};
 use crate::backend::lvm::options::parse_size;
+use crate::node::capability;
 use crate::node::config::Config;
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
@@ -256,6 +261,7 @@ impl<C: Cluster> Reconciler<C> {
             .iter()
             .filter_map(|v| v.metadata.name.clone())
             .collect();
+        self.legacy_grants(&volumes, &names, cfg, &mut report);
         match self.cluster.claims().await {
             Err(e) => report.failed.push(e.to_string()),
             Ok(claims) => {
@@ -611,6 +617,66 @@ impl<C: Cluster> Reconciler<C> {
         mine.then_some(bi)
     }
 
+    /// Step 3 (every pass, no API call): a legacy grant for each PV of ours made before
+    /// capabilities, whose options carry no [`capability::OPTION`] (a PV's source is immutable):
+    /// hostPath and LVM PVs of this node, NFS PVs of any node (any node mounts them). The
+    /// drivers serve such a volume without a token to that PV name in its claim's namespace
+    /// only. Grants of PVs that no longer exist are removed. Costs an open and a read per
+    /// legacy PV and a directory listing; nothing for PVs with a token.
+    fn legacy_grants(
+        &self,
+        volumes: &[PersistentVolume],
+        names: &HashSet<String>,
+        cfg: &Config,
+        report: &mut Report,
+    ) {
+        for v in volumes {
+            let Some(bi) = ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.backend_for(p))
+            else {
+                continue;
+            };
+            let b = &self.backends[bi];
+            if b.node_local() && ann(&v.metadata, ANN_NODE) != Some(self.id.node.as_str()) {
+                continue;
+            }
+            let spec = v.spec.as_ref();
+            let Some(options) = spec
+                .and_then(|s| s.flex_volume.as_ref())
+                .and_then(|f| f.options.as_ref())
+            else {
+                continue;
+            };
+            let namespace = spec
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| r.namespace.clone());
+            let (Some(pv), Some(namespace)) = (v.metadata.name.clone(), namespace) else {
+                continue;
+            };
+            if options.contains_key(capability::OPTION) {
+                continue;
+            }
+            let Some(loc) = capability::pv_location(b.kind(), options) else {
+                continue;
+            };
+            if let Err(e) = capability::write_legacy_grant(
+                &cfg.state_dir,
+                &loc,
+                &capability::LegacyGrant {
+                    pv: pv.clone(),
+                    namespace,
+                },
+            ) {
+                report.failed.push(format!(
+                    "PV {pv}: cannot write its legacy grant in {}: {e}; pods of its claim cannot mount it on this node until it is written",
+                    cfg.state_dir.join(capability::LEGACY_DIR).display()
+                ));
+            }
+        }
+        report
+            .failed
+            .extend(sweep_legacy_grants(&cfg.state_dir, names));
+    }
+
     /// Released, Delete, ours, not being deleted: its backend.
     fn ours_to_delete(&self, v: &PersistentVolume) -> Option<usize> {
         let spec = v.spec.as_ref();
@@ -621,7 +687,7 @@ impl<C: Cluster> Reconciler<C> {
         .flatten()
     }
 
-    /// Step 4: grows a Bound PV of ours whose claim asks for more than it has.
+    /// Step 5: grows a Bound PV of ours whose claim asks for more than it has.
     async fn resize(
         &mut self,
         c: &PersistentVolumeClaim,
@@ -759,6 +825,17 @@ impl<C: Cluster> Reconciler<C> {
         let failure = match self.backends[bi].delete(cfg, &v) {
             Err(why) => Err(why),
             Ok(done) => {
+                // Best effort: a grant left behind is swept once the PV is gone.
+                let kind = self.backends[bi].kind();
+                if let Some(loc) = v
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.flex_volume.as_ref())
+                    .and_then(|f| f.options.as_ref())
+                    .and_then(|o| capability::pv_location(kind, o))
+                {
+                    let _ = capability::remove_legacy_grant(&cfg.state_dir, &loc);
+                }
                 checkpoint("provisioner-delete-before-pv");
                 match self.cluster.delete_volume(&name, &uid).await {
                     Ok(()) => Ok(done),
@@ -786,6 +863,43 @@ impl<C: Cluster> Reconciler<C> {
             }
         }
     }
+}
+
+/// Removes the legacy grants (in `<stateDir>/legacy-grants`) of PVs not in `names`, the PVs that
+/// exist; returns failures. Only files this provisioner wrote are there (root-only directory).
+fn sweep_legacy_grants(state_dir: &std::path::Path, names: &HashSet<String>) -> Vec<String> {
+    let dir = state_dir.join(capability::LEGACY_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => return vec![format!("cannot list {}: {e}", dir.display())],
+    };
+    let mut failed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        // Temporaries of a killed writer start with a dot: theirs to replace.
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = e.path();
+        let Ok(data) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(g) = serde_json::from_slice::<capability::LegacyGrant>(&data) else {
+            continue;
+        };
+        if !names.contains(&g.pv)
+            && let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            failed.push(format!(
+                "cannot remove the legacy grant {} of PV {}, which no longer exists: {e}",
+                path.display(),
+                g.pv
+            ));
+        }
+    }
+    failed
 }
 
 /// Provisioned by `provisioner` and bound to the claim with uid `claim_uid`.

@@ -233,8 +233,20 @@ fn claim(name: &str, uid: &str, class: &str, node: Option<&str>) -> PersistentVo
     }
 }
 
+/// One state directory per first root (the node key, legacy grants), never the node's own.
+fn state_dir(roots: &[&Path]) -> PathBuf {
+    static STATE: std::sync::LazyLock<tempfile::TempDir> =
+        std::sync::LazyLock::new(|| tempfile::tempdir().unwrap());
+    let name = roots
+        .first()
+        .map(|r| r.to_string_lossy().replace('/', "_"))
+        .unwrap_or_default();
+    STATE.path().join(name)
+}
+
 fn config(node: &str, roots: &[&Path]) -> Config {
     Config {
+        state_dir: state_dir(roots),
         local_path: LocalPathConfig {
             node_path_map: vec![NodePath {
                 node: node.into(),
@@ -330,7 +342,12 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
     let m: Marker = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).unwrap()).unwrap();
     assert_eq!((m.volume.as_str(), m.claim_uid.as_str()), ("pvc-u1", "u1"));
 
-    // The PV.
+    // The PV. Its token binds it to this directory, under this node's key.
+    use crate::node::capability::{Key, Location, node_key_path};
+    let key = Key::load(&node_key_path(&cfg.state_dir), "made by the pass").unwrap();
+    let location = dir.display().to_string();
+    let token = key.sign("pvc-u1", &Location::HostPath(&location));
+    assert!(!key.verify("pvc-u2", &Location::HostPath(&location), &token));
     let pvs = rec.cluster.volumes.borrow().clone();
     assert_eq!(pvs.len(), 1);
     let pv = serde_json::to_value(&pvs[0]).unwrap();
@@ -348,7 +365,7 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
             "capacity": {"storage": "1Gi"},
             "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "ns",
                          "name": "data", "uid": "u1", "resourceVersion": "7"},
-            "flexVolume": {"driver": PROV, "options": {"path": dir.display().to_string(), "type": "Directory"}},
+            "flexVolume": {"driver": PROV, "options": {"path": location, "type": "Directory", "capabilityToken": token}},
             "mountOptions": ["noatime"],
             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-node-a"]}]}]}},
@@ -827,23 +844,14 @@ fn readme_local_path_config_is_a_valid_node_config() {
         ]
     );
     assert!(c.local_path.node_roots("yasker-lp-dev3").is_empty());
-    // Every root it names is also an allowed root of the hostPath driver, next to the default
-    // root (no allowedRoots configured).
-    let mut want = vec![
-        PathBuf::from("/data1"),
-        PathBuf::from("/opt/local-path-provisioner"),
-        PathBuf::from(crate::backend::hostpath::DEFAULT_HOSTPATH_ROOT),
-    ];
-    want.sort();
-    assert_eq!(c.hostpath.allowed_roots, want);
-    // With allowedRoots configured, they are added to those.
+    // The roots it names are not allowed roots of the hostPath driver (they hold every claim's
+    // volume): the hostPath policy is left as configured.
+    assert!(c.hostpath.allowed_roots.is_empty());
     let with =
         br#"{"hostpath":{"allowedRoots":["/srv"]},"nodePathMap":[{"node":"a","paths":["/data"]}]}"#;
     let c = crate::node::config::Config::parse(Path::new("c"), with).unwrap();
-    assert_eq!(
-        c.hostpath.allowed_roots,
-        vec![PathBuf::from("/data"), PathBuf::from("/srv")]
-    );
+    assert_eq!(c.hostpath.allowed_roots, vec![PathBuf::from("/srv")]);
+    assert_eq!(c.local_path.all_roots(), vec![PathBuf::from("/data")]);
     // flexvol keys and local-path keys together; a typo in either is still an error.
     let both = br#"{"stateDir":"/s","nodePathMap":[{"node":"a","paths":["/srv"]}]}"#;
     let c = crate::node::config::Config::parse(Path::new("c"), both).unwrap();
@@ -1002,4 +1010,134 @@ fn an_instance_that_cannot_serve_a_shared_kind_leaves_its_claims_to_others() {
         rec.cluster.events.borrow()
     );
     assert!(rec.cluster.volumes.borrow().is_empty());
+}
+
+/// A PV made by the version before capabilities: no `capabilityToken` in its options.
+fn legacy_pv(name: &str, kind: &str, node: &str, options: serde_json::Value) -> PersistentVolume {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "annotations": {
+            ANN_PROVISIONED_BY: format!("flexvol/{kind}"), ANN_NODE: node}},
+        "spec": {"claimRef": {"namespace": "team-a", "name": "data", "uid": "u"},
+                 "flexVolume": {"driver": format!("flexvol/{kind}"), "options": options}},
+        "status": {"phase": "Bound"}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn legacy_pvs_get_a_grant_for_their_claim_and_lose_it_with_the_pv() {
+    use crate::node::capability::{LegacyGrant, Location, read_legacy_grant};
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let cfg = config("node-a", &[&root]);
+    let mut rec = setup("node-a");
+    let host = root.join("pvc-h_team-a_data").display().to_string();
+    let signed = root.join("pvc-t_team-a_data").display().to_string();
+    let dir = serde_json::json!({"type": "Directory"});
+    let with = |k: &str, v: &str| {
+        let mut o = dir.clone();
+        o[k] = v.into();
+        o
+    };
+    let mut token = with("path", &signed);
+    token["capabilityToken"] = "v1.00".into();
+    rec.cluster.volumes.borrow_mut().extend([
+        legacy_pv("pvc-h", "hostpath", "node-a", with("path", &host)),
+        // Another node's directory: its own provisioner writes that grant.
+        legacy_pv("pvc-hb", "hostpath", "node-b", with("path", "/srv/hb")),
+        legacy_pv(
+            "pvc-l",
+            "lvm",
+            "node-a",
+            serde_json::json!({"volumegroup": "vg0", "volumeID": "pvc-l"}),
+        ),
+        legacy_pv(
+            "pvc-lb",
+            "lvm",
+            "node-b",
+            serde_json::json!({"volumegroup": "vg0", "volumeID": "pvc-lb"}),
+        ),
+        // NFS: any node mounts it, so every node grants it.
+        legacy_pv(
+            "pvc-n",
+            "nfs",
+            "node-b",
+            serde_json::json!({"server": "10.0.0.5", "share": "/export/pvc-n"}),
+        ),
+        // Made by this version: the token is the grant.
+        legacy_pv("pvc-t", "hostpath", "node-a", token),
+    ]);
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.failed.is_empty(), "{r:?}");
+    let grant = |pv: &str| {
+        Some(LegacyGrant {
+            pv: pv.into(),
+            namespace: "team-a".into(),
+        })
+    };
+    let st = &cfg.state_dir;
+    let lvm = |lv| Location::Lvm { vg: "vg0", lv };
+    let nfs = Location::Nfs {
+        server: "10.0.0.5",
+        share: "/export/pvc-n",
+    };
+    assert_eq!(
+        read_legacy_grant(st, &Location::HostPath(&host)),
+        grant("pvc-h")
+    );
+    assert_eq!(read_legacy_grant(st, &lvm("pvc-l")), grant("pvc-l"));
+    assert_eq!(read_legacy_grant(st, &nfs), grant("pvc-n"));
+    assert_eq!(read_legacy_grant(st, &Location::HostPath("/srv/hb")), None);
+    assert_eq!(read_legacy_grant(st, &lvm("pvc-lb")), None);
+    assert_eq!(read_legacy_grant(st, &Location::HostPath(&signed)), None);
+    assert_eq!(entries(&st.join("legacy-grants")).len(), 3);
+    // The drivers' decision: this PV in its namespace, nobody else.
+    let key = crate::node::capability::Key::from_bytes(b"unused, no token in these calls..");
+    let auth = |pv, ns| {
+        crate::node::capability::authorize(
+            Ok(&key),
+            st,
+            &Location::HostPath(&host),
+            Some(pv),
+            Some(ns),
+            None,
+        )
+    };
+    assert!(auth("pvc-h", "team-a").is_ok());
+    assert!(auth("pvc-h", "team-b").is_err());
+    assert!(auth("pvc-l", "team-a").is_err());
+
+    // Again: nothing changes. Then PVs go away: so do their grants.
+    assert!(block_on(rec.pass(&cfg)).failed.is_empty());
+    rec.cluster
+        .volumes
+        .borrow_mut()
+        .retain(|v| v.metadata.name.as_deref() == Some("pvc-l"));
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(read_legacy_grant(st, &Location::HostPath(&host)), None);
+    assert_eq!(read_legacy_grant(st, &nfs), None);
+    assert_eq!(read_legacy_grant(st, &lvm("pvc-l")), grant("pvc-l"));
+    assert_eq!(entries(&st.join("legacy-grants")).len(), 1);
+}
+
+#[test]
+fn deleting_a_legacy_volume_removes_its_grant() {
+    use crate::node::capability::{Location, read_legacy_grant};
+    let (_d, root, mut rec, cfg) = provisioned("Delete");
+    // Make it a PV of the old version: no token.
+    for v in rec.cluster.volumes.borrow_mut().iter_mut() {
+        let fv = v.spec.as_mut().unwrap().flex_volume.as_mut().unwrap();
+        fv.options.as_mut().unwrap().remove("capabilityToken");
+    }
+    let path = root.join("pvc-u1_ns_data").display().to_string();
+    assert!(block_on(rec.pass(&cfg)).failed.is_empty());
+    assert!(read_legacy_grant(&cfg.state_dir, &Location::HostPath(&path)).is_some());
+    set_phase(&rec, "pvc-u1", "Released");
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted.len(), 1, "{r:?}");
+    assert_eq!(
+        read_legacy_grant(&cfg.state_dir, &Location::HostPath(&path)),
+        None
+    );
 }

@@ -355,9 +355,12 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
     let quota_disk = Disk::xfs("prjquota");
     let plain_disk = Disk::xfs("");
     let (qroot, proot) = (quota_disk.mnt.join("q"), plain_disk.mnt.join("p"));
+    // The provisioner keeps its node key (capabilityToken) in the state directory.
+    let state = tempfile::tempdir().unwrap();
     let cfg = flexvol::node::config::Config::parse(
         Path::new("c"),
         serde_json::json!({
+            "stateDir": state.path(),
             "nodePathMap": [{"node": "n1", "paths": [qroot]}],
             "storageClassConfigs": {"plain": {"nodePathMap": [{"node": "n1", "paths": [proot]}]}}
         })

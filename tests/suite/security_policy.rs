@@ -563,3 +563,188 @@ fn root_a_missing_root_is_created_as_the_nodes_own_not_the_pods() {
         .ok();
     assert!(env.mounts().is_empty());
 }
+
+// Issue #20, holes 1 and 2 (hostPath): provisioning roots are not allowed roots, and a volume
+// directory inside one is served only to the PV the provisioner made it for.
+
+/// An env whose allowed root `<tmp>/data` holds the provisioning root `<tmp>/data/lpp`, with one
+/// provisioned-looking volume directory (and its marker) in it: (env, root, volume directory).
+fn provisioning_env() -> (Env, PathBuf, PathBuf) {
+    let env = Env::new();
+    let data = env.mkdir("data");
+    let root = data.join("lpp");
+    let vol = root.join("pvc-v_team-b_db");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join(".flexvol-provisioned"), b"{}").unwrap();
+    std::fs::write(vol.join("secret"), b"team-b's data").unwrap();
+    env.reconfigure(json!({
+        "hostpath": {"allowedRoots": [data]},
+        "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [root]}],
+    }));
+    (env, root, vol)
+}
+
+/// The options kubelet sends for a PV (or an inline volume) named `pv` in `namespace`.
+fn pv_opts(path: &Path, pv: &str, namespace: &str, extra: Value) -> String {
+    let mut j: Value = serde_json::from_str(&opts(path, extra)).unwrap();
+    j["kubernetes.io/pvOrVolumeName"] = pv.into();
+    j["kubernetes.io/pod.namespace"] = namespace.into();
+    j.to_string()
+}
+
+/// Hole 1. Old code: every `nodePathMap` root was an allowed root, so an inline volume could
+/// mount the root (every claim's data), its parent, a claim's directory, a marker file, and
+/// create tombstones in the root.
+#[test]
+fn root_inline_volumes_cannot_reach_provisioning_roots() {
+    require_root!();
+    let (env, root, vol) = provisioning_env();
+    let pod = env.pod_dir("u", "v");
+    let dir = json!({"type": "Directory"});
+    for (path, extra) in [
+        (root.clone(), json!({})),
+        (root.clone(), dir.clone()),
+        // Above the root: its parent, an allowed root.
+        (root.parent().unwrap().to_owned(), json!({})),
+        // Another claim's directory, with the claim's own PV name (an inline volume may be
+        // named `pvc-...`): no token, no grant.
+        (vol.clone(), dir.clone()),
+        (vol.join(".flexvol-provisioned"), json!({"type": "File"})),
+        (vol.join("secret"), json!({})),
+    ] {
+        mount(&env, &pod, &pv_opts(&path, "pvc-v", "team-b", extra))
+            .failed("PersistentVolumeClaim");
+        assert!(env.mounts().is_empty(), "{}", path.display());
+    }
+    // Nothing is created inside a root: no tombstone, no squatted claim directory.
+    for name in [".flexvol-deleting-pvc-v", "team-b"] {
+        let p = root.join(name);
+        mount(
+            &env,
+            &pod,
+            &pv_opts(&p, "pvc-v", "team-b", json!({"type": "DirectoryOrCreate"})),
+        )
+        .failed("PersistentVolumeClaim");
+        assert!(!p.exists(), "{} was created", p.display());
+    }
+    mount(
+        &env,
+        &pod,
+        &pv_opts(
+            &root,
+            "pvc-v",
+            "team-b",
+            json!({"type": "DirectoryOrCreate", "pathPattern": "{namespace}"}),
+        ),
+    )
+    .failed("PersistentVolumeClaim");
+    assert!(!root.join("team-b").exists());
+    assert!(env.mounts().is_empty());
+}
+
+/// Hole 2. Old code: any inline volume naming the directory was served; now only the PV with the
+/// token the provisioner signed for exactly that PV and path.
+#[test]
+fn root_a_provisioned_directory_is_served_only_with_its_pvs_token() {
+    use flexvol::node::capability::{Key, Location, node_key_path};
+    require_root!();
+    let (env, root, vol) = provisioning_env();
+    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
+    let path = vol.to_str().unwrap();
+    let token = key.sign("pvc-v", &Location::HostPath(path));
+    let pod = env.pod_dir("u", "v");
+    // Its PV: mounted.
+    let good = json!({"type": "Directory", "capabilityToken": token});
+    mount(&env, &pod, &pv_opts(&vol, "pvc-v", "team-b", good.clone())).ok();
+    assert_eq!(std::fs::read(pod.join("secret")).unwrap(), b"team-b's data");
+    env.call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
+    // The token never reaches the log.
+    let log = std::fs::read_to_string(&env.log).unwrap();
+    assert!(!log.contains(&token[3..]), "the token was logged");
+    // A token of another PV or another path; the right token under another PV name; the right
+    // token with another type, or for a path below the volume.
+    let other = env.mkdir("data/lpp/pvc-w_team-a_mine");
+    let theirs = key.sign("pvc-w", &Location::HostPath(other.to_str().unwrap()));
+    let cases = [
+        (
+            vol.clone(),
+            "pvc-w",
+            json!({"type": "Directory", "capabilityToken": theirs}),
+        ),
+        (
+            vol.clone(),
+            "pvc-v",
+            json!({"type": "Directory", "capabilityToken": theirs}),
+        ),
+        (vol.clone(), "pvc-w", good.clone()),
+        (
+            vol.clone(),
+            "pvc-v",
+            json!({"type": "", "capabilityToken": token}),
+        ),
+        (
+            vol.join("sub"),
+            "pvc-v",
+            json!({"type": "DirectoryOrCreate", "capabilityToken": token}),
+        ),
+        (root.clone(), "pvc-v", good.clone()),
+    ];
+    for (p, pv, extra) in cases {
+        let r = mount(&env, &pod, &pv_opts(&p, pv, "team-a", extra));
+        r.failed("PersistentVolumeClaim");
+        assert!(!r.message().contains(&token[3..]) && !r.message().contains(&theirs[3..]));
+        assert!(env.mounts().is_empty(), "{}", p.display());
+    }
+    assert!(!vol.join("sub").exists());
+    // Through a symlink, even with a token signed for that name.
+    let link = root.parent().unwrap().join("link");
+    std::os::unix::fs::symlink(&vol, &link).unwrap();
+    for t in [
+        token.clone(),
+        key.sign("pvc-v", &Location::HostPath(link.to_str().unwrap())),
+    ] {
+        mount(
+            &env,
+            &pod,
+            &pv_opts(
+                &link,
+                "pvc-v",
+                "team-b",
+                json!({"type": "Directory", "capabilityToken": t}),
+            ),
+        )
+        .failed("PersistentVolumeClaim");
+    }
+    assert!(env.mounts().is_empty());
+}
+
+/// Legacy PVs (made before tokens) are served through the grant the provisioner writes: to that
+/// PV name in its claim's namespace only.
+#[test]
+fn root_a_legacy_grant_serves_its_pv_in_its_namespace_only() {
+    use flexvol::node::capability::{LegacyGrant, Location, write_legacy_grant};
+    require_root!();
+    let (env, _root, vol) = provisioning_env();
+    let grant = LegacyGrant {
+        pv: "pvc-v".into(),
+        namespace: "team-b".into(),
+    };
+    write_legacy_grant(
+        &env.state,
+        &Location::HostPath(vol.to_str().unwrap()),
+        &grant,
+    )
+    .unwrap();
+    let pod = env.pod_dir("u", "v");
+    let dir = json!({"type": "Directory"});
+    for (pv, ns) in [("pvc-v", "team-a"), ("data", "team-b"), ("pvc-w", "team-b")] {
+        mount(&env, &pod, &pv_opts(&vol, pv, ns, dir.clone())).failed("PersistentVolumeClaim");
+        assert!(env.mounts().is_empty());
+    }
+    mount(&env, &pod, &pv_opts(&vol, "pvc-v", "team-b", dir)).ok();
+    assert_eq!(std::fs::read(pod.join("secret")).unwrap(), b"team-b's data");
+    env.call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
+    assert!(env.mounts().is_empty());
+}
