@@ -153,11 +153,8 @@ async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
         for c in &r.rescheduled {
             log(&format!("sent claim {c} back to the scheduler"));
         }
-        for (key, set) in &r.labelled {
-            log(&format!(
-                "{} the node label {key}",
-                if *set { "set" } else { "removed" }
-            ));
+        for a in &r.advice {
+            log(a);
         }
         for f in &r.failed {
             log(f);
