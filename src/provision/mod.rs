@@ -111,7 +111,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
 
 async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
     // The installer container writes the config; until a valid one exists, wait (no pass on an
-    // unknown config: it would take the node's label away).
+    // unknown config: it would send every claim picked for this node back).
     let mut config = loop {
         match Config::load() {
             Ok(c) => break c,

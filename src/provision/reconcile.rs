@@ -63,7 +63,8 @@ pub struct Identity {
     /// This node's name.
     pub node: String,
     /// Vendor part of the names: a backend of kind `k` serves classes whose provisioner is
-    /// `<vendor>/<k>`, which is also its PVs' flexVolume driver and its Node label key.
+    /// `<vendor>/<k>`, which is also its PVs' flexVolume driver and the key of the Node label
+    /// the operator sets for it.
     pub vendor: String,
 }
 
