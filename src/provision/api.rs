@@ -89,10 +89,9 @@ pub trait Cluster {
     /// Removes the `volume.kubernetes.io/selected-node` annotation from a claim, if it still names
     /// `node` (a JSON patch test + remove).
     async fn unselect_node(&self, namespace: &str, name: &str, node: &str) -> ApiResult<()>;
-    /// The Node object (`None`: not found).
+    /// The Node object (`None`: not found). Nodes are only ever read: the provisioner's token
+    /// may not write them (drivers/deploy/rbac.yaml).
     async fn get_node(&self, name: &str) -> ApiResult<Option<Node>>;
-    /// Sets (`Some`) or removes (`None`) one label on a Node.
-    async fn set_node_label(&self, node: &str, key: &str, value: Option<&str>) -> ApiResult<()>;
     /// Sets a PV's capacity to `capacity` and merges `annotations` into its annotations (the
     /// caller never passes less than the PV's capacity).
     async fn grow_volume(

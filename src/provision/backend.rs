@@ -98,14 +98,15 @@ pub enum Refusal {
 /// One kind of volume.
 pub trait Backend {
     /// `hostpath`, `lvm` or `nfs`: the provisioner name is `<vendor>/<kind>`, which is also the
-    /// PV's flexVolume driver and the Node label key.
+    /// PV's flexVolume driver and the key of the Node label the operator sets for it.
     fn kind(&self) -> &'static str;
 
     /// Node-local volumes (hostPath, LVM) are made by the instance on the claim's selected node
     /// and pinned to it by `nodeAffinity`; shared ones (NFS) by any instance, and deleted by any.
     fn node_local(&self) -> bool;
 
-    /// Whether this node can serve this kind now, per its config (the Node label follows this).
+    /// Whether this node can serve this kind now, per its config (the provisioner advises the
+    /// operator when the node's label says otherwise).
     fn serves(&self, cfg: &Config, node: &str) -> bool;
 
     /// Validates a class's `parameters` (unknown keys are errors). Called before anything exists.

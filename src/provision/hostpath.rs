@@ -1408,8 +1408,8 @@ impl Backend for HostPathBackend {
     }
 
     fn serves(&self, cfg: &Config, node: &str) -> bool {
-        // Labelled while a root can be used now (a root that is gone takes the label away, so the
-        // scheduler stops picking this node).
+        // Serving while a root can be used now (a root that is gone makes the instance advise
+        // removing the node's label, and send picked claims back).
         !super::reconcile::usable_roots(&cfg.local_path.node_roots(node), true)
             .0
             .is_empty()

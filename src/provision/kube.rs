@@ -227,17 +227,6 @@ impl Cluster for KubeCluster {
         call(format!("get Node {name}"), api.get_opt(name)).await
     }
 
-    async fn set_node_label(&self, node: &str, key: &str, value: Option<&str>) -> ApiResult<()> {
-        let api = Api::<Node>::all(self.client.clone());
-        let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
-        call(
-            format!("label Node {node} {key}={}", value.unwrap_or("(removed)")),
-            api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
-        )
-        .await
-        .map(|_| ())
-    }
-
     async fn grow_volume(
         &self,
         name: &str,

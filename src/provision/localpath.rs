@@ -175,7 +175,7 @@ impl LocalPathConfig {
         }
     }
 
-    /// Every root `node` has for some class: deciding the node label, and where deletes may act.
+    /// Every root `node` has for some class: deciding whether it serves, and where deletes may act.
     pub fn node_roots(&self, node: &str) -> Vec<PathBuf> {
         let mut v = self.top().roots_for(node);
         for m in self.storage_class_configs.values() {

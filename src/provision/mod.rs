@@ -111,7 +111,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
 
 async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
     // The installer container writes the config; until a valid one exists, wait (no pass on an
-    // unknown config: it would take the node's label away).
+    // unknown config: it would send every claim picked for this node back).
     let mut config = loop {
         match Config::load() {
             Ok(c) => break c,
@@ -153,11 +153,8 @@ async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
         for c in &r.rescheduled {
             log(&format!("sent claim {c} back to the scheduler"));
         }
-        for (key, set) in &r.labelled {
-            log(&format!(
-                "{} the node label {key}",
-                if *set { "set" } else { "removed" }
-            ));
+        for a in &r.advice {
+            log(a);
         }
         for f in &r.failed {
             log(f);

@@ -3,16 +3,19 @@
 //! The pass is the same for every kind of volume; what differs is behind the
 //! [`Backend`](super::backend::Backend) seam (`hostpath`, `lvm`, `nfs`). A pass:
 //! 1. lets each backend finish what a kill left half done (tombstones);
-//! 2. labels the Node `<vendor>/<kind>=true` for each backend that can serve here, removes it
-//!    otherwise (classes may pin claims to labelled nodes with `allowedTopologies`);
+//! 2. reads this node's Node (never writes it: the token has no Node write): its hostname label,
+//!    which node-local PVs pin to, and whether it may make node-local volumes at all (not when
+//!    cordoned or a control-plane node, see [`unfit_for_local_volumes`]); where the node's labels
+//!    `<vendor>/<kind>=true`, which the operator sets for classes with `allowedTopologies`,
+//!    disagree with what it can serve, it advises the operator once;
 //! 3. for every PV of ours made before capabilities (no `capabilityToken` option) — hostPath and
 //!    LVM PVs of this node, NFS PVs of any node — writes a legacy grant so the drivers serve it to
 //!    that PV in its claim's namespace ([`crate::node::capability::write_legacy_grant`]); grants
 //!    of PVs that are gone are removed;
 //! 4. every pending claim of one of our classes without a PV — for a node-local backend only those
 //!    whose `selected-node` is this node, for a shared one (NFS) any — : validate class and claim,
-//!    let the backend make the volume, create `pvc-<claim uid>`; when the backend says this node
-//!    cannot serve it, remove `selected-node` so the scheduler picks again;
+//!    let the backend make the volume, create `pvc-<claim uid>`; when this node may not or cannot
+//!    serve it, remove `selected-node` so the scheduler picks again, with an event that says why;
 //! 5. every Bound PV of ours whose claim asks for more than the PV's
 //!    [`ANN_SIZE`](super::backend::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
@@ -34,7 +37,7 @@ use crate::node::capability;
 use crate::node::config::Config;
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
-    FlexPersistentVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    FlexPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
     VolumeNodeAffinity,
 };
@@ -65,7 +68,8 @@ pub struct Identity {
     /// This node's name.
     pub node: String,
     /// Vendor part of the names: a backend of kind `k` serves classes whose provisioner is
-    /// `<vendor>/<k>`, which is also its PVs' flexVolume driver and its Node label key.
+    /// `<vendor>/<k>`, which is also its PVs' flexVolume driver and the key of the Node label
+    /// the operator sets for it.
     pub vendor: String,
 }
 
@@ -89,8 +93,58 @@ pub struct Report {
     pub rescheduled: Vec<String>,
     /// Failures (also sent as events where there is an object to attach them to).
     pub failed: Vec<String>,
-    /// Node label changes: label key, `true` set, `false` removed.
-    pub labelled: Vec<(String, bool)>,
+    /// Advice to the operator about this node's labels (said once per change).
+    pub advice: Vec<String>,
+}
+
+/// What a pass knows about this node.
+#[derive(Debug, Default, Clone)]
+struct Here {
+    /// Its `kubernetes.io/hostname` label, what node-local PVs pin to (`None`: the Node could not
+    /// be read, and node-local claims wait for a pass that can read it).
+    hostname: Option<String>,
+    /// Why it must not make node-local volumes (`None`: it may).
+    unfit: Option<String>,
+}
+
+/// Label and taint keys that mark a control-plane node (1.20 sets the first, later releases the
+/// second).
+pub const CONTROL_PLANE_KEYS: [&str; 2] = [
+    "node-role.kubernetes.io/master",
+    "node-role.kubernetes.io/control-plane",
+];
+
+/// Why a node must not make a node-local volume for a claim that names it in `selected-node`
+/// (`None`: it may). The scheduler never places an ordinary pod on a cordoned node or on a
+/// control-plane node, but a claim's author can write `selected-node` themselves: without this
+/// check, any claim could make any node create directories or LVs with no pod there.
+pub fn unfit_for_local_volumes(n: &Node) -> Option<String> {
+    let spec = n.spec.as_ref();
+    if spec.and_then(|s| s.unschedulable) == Some(true) {
+        return Some(
+            "it is cordoned (spec.unschedulable); no node-local volume is made on it".into(),
+        );
+    }
+    let taints = spec.and_then(|s| s.taints.as_deref()).unwrap_or_default();
+    if let Some(t) = taints.iter().find(|t| {
+        CONTROL_PLANE_KEYS.contains(&t.key.as_str())
+            && (t.effect == "NoSchedule" || t.effect == "NoExecute")
+    }) {
+        return Some(format!(
+            "it is a control-plane node (taint {}:{}); no node-local volume is made on it",
+            t.key, t.effect
+        ));
+    }
+    let labels = n.metadata.labels.as_ref();
+    if let Some(k) = CONTROL_PLANE_KEYS
+        .iter()
+        .find(|k| labels.is_some_and(|l| l.contains_key(**k)))
+    {
+        return Some(format!(
+            "it is a control-plane node (label {k}); no node-local volume is made on it"
+        ));
+    }
+    None
 }
 
 /// The reconciler: the cluster seam, who we are, the backends, and which events were said.
@@ -103,6 +157,8 @@ pub struct Reconciler<C> {
     /// Per backend: whether this node serves it, as of this pass.
     serving: Vec<bool>,
     said: HashMap<(String, &'static str), String>,
+    /// Per label key: the advice last given about it.
+    advised: HashMap<String, String>,
 }
 
 enum Step {
@@ -188,6 +244,7 @@ impl<C: Cluster> Reconciler<C> {
             serving: vec![false; backends.len()],
             backends,
             said: HashMap::new(),
+            advised: HashMap::new(),
         }
     }
 
@@ -248,7 +305,7 @@ impl<C: Cluster> Reconciler<C> {
             .map(|b| (self.id.provisioner(b.kind()), b.serves(cfg, &node)))
             .collect();
         self.serving = serves.iter().map(|(_, s)| *s).collect();
-        let hostname = self.sync_labels(&serves, &mut report).await;
+        let here = self.read_node(&serves, &mut report).await;
 
         let volumes = match self.cluster.volumes().await {
             Ok(v) => v,
@@ -274,7 +331,7 @@ impl<C: Cluster> Reconciler<C> {
                     .collect();
                 self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
                 for c in &claims {
-                    self.claim(c, &names, cfg, &hostname, &mut report).await;
+                    self.claim(c, &names, cfg, &here, &mut report).await;
                 }
                 let by_name: HashMap<&str, &PersistentVolume> = volumes
                     .iter()
@@ -300,37 +357,62 @@ impl<C: Cluster> Reconciler<C> {
         report
     }
 
-    /// Sets or removes the Node labels; returns the node's hostname label (what PVs pin to).
-    async fn sync_labels(&mut self, serves: &[(String, bool)], report: &mut Report) -> String {
+    /// Reads this node's Node: its hostname label (what PVs pin to) and whether it may make
+    /// node-local volumes; advises the operator (once per change) where the node's labels
+    /// `<vendor>/<kind>` disagree with what it serves. It writes nothing: the labels are the
+    /// operator's (the token may not patch Nodes).
+    async fn read_node(&mut self, serves: &[(String, bool)], report: &mut Report) -> Here {
         let node = match self.cluster.get_node(&self.id.node).await {
             Ok(Some(n)) => n,
             Ok(None) => {
                 report.failed.push(format!(
-                    "Node {} does not exist; check --node-name (the DaemonSet passes spec.nodeName)",
+                    "Node {} does not exist; check --node-name (the DaemonSet passes spec.nodeName); no node-local volume is made until it does",
                     self.id.node
                 ));
-                return self.id.node.clone();
+                return Here::default();
             }
             Err(e) => {
-                report.failed.push(e.to_string());
-                return self.id.node.clone();
+                report.failed.push(format!(
+                    "{e}; no node-local volume is made until the Node can be read"
+                ));
+                return Here::default();
             }
         };
+        let unfit = unfit_for_local_volumes(&node);
         let labels = node.metadata.labels.unwrap_or_default();
-        for (key, want) in serves {
-            let has = labels.get(key).map(String::as_str) == Some("true");
-            if has != *want {
-                let v = want.then_some("true");
-                match self.cluster.set_node_label(&self.id.node, key, v).await {
-                    Ok(()) => report.labelled.push((key.clone(), *want)),
-                    Err(e) => report.failed.push(e.to_string()),
+        for (key, serving) in serves {
+            let labelled = labels.get(key).map(String::as_str) == Some("true");
+            let advice = match (labelled, *serving) {
+                (false, true) => Some(format!(
+                    "node {n} serves {key} but is not labelled {key}=true: a class that pins claims to that label with allowedTopologies (as the example classes do) never gets a claim here; if this node should serve it: kubectl label node {n} {key}=true",
+                    n = self.id.node
+                )),
+                (true, false) => Some(format!(
+                    "node {n} is labelled {key}=true but cannot serve {key} (see the node config): claims the scheduler puts here are sent back; remove the label: kubectl label node {n} {key}-",
+                    n = self.id.node
+                )),
+                _ => None,
+            };
+            match advice {
+                Some(a) if self.advised.get(key) != Some(&a) => {
+                    report.advice.push(a.clone());
+                    self.advised.insert(key.clone(), a);
+                }
+                Some(_) => {}
+                None => {
+                    self.advised.remove(key);
                 }
             }
         }
-        labels
-            .get(HOSTNAME_LABEL)
-            .cloned()
-            .unwrap_or_else(|| self.id.node.clone())
+        Here {
+            hostname: Some(
+                labels
+                    .get(HOSTNAME_LABEL)
+                    .cloned()
+                    .unwrap_or_else(|| self.id.node.clone()),
+            ),
+            unfit,
+        }
     }
 
     async fn claim(
@@ -338,10 +420,10 @@ impl<C: Cluster> Reconciler<C> {
         c: &PersistentVolumeClaim,
         volumes: &HashSet<String>,
         cfg: &Config,
-        hostname: &str,
+        here: &Here,
         report: &mut Report,
     ) {
-        let step = self.plan_claim(c, volumes, cfg, hostname).await;
+        let step = self.plan_claim(c, volumes, cfg, here).await;
         let who = claim_ref(c);
         match step {
             Step::Skip => {}
@@ -393,7 +475,7 @@ impl<C: Cluster> Reconciler<C> {
         c: &PersistentVolumeClaim,
         volumes: &HashSet<String>,
         cfg: &Config,
-        hostname: &str,
+        here: &Here,
     ) -> Step {
         let meta = &c.metadata;
         let Some(bi) = [ANN_PROVISIONER_BETA, ANN_PROVISIONER]
@@ -437,6 +519,12 @@ impl<C: Cluster> Reconciler<C> {
                     "cannot read StorageClass {class_name}: {e}; retrying"
                 ));
             }
+        };
+        // A node-local volume only on a node the scheduler could have put the claim's pod on.
+        let hostname = match (&here.hostname, &here.unfit) {
+            (_, Some(why)) if node_local => return Step::Reschedule(why.clone()),
+            (None, _) if node_local => return Step::Skip, // the Node could not be read: next pass
+            (h, _) => h.as_deref().unwrap_or(&self.id.node),
         };
 
         // Validate everything before anything exists.

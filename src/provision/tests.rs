@@ -99,18 +99,6 @@ impl Cluster for Fake {
     async fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
         Ok(self.nodes.borrow().get(name).cloned())
     }
-    async fn set_node_label(&self, node: &str, key: &str, value: Option<&str>) -> ApiResult<()> {
-        let mut nodes = self.nodes.borrow_mut();
-        let n = nodes
-            .get_mut(node)
-            .ok_or_else(|| err(ApiErrorKind::NotFound))?;
-        let l = n.metadata.labels.get_or_insert_default();
-        match value {
-            Some(v) => l.insert(key.into(), v.into()),
-            None => l.remove(key),
-        };
-        Ok(())
-    }
     async fn grow_volume(
         &self,
         name: &str,
@@ -325,15 +313,16 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
         r.provisioned,
         vec![("pvc-u1".to_owned(), dir.display().to_string())]
     );
-    assert_eq!(r.labelled, vec![(PROV.to_owned(), true)]);
-    assert_eq!(
-        rec.cluster.nodes.borrow()["node-a"]
-            .metadata
-            .labels
-            .as_ref()
-            .unwrap()[PROV],
-        "true"
+    // The Node is only read (the Cluster seam has no Node write); the operator is told how to
+    // label it, once.
+    assert_eq!(rec.cluster.nodes.borrow()["node-a"], node("node-a"));
+    assert_eq!(r.advice.len(), 1, "{:?}", r.advice);
+    assert!(
+        r.advice[0].contains("kubectl label node node-a flexvol/hostpath=true"),
+        "{}",
+        r.advice[0]
     );
+    assert_eq!(block_on(rec.pass(&cfg)).advice, Vec::<String>::new());
 
     // The directory, its ownership and the marker.
     use std::os::unix::fs::MetadataExt;
@@ -491,7 +480,7 @@ fn bad_class_parameters_fail_clearly_and_create_nothing() {
 }
 
 #[test]
-fn a_node_without_a_root_is_unlabelled_and_sends_claims_back() {
+fn a_node_without_a_root_sends_claims_back_and_keeps_the_operators_label() {
     let d = tempfile::tempdir().unwrap();
     let mut rec = setup("node-b");
     rec.cluster
@@ -503,7 +492,7 @@ fn a_node_without_a_root_is_unlabelled_and_sends_claims_back() {
         .labels
         .as_mut()
         .unwrap()
-        .insert(PROV.into(), "true".into()); // left over from an earlier config
+        .insert(PROV.into(), "true".into()); // the operator's, from an earlier config
     rec.cluster
         .classes
         .borrow_mut()
@@ -514,14 +503,20 @@ fn a_node_without_a_root_is_unlabelled_and_sends_claims_back() {
         .push(claim("data", "u1", "c", Some("node-b")));
     // Roots for node-a only, no default entry: node-b has none.
     let r = block_on(rec.pass(&config("node-a", &[d.path()])));
-    assert_eq!(r.labelled, vec![(PROV.to_owned(), false)]);
+    assert_eq!(r.advice.len(), 1, "{:?}", r.advice);
     assert!(
-        !rec.cluster.nodes.borrow()["node-b"]
+        r.advice[0].contains("kubectl label node node-b flexvol/hostpath-"),
+        "{}",
+        r.advice[0]
+    );
+    assert_eq!(
+        rec.cluster.nodes.borrow()["node-b"]
             .metadata
             .labels
             .as_ref()
-            .unwrap()
-            .contains_key(PROV)
+            .unwrap()[PROV],
+        "true",
+        "the label is the operator's"
     );
     assert_eq!(r.rescheduled, vec!["ns/data".to_owned()]);
     let c = rec.cluster.claims.borrow()[0].clone();
@@ -565,10 +560,10 @@ fn a_class_without_a_root_on_this_node_reschedules() {
         },
     );
     let r = block_on(rec.pass(&cfg));
-    assert_eq!(
-        r.labelled,
-        vec![(PROV.to_owned(), true)],
-        "node-a has a root for other classes"
+    assert!(
+        r.advice.len() == 1 && r.advice[0].contains("serves flexvol/hostpath"),
+        "node-a has a root for other classes: {:?}",
+        r.advice
     );
     assert_eq!(r.rescheduled.len(), 1);
     assert!(
@@ -1139,5 +1134,157 @@ fn deleting_a_legacy_volume_removes_its_grant() {
     assert_eq!(
         read_legacy_grant(&cfg.state_dir, &Location::HostPath(&path)),
         None
+    );
+}
+
+/// A claim author may set `selected-node` themselves (issue #20, 9a): a node the scheduler would
+/// not place their pod on — cordoned, a control-plane node by taint or by label — must not make a
+/// volume for it; the claim goes back with an event that says why.
+#[test]
+fn a_cordoned_or_control_plane_node_sends_a_hand_picked_claim_back_and_makes_nothing() {
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    let taint = |key: &str, effect: &str| Taint {
+        key: key.into(),
+        effect: effect.into(),
+        ..Default::default()
+    };
+    type Make = Box<dyn Fn(&mut Node)>;
+    let cases: Vec<(&str, Make)> = vec![
+        (
+            "cordoned",
+            Box::new(|n: &mut Node| {
+                n.spec = Some(NodeSpec {
+                    unschedulable: Some(true),
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "node-role.kubernetes.io/master",
+            Box::new(move |n: &mut Node| {
+                n.spec = Some(NodeSpec {
+                    taints: Some(vec![taint("node-role.kubernetes.io/master", "NoSchedule")]),
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "node-role.kubernetes.io/control-plane",
+            Box::new(move |n: &mut Node| {
+                n.spec = Some(NodeSpec {
+                    taints: Some(vec![taint(
+                        "node-role.kubernetes.io/control-plane",
+                        "NoExecute",
+                    )]),
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "node-role.kubernetes.io/control-plane",
+            Box::new(|n: &mut Node| {
+                n.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert("node-role.kubernetes.io/control-plane".into(), "".into());
+            }),
+        ),
+        (
+            "node-role.kubernetes.io/master",
+            Box::new(|n: &mut Node| {
+                n.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert("node-role.kubernetes.io/master".into(), "".into());
+            }),
+        ),
+    ];
+    for (why, make) in cases {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let mut rec = setup("node-a");
+        make(rec.cluster.nodes.borrow_mut().get_mut("node-a").unwrap());
+        rec.cluster
+            .classes
+            .borrow_mut()
+            .insert("c".into(), class("c", &[], "Delete"));
+        rec.cluster
+            .claims
+            .borrow_mut()
+            .push(claim("data", "u1", "c", Some("node-a")));
+        let r = block_on(rec.pass(&config("node-a", &[&root])));
+        assert_eq!(r.provisioned, vec![], "{why}: provisioned");
+        assert_eq!(r.rescheduled, vec!["ns/data".to_owned()], "{why}");
+        assert!(rec.cluster.volumes.borrow().is_empty(), "{why}: a PV");
+        assert_eq!(entries(&root), Vec::<String>::new(), "{why}: a directory");
+        let c = rec.cluster.claims.borrow()[0].clone();
+        assert!(
+            !c.metadata
+                .annotations
+                .unwrap()
+                .contains_key(ANN_SELECTED_NODE),
+            "{why}: selected-node kept"
+        );
+        let ev = rec.cluster.events.borrow()[0].clone();
+        assert_eq!(ev.reason, "ProvisioningFailed");
+        assert!(ev.warning);
+        assert!(
+            ev.message.contains(why) && ev.message.contains("the scheduler will pick another node"),
+            "{why}: {}",
+            ev.message
+        );
+    }
+    // The same node, schedulable and a worker, provisions (the refusal is the node's state).
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .nodes
+        .borrow_mut()
+        .get_mut("node-a")
+        .unwrap()
+        .spec = Some(NodeSpec {
+        taints: Some(vec![taint("example.com/gpu", "NoSchedule")]),
+        ..Default::default()
+    });
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let r = block_on(rec.pass(&config("node-a", &[&root])));
+    assert_eq!(r.provisioned.len(), 1, "{:?}", r.failed);
+}
+
+/// Without its Node (a wrong --node-name, an API error) the instance cannot tell whether its node
+/// may make node-local volumes: it makes none, and says why.
+#[test]
+fn without_its_node_object_no_node_local_volume_is_made() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster.nodes.borrow_mut().remove("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let r = block_on(rec.pass(&config("node-a", &[&root])));
+    assert_eq!(r.provisioned, vec![]);
+    assert!(rec.cluster.volumes.borrow().is_empty());
+    assert_eq!(entries(&root), Vec::<String>::new());
+    assert!(
+        r.failed
+            .iter()
+            .any(|f| f.contains("Node node-a does not exist")
+                && f.contains("no node-local volume is made")),
+        "{:?}",
+        r.failed
     );
 }

@@ -380,3 +380,147 @@ fn contract_manifests_validation_catches_a_broken_manifest() {
 fn docs_of(p: &Path) -> usize {
     docs(p).len()
 }
+
+/// Issue #20, 8: the provisioner's token grants exactly what src/provision/kube.rs calls (no
+/// Node write, no claim create/delete, nothing on pods or secrets), and only the provisioner
+/// container holds it.
+#[test]
+fn contract_manifests_provisioner_token_is_least_privilege() {
+    let dir = repo().join("drivers/deploy");
+    let docs = docs(&dir);
+    // (apiGroup, resource, verb): every call of src/provision/kube.rs, nothing else.
+    let needed: std::collections::BTreeSet<(&str, &str, &str)> = [
+        ("", "persistentvolumeclaims", "list"), // watch cache
+        ("", "persistentvolumeclaims", "watch"),
+        ("", "persistentvolumeclaims", "get"), // unselect_node
+        ("", "persistentvolumeclaims", "patch"), // unselect_node
+        ("", "persistentvolumeclaims/status", "patch"), // finish_claim_resize
+        ("", "persistentvolumes", "list"),     // watch cache
+        ("", "persistentvolumes", "watch"),
+        ("", "persistentvolumes", "get"),            // get_volume
+        ("", "persistentvolumes", "create"),         // create_volume
+        ("", "persistentvolumes", "delete"),         // delete_volume
+        ("", "persistentvolumes", "patch"),          // grow_volume
+        ("storage.k8s.io", "storageclasses", "get"), // get_class
+        ("", "nodes", "get"),                        // get_node
+        ("", "events", "create"),                    // event
+    ]
+    .into_iter()
+    .collect();
+    let role = of_kind(&docs, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "flexvol-provisioner")
+        .expect("ClusterRole flexvol-provisioner");
+    let mut granted = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(
+            rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(),
+            "{rule}"
+        );
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for r in rule["resources"].as_array().unwrap() {
+                for v in rule["verbs"].as_array().unwrap() {
+                    let t = (
+                        g.as_str().unwrap().to_owned(),
+                        r.as_str().unwrap().to_owned(),
+                        v.as_str().unwrap().to_owned(),
+                    );
+                    assert!(
+                        !t.0.contains('*') && !t.1.contains('*') && !t.2.contains('*'),
+                        "a wildcard in {rule}"
+                    );
+                    granted.insert(t);
+                }
+            }
+        }
+    }
+    let needed: std::collections::BTreeSet<(String, String, String)> = needed
+        .into_iter()
+        .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))
+        .collect();
+    assert_eq!(
+        granted.difference(&needed).collect::<Vec<_>>(),
+        Vec::<&(String, String, String)>::new(),
+        "rbac.yaml grants what the code never calls"
+    );
+    assert_eq!(
+        needed.difference(&granted).collect::<Vec<_>>(),
+        Vec::<&(String, String, String)>::new(),
+        "rbac.yaml lacks what the code calls"
+    );
+    let binding = of_kind(&docs, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == "flexvol-provisioner")
+        .expect("its ClusterRoleBinding");
+    let subject = &binding["subjects"][0];
+    assert_eq!(binding["subjects"].as_array().unwrap().len(), 1);
+
+    // The pod gets no token; the provisioner container alone mounts a projected one where
+    // kube-rs's in-cluster config reads it.
+    let ds = of_kind(&docs, "DaemonSet");
+    let spec = &ds[0]["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], subject["name"]);
+    assert_eq!(ds[0]["metadata"]["namespace"], subject["namespace"]);
+    assert_eq!(
+        spec["automountServiceAccountToken"],
+        Value::Bool(false),
+        "the installer must get no token"
+    );
+    let sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let volume = |name: &Value| -> &Value {
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == *name)
+            .unwrap()
+    };
+    let mut holders = Vec::new();
+    for c in spec["containers"].as_array().unwrap() {
+        for m in c["volumeMounts"].as_array().unwrap() {
+            let v = volume(&m["name"]);
+            let projected_token = v["projected"]["sources"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|x| x.get("serviceAccountToken").is_some()));
+            let under_secrets = m["mountPath"]
+                .as_str()
+                .unwrap()
+                .starts_with("/var/run/secrets");
+            if projected_token || under_secrets {
+                holders.push((c["name"].clone(), m.clone(), v.clone()));
+            }
+        }
+    }
+    assert_eq!(holders.len(), 1, "token mounts: {holders:?}");
+    let (who, m, v) = &holders[0];
+    assert_eq!(who, "provisioner");
+    assert_eq!(m["mountPath"], sa_dir);
+    assert_eq!(m["readOnly"], Value::Bool(true));
+    let sources = v["projected"]["sources"].as_array().unwrap();
+    let token = sources
+        .iter()
+        .find_map(|s| s.get("serviceAccountToken"))
+        .expect("a serviceAccountToken source");
+    assert_eq!(token["path"], "token");
+    assert!(
+        token["expirationSeconds"]
+            .as_i64()
+            .is_some_and(|s| (600..=3600).contains(&s))
+    );
+    let ca = sources
+        .iter()
+        .find_map(|s| s.get("configMap"))
+        .expect("ca.crt from a ConfigMap");
+    assert_eq!(ca["name"], "kube-root-ca.crt");
+    assert_eq!(ca["items"][0]["key"], "ca.crt");
+    assert_eq!(ca["items"][0]["path"], "ca.crt");
+    let ns = sources
+        .iter()
+        .find_map(|s| s.get("downwardAPI"))
+        .expect("the namespace from the downward API");
+    assert_eq!(ns["items"][0]["path"], "namespace");
+    assert_eq!(
+        ns["items"][0]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+}

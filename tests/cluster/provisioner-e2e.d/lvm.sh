@@ -6,8 +6,9 @@
 #                   pinned to node-a, pod Running, a write through it lands on the LV (formatted by the
 #                   driver with the class's mkfsOptions); claim 64Mi -> 128Mi: LV and the mounted
 #                   filesystem grow; claim deleted -> LV and PV gone. Prints the PVC-to-Running time.
-#   lvm-reschedule  node-b picked (stale label) though its config grants no VG -> selected-node
-#                   removed with an event saying why, node-b unlabelled, pod Running on node-a
+#   lvm-reschedule  node-b picked (the operator labelled it by mistake) though its config grants no
+#                   VG -> selected-node removed with an event saying why, node-b's provisioner advises
+#                   removing the label; the operator does -> pod Running on node-a
 #   lvm-kill        kill -9 of node-a's provisioner after lvcreate (before the PV), then before and
 #                   after lvremove of a delete: each restart converges to one LV and one PV, then none
 #   lvm-retain      reclaimPolicy Retain: claim deleted -> PV Released, LV and data kept; the class's
@@ -28,7 +29,7 @@ lvmprov_cleanup() {
 	rm -f "$LVP_IMG"
 }
 
-# lvm_grant NODE: node's config grants the VG (lvm.allowedVolumeGroups); lvm_revoke NODE undoes it.
+# lvm_grant NODE: node's config grants the VG (lvm.allowedVolumeGroups).
 # The provisioner re-reads its config on every pass, the driver on every call.
 lvm_grant() {
 	local c
@@ -36,15 +37,12 @@ lvm_grant() {
 	[ -e "$c.orig" ] || cp "$c" "$c.orig"
 	sed "s/}\$/,\"lvm\":{\"allowedVolumeGroups\":[\"$LVP_VG\"]}}/" "$c.orig" >"$c.tmp" && mv "$c.tmp" "$c"
 }
-lvm_revoke() {
-	local c
-	c="$(kc_node_dir "$1")/flexvol-config.json"
-	[ ! -e "$c.orig" ] || cp "$c.orig" "$c"
-}
 
 lvm_label_of() { jp node "$1" '{.metadata.labels.flexvol/lvm}'; }
-lvm_labelled() { [ "$(lvm_label_of "$1")" = true ]; }
 lvm_unlabelled() { [ -z "$(lvm_label_of "$1")" ]; }
+# lvm_advised NODE serves|is: the provisioner of NODE advised the operator about flexvol/lvm (it
+# never labels a Node itself: "serves ... but is not labelled", "is labelled ... but cannot serve").
+lvm_advised() { grep -q "node $1 $2 .*flexvol/lvm" "$KC_DIR/logs/provisioner-$1.log" 2>/dev/null; }
 jp_is() { [ "$(jp "$1" "$2" "$3")" = "$4" ]; } # KIND NAME JSONPATH VALUE
 lv_tags() { lvm lvs --noheadings -o lv_tags "$LVP_VG/$1" 2>/dev/null | tr -d ' '; }
 lv_exists() { lvm lvs "$LVP_VG/$1" >/dev/null 2>&1; }
@@ -84,9 +82,12 @@ lvmprov_setup() {
 	lvm vgcreate -y "$LVP_VG" "$LVP_LOOP" >/dev/null || fail "vgcreate $LVP_VG on $LVP_LOOP failed"
 	lvm_grant node-a
 	lvclass flexvol-lvm Delete "{\"volumegroup\":\"$LVP_VG\",\"mkfsOptions\":\"-L fvprov\"}"
-	wait_until "node-a to get the label flexvol/lvm=true" 60 lvm_labelled node-a
+	wait_until "node-a's provisioner to say it serves flexvol/lvm" 60 lvm_advised node-a serves
+	# The operator labels the nodes that serve the class (its allowedTopologies).
+	kc_kubectl label node node-a flexvol/lvm=true >/dev/null || fail "label node-a flexvol/lvm=true"
+	! lvm_advised node-b serves || fail "node-b (no VG granted) says it serves flexvol/lvm"
 	lvm_unlabelled node-b || fail "node-b (no VG granted) carries the label flexvol/lvm: $(lvm_label_of node-b)"
-	pass "lvm setup: VG $LVP_VG on $LVP_LOOP, granted by node-a's config only; node-a labelled flexvol/lvm, node-b not"
+	pass "lvm setup: VG $LVP_VG on $LVP_LOOP, granted by node-a's config only; node-a serves it and was labelled flexvol/lvm by the operator, node-b not"
 }
 
 scenario_lvm() {
@@ -143,14 +144,10 @@ scenario_lvm() {
 scenario_lvm_reschedule() {
 	lvmprov_setup
 	local pv sel
-	# Give node-b the label (its config grants the VG for a moment), then stop its provisioner and
-	# take the grant away: the label is stale, so the scheduler may pick node-b.
+	# The operator labels node-b by mistake (its config grants no VG); with its provisioner stopped
+	# the scheduler's pick of node-b stays visible.
 	stop_provisioner node-b
-	lvm_grant node-b
-	start_provisioner node-b
-	wait_until "node-b labelled flexvol/lvm" 60 lvm_labelled node-b
-	stop_provisioner node-b
-	lvm_revoke node-b
+	kc_kubectl label node node-b flexvol/lvm=true >/dev/null || fail "label node-b flexvol/lvm=true"
 	lvclaim c-lvm-move flexvol-lvm 64Mi
 	pod p-lvm-move c-lvm-move node-b
 	wait_until "the scheduler to pick node-b for c-lvm-move" 60 \
@@ -158,13 +155,17 @@ scenario_lvm_reschedule() {
 	start_provisioner node-b
 	wait_until "node-b's provisioner to send c-lvm-move back" 60 \
 		has_event c-lvm-move "ProvisioningFailed: node node-b cannot serve this claim: volume group $LVP_VG is not in node node-b's lvm.allowedVolumeGroups"
+	wait_until "node-b's provisioner to advise removing its label" 30 lvm_advised node-b is
+	grep -q "kubectl label node node-b flexvol/lvm-" "$KC_DIR/logs/provisioner-node-b.log" || fail "node-b's advice names no command"
+	[ "$(lvm_label_of node-b)" = true ] || fail "node-b's label (the operator's) changed: '$(lvm_label_of node-b)'"
+	# The operator follows the advice.
+	kc_kubectl label node node-b flexvol/lvm- >/dev/null || fail "unlabel node-b"
 	wait_until "pod p-lvm-move Running" 300 pod_running p-lvm-move
 	[ "$(jp pod p-lvm-move '{.spec.nodeName}')" = node-a ] || fail "p-lvm-move on $(jp pod p-lvm-move '{.spec.nodeName}')"
-	lvm_unlabelled node-b || fail "node-b still labelled flexvol/lvm"
 	pv="$(pv_of c-lvm-move)"
 	[ "$(lvs_tagged_for "$pv")" = 1 ] || fail "$(lvs_tagged_for "$pv") LVs tagged for $pv"
 	sel="$(first_event c-lvm-move '.*cannot serve.*')"
-	pass "lvm-reschedule: '$sel'; node-b unlabelled; pod Running on node-a with LV $LVP_VG/$pv"
+	pass "lvm-reschedule: '$sel'; node-b's provisioner advised removing its label, the operator did; pod Running on node-a with LV $LVP_VG/$pv"
 	delete_pod p-lvm-move
 	kc_kubectl delete pvc c-lvm-move --wait=false >/dev/null
 	wait_until "PV $pv to be deleted" 90 gone pv "$pv"
