@@ -55,7 +55,7 @@ enum Command {
     Lvm(VerbArgs),
     /// Install the driver into kubelet's plugin directory, one copy per driver name, atomically.
     #[command(
-        after_help = "Example:\n  flexvol install --vendor flexvol --drivers hostpath,nfs,lvm\n  flexvol install --plugin-dir /var/lib/kubelet/volumeplugins --uninstall\n  flexvol install --plugin-dir /flexmnt --binary /flexvol --config /config/config.json --config-dest /host/etc/flexvol/config.json --sleep   # the DaemonSet (drivers/deploy)"
+        after_help = "Example:\n  flexvol install --vendor flexvol --drivers hostpath,nfs,lvm\n  flexvol install --plugin-dir /var/lib/kubelet/volumeplugins --uninstall\n  flexvol install --plugin-dir /flexmnt --binary /flexvol --config /config/config.json --config-dest /host/etc/flexvol/config.json --nfs-key /nfs-key/key --nfs-key-dest /host/etc/flexvol/nfs-capability.key --sleep   # the DaemonSet (drivers/deploy)"
     )]
     Install(ops::install::InstallArgs),
     /// Check this node: tools, kernel features, config, directories and the installed drivers.

@@ -3,7 +3,9 @@
 //! copy to a dot-file in the driver directory (kubelet's watcher ignores dot-files), fsync,
 //! chmod 0755, rename over the old binary (atomic; a running old process keeps its inode), fsync
 //! the directory. Nothing but the driver executables is ever written into the plugin directory:
-//! every other write there makes kubelet re-run `init` for that driver.
+//! every other write there makes kubelet re-run `init` for that driver. With `--config` and
+//! `--nfs-key` it also installs the node config and the shared NFS capability key (root-only
+//! 0400) into `/etc/flexvol`, each atomically.
 
 #![allow(clippy::print_stdout)]
 
@@ -16,6 +18,9 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Where `--nfs-key` is installed unless `--nfs-key-dest` says otherwise.
+pub const DEFAULT_NFS_KEY: &str = "/etc/flexvol/nfs-capability.key";
 
 /// kubelet's default `--volume-plugin-dir`.
 pub const DEFAULT_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec";
@@ -45,6 +50,14 @@ pub struct InstallArgs {
     /// Where --config goes: the host's /etc/flexvol/config.json as this process sees it.
     #[arg(long, value_name = "FILE", default_value = crate::node::config::DEFAULT_PATH)]
     pub config_dest: PathBuf,
+    /// The shared NFS capability key to install (the DaemonSet mounts the optional Secret
+    /// `flexvol-nfs-key` here); when the file does not exist, no key is installed.
+    #[arg(long, value_name = "FILE")]
+    pub nfs_key: Option<PathBuf>,
+    /// Where --nfs-key goes (root-only, 0400): the file the node config's nfs.capabilityKeyFile
+    /// names, as this process sees it.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_NFS_KEY)]
+    pub nfs_key_dest: PathBuf,
     /// After installing, keep running until SIGTERM: a DaemonSet's container must not exit.
     #[arg(long)]
     pub sleep: bool,
@@ -174,6 +187,69 @@ pub fn install_config(src: &Path, dest: &Path) -> Result<&'static str, InstallEr
         )));
     };
     install_file(src, dir, &name.to_string_lossy(), 0o644)
+}
+
+/// Installs the shared NFS capability key (`nfs.capabilityKeyFile`, drivers/nfs/README.md) at
+/// `dest`: length checked, written mode 0400 from its first byte (never readable by others, not
+/// even for a moment), fsynced and renamed into place. A missing `src` (the optional Secret is
+/// not there) installs nothing. The key's bytes are never printed.
+pub fn install_key(src: &Path, dest: &Path) -> Result<&'static str, InstallError> {
+    use crate::node::capability::{MAX_KEY_BYTES, MIN_KEY_BYTES};
+    use std::os::unix::fs::OpenOptionsExt;
+    let data = match fs::read(src) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok("not installed (no key: the Secret flexvol-nfs-key does not exist)");
+        }
+        Err(e) => return Err(io("read", src)(e)),
+    };
+    if !(MIN_KEY_BYTES..=MAX_KEY_BYTES).contains(&data.len()) {
+        return Err(InstallError::Invalid(format!(
+            "the NFS capability key {} has {} bytes, not {MIN_KEY_BYTES} to {MAX_KEY_BYTES}; make the Secret with `kubectl -n <namespace> create secret generic flexvol-nfs-key --from-file=key=<(head -c 32 /dev/urandom)`; nothing was installed",
+            src.display(),
+            data.len()
+        )));
+    }
+    let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return Err(InstallError::Invalid(format!(
+            "--nfs-key-dest {} names no file",
+            dest.display()
+        )));
+    };
+    let existed = dest.exists();
+    if existed
+        && fs::read(dest).is_ok_and(|d| d == data)
+        && fs::metadata(dest).is_ok_and(|m| m.permissions().mode() & 0o7777 == 0o400)
+    {
+        return Ok("unchanged");
+    }
+    fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&tmp);
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o400)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&tmp)
+            .map_err(io("create", &tmp))?;
+        f.write_all(&data)
+            .and_then(|_| f.sync_all())
+            .map_err(io("write", &tmp))?;
+        fs::rename(&tmp, dest).map_err(io("rename into place", dest))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("fsync", dir))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map(|_| if existed { "replaced" } else { "installed" })
 }
 
 fn install_file(
@@ -322,6 +398,14 @@ fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
             c.display()
         );
     }
+    if let Some(k) = &a.nfs_key {
+        let what = install_key(k, &a.nfs_key_dest)?;
+        println!(
+            "NFS capability key: {what} {} (from {})",
+            a.nfs_key_dest.display(),
+            k.display()
+        );
+    }
     let binary = match &a.binary {
         Some(b) => b.clone(),
         None => std::env::current_exe().map_err(io("locate", Path::new("/proc/self/exe")))?,
@@ -348,6 +432,32 @@ fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nfs_key_is_installed_root_only_and_only_when_there() {
+        let d = tempfile::tempdir().unwrap();
+        let (src, dest) = (d.path().join("secret/key"), d.path().join("etc/nfs.key"));
+        assert!(
+            install_key(&src, &dest)
+                .unwrap()
+                .starts_with("not installed")
+        );
+        assert!(!dest.exists());
+        std::fs::create_dir_all(src.parent().unwrap()).unwrap();
+        std::fs::write(&src, b"short").unwrap();
+        let e = install_key(&src, &dest).unwrap_err().to_string();
+        assert!(e.contains("5 bytes") && !e.contains("short"), "{e}");
+        std::fs::write(&src, [7u8; 32]).unwrap();
+        assert_eq!(install_key(&src, &dest).unwrap(), "installed");
+        assert_eq!(std::fs::read(&dest).unwrap(), [7u8; 32]);
+        let md = std::fs::metadata(&dest).unwrap();
+        assert_eq!(md.permissions().mode() & 0o7777, 0o400);
+        assert_eq!(install_key(&src, &dest).unwrap(), "unchanged");
+        crate::node::capability::Key::load(&dest, "x").unwrap();
+        std::fs::write(&src, [8u8; 32]).unwrap();
+        assert_eq!(install_key(&src, &dest).unwrap(), "replaced");
+        assert_eq!(std::fs::read(&dest).unwrap(), [8u8; 32]);
+    }
 
     #[test]
     fn vendor_names() {

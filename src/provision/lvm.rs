@@ -20,6 +20,10 @@
 //!   which the PV carries (`flexVolume.fsType`, the `mkfsOptions` option; the API server refuses
 //!   `kubernetes.io/` keys in a PV's options). The PV's options name the LV (`volumegroup`,
 //!   `volumeID`) and carry no `size`, so the driver uses exactly this LV and never creates one.
+//!   The options also carry `capabilityToken`: the node key's HMAC over the PV's name and
+//!   `<vg>/<lv>` ([`crate::node::capability`]; the key, `<stateDir>/capability.key`, is made on
+//!   first use and never leaves the node), without which the driver serves an LV tagged
+//!   `flexvol.pv.<pv>` to nobody (an inline volume naming the LV is refused).
 //!   A kill after `lvcreate` leaves an LV tagged for the PV: the next pass finds it and reuses it.
 //!   An LV of that name without our tag for this PV is never touched (Fail).
 //! - **Delete**: only an LV carrying `flexvol.pv.<pv name>` (the tag is computed from the PV's
@@ -42,6 +46,7 @@ use crate::backend::lvm::tools::{self, LvRow};
 use crate::backend::lvm::{LvmOptions, SysDevices, TAG_CREATED, check_name, round_up};
 use crate::backend::nfs::probe::TcpProber;
 use crate::backend::{Backend as DriverBackend, Context};
+use crate::node::capability::{Key, Location, OPTION, node_key_path};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
 use crate::sys::exec::SystemRunner;
@@ -56,8 +61,9 @@ pub const PARAMS: [&str; 4] = ["volumegroup", "thinpool", "fsType", "mkfsOptions
 pub const ANN_VG: &str = "flexvol/lvm-volumegroup";
 /// PV annotation: the LV's name (the PV's name).
 pub const ANN_LV: &str = "flexvol/lvm-lv";
-/// Prefix of the tag naming the PV an LV was made for.
-pub const TAG_PV_PREFIX: &str = "flexvol.pv.";
+/// Prefix of the tag naming the PV an LV was made for (the driver's, which serves such an LV only
+/// through the PV's capability).
+pub const TAG_PV_PREFIX: &str = crate::backend::lvm::TAG_PV_PREFIX;
 
 /// The ownership tag of the LV made for PV `pv`: `flexvol.pv.<pv>`. PV names are DNS subdomain
 /// names, inside LVM's tag charset; anything else is refused rather than mangled (two PVs must
@@ -234,6 +240,9 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
         )));
     }
     let fail = |e: crate::error::Error| Refusal::Fail(e.to_string());
+    // The node key signs the PV's capability; read (or made) before anything is created.
+    let key = Key::load_or_create(&node_key_path(&ctx.config.state_dir))
+        .map_err(|e| Refusal::Fail(e.to_string()))?;
     let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(fail)?;
     let _vg_lock = ctx
         .lock(DriverBackend::Lvm, &format!("vg:{}", o.vg))
@@ -259,7 +268,7 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
                 o.key()
             )));
         }
-        Ok(made_for(&params, &o, row.lv_size))
+        Ok(made_for(&params, &o, row.lv_size, &key, req.pv_name))
     };
     if let Some(row) = lvs.iter().find(|r| r.lv_name == o.lv) {
         if row.has_tag(&tag) && row.has_tag(TAG_CREATED) {
@@ -305,9 +314,20 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
     made(row)
 }
 
-fn made_for(params: &ClassParams, o: &LvmOptions, size: u64) -> Provisioned {
+fn made_for(params: &ClassParams, o: &LvmOptions, size: u64, key: &Key, pv: &str) -> Provisioned {
+    let mut options = params.pv_options(o);
+    options.insert(
+        OPTION.to_owned(),
+        key.sign(
+            pv,
+            &Location::Lvm {
+                vg: &o.vg,
+                lv: &o.lv,
+            },
+        ),
+    );
     Provisioned {
-        options: params.pv_options(o),
+        options,
         capacity_bytes: size,
         annotations: BTreeMap::from([
             (ANN_SIZE.to_owned(), size.to_string()),
@@ -378,6 +398,8 @@ fn volume(vg: &str, lv: &str) -> LvmOptions {
         mount_data: String::new(),
         read_only: false,
         volume_name: None,
+        namespace: None,
+        token: None,
     }
 }
 

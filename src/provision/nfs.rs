@@ -41,10 +41,19 @@
 //!   name); an instance whose rename finds nothing looks again and finishes the tombstone or
 //!   finds the job done.
 //!
+//! Capabilities ([`crate::node::capability`]): the class's export must be listed in the node
+//! config's `nfs.provisionedExports` (every node lists the same exports, and the NFS driver then
+//! serves any share of that server only to a PV carrying a valid `capabilityToken`), and
+//! `nfs.capabilityKeyFile` must name the shared key (the same bytes on every node, from one
+//! Secret; never created here). Otherwise provisioning fails (ProvisioningFailed, saying what to
+//! do) before anything is mounted. The PV's options carry `capabilityToken`, the shared key's
+//! HMAC over the PV's name and exactly its `server` and `share` option values.
+//!
 //! The export is mounted through the NFS driver's own `mount` verb ([`crate::backend::nfs`]):
 //! its validation, node policy, reachability probe (`nfs.probeTimeoutSeconds`: a dead server is
 //! an error within seconds, `mount.nfs` never starts) and `mount.nfs` under a deadline
-//! (`nfs.mountTimeoutSeconds`). The mount is private to the provisioner
+//! (`nfs.mountTimeoutSeconds`), but without its capability check (the export root is what that
+//! check keeps from pods). The mount is private to the provisioner
 //! (`<runDir>/provisioner-nfs/<node>/<pv>`, mode 0700), `soft` with a short `timeo` (a server that dies
 //! mid-work makes the next file operation fail, not hang), and always unmounted afterwards, also
 //! on error, through the driver's `unmount` (which escalates to forced and lazy); if that still
@@ -285,7 +294,12 @@ pub trait Exports: Send + Sync {
 pub struct DriverExports;
 
 impl DriverExports {
-    fn call(cfg: &Config, call: &crate::protocol::verb::Call) -> Result<(), String> {
+    fn call(
+        cfg: &Config,
+        verb: impl FnOnce(
+            &crate::backend::Context,
+        ) -> crate::error::Result<crate::protocol::reply::Reply>,
+    ) -> Result<(), String> {
         use crate::backend::{Context, lvm::SysDevices, nfs::probe::TcpProber};
         let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
         let ctx = Context {
@@ -297,19 +311,17 @@ impl DriverExports {
             deadline: crate::sys::process::Deadline::after(cfg.verb_timeout()),
             driver_name: "flexvol/provisioner",
         };
-        crate::backend::nfs::handle(call, &ctx)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        verb(&ctx).map(|_| ()).map_err(|e| e.to_string())
     }
 }
 
 impl Exports for DriverExports {
     fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
-        let call = crate::protocol::verb::Call::Mount {
-            mount_dir: dir.to_string_lossy().into_owned(),
-            options: options.to_owned(),
-        };
-        Self::call(cfg, &call)?;
+        // The driver's mount without its capability check: the export root is exactly what
+        // that check keeps from pods, and the provisioner is the one that needs it.
+        Self::call(cfg, |ctx| {
+            crate::backend::nfs::mount_for_provisioner(ctx, dir, options)
+        })?;
         Ok(dir.to_owned())
     }
 
@@ -318,7 +330,7 @@ impl Exports for DriverExports {
         let call = crate::protocol::verb::Call::Unmount {
             mount_dir: dir.to_string_lossy().into_owned(),
         };
-        let Err(why) = Self::call(cfg, &call) else {
+        let Err(why) = Self::call(cfg, |ctx| crate::backend::nfs::handle(&call, ctx)) else {
             return Ok(());
         };
         // Busy (our own descriptors are closed, so someone looked in) or stuck: detach it now,
@@ -587,6 +599,21 @@ impl Backend for NfsBackend {
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
         req.node.clone_into(&mut self.node);
         let class = NfsClass::parse(req.params, &cfg.nfs).map_err(Refusal::Fail)?;
+        if cfg
+            .nfs
+            .provisioned_export(&class.server, &class.share)
+            .is_none()
+        {
+            return Err(Refusal::Fail(format!(
+                "the export {}:{} is not in nfs.provisionedExports of node {}'s config, so the NFS driver would serve its directories to any inline volume; add \"{}:{}\" to nfs.provisionedExports in the node config of every node (then only PVs carrying their capabilityToken mount anything on that server), or use a class whose export is listed",
+                class.server, class.share, req.node, class.server, class.share
+            )));
+        }
+        let key = crate::backend::nfs::shared_key(&cfg.nfs).map_err(|e| {
+            Refusal::Fail(format!(
+                "the shared capability key that signs NFS volumes cannot be used: {e}"
+            ))
+        })?;
         let rel = match &class.dir.path_pattern {
             Some(p) => hostpath::expand_pattern(p, req.pv_name, req.namespace, req.name)
                 .map_err(Refusal::Fail)?,
@@ -627,6 +654,17 @@ impl Backend for NfsBackend {
         if let Some(o) = &class.mount_options {
             options.insert("mountOptions".into(), o.clone());
         }
+        // Signed over exactly the option values the driver will see.
+        options.insert(
+            crate::node::capability::OPTION.to_owned(),
+            key.sign(
+                req.pv_name,
+                &crate::node::capability::Location::Nfs {
+                    server: &class.server,
+                    share: &share,
+                },
+            ),
+        );
         let annotations = BTreeMap::from([
             (ANN_EXPORT.to_owned(), class.share.clone()),
             (ANN_PATH.to_owned(), rel.to_string_lossy().into_owned()),

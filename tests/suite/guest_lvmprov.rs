@@ -127,6 +127,45 @@ fn guest_lvmprov_provision_use_grow_delete() {
     );
     assert_eq!(vg.lvs(), [pv]);
     assert!(lv_field(&vg, pv, "lv_tags").contains("flexvol.formatted"));
+    assert!(made.options["capabilityToken"].starts_with("v1."));
+
+    // #20: an inline volume naming this LV, even named like its PV, carries no token: the real
+    // driver refuses every node verb that would expose it, and nothing reaches the pod.
+    let mut inline = opts.clone();
+    inline.remove("capabilityToken");
+    let mut evil = inline.clone();
+    evil.insert("kubernetes.io/pod.namespace".into(), "team-evil".into());
+    let (inline, evil) = (
+        serde_json::to_string(&inline).unwrap(),
+        serde_json::to_string(&evil).unwrap(),
+    );
+    v.call(&["waitforattach", &v.dev, &inline])
+        .failed("served only to the PV");
+    let evil_pod = v.pod("uid-evil");
+    std::fs::create_dir_all(&evil_pod).unwrap();
+    v.call(&["mount", s(&evil_pod), &evil])
+        .failed("served only to the PV");
+    assert!(!crate::guest_lvm::is_mount_point(&evil_pod));
+    v.call(&[
+        "expandfs",
+        &inline,
+        &v.dev,
+        s(&pod),
+        "134217728",
+        "71303168",
+    ])
+    .failed("served only to the PV");
+    assert_eq!(lv_field(&vg, pv, "lv_size"), (68 * MI).to_string());
+    // A token for another PV, presented under that PV's name: refused too.
+    let mut other = opts.clone();
+    other.insert("kubernetes.io/pvOrVolumeName".into(), "pvc-other".into());
+    v.call(&[
+        "waitforattach",
+        &v.dev,
+        &serde_json::to_string(&other).unwrap(),
+    ])
+    .failed("served only to the PV");
+    std::fs::remove_dir(&evil_pod).unwrap();
 
     // Delete while kubelet has it mounted: refused, the LV stays.
     let obj = pv_object(pv, &made);

@@ -39,13 +39,37 @@ struct Node {
     name: String,
 }
 
+/// The class exports of these tests (and the dead server's), all listed as provisioned.
+const EXPORTS: &[&str] = &[
+    "127.0.0.1:/srv/nfs/prov-basic",
+    "127.0.0.1:/srv/nfs/prov-archive",
+    "127.0.0.1:/srv/nfs/prov-race",
+    "127.0.0.1:/srv/nfs/prov-dead",
+    "127.0.0.1:/srv/nfs/prov-recover",
+    "127.0.0.1:/srv/nfs/prov-dies",
+    "127.0.0.1:/srv/nfs/prov-steal",
+    "192.0.2.1:/srv/nfs",
+];
+
+/// The `nfs` node config of every "node" in `tmp`: [`EXPORTS`] and one shared key
+/// (`tmp/nfs.key`, root-only, made once).
+fn nfs_config(tmp: &Path) -> serde_json::Value {
+    let key = tmp.join("nfs.key");
+    if !key.exists() {
+        std::fs::write(&key, b"the guest's shared NFS key......").unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+    }
+    serde_json::json!({"provisionedExports": EXPORTS, "capabilityKeyFile": key})
+}
+
 fn node(tmp: &Path, name: &str) -> Node {
+    let json = serde_json::json!({
+        "runDir": tmp.join(name).join("run"),
+        "stateDir": tmp.join(name).join("state"),
+        "nfs": nfs_config(tmp),
+    });
     Node {
-        cfg: Config {
-            run_dir: tmp.join(name).join("run"),
-            state_dir: tmp.join(name).join("state"),
-            ..Config::default()
-        },
+        cfg: Config::parse(Path::new("/test"), json.to_string().as_bytes()).unwrap(),
         backend: NfsBackend::new("flexvol/nfs".into()),
         name: name.into(),
     }
@@ -187,7 +211,9 @@ fn guest_nfs_provision_creates_a_mountable_subdirectory_and_deletes_exactly_it()
     // A pod mounts the PV's source through the driver and writes: it lands in the directory.
     let pod_dir = tmp.path().join("pod");
     std::fs::create_dir(&pod_dir).unwrap();
-    let json = serde_json::to_string(&got.options).unwrap();
+    let mut opts = got.options.clone();
+    opts.insert("kubernetes.io/pvOrVolumeName".into(), "pvc-u1".into());
+    let json = serde_json::to_string(&opts).unwrap();
     DriverExports.mount(&a.cfg, &json, &pod_dir).unwrap();
     std::fs::write(pod_dir.join("hello"), b"from the pod").unwrap();
     DriverExports.unmount(&a.cfg, &pod_dir).unwrap();
@@ -474,4 +500,77 @@ fn guest_nfs_provision_server_dying_mid_work_fails_in_bounded_time_and_unmounts(
         left.is_empty(),
         "the provisioner's mount was left: {left:?}"
     );
+}
+
+/// #20 hole 2, against the real server and the real driver binary: inline volumes of the export
+/// root, a path above it, a claim's directory (named like its PV), or the same directory through
+/// another name of the server get a Failure and no mount; the PV's own options mount and write.
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_provision_inline_volumes_cannot_reach_provisioned_directories() {
+    require_server();
+    let env = crate::util::Env::with_config(serde_json::json!({}));
+    let tmp = env.root();
+    env.reconfigure(serde_json::json!({ "nfs": nfs_config(&tmp) }));
+    let mut a = node(&tmp, "node-a");
+    let share = export("prov-steal");
+    let got = provision(&mut a, &class(&share, &[]), "u1").unwrap();
+    let dir = share.join(&got.annotations[nfs::ANN_PATH]);
+    std::fs::write(dir.join("secret"), b"team-b's data").unwrap();
+    let payload = |name: &str, server: &str, share: &str, token: Option<&str>| {
+        let mut j = serde_json::json!({
+            "kubernetes.io/fsType": "nfs",
+            "kubernetes.io/pod.name": "evil",
+            "kubernetes.io/pod.namespace": "team-evil",
+            "kubernetes.io/pod.uid": "uid-evil",
+            "kubernetes.io/pvOrVolumeName": name,
+            "kubernetes.io/readwrite": "rw",
+            "server": server,
+            "share": share,
+        });
+        if let Some(t) = token {
+            j["capabilityToken"] = t.into();
+        }
+        j.to_string()
+    };
+    let pod = env.mkdir("kubelet/pods/uid-evil/volumes/flexvol~nfs/data");
+    let claim = dir.to_str().unwrap();
+    let token = got.options["capabilityToken"].as_str();
+    for (name, server, share, token) in [
+        ("data", "127.0.0.1", share.to_str().unwrap(), None),
+        ("data", "127.0.0.1", "/srv/nfs", None),
+        ("data", "127.0.0.1", "/", None),
+        ("pvc-u1", "127.0.0.1", claim, None),
+        ("pvc-u1", "localhost", claim, None),
+        ("pvc-u2", "127.0.0.1", claim, Some(token)),
+        ("pvc-u1", "127.0.0.1", share.to_str().unwrap(), Some(token)),
+    ] {
+        env.call(
+            "nfs",
+            &[
+                "mount",
+                pod.to_str().unwrap(),
+                &payload(name, server, share, token),
+            ],
+        )
+        .failed("served only to the PV");
+        assert!(
+            nfs_mounts_below(&tmp).is_empty(),
+            "{server}:{share} was mounted"
+        );
+    }
+    // The PV's own options (as kubelet sends them): mounted, and the claim's data is there.
+    env.call(
+        "nfs",
+        &[
+            "mount",
+            pod.to_str().unwrap(),
+            &payload("pvc-u1", "127.0.0.1", claim, Some(token)),
+        ],
+    )
+    .ok();
+    assert_eq!(std::fs::read(pod.join("secret")).unwrap(), b"team-b's data");
+    env.call("nfs", &["unmount", pod.to_str().unwrap()]).ok();
+    assert!(nfs_mounts_below(&tmp).is_empty());
+    a.backend.delete(&a.cfg, &pv_of("u1", &got)).unwrap();
 }

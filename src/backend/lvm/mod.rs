@@ -14,7 +14,8 @@
 //! - `detach <volume> <node>`: Success, nothing to do (the LV is deactivated by `unmountdevice`).
 //! - `waitforattach <device> <json>` (node): under the volume lock, one `lvm lvs` of the VG tells
 //!   whether the LV exists, is active and where it is, and whether the node policy lets volumes
-//!   use it (`policy.rs`: allowed VG or tagged LV, not in use by the host). Active with its device
+//!   use it (`policy.rs`: allowed VG or tagged LV, not in use by the host, and for an LV the
+//!   provisioner made, tagged `flexvol.pv.<pv>`, the PV's `capabilityToken`). Active with its device
 //!   node present: Success at once. Missing: with `size` and an allowed VG, create it under the
 //!   VG lock (`maxVolumeSize`, free space and `vgReserve` checked, size rounded up to whole
 //!   extents, tagged `flexvol.created`); without, fail. Then activate and wait (bounded) for
@@ -30,7 +31,9 @@
 //!   the kubelet root (the pod directory's prefix before `/pods/<uid>/volumes/...`) +
 //!   `plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<pvOrVolumeName>`, and then
 //!   checked in mountinfo to be a mount of this LV; a mismatch fails instead of binding something
-//!   else. Computing beats searching state: it needs no record to survive, and the check makes it
+//!   else. Before that, the capability check (`policy.rs`): a `capabilityToken` is checked alone;
+//!   a call without one costs one `lvs` for the LV's tags, so that an LV the provisioner made is
+//!   bound only into a pod of its PV. Computing beats searching state: it needs no record to survive, and the check makes it
 //!   safe.
 //! - `unmount <podDir>`: undo the bind(s), forget the record.
 //! - `unmountdevice <globalDir>` (no options): find VG/LV in the record written by `mountdevice`
@@ -49,7 +52,7 @@ pub(crate) mod policy;
 pub(crate) mod tools;
 
 pub use options::{FsType, LvmOptions, check_name, derive_lv_name, parse_size};
-pub use policy::{LvmConfig, TAG_ALLOWED, TAG_CREATED, kubelet_owned};
+pub use policy::{LvmConfig, TAG_ALLOWED, TAG_CREATED, TAG_PV_PREFIX, kubelet_owned};
 pub use tools::{Devices, LvRow, Probe, SysDevices};
 
 use crate::backend::{Backend, Context};
@@ -131,6 +134,7 @@ fn wait_for_attach(ctx: &Context, device: &str, o: &LvmOptions) -> Result<Reply>
         }
     };
     policy::check_allowed(&ctx.config.lvm, o, Some(&lv))?;
+    policy::check_capability(&ctx.config.state_dir, o, Some(&lv), None)?;
     if !lv.usable() {
         return Err(Error::refused(format!(
             "{} is a {} LV (attributes {}), not one that can hold a filesystem; point volumeID at a regular or thin LV",
@@ -314,6 +318,9 @@ fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Resu
         )));
     }
     let _lock = ctx.lock(BACKEND, &o.key())?;
+    if o.token.is_some() {
+        policy::check_capability(&ctx.config.state_dir, o, None, None)?;
+    }
     let dev = o.device();
     let devnum = active_device(ctx, o)?;
 
@@ -373,6 +380,7 @@ fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Resu
         let lvs = tools::list_lvs(ctx, &o.vg)?;
         let row = lvs.iter().find(|r| r.lv_name == o.lv);
         policy::check_allowed(&ctx.config.lvm, o, row)?;
+        policy::check_capability(&ctx.config.state_dir, o, row, None)?;
         // Blank and open, yet not mounted by kubelet: someone uses it raw (a VM, a database).
         check_open(ctx, &table, o, devnum, row.is_some_and(LvRow::open))?;
         if row.is_some_and(|r| r.has_tag(TAG_FORMATTED)) {
@@ -508,6 +516,16 @@ fn mount(ctx: &Context, dir: &Path, o: &LvmOptions) -> Result<Reply> {
         ))
     })?;
     let _lock = ctx.lock(BACKEND, &o.key())?;
+    // The capability check (policy.rs): a token alone, else the LV's tags from one `lvs`.
+    let lvs;
+    let row = match o.token {
+        Some(_) => None,
+        None => {
+            lvs = tools::list_lvs(ctx, &o.vg)?;
+            lvs.iter().find(|r| r.lv_name == o.lv)
+        }
+    };
+    policy::check_capability(&ctx.config.state_dir, o, row, o.namespace.as_deref())?;
     let devnum = active_device(ctx, o)?;
     let table = ctx.mounter.table()?;
     match table.at(&global) {
@@ -604,6 +622,7 @@ fn expand_fs(ctx: &Context, device: &str, new_size: u64, o: &LvmOptions) -> Resu
         .find(|r| r.lv_name == o.lv)
         .ok_or_else(|| Error::refused(format!("logical volume {} does not exist", o.key())))?;
     policy::check_allowed(&ctx.config.lvm, o, Some(lv))?;
+    policy::check_capability(&ctx.config.state_dir, o, Some(lv), None)?;
     let devnum = active_device(ctx, o)?;
     let table = ctx.mounter.table()?;
     policy::check_not_in_use(ctx.driver_name, ctx.devices, &table, o, devnum, None)?;

@@ -19,6 +19,8 @@ pub mod key {
     pub const MKFS_OPTIONS: &str = "mkfsOptions";
     /// Filesystem mount options (allow-listed).
     pub const MOUNT_OPTIONS: &str = "mountOptions";
+    /// The provisioner's capability for the LV (never shown: the name is credential-like).
+    pub const CAPABILITY_TOKEN: &str = crate::node::capability::OPTION;
     /// Every key a volume may set; any other key (except kubelet's own `kubernetes.io/...`) is
     /// an error, so a typo (`volumeid`, `sizee`) never falls back to a default.
     pub const ALL: &[&str] = &[
@@ -28,6 +30,7 @@ pub mod key {
         THIN_POOL,
         MKFS_OPTIONS,
         MOUNT_OPTIONS,
+        CAPABILITY_TOKEN,
     ];
 }
 
@@ -98,6 +101,21 @@ pub struct LvmOptions {
     pub read_only: bool,
     /// `kubernetes.io/pvOrVolumeName`, when sent.
     pub volume_name: Option<String>,
+    /// `kubernetes.io/pod.namespace`, when sent (kubelet sends it to `mount` only, and there
+    /// overrides whatever the options say; other verbs never read it).
+    pub namespace: Option<String>,
+    /// [`key::CAPABILITY_TOKEN`], when the PV carries one.
+    pub token: Option<Token>,
+}
+
+/// A capability token from the options: its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(pub String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
 }
 
 impl LvmOptions {
@@ -171,6 +189,10 @@ impl LvmOptions {
             mount_data,
             read_only: o.read_only()?,
             volume_name: o.volume_name().map(str::to_owned),
+            namespace: o.non_empty(keys::POD_NAMESPACE).map(str::to_owned),
+            token: o
+                .non_empty(key::CAPABILITY_TOKEN)
+                .map(|t| Token(t.to_owned())),
         })
     }
 

@@ -10,6 +10,13 @@
 //!   The default list is empty: only tagged LVs, nothing created. Creation (`size`) needs the VG
 //!   in the list. A refusal reads the same whether or not the LV exists, so it cannot be used to
 //!   probe LV names.
+//! - **Whose LV.** An LV the provisioner made carries `flexvol.pv.<pv>` ([`TAG_PV_PREFIX`]); it is
+//!   served only through [`crate::node::capability::authorize`] ([`check_capability`]): the
+//!   call's `capabilityToken` must be the node key's token for that PV and `<vg>/<lv>` (the
+//!   provisioner puts it in the PV's options), or, for an LV made before tokens, a legacy grant
+//!   must name that PV (and, in `mount`, the pod's namespace). kubelet's `pvOrVolumeName` must
+//!   name the tagged PV too. So an inline volume naming a claim's VG and LV gets nothing, though
+//!   the LV passes the first rule by its `flexvol.created` tag.
 //! - **Not the host's.** Even an allowed LV is refused while the host uses it: its device is
 //!   mounted anywhere but in kubelet's directories of this driver (a global mount
 //!   `.../plugins/kubernetes.io/flexvolume/<vendor>/<driver>/mounts/<name>`, a pod volume
@@ -27,6 +34,15 @@
 //! there anyway (kubelet always runs `waitforattach` first for the same spec, so the existing-
 //! filesystem path needs no extra `lvs`); `expandfs` checks both before `lvextend`.
 //!
+//! The capability check rides on the same reports: `waitforattach` and `expandfs` judge the row
+//! they read, `mountdevice` the row of its mkfs path. A call that carries a token is judged by the
+//! token alone wherever no row is at hand (`mountdevice` of an existing filesystem, `mount`: one
+//! HMAC, no LVM command). A call without a token costs `mount` one `lvs` (it binds the LV into the
+//! pod, and only `mount` knows the pod's namespace, which a legacy grant names); `mountdevice` of
+//! an existing filesystem does not repeat the check for it: kubelet ran `waitforattach` with the
+//! same options just before, and the global mount it makes reaches no pod except through `mount`.
+//! `attach` runs in kube-controller-manager, has no key and checks nothing (it touches nothing).
+//!
 //! Limitation: LVM reports whether a device is open, not how often; an LV that kubelet mounted
 //! and that some process also holds open raw is not detected.
 
@@ -41,6 +57,10 @@ use std::path::{Component, Path};
 pub const TAG_CREATED: &str = "flexvol.created";
 /// Tag an administrator puts on an LV to let flexvol volumes use it outside an allowed VG.
 pub const TAG_ALLOWED: &str = "flexvol.allowed";
+/// Prefix of the tag naming the PV the provisioner made an LV for (`flexvol.pv.<pv>`).
+pub const TAG_PV_PREFIX: &str = "flexvol.pv.";
+/// What a missing node key's message says.
+const NODE_KEY_FIX: &str = "flexvol provisioner creates it on this node when it makes an LV; a volume carrying a capabilityToken was made by it here, so the state directory (stateDir) may have been wiped or the volume belongs to another node";
 
 /// Node policy for LVM (`"lvm"` in the config file).
 #[derive(Debug, Clone, Deserialize)]
@@ -166,6 +186,64 @@ pub fn check_allowed(cfg: &LvmConfig, o: &LvmOptions, lv: Option<&LvRow>) -> Res
         Some(lv) if lv.has_tag(TAG_CREATED) || lv.has_tag(TAG_ALLOWED) => Ok(()),
         _ => Err(not_available(o)),
     }
+}
+
+/// The PVs an LV's `flexvol.pv.<pv>` tags name (the provisioner writes exactly one).
+pub fn provisioned_for(lv: &LvRow) -> Vec<&str> {
+    lv.lv_tags
+        .split(',')
+        .filter_map(|t| t.strip_prefix(TAG_PV_PREFIX))
+        .collect()
+}
+
+/// May this call use an LV the provisioner made (module doc, "Whose LV")? `row` is the LV's
+/// `lvs` row; `None` when the LV does not exist, or when the caller has no row and the call
+/// carries a token (a token alone decides: it is valid only for the PV the provisioner tagged
+/// the LV for). `namespace` is kubelet's pod namespace, `mount` only.
+pub fn check_capability(
+    state_dir: &Path,
+    o: &LvmOptions,
+    row: Option<&LvRow>,
+    namespace: Option<&str>,
+) -> Result<()> {
+    use crate::node::capability::{Key, Location, authorize, node_key_path};
+    let token = o.token.as_ref().map(|t| t.0.as_str());
+    let owners = row.map(provisioned_for).unwrap_or_default();
+    let pv = match owners.as_slice() {
+        [] if token.is_none() => return Ok(()),
+        [] => o.volume_name.as_deref(),
+        [pv] => {
+            if let Some(name) = o.volume_name.as_deref()
+                && name != *pv
+            {
+                return Err(Error::refused(format!(
+                    "LV {} is a volume made by flexvol provisioner and is served only to the PV it was made for, not to {name:?}; use the PersistentVolumeClaim, not an inline volume",
+                    o.key()
+                )));
+            }
+            Some(*pv)
+        }
+        _ => {
+            return Err(Error::refused(format!(
+                "LV {} carries more than one {TAG_PV_PREFIX}<pv> tag, so flexvol cannot tell which PV it belongs to; an administrator removes the wrong one with `lvchange --deltag`",
+                o.key()
+            )));
+        }
+    };
+    let key = Key::load(&node_key_path(state_dir), NODE_KEY_FIX);
+    authorize(
+        key.as_ref(),
+        state_dir,
+        &Location::Lvm {
+            vg: &o.vg,
+            lv: &o.lv,
+        },
+        pv,
+        namespace,
+        token,
+    )
+    .map(|_| ())
+    .map_err(Error::refused)
 }
 
 /// Checks a size against `maxVolumeSize`.

@@ -561,6 +561,7 @@ fn unmount_of_a_bind_in_use_is_busy_and_keeps_the_record() {
     let g = w.global();
     let p = w.pod();
     w.mounter.add(DEV, &g, "ext4", false);
+    lvs_with(&w, "-wi-ao----", "");
     w.call(&["mount", s(&p), J]).unwrap();
     w.mounter
         .fail_unmount(UnmountMode::Normal, nix::Error::EBUSY);
@@ -580,6 +581,7 @@ fn mount_binds_the_global_mount_and_unmount_undoes_it() {
     let w = world();
     let g = w.global();
     let p = w.pod();
+    lvs_with(&w, "-wi-a-----", "");
     let e = w.call(&["mount", s(&p), J]).unwrap_err();
     assert!(e.to_string().contains("is not mounted at"), "{e}");
     w.mounter.add(DEV, &g, "ext4", false);
@@ -600,7 +602,8 @@ fn mount_binds_the_global_mount_and_unmount_undoes_it() {
     w.call(&["mount", s(&p), &J.replace(r#""rw""#, r#""ro""#)])
         .unwrap();
     assert_eq!(w.mounter.calls()[2], MountCall::Bind(g, p, true));
-    assert!(w.lines().is_empty(), "mount and unmount run no tools");
+    // Without a capabilityToken, mount reads the LV's tags (one lvs); unmount runs nothing.
+    assert_eq!(w.lines(), [LVS, LVS, LVS]);
 }
 
 #[test]
@@ -1233,4 +1236,179 @@ fn host_use_check_over_several_mounts_of_one_device() {
     // Another device's mounts do not matter.
     let e = policy::check_not_in_use("example.com/lvm", &devs, &table(&["/"]), &o, (253, 5), None);
     assert!(e.is_ok());
+}
+
+/// The tags of an LV the provisioner made for PV `pv-lvm-1`.
+const PROVISIONED: &str = "flexvol.created,flexvol.pv.pv-lvm-1";
+
+/// The node key's token for `pv` at `vg0/lv`, and the key made for it.
+fn token(w: &World, pv: &str, lv: &str) -> String {
+    use crate::node::capability::{Key, Location, node_key_path};
+    Key::load_or_create(&node_key_path(&w.config.state_dir))
+        .unwrap()
+        .sign(pv, &Location::Lvm { vg: "vg0", lv })
+}
+
+/// `J` for volume `name` (kubelet's pvOrVolumeName) with `extra` members (no size).
+fn jv(name: &str, extra: &str) -> String {
+    J.replace(r#""pv-lvm-1""#, &format!("\"{name}\""))
+        .replace(r#""size":"1Gi","#, extra)
+}
+
+/// #20 hole 2: an inline volume that names an LV the provisioner made (tagged
+/// `flexvol.pv.<pv>`) gets nothing from any node verb, whatever it calls itself; the refusal
+/// comes after the one `lvs` and before anything changes.
+#[test]
+fn an_inline_volume_naming_a_provisioned_lv_is_refused() {
+    for name in ["pv-lvm-1", "data"] {
+        let j = jv(name, "");
+        // waitforattach: no activation.
+        let w = world();
+        lvs_with(&w, "-wi-------", PROVISIONED);
+        let e = w.call(&["waitforattach", DEV, &j]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("served only to the PV it was made for"),
+            "{name}: {e}"
+        );
+        assert_eq!(w.lines(), [LVS]);
+        // Already active: the same.
+        let w = world();
+        lvs_with(&w, "-wi-a-----", PROVISIONED);
+        assert!(w.call(&["waitforattach", DEV, &j]).is_err());
+        assert_eq!(w.lines(), [LVS]);
+        // mountdevice of a blank LV: no mkfs, no mount.
+        let w = world();
+        let g = w.global();
+        blkid(&w, 2, "");
+        lvs_with(&w, "-wi-a-----", PROVISIONED);
+        assert!(w.call(&["mountdevice", s(&g), DEV, &j]).is_err());
+        assert_eq!(w.runner.count("mkfs.ext4"), 0);
+        assert!(w.mounter.calls().is_empty());
+        // mount: the LV is mounted for its PV at the global directory; nothing is bound.
+        let w = world();
+        let g = w.global();
+        let p = w.pod();
+        w.mounter.add(DEV, &g, "ext4", false);
+        lvs_with(&w, "-wi-ao----", PROVISIONED);
+        let e = w.call(&["mount", s(&p), &j]).unwrap_err();
+        assert!(e.to_string().contains("served only to the PV"), "{e}");
+        assert!(w.mounter.calls().is_empty());
+        assert_eq!(w.state_files(), 0);
+        // expandfs: no lvextend, no resize.
+        let w = world();
+        w.mounter.add(DEV, &w.global(), "ext4", false);
+        lvs_with(&w, "-wi-ao----", PROVISIONED);
+        assert!(
+            w.call(&["expandfs", &j, DEV, s(&w.pod()), "2147483648", "0"])
+                .is_err()
+        );
+        assert_eq!(w.lines(), [LVS]);
+    }
+}
+
+/// The PV's own options (its `capabilityToken`) are served; a token for another PV or LV, or a
+/// token of the right LV under another name, is refused.
+#[test]
+fn a_provisioned_lv_is_served_with_its_token_only() {
+    // waitforattach and expandfs with the PV's token.
+    let w = world();
+    let good = jv(
+        "pv-lvm-1",
+        &format!(r#""capabilityToken":"{}","#, token(&w, "pv-lvm-1", "lv1")),
+    );
+    lvs_with(&w, "-wi-------", PROVISIONED);
+    w.call(&["waitforattach", DEV, &good]).unwrap();
+    assert_eq!(w.lines(), [LVS, "lvm lvchange -ay -K -- vg0/lv1"]);
+    // mountdevice of an existing filesystem and mount: the token alone, no LVM command.
+    let w = world();
+    let good = jv(
+        "pv-lvm-1",
+        &format!(r#""capabilityToken":"{}","#, token(&w, "pv-lvm-1", "lv1")),
+    );
+    let g = w.global();
+    let p = w.pod();
+    blkid(&w, 0, EXT4);
+    w.call(&["mountdevice", s(&g), DEV, &good]).unwrap();
+    w.call(&["mount", s(&p), &good]).unwrap();
+    assert_eq!(w.lines(), ["blkid -p -o export -- /dev/vg0/lv1"]);
+    assert_eq!(w.mounter.calls().len(), 2);
+    let rec = std::fs::read_dir(w.config.state_dir.join("lvm"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect::<String>();
+    assert!(!rec.contains(&token(&w, "pv-lvm-1", "lv1")[3..]), "{rec}");
+
+    // Wrong tokens: another PV's (named as that PV), another LV's, one under another name.
+    let w = world();
+    let bad = [
+        jv(
+            "pv-lvm-2",
+            &format!(r#""capabilityToken":"{}","#, token(&w, "pv-lvm-2", "lv1")),
+        ),
+        jv(
+            "pv-lvm-1",
+            &format!(r#""capabilityToken":"{}","#, token(&w, "pv-lvm-1", "lv2")),
+        ),
+        jv(
+            "data",
+            &format!(r#""capabilityToken":"{}","#, token(&w, "pv-lvm-1", "lv1")),
+        ),
+        jv("pv-lvm-1", r#""capabilityToken":"v1.00","#),
+    ];
+    for j in &bad {
+        let w = world();
+        token(&w, "x", "x");
+        lvs_with(&w, "-wi-------", PROVISIONED);
+        let e = w.call(&["waitforattach", DEV, j]).unwrap_err();
+        assert!(e.to_string().contains("served only to the PV"), "{j}: {e}");
+        assert!(!e.to_string().contains("v1."), "{e}");
+        assert_eq!(w.lines(), [LVS]);
+        // mountdevice/mount judge the token without a row: refused before anything.
+        let w = world();
+        token(&w, "x", "x");
+        let g = w.global();
+        blkid(&w, 0, EXT4);
+        if !j.contains("\"data\"") {
+            assert!(w.call(&["mountdevice", s(&g), DEV, j]).is_err(), "{j}");
+        }
+        w.mounter.add(DEV, &g, "ext4", false);
+        lvs_with(&w, "-wi-ao----", PROVISIONED);
+        assert!(w.call(&["mount", s(&w.pod()), j]).is_err(), "{j}");
+        assert_eq!(w.mounter.calls().len(), 0, "{j}");
+    }
+}
+
+/// An LV made before tokens is served through its legacy grant: to its PV, in its claim's
+/// namespace (which only `mount` knows).
+#[test]
+fn a_legacy_lv_is_served_to_its_pv_in_its_namespace() {
+    use crate::node::capability::{LegacyGrant, Location, write_legacy_grant};
+    let w = world();
+    write_legacy_grant(
+        &w.config.state_dir,
+        &Location::Lvm {
+            vg: "vg0",
+            lv: "lv1",
+        },
+        &LegacyGrant {
+            pv: "pv-lvm-1".into(),
+            namespace: "team-b".into(),
+        },
+    )
+    .unwrap();
+    lvs_with(&w, "-wi-ao----", PROVISIONED);
+    w.mounter.add(DEV, &w.global(), "ext4", false);
+    let in_ns = |ns: &str| {
+        J.replace(
+            r#""kubernetes.io/readwrite""#,
+            &format!(r#""kubernetes.io/pod.namespace":"{ns}","kubernetes.io/readwrite""#),
+        )
+    };
+    let e = w
+        .call(&["mount", s(&w.pod()), &in_ns("team-a")])
+        .unwrap_err();
+    assert!(e.to_string().contains("served only to the PV"), "{e}");
+    w.call(&["mount", s(&w.pod()), &in_ns("team-b")]).unwrap();
+    assert_eq!(w.lines(), [LVS, LVS]);
 }

@@ -3,6 +3,7 @@
 //! `mount <podDir> <json>`:
 //! 1. validate every option against the allow-lists and the node policy ([`options`]); bad input
 //!    changes nothing and runs nothing;
+//!    Then the capability check (below): a refusal has run nothing but name lookups;
 //! 2. resolve the pod directory's *parent* (the last component is never looked at before we know
 //!    it is not a mount: a stat inside a dead NFS mount hangs) and take the pod directory's lock
 //!    (per target, not per export: many pods may mount one export at once);
@@ -26,6 +27,26 @@
 //!    - server unreachable: forced (`MNT_FORCE`, aborts pending requests), then lazy
 //!      (`MNT_DETACH`, always detaches at once);
 //! 5. forget the record. The export's data is never touched.
+//!
+//! Capabilities (issue #20): the NFS provisioner makes claims' directories inside the exports
+//! listed in `nfs.provisionedExports`. A mount whose server is the server of a listed export —
+//! the same spelling (names without case, IP literals by value), or, for names, an address in
+//! common with it (`getent ahosts` of both, as the probe resolves: an attacker can spell the
+//! server as an IP or another name) — is served only through
+//! [`crate::node::capability::authorize`] with the shared key (`nfs.capabilityKeyFile`):
+//! `capabilityToken` must be the token for kubelet's `pvOrVolumeName` and exactly this
+//! `server`/`share`, or a legacy grant must name that PV and the pod's namespace. A call that
+//! carries a token is checked the same way whatever its server. This covers every share of such a
+//! server, not only those at, below or above a listed export's path: with NFSv4 the client
+//! walks the server's pseudo-filesystem, whose paths need not be the server's (`fsid=0`/`fsid=root`
+//! exports, nfs-ganesha `Pseudo` paths, bind mounts on the server), so `server:/k8s` may be the
+//! directory listed as `server:/srv/nfs/k8s`; the driver cannot see that mapping, so it does not
+//! trust any path on that server. The price: static volumes and inline volumes of a server that
+//! hosts a provisioned export are refused; serve them from another NFS server. What remains the
+//! operator's: list the export under every name and address pods could reach its server by that
+//! do not resolve to a listed one (a second interface, a load balancer address), since the driver
+//! cannot know them. The provisioner's own mount of an export root skips the check
+//! ([`mount_for_provisioner`], not reachable through a verb).
 
 pub mod options;
 pub mod probe;
@@ -34,15 +55,17 @@ pub use options::NfsConfig;
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
+use crate::node::capability::{self, Key, KeyError, Location, authorize};
 use crate::node::state::VolumeRecord;
 use crate::protocol::options::Options;
+use crate::protocol::options::keys;
 use crate::protocol::reply::Reply;
 use crate::protocol::verb::Call;
 use crate::sys::exec::{Cmd, ExecError};
 use crate::sys::mount::UnmountMode;
 use crate::sys::mountinfo::{MountInfo, MountTable};
 use crate::sys::paths;
-use options::{NfsOptions, split_source};
+use options::{Export, NfsOptions, same_server, split_source};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -108,9 +131,91 @@ fn same_source(mounted: &str, server: &str, share: &str) -> bool {
     })
 }
 
+/// What a missing shared key's message says.
+pub const SHARED_KEY_FIX: &str = "every node needs the same key: create it once with `kubectl -n <namespace> create secret generic flexvol-nfs-key --from-file=key=<(head -c 32 /dev/urandom)`, which the DaemonSet mounts (drivers/deploy), and point nfs.capabilityKeyFile at the file (drivers/nfs/README.md)";
+
+/// The shared key as the node config names it.
+pub fn shared_key(cfg: &NfsConfig) -> std::result::Result<Key, KeyError> {
+    match &cfg.capability_key_file {
+        Some(p) => Key::load(p, SHARED_KEY_FIX),
+        None => Err(KeyError::Missing {
+            path: PathBuf::from("named by nfs.capabilityKeyFile (not set in the node config)"),
+            fix: SHARED_KEY_FIX,
+        }),
+    }
+}
+
+/// The provisioned export whose server `server` is, if any: the same spelling, or (for names) an
+/// address in common. A name that cannot be resolved while exports are listed is refused: it
+/// might be one of them.
+fn provisioned_server<'c>(ctx: &'c Context, server: &str) -> Result<Option<&'c Export>> {
+    let exports = &ctx.config.nfs.provisioned_exports;
+    if let Some(e) = exports.iter().find(|e| same_server(&e.server, server)) {
+        return Ok(Some(e));
+    }
+    if exports.is_empty() {
+        return Ok(None);
+    }
+    let budget = || {
+        ctx.deadline
+            .cap(Duration::from_secs(ctx.config.nfs.probe_timeout_seconds))
+    };
+    let addrs = |name: &str| -> Result<Vec<std::net::IpAddr>> {
+        let ips = probe::resolve(ctx.runner, name, budget()).map_err(|why| {
+            Error::refused(format!(
+                "cannot tell whether NFS server {server} is the server of an export listed in nfs.provisionedExports ({why}); nothing was mounted"
+            ))
+        })?;
+        Ok(ips.into_iter().map(|ip| ip.to_canonical()).collect())
+    };
+    let mine = addrs(server)?;
+    for e in exports {
+        if addrs(&e.server)?.iter().any(|ip| mine.contains(ip)) {
+            return Ok(Some(e));
+        }
+    }
+    Ok(None)
+}
+
+/// The capability check (module doc): a share of a provisioned export's server, or any call with
+/// a token, goes through [`authorize`] with the shared key. Runs nothing but name lookups.
+fn check_capability(ctx: &Context, opts: &NfsOptions, o: &Options) -> Result<()> {
+    let token = o.non_empty(capability::OPTION);
+    if provisioned_server(ctx, &opts.server)?.is_none() && token.is_none() {
+        return Ok(());
+    }
+    let key = shared_key(&ctx.config.nfs);
+    authorize(
+        key.as_ref(),
+        &ctx.config.state_dir,
+        &Location::Nfs {
+            server: &opts.server,
+            share: &opts.share,
+        },
+        o.volume_name(),
+        o.non_empty(keys::POD_NAMESPACE),
+        token,
+    )
+    .map(|_| ())
+    .map_err(|why| Error::refused(format!("{why}. Nothing was mounted")))
+}
+
 /// `mount <podDir> <json>`.
 fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = NfsOptions::parse(o, &ctx.config.nfs)?;
+    check_capability(ctx, &opts, o)?;
+    mount_parsed(ctx, pod_dir, o, &opts)
+}
+
+/// The provisioner's own mount of an export root (`provision::nfs`), which no capability
+/// covers: reached only from inside the provisioner, never through a verb.
+pub(crate) fn mount_for_provisioner(ctx: &Context, dir: &Path, options: &str) -> Result<Reply> {
+    let o = Options::parse(options)?;
+    let opts = NfsOptions::parse(&o, &ctx.config.nfs)?;
+    mount_parsed(ctx, dir, &o, &opts)
+}
+
+fn mount_parsed(ctx: &Context, pod_dir: &Path, o: &Options, opts: &NfsOptions) -> Result<Reply> {
     let source = opts.source();
     let target = target_path(pod_dir)?.ok_or_else(|| {
         Error::refused(format!(
@@ -122,7 +227,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
 
     let table = ctx.mounter.table()?;
     if let Some(m) = table.at(&target) {
-        return already_mounted(m, &opts, &target);
+        return already_mounted(m, opts, &target);
     }
     // Not a mount point: the directory is on the node's own filesystem, so looking is safe.
     match std::fs::symlink_metadata(&target) {
@@ -193,7 +298,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         }
         Err(e) => {
             state.remove(&target)?;
-            Err(mount_failed(&opts, &target, e))
+            Err(mount_failed(opts, &target, e))
         }
     }
 }

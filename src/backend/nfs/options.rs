@@ -13,7 +13,8 @@
 
 use crate::protocol::options::{Options, OptionsError};
 use serde::Deserialize;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
 
 /// Node policy for NFS (`"nfs"` in the config file). Every key is optional.
 #[derive(Debug, Clone, Deserialize)]
@@ -35,6 +36,87 @@ pub struct NfsConfig {
     pub mount_timeout_seconds: u64,
     /// How long each unmount step (normal, forced, lazy) may run.
     pub unmount_timeout_seconds: u64,
+    /// The exports (`"server:/share"`) the NFS provisioner may make volumes in. The driver serves
+    /// a share of their servers only to a PV carrying its capability (see [`crate::backend::nfs`]).
+    /// Every node lists the same exports.
+    #[serde(deserialize_with = "exports")]
+    pub provisioned_exports: Vec<Export>,
+    /// The shared capability key: a root-only file with the same bytes on every node (a Secret the
+    /// DaemonSet mounts). flexvol never creates it.
+    #[serde(deserialize_with = "key_file")]
+    pub capability_key_file: Option<PathBuf>,
+}
+
+/// One export of `nfs.provisionedExports`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    /// The server, as written (checked like a volume's `server`).
+    pub server: String,
+    /// The exported path, without trailing slashes.
+    pub share: String,
+}
+
+fn exports<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Export>, D::Error> {
+    let mut out = Vec::new();
+    for e in Vec::<String>::deserialize(d)? {
+        let bad = |why: String| {
+            serde::de::Error::custom(format!(
+                "nfs.provisionedExports entry {e:?}: {why} (expected \"server:/share\", e.g. \"nfs.example.com:/exports/k8s\")"
+            ))
+        };
+        let (server, share) = split_source(&e).ok_or_else(|| bad("no \":\"".into()))?;
+        check_server(server).map_err(|x| bad(x.to_string()))?;
+        let share = check_share(share).map_err(|x| bad(x.to_string()))?;
+        out.push(Export {
+            server: server.to_owned(),
+            share,
+        });
+    }
+    Ok(out)
+}
+
+fn key_file<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    match Option::<PathBuf>::deserialize(d)? {
+        Some(p) if p.as_os_str().is_empty() => Ok(None),
+        Some(p) if !p.is_absolute() || crate::sys::paths::has_dotdot(&p) => {
+            Err(serde::de::Error::custom(format!(
+                "nfs.capabilityKeyFile must be an absolute path without \"..\", got {:?}",
+                p.display().to_string()
+            )))
+        }
+        p => Ok(p),
+    }
+}
+
+/// The IP address a server string spells, if it is a literal (`[v6]` brackets allowed).
+pub fn literal_ip(server: &str) -> Option<IpAddr> {
+    let s = server
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .unwrap_or(server);
+    s.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+}
+
+/// Whether two server strings are spelled the same: IP literals by value, names without case
+/// and without a trailing dot. (Different spellings of one server are the driver's business: it
+/// also compares resolved addresses.)
+pub fn same_server(a: &str, b: &str) -> bool {
+    match (literal_ip(a), literal_ip(b)) {
+        (Some(x), Some(y)) => x == y,
+        (None, None) => a
+            .trim_end_matches('.')
+            .eq_ignore_ascii_case(b.trim_end_matches('.')),
+        _ => false,
+    }
+}
+
+impl NfsConfig {
+    /// The listed export `server:share` (exactly that share), if listed.
+    pub fn provisioned_export(&self, server: &str, share: &str) -> Option<&Export> {
+        self.provisioned_exports
+            .iter()
+            .find(|e| same_server(&e.server, server) && e.share == share)
+    }
 }
 
 /// The default `defaultMountOptions`: the kernel's own TCP defaults, made explicit.
@@ -50,6 +132,8 @@ impl Default for NfsConfig {
             probe_timeout_seconds: 5,
             mount_timeout_seconds: 60,
             unmount_timeout_seconds: 10,
+            provisioned_exports: Vec::new(),
+            capability_key_file: None,
         }
     }
 }
@@ -128,7 +212,13 @@ impl NfsOptions {
 }
 
 /// The keys a volume may set (besides kubelet's own `kubernetes.io/*`).
-pub const KNOWN_KEYS: &[&str] = &["server", "share", "version", "mountOptions"];
+pub const KNOWN_KEYS: &[&str] = &[
+    "server",
+    "share",
+    "version",
+    "mountOptions",
+    crate::node::capability::OPTION,
+];
 
 /// How a mount option's value is checked.
 #[derive(Debug, Clone, Copy)]

@@ -91,7 +91,7 @@ fn unreachable_message(addr: SocketAddr) -> String {
 }
 
 /// The addresses of `server`, in the resolver's order.
-fn resolve(runner: &dyn Runner, server: &str, budget: Duration) -> Result<Vec<IpAddr>, String> {
+pub fn resolve(runner: &dyn Runner, server: &str, budget: Duration) -> Result<Vec<IpAddr>, String> {
     let literal = server
         .strip_prefix('[')
         .and_then(|s| s.strip_suffix(']'))

@@ -426,3 +426,213 @@ fn other_verbs_are_not_supported() {
         assert_eq!(handle(&call, ctx).unwrap(), Reply::not_supported());
     });
 }
+
+/// The shared key of the fake nodes.
+const KEY: &[u8] = b"a shared key of 32 bytes, really";
+
+/// A node whose config lists `10.0.0.5:/srv/nfs` (and `nfs.example:/exports/k8s`) as provisioned
+/// exports, with the shared key.
+fn provisioned() -> World {
+    use std::os::unix::fs::PermissionsExt;
+    let mut w = world();
+    let key = w.root.join("nfs.key");
+    std::fs::write(&key, KEY).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+    w.config.nfs.capability_key_file = Some(key);
+    w.config.nfs.provisioned_exports = vec![
+        options::Export {
+            server: "10.0.0.5".into(),
+            share: "/srv/nfs".into(),
+        },
+        options::Export {
+            server: "nfs.example".into(),
+            share: "/exports/k8s".into(),
+        },
+    ];
+    w.runner.on(
+        "getent",
+        &["nfs.example"],
+        0,
+        "10.0.0.9       STREAM nfs.example\n10.0.0.9       DGRAM  \n",
+        "",
+    );
+    w.runner.on(
+        "getent",
+        &["alias.example"],
+        0,
+        "10.0.0.5       STREAM alias.example\n",
+        "",
+    );
+    w.runner
+        .on("getent", &["other.example"], 0, "10.9.9.9 STREAM x\n", "");
+    w
+}
+
+fn sign(pv: &str, server: &str, share: &str) -> String {
+    crate::node::capability::Key::from_bytes(KEY).sign(
+        pv,
+        &crate::node::capability::Location::Nfs { server, share },
+    )
+}
+
+/// Options of pod volume `name` in namespace `ns` for `server:share`, with `extra` JSON members.
+fn vol(name: &str, server: &str, share: &str, extra: &str) -> String {
+    format!(
+        r#"{{"kubernetes.io/pod.namespace":"team-a","kubernetes.io/pod.uid":"u","kubernetes.io/pod.name":"p","kubernetes.io/pvOrVolumeName":"{name}","server":"{server}","share":"{share}"{extra}}}"#
+    )
+}
+
+/// #20 hole 2: an inline volume cannot mount a provisioned export (its root, a claim's directory,
+/// a path above it, any other path on that server, the server under another name or address);
+/// the claim's PV with its token mounts its own directory and nothing else.
+#[test]
+fn provisioned_exports_are_served_only_with_their_capability() {
+    let claim = "/srv/nfs/pvc-1_team-b_db";
+    let refused: &[(&str, &str, String)] = &[
+        ("data", "10.0.0.5", "/srv/nfs".into()),
+        ("pvc-1", "10.0.0.5", claim.into()),
+        ("data", "10.0.0.5", "/srv".into()),
+        ("data", "10.0.0.5", "/".into()),
+        ("data", "10.0.0.5", "/k8s".into()),
+        ("data", "[::ffff:10.0.0.5]", claim.into()),
+        ("data", "alias.example", claim.into()),
+        ("data", "NFS.Example.", "/exports/k8s".into()),
+        ("data", "10.0.0.9", "/exports/k8s/pvc-2".into()),
+        // Tokens for something else: another PV, another share, the export root.
+        (
+            "pvc-2",
+            "10.0.0.5",
+            format!(
+                r#"{claim}","capabilityToken":"{}"#,
+                sign("pvc-1", "10.0.0.5", claim)
+            ),
+        ),
+        (
+            "pvc-1",
+            "10.0.0.5",
+            format!(
+                r#"/srv/nfs","capabilityToken":"{}"#,
+                sign("pvc-1", "10.0.0.5", claim)
+            ),
+        ),
+        (
+            "pvc-1",
+            "10.0.0.5",
+            format!(r#"{claim}","capabilityToken":"v1.{}"#, "0".repeat(64)),
+        ),
+    ];
+    for (name, server, share) in refused {
+        let w = provisioned();
+        let dir = w.pod_dir("u1");
+        let e = w.mount(&dir, &vol(name, server, share, "")).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("served only to the PV") && msg.contains("Nothing was mounted"),
+            "{server}:{share}: {msg}"
+        );
+        assert!(!msg.contains(&sign("pvc-1", "10.0.0.5", claim)[3..]));
+        assert_eq!(w.runner.count("mount.nfs"), 0, "{server}:{share}");
+        assert!(w.probes().is_empty(), "{server}:{share}: probed");
+        assert!(w.mounter.calls().is_empty());
+        assert!(w.record(&dir).is_none());
+    }
+    // The PV's own options: mounted.
+    let w = provisioned();
+    let dir = w.pod_dir("u1");
+    let token = format!(
+        r#","capabilityToken":"{}""#,
+        sign("pvc-1", "10.0.0.5", claim)
+    );
+    w.mount(&dir, &vol("pvc-1", "10.0.0.5", claim, &token))
+        .unwrap();
+    assert_eq!(w.runner.count("mount.nfs"), 1);
+    let rec = serde_json::to_string(&w.record(&dir).unwrap()).unwrap();
+    assert!(
+        !rec.contains(&sign("pvc-1", "10.0.0.5", claim)[3..]),
+        "{rec}"
+    );
+    // Another server is not affected (one lookup: the listed name's).
+    let w = provisioned();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &vol("data", "10.0.0.6", "/srv/nfs", ""))
+        .unwrap();
+    let lines = w.runner.lines();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("getent ahosts nfs.example"),
+        "{lines:?}"
+    );
+    let w = provisioned();
+    let dir = w.pod_dir("u1");
+    w.mount(&dir, &vol("data", "other.example", "/srv/nfs", ""))
+        .unwrap();
+    assert_eq!(w.runner.count("mount.nfs"), 1);
+    // A token on a node without the shared key: refused, saying how to make one.
+    let mut w = provisioned();
+    w.config.nfs.capability_key_file = None;
+    let dir = w.pod_dir("u1");
+    let e = w
+        .mount(&dir, &vol("pvc-1", "10.0.0.5", claim, &token))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("create secret generic flexvol-nfs-key"),
+        "{e}"
+    );
+    assert_eq!(w.runner.count("mount.nfs"), 0);
+}
+
+/// A name that does not resolve, while exports are listed, could be one of them: refused before
+/// anything runs but the lookup.
+#[test]
+fn an_unresolvable_server_is_refused_when_exports_are_provisioned() {
+    let w = provisioned();
+    w.runner.on("getent", &["gone.example"], 2, "", "");
+    let dir = w.pod_dir("u1");
+    let e = w
+        .mount(&dir, &vol("data", "gone.example", "/x", ""))
+        .unwrap_err();
+    assert!(e.to_string().contains("nfs.provisionedExports"), "{e}");
+    assert_eq!(w.runner.count("mount.nfs"), 0);
+}
+
+#[test]
+fn provisioned_exports_config() {
+    let c = crate::node::config::Config::parse(
+        Path::new("/c"),
+        br#"{"nfs":{"provisionedExports":["nfs.example:/exports/k8s/","[fd00::5]:/x"],"capabilityKeyFile":"/etc/flexvol/nfs/key"}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.nfs.provisioned_exports,
+        [
+            options::Export {
+                server: "nfs.example".into(),
+                share: "/exports/k8s".into()
+            },
+            options::Export {
+                server: "[fd00::5]".into(),
+                share: "/x".into()
+            }
+        ]
+    );
+    assert!(
+        c.nfs
+            .provisioned_export("NFS.example", "/exports/k8s")
+            .is_some()
+    );
+    assert!(
+        c.nfs
+            .provisioned_export("nfs.example", "/exports")
+            .is_none()
+    );
+    for bad in [
+        r#"{"nfs":{"provisionedExports":["nfs.example"]}}"#,
+        r#"{"nfs":{"provisionedExports":["nfs.example:exports"]}}"#,
+        r#"{"nfs":{"provisionedExports":["-o:/x"]}}"#,
+        r#"{"nfs":{"capabilityKeyFile":"key"}}"#,
+    ] {
+        let e = crate::node::config::Config::parse(Path::new("/c"), bad.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("nfs."), "{bad}: {e}");
+    }
+}

@@ -199,12 +199,42 @@ fn provision_creates_a_tagged_lv_rounded_to_extents() {
     assert_eq!(r.annotations[ANN_SIZE_ENFORCED], "true");
     assert_eq!(r.annotations[ANN_VG], "vg0");
     assert_eq!(r.annotations[ANN_LV], PV);
+    // The capability: the node key's token for this PV and LV (#20).
+    let key = crate::node::capability::Key::load(
+        &crate::node::capability::node_key_path(&w.config.state_dir),
+        "made by provision",
+    )
+    .unwrap();
+    let token = key.sign(PV, &Location::Lvm { vg: "vg0", lv: PV });
     assert_eq!(
         r.options,
-        params(&[("volumegroup", "vg0"), ("volumeID", PV)])
+        params(&[
+            ("volumegroup", "vg0"),
+            ("volumeID", PV),
+            ("capabilityToken", &token)
+        ])
     );
     // Not an option: the API server refuses kubernetes.io/ keys there; kubelet sends it as one.
     assert_eq!(r.fs_type.as_deref(), Some("xfs"));
+}
+
+/// #20: the driver serves a provisioned LV to its PV's options as kubelet sends them (the
+/// token in them), and not to a copy without the token (an inline volume).
+#[test]
+fn the_driver_serves_the_lv_to_the_pvs_options_only() {
+    // PV "lv1" so that the fake node's one device (/dev/vg0/lv1) is its LV; found made.
+    let w = world();
+    let made = lvs_json(8 << 30, &[("lv1", "-wi-a-----", 64 * MI, &tags("lv1"), "")]);
+    w.runner.on("lvm", &["lvs"], 0, &made, "");
+    let r = provision_with(&w, "lv1", &params(&[("volumegroup", "vg0")]), 64 * MI).unwrap();
+    let mut kubelet = r.options.clone();
+    kubelet.insert(keys::PV_OR_VOLUME_NAME.into(), "lv1".into());
+    let with_token = serde_json::to_string(&kubelet).unwrap();
+    kubelet.remove("capabilityToken");
+    let inline = serde_json::to_string(&kubelet).unwrap();
+    w.call(&["waitforattach", DEV, &with_token]).unwrap();
+    let e = w.call(&["waitforattach", DEV, &inline]).unwrap_err();
+    assert!(e.to_string().contains("served only to the PV"), "{e}");
 }
 
 #[test]

@@ -55,6 +55,20 @@ impl Exports for FakeExports {
     }
 }
 
+/// The shared key of the fake nodes.
+const KEY: &[u8] = b"a shared key of 32 bytes, really";
+
+/// The token [`KEY`] signs for `pv` at `10.0.0.5:share`.
+fn token(pv: &str, share: &str) -> String {
+    crate::node::capability::Key::from_bytes(KEY).sign(
+        pv,
+        &crate::node::capability::Location::Nfs {
+            server: "10.0.0.5",
+            share,
+        },
+    )
+}
+
 struct World {
     _tmp: tempfile::TempDir,
     cfg: Config,
@@ -68,11 +82,22 @@ impl World {
         let server_dir = std::fs::canonicalize(tmp.path()).unwrap().join("server");
         let export = server_dir.join("srv/nfs");
         std::fs::create_dir_all(&export).unwrap();
-        let cfg = Config {
+        let key_file = tmp.path().join("nfs.key");
+        std::fs::write(&key_file, KEY).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let mut cfg = Config {
             run_dir: tmp.path().join("run"),
             state_dir: tmp.path().join("state"),
             ..Config::default()
         };
+        cfg.nfs.capability_key_file = Some(key_file);
+        cfg.nfs.provisioned_exports = ["10.0.0.5", "192.0.2.1"]
+            .iter()
+            .map(|s| crate::backend::nfs::options::Export {
+                server: s.to_string(),
+                share: "/srv/nfs".into(),
+            })
+            .collect();
         let exports = FakeExports {
             server_dir,
             dead: false,
@@ -287,8 +312,22 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
             ("share".into(), "/srv/nfs/ns/claim-u1".into()),
             ("version".into(), "4.2".into()),
             ("mountOptions".into(), "hard,noatime".into()),
+            (
+                "capabilityToken".into(),
+                token("pvc-u1", "/srv/nfs/ns/claim-u1")
+            ),
         ])
     );
+    // Signed for exactly this PV and share: the driver's check of another is a refusal.
+    let key = crate::node::capability::Key::from_bytes(KEY);
+    let t = &got.options["capabilityToken"];
+    let at = |share| crate::node::capability::Location::Nfs {
+        server: "10.0.0.5",
+        share,
+    };
+    assert!(key.verify("pvc-u1", &at("/srv/nfs/ns/claim-u1"), t));
+    assert!(!key.verify("pvc-u1", &at("/srv/nfs"), t));
+    assert!(!key.verify("pvc-u2", &at("/srv/nfs/ns/claim-u1"), t));
     assert_eq!(got.capacity_bytes, 1 << 30);
     assert_eq!(got.location, "10.0.0.5:/srv/nfs/ns/claim-u1");
     assert_eq!(got.annotations[ANN_EXPORT], "/srv/nfs");
@@ -340,6 +379,54 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
     assert_eq!(
         log.iter().filter(|l| l.starts_with("mount")).count(),
         log.iter().filter(|l| l.starts_with("unmount")).count()
+    );
+}
+
+/// #20: an export the node config does not list as provisioned, or no shared key: nothing is
+/// mounted or made, and the message says what to do.
+#[test]
+fn provision_refuses_an_unlisted_export_and_one_without_the_shared_key() {
+    let w = World::new();
+    let mut b = w.backend();
+    for p in [
+        params(&[("server", "10.0.0.6")]),
+        params(&[("share", "/srv")]),
+        params(&[("share", "/srv/nfs/sub")]),
+    ] {
+        std::fs::create_dir_all(w.export.join("sub")).unwrap();
+        match provision(&mut b, &w.cfg, &p, "u1", "node-a") {
+            Err(Refusal::Fail(e)) => {
+                assert!(
+                    e.contains("not in nfs.provisionedExports") && e.contains("node-a"),
+                    "{e}"
+                );
+            }
+            other => panic!("{p:?}: {other:?}"),
+        }
+    }
+    // A listed export, but no shared key (not configured, or configured and missing).
+    let listed = params(&[("server", "10.0.0.5")]);
+    let mut cfg = w.cfg.clone();
+    cfg.nfs.capability_key_file = None;
+    let mut missing = w.cfg.clone();
+    missing.nfs.capability_key_file = Some(w.export.join("../no.key"));
+    for cfg in [&cfg, &missing] {
+        match provision(&mut b, cfg, &listed, "u1", "node-a") {
+            Err(Refusal::Fail(e)) => {
+                assert!(
+                    e.contains("create secret generic flexvol-nfs-key")
+                        && e.contains("nfs.capabilityKeyFile"),
+                    "{e}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(w.log().is_empty(), "mounted: {:?}", w.log());
+    assert_eq!(
+        std::fs::read_dir(&w.export).unwrap().count(),
+        1,
+        "only the test's own sub"
     );
 }
 

@@ -5,7 +5,8 @@
 #   lvm             claim (WaitForFirstConsumer) + pod -> LV on node-a tagged for the PV, PV flexvol/lvm
 #                   pinned to node-a, pod Running, a write through it lands on the LV (formatted by the
 #                   driver with the class's mkfsOptions); claim 64Mi -> 128Mi: LV and the mounted
-#                   filesystem grow; claim deleted -> LV and PV gone. Prints the PVC-to-Running time.
+#                   filesystem grow; an inline pod naming the LV gets FailedMount (#20); claim deleted
+#                   -> LV and PV gone. Prints the PVC-to-Running time.
 #   lvm-reschedule  node-b picked (the operator labelled it by mistake) though its config grants no
 #                   VG -> selected-node removed with an event saying why, node-b's provisioner advises
 #                   removing the label; the operator does -> pod Running on node-a
@@ -69,6 +70,18 @@ lvclass() {
 EOF
 }
 # lvm_voldir POD PV: the pod's volume directory as kubelet mounts it.
+# lvm_inline_pod NAME NODE VOLUME_NAME LV: a pod author's inline flexVolume of the LV, its volume
+# named as the author likes (the claim's PV name, to look like the PV).
+lvm_inline_pod() {
+	apply "pod $1" <<EOF
+{"apiVersion":"v1","kind":"Pod","metadata":{"name":"$1","namespace":"default"},
+ "spec":{"nodeSelector":{"kubernetes.io/hostname":"$2"},"automountServiceAccountToken":false,
+  "terminationGracePeriodSeconds":0,
+  "containers":[{"name":"main","image":"img-$1-$RANDOM","command":["sleep","3600"],
+   "volumeMounts":[{"name":"$3","mountPath":"/data"}]}],
+  "volumes":[{"name":"$3","flexVolume":{"driver":"flexvol/lvm","fsType":"ext4","options":{"volumegroup":"$LVP_VG","volumeID":"$4"}}}]}}
+EOF
+}
 lvm_voldir() { echo "$(kc_node_dir "$(jp pod "$1" '{.spec.nodeName}')")/root/pods/$(jp pod "$1" '{.metadata.uid}')/volumes/flexvol~lvm/$2"; }
 
 lvmprov_setup() {
@@ -133,6 +146,16 @@ scenario_lvm() {
 	[ "$fs_after" -gt $((fs_before + 50)) ] || fail "the mounted filesystem did not grow: $fs_before -> $fs_after MiB"
 	[ "$(cat "$d/proof")" = "written through p-lvm" ] || fail "the data is gone after the resize"
 	pass "lvm: claim 64Mi -> 128Mi: LV 128 MiB, df of the pod's volume $fs_before -> $fs_after MiB, claim status 128Mi; events: $(events_of c-lvm | grep -i resize | tr '\n' '|' | cut -c1-300)"
+
+	# #20: an inline volume naming the claim's LV (and named like its PV) gets FailedMount; the
+	# claim's pod above mounted it with the PV's capabilityToken.
+	lvm_inline_pod p-lvm-steal node-a "$pv" "$pv"
+	wait_until "FailedMount of p-lvm-steal" 120 has_event p-lvm-steal 'FailedMount: .*served only to the PV'
+	! grep -q " $(kc_node_dir node-a)/root/pods/$(jp pod p-lvm-steal '{.metadata.uid}')/" /proc/self/mountinfo ||
+		fail "p-lvm-steal got a mount"
+	! pod_running p-lvm-steal || fail "p-lvm-steal is Running"
+	pass "lvm: an inline volume of $LVP_VG/$pv named $pv -> FailedMount '$(first_event p-lvm-steal 'FailedMount: .*' 160)...'"
+	delete_pod p-lvm-steal
 
 	delete_pod p-lvm
 	kc_kubectl delete pvc c-lvm --wait=false >/dev/null

@@ -7,7 +7,8 @@
 #   nfs           two claims of a `delete` class with a nested pathPattern -> two subdirectories of
 #                 /srv/nfs/prov with markers naming their PVs; a pod on each node shares one claim
 #                 (ReadWriteMany) and each sees the other's write; claims deleted -> exactly their
-#                 directories go (the pattern's parent stays). Prints TIME nfs-pvc-to-bound and
+#                 directories go (the pattern's parent stays); inline pods of a claim's directory
+#                 and of the export root get FailedMount (#20). Prints TIME nfs-pvc-to-bound and
 #                 nfs-pvc-to-running
 #   nfs-ondelete  `archive` (the default, nested pattern): the directory moves to
 #                 /srv/nfs/prov/archived-<pv>-<time> with its data; `retain`: it stays; both PVs go
@@ -57,6 +58,18 @@ nfs_pod() {
   "containers":[{"name":"main","image":"img-$1-$RANDOM","command":["sleep","3600"],
    "volumeMounts":[{"name":"data","mountPath":"/data"}]}],
   "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"$2"}}]}}
+EOF
+}
+# nfs_inline_pod NAME NODE VOLUME_NAME SHARE: a pod author's inline flexVolume of 127.0.0.1:SHARE,
+# its volume named as the author likes (a claim's PV name, to look like the PV).
+nfs_inline_pod() {
+	apply "pod $1" <<EOF
+{"apiVersion":"v1","kind":"Pod","metadata":{"name":"$1","namespace":"default"},
+ "spec":{"nodeSelector":{"kubernetes.io/hostname":"$2"},"automountServiceAccountToken":false,
+  "terminationGracePeriodSeconds":0,
+  "containers":[{"name":"main","image":"img-$1-$RANDOM","command":["sleep","3600"],
+   "volumeMounts":[{"name":"$3","mountPath":"/data"}]}],
+  "volumes":[{"name":"$3","flexVolume":{"driver":"flexvol/nfs","options":{"server":"127.0.0.1","share":"$4"}}}]}}
 EOF
 }
 bound() { [ "$(jp pvc "$1" '{.status.phase}')" = Bound ]; }
@@ -115,6 +128,21 @@ scenario_nfs() {
 	[ "$(cat "$d1/from-node-a")$(cat "$d1/from-node-b")" = "from node-afrom node-b" ] || fail "the writes are not in $d1 on the server"
 	[ "$(nfs_private_mounts)" = 0 ] || fail "provisioner mounts left: $(grep provisioner-nfs /proc/self/mountinfo)"
 	pass "nfs: pods on node-a and node-b share claim c-nfs-1 (ReadWriteMany) and see each other's writes; no provisioner mount left"
+	# #20: inline volumes of the claim's directory (named like its PV) and of the export root
+	# get FailedMount, nothing mounted; the claim's own pods (above) carry the PV's token.
+	nfs_inline_pod p-nfs-steal node-a "$pv1" "$d1"
+	nfs_inline_pod p-nfs-root node-b data "$NFS_EXPORT"
+	for p in p-nfs-steal p-nfs-root; do
+		wait_until "FailedMount of $p" 120 has_event "$p" 'FailedMount: .*served only to the PV'
+		n="$(jp pod "$p" '{.spec.nodeName}')"
+		uid="$(jp pod "$p" '{.metadata.uid}')"
+		d="$(kc_node_dir "$n")/root/pods/$uid/volumes/flexvol~nfs"
+		! grep -q " $d/" /proc/self/mountinfo || fail "$p got a mount: $(grep " $d/" /proc/self/mountinfo)"
+		! pod_running "$p" || fail "$p is Running"
+	done
+	pass "nfs: inline volumes of $d1 (named $pv1) and of the export root $NFS_EXPORT -> FailedMount '$(first_event p-nfs-steal 'FailedMount: .*' 160)...', nothing mounted"
+	delete_pod p-nfs-steal
+	delete_pod p-nfs-root
 	delete_pod p-nfs-a
 	delete_pod p-nfs-b
 	kc_kubectl delete pvc c-nfs-1 c-nfs-2 --wait=false >/dev/null
