@@ -150,7 +150,7 @@ scenario_nfs() {
 	wait_until "PV $pv2 deleted" 60 gone pv "$pv2"
 	[ ! -e "$d1" ] && [ ! -e "$d2" ] || fail "directories left: $(ls -A "$NFS_EXPORT/default")"
 	[ -d "$NFS_EXPORT/default" ] || fail "the pattern's parent $NFS_EXPORT/default was removed"
-	[ "$(ls -A "$NFS_EXPORT" | grep -vc '^default$')" = 0 ] || fail "left in the export: $(ls -A "$NFS_EXPORT")"
+	[ -z "$(root_contents "$NFS_EXPORT" | grep -vx default)" ] || fail "left in the export: $(root_contents "$NFS_EXPORT")"
 	pass "nfs: claims deleted (onDelete delete) -> PVs and exactly their directories gone, $NFS_EXPORT/default kept"
 	rmdir "$NFS_EXPORT/default"
 }
