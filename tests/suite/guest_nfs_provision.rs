@@ -48,6 +48,7 @@ const EXPORTS: &[&str] = &[
     "127.0.0.1:/srv/nfs/prov-recover",
     "127.0.0.1:/srv/nfs/prov-dies",
     "127.0.0.1:/srv/nfs/prov-steal",
+    "127.0.0.1:/srv/nfs/prov-squat",
     "192.0.2.1:/srv/nfs",
 ];
 
