@@ -162,6 +162,19 @@ pub struct Record {
     pub ino: u64,
 }
 
+impl Record {
+    /// Whether the directory with `(dev, ino)` is the one this record names. The inode must be
+    /// the recorded one; the device the recorded one, or `fs_dev`, the device of the filesystem
+    /// being looked at (the root, the parent, the tree being deleted) now. An NFS export gets a
+    /// new device number each time it is mounted (the provisioner mounts it for every piece of
+    /// work, and kubelet's mounts with other options make other superblocks), so on NFS only the
+    /// inode (the server's file id) is stable; a directory of another filesystem mounted there
+    /// still differs in device from both.
+    pub fn names(&self, (dev, ino): (u64, u64), fs_dev: Option<u64>) -> bool {
+        self.ino == ino && (self.dev == dev || fs_dev == Some(dev))
+    }
+}
+
 /// Class parameters of the hostPath provisioner, validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClassParams {
@@ -591,7 +604,10 @@ fn inspect_with(root: &Root, rel: &Path, records: &[Record]) -> DirState {
         Err(e) => return DirState::Foreign(format!("{} cannot be read: {e}", path.display())),
     };
     if let Some(rec) = records.iter().find(|r| Path::new(&r.path) == rel) {
-        return if (rec.dev, rec.ino) == id {
+        let root_dev = std::fs::symlink_metadata(&root.real)
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::dev(&m));
+        return if rec.names(id, root_dev) {
             DirState::Owned(rec.clone())
         } else {
             DirState::Foreign(format!(
@@ -797,7 +813,7 @@ pub fn create_volume_dir_as(
             let pending = open_child_dir(&parent, OsStr::new(&rec.new_name))
                 .ok()
                 .and_then(|fd| dev_ino(&fd).ok())
-                .is_some_and(|id| id == (rec.dev, rec.ino));
+                .is_some_and(|id| rec.names(id, dev_ino(&parent).ok().map(|(d, _)| d)));
             if pending {
                 match rename_noreplace(&parent, &rec.new_name, leaf) {
                     Ok(()) => {
@@ -1098,7 +1114,8 @@ pub fn check_tree(
         .collect();
     walk_tree(dir, path, dev, 0, &mut |d, p, top| {
         let id = dev_ino(d).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        if let Some(r) = others.iter().find(|r| (r.dev, r.ino) == id) {
+        // The walk never leaves the tree's device, so the inode decides (see Record::names).
+        if let Some(r) = others.iter().find(|r| r.names(id, Some(id.0))) {
             return Err(format!(
                 "{} holds the directory of PV {} ({}), another volume",
                 path.display(),
@@ -1628,6 +1645,43 @@ mod tests {
             DirState::Owned(rec) => Some(rec),
             _ => None,
         }
+    }
+
+    /// An NFS export gets a new device number each time it is mounted: a record written through
+    /// one mount must still name its directory through the next (CI found deletes refused with
+    /// "it was replaced"). Another inode on the same filesystem is still not the volume.
+    #[test]
+    fn a_record_names_its_directory_after_a_remount_changes_the_device() {
+        let (_d, r) = root();
+        let rel = PathBuf::from("v");
+        let p = create_volume_dir(&r, &rel, Ownership::default(), &marker("pvc-1", "u1")).unwrap();
+        let rec_path = r.real.join(STATE_DIR).join(RECORDS_DIR).join("pvc-1.json");
+        let rewrite = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&rec_path).unwrap()).unwrap();
+            f(&mut v);
+            std::fs::write(&rec_path, serde_json::to_vec(&v).unwrap()).unwrap();
+        };
+        // As if written through another mount of the same export: another device number.
+        rewrite(&|v| {
+            let dev = v["dev"].as_u64().unwrap();
+            v["dev"] = serde_json::json!(dev ^ 0x5a5a);
+        });
+        assert!(
+            matches!(inspect(&r, &rel), DirState::Owned(_)),
+            "{:?}",
+            inspect(&r, &rel)
+        );
+        // Another directory put in its place (another inode): refused, whatever the device.
+        let ino = std::fs::metadata(&p).unwrap().ino();
+        rewrite(&|v| v["ino"] = serde_json::json!(ino + 1));
+        assert!(matches!(inspect(&r, &rel), DirState::Foreign(why) if why.contains("replaced")));
+        rewrite(&|v| v["ino"] = serde_json::json!(ino));
+        assert_eq!(
+            delete_volume_dir(&r, &rel, "pvc-1", "u1").unwrap(),
+            Deleted::Removed
+        );
+        assert!(!p.exists());
     }
 
     #[test]
