@@ -256,6 +256,6 @@ scenario_nfs_kill() {
 	# Known leak (closing note of #20): the loser of the first kill, node-a, leaves its EMPTY private
 	# directory beside the volume, and the delete does not remove another node's. rmdir only removes
 	# empty ones: anything else still fails here.
-	for d in "$NFS_EXPORT/default/.flexvol-new-$pv@"*; do [ -e "$d" ] && rmdir "$d"; done
+	for d in "$NFS_EXPORT/default/.flexvol-new-$pv@"*; do if [ -e "$d" ]; then rmdir "$d"; fi; done
 	rmdir "$NFS_EXPORT/default"
 }
