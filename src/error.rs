@@ -1,10 +1,11 @@
 //! The error every verb returns. Its `Display` is the `message` of the Failure reply, so each
 //! variant says what went wrong, where, and (when there is one) what the operator can do.
+//!
+//! Bad argv and a bad node config are not among them: the driver answers those itself, before a
+//! backend runs (`driver.rs`), so this type depends on no config.
 
-use crate::node::config::ConfigError;
 use crate::node::state::StateError;
 use crate::protocol::options::OptionsError;
-use crate::protocol::verb::ArgError;
 use crate::sys::exec::ExecError;
 use crate::sys::lock::LockError;
 use crate::sys::mount::MountError;
@@ -13,15 +14,9 @@ use std::path::PathBuf;
 /// Any failure of a call.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Bad argv.
-    #[error(transparent)]
-    Args(#[from] ArgError),
     /// Bad options JSON or option value.
     #[error(transparent)]
     Options(#[from] OptionsError),
-    /// Bad node config.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
     /// An external tool failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
