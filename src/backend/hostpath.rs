@@ -524,7 +524,7 @@ fn resolved(p: &Path) -> PathBuf {
 /// 3. only paths under the allowed roots: `hostpath.allowedRoots`, or [`DEFAULT_HOSTPATH_ROOT`]
 ///    when unset, resolved the same way.
 ///
-/// Provisioning roots (`nodePathMap`, [`crate::provision::localpath`]) are not allowed roots:
+/// Provisioning roots (`nodePathMap`, [`crate::node::localpath`]) are not allowed roots:
 /// they hold every claim's volume. A source that is such a root or contains one is refused; one
 /// inside a root (by path, or by device and inode of an ancestor) is served only to the PV the
 /// provisioner made it for, which `mount` checks ([`authorize_provisioned`]). Without

@@ -67,7 +67,7 @@ pub struct Config {
     /// Provisioning roots, in rancher local-path-provisioner's `config.json` keys at the top level
     /// (`nodePathMap`, `storageClassConfigs`, ...): parsed apart, see [`Config::parse`].
     #[serde(skip)]
-    pub local_path: crate::provision::localpath::LocalPathConfig,
+    pub local_path: crate::node::localpath::LocalPathConfig,
 }
 
 impl Default for Config {
@@ -167,7 +167,7 @@ impl Config {
         // volume, which the hostPath driver serves only to the claim's PV (its policy check).
         let mut obj: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(data).map_err(|e| invalid(e.to_string()))?;
-        let local_path = crate::provision::localpath::LocalPathConfig::split_off(&mut obj)
+        let local_path = crate::node::localpath::LocalPathConfig::split_off(&mut obj)
             .map_err(invalid)?
             .unwrap_or_default();
         let mut c: Config = serde_json::from_value(serde_json::Value::Object(obj))

@@ -1358,7 +1358,7 @@ pub fn scan(roots: &[Root], depth: usize) -> Vec<Found> {
 }
 
 /// The hostPath kind of volume: a marked directory under one of the node's roots
-/// ([`super::localpath`]), served by the hostpath driver.
+/// ([`crate::node::localpath`]), served by the hostpath driver.
 pub struct HostPathBackend {
     /// `<vendor>/hostpath`, written into markers.
     pub provisioner: String,

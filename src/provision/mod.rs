@@ -23,7 +23,6 @@ pub mod api;
 pub mod backend;
 pub mod hostpath;
 pub mod kube;
-pub mod localpath;
 pub mod lvm;
 pub mod nfs;
 pub mod quota;

@@ -3,7 +3,7 @@
 
 use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
 use super::hostpath::{MARKER, Marker};
-use super::localpath::{LocalPathConfig, NodePath, PathMap};
+use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use super::reconcile::*;
 use crate::node::config::Config;
 use k8s_openapi::api::core::v1::{
