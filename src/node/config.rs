@@ -9,9 +9,9 @@
 //! them, decides whether the file is trusted, and checks the values every section shares the
 //! rules of (paths, `...Seconds` ranges).
 //!
-//! [`HostPathConfig`]: crate::backend::hostpath::HostPathConfig
-//! [`NfsConfig`]: crate::backend::nfs::NfsConfig
-//! [`LvmConfig`]: crate::backend::lvm::LvmConfig
+//! [`HostPathConfig`]: crate::backend::hostpath::policy::HostPathConfig
+//! [`NfsConfig`]: crate::backend::nfs::options::NfsConfig
+//! [`LvmConfig`]: crate::backend::lvm::policy::LvmConfig
 //!
 //! Safety rules:
 //! - The file is trusted only if nobody but root (or the user flexvol runs as) could have written
@@ -59,11 +59,11 @@ pub struct Config {
     /// Directories searched for tools (mount.nfs, lvm, blkid, mkfs.*), in order.
     pub tool_dirs: Vec<PathBuf>,
     /// hostPath backend policy.
-    pub hostpath: crate::backend::hostpath::HostPathConfig,
+    pub hostpath: crate::backend::hostpath::policy::HostPathConfig,
     /// NFS backend policy.
-    pub nfs: crate::backend::nfs::NfsConfig,
+    pub nfs: crate::backend::nfs::options::NfsConfig,
     /// LVM backend policy.
-    pub lvm: crate::backend::lvm::LvmConfig,
+    pub lvm: crate::backend::lvm::policy::LvmConfig,
     /// Provisioning roots, in rancher local-path-provisioner's `config.json` keys at the top level
     /// (`nodePathMap`, `storageClassConfigs`, ...): parsed apart, see [`Config::parse`].
     #[serde(skip)]
