@@ -5,15 +5,11 @@
 //! Every path out of here, including a config error, a parse error, a deadline, SIGTERM and a
 //! panic, ends in exactly one JSON reply on stdout and an exit code that matches it.
 
-use crate::backend::lvm::SysDevices;
-use crate::backend::nfs::probe::TcpProber;
 use crate::backend::{self, Backend, Context};
 use crate::node::calllog;
 use crate::node::config::Config;
 use crate::protocol::reply::{self, Reply};
 use crate::protocol::verb::Call;
-use crate::sys::exec::SystemRunner;
-use crate::sys::mount::SysMounter;
 use crate::sys::process::{self, Deadline};
 
 /// Runs one call of `backend` with kubelet's `args` (everything after argv[0]) and returns the
@@ -68,23 +64,15 @@ fn answer(
             process::start_guards();
         }
     }
-    let runner = SystemRunner::new(config.tool_dirs.clone());
-    let ctx = Context {
-        config: &config,
-        runner: &runner,
-        mounter: &SysMounter,
-        devices: &SysDevices,
-        prober: &TcpProber,
-        deadline,
-        driver_name,
-    };
-    if !passive {
-        inject_test_fault(&ctx);
-    }
-    match backend::answer(backend, &call, &ctx) {
-        Ok(r) => r,
-        Err(e) => Reply::failure(e.to_string()),
-    }
+    backend::on_node(&config, deadline, driver_name, |ctx| {
+        if !passive {
+            inject_test_fault(ctx);
+        }
+        match backend::answer(backend, &call, ctx) {
+            Ok(r) => r,
+            Err(e) => Reply::failure(e.to_string()),
+        }
+    })
 }
 
 /// The driver name kubelet knows this install by (`<vendor>/<driver>`), from the directory the

@@ -5,6 +5,13 @@
 //!
 //! Each backend module has a `handle` function that matches on the verb and calls one function per
 //! verb; verbs common to all (init, getvolumename, unknown verbs) are answered in [`answer`].
+//!
+//! Seams: a call's [`Context`] carries what every backend uses (the node config, the command
+//! runner, the mount seam, the deadline, the driver name), made by [`Context::new`] alone (over
+//! the node's real seams: [`on_node`]). A backend's own seams go with that backend's `handle`: NFS
+//! takes its server probe ([`nfs::probe::Prober`]), LVM its block devices and LV service
+//! ([`lvm::Seams`]); hostPath has none. [`answer`] passes the real ones; unit tests call a
+//! backend's `handle` with doubles (`testing.rs`).
 
 pub mod hostpath;
 pub mod lvm;
@@ -18,12 +25,10 @@ use crate::node::state::{StateStore, VolumeRecord, now_secs};
 use crate::protocol::options::{Options, keys};
 use crate::protocol::reply::{Capabilities, Reply};
 use crate::protocol::verb::Call;
-use crate::sys::exec::Runner;
+use crate::sys::exec::{Runner, SystemRunner};
 use crate::sys::lock::VolumeLock;
-use crate::sys::mount::{MountError, Mounter};
+use crate::sys::mount::{MountError, Mounter, SysMounter};
 use crate::sys::process::Deadline;
-use lvm::Devices;
-use nfs::probe::Prober;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -77,8 +82,9 @@ impl Backend {
     }
 }
 
-/// Everything a verb may use: the node config and every seam to the system (unit tests replace
-/// each one), plus the call's deadline.
+/// What every verb of every backend may use: the node config, the seams to the system that all
+/// backends share (unit tests replace each one), the call's deadline and the driver name. Made by
+/// [`Context::new`] only; a backend's own seams are passed beside it (module doc).
 pub struct Context<'a> {
     /// Node configuration.
     pub config: &'a Config,
@@ -86,11 +92,6 @@ pub struct Context<'a> {
     pub runner: &'a dyn Runner,
     /// The mount seam.
     pub mounter: &'a dyn Mounter,
-    /// Block devices: device numbers, swap, holders (LVM; the real one is
-    /// [`lvm::SysDevices`]).
-    pub devices: &'a dyn Devices,
-    /// Is an NFS server there (the real one is [`nfs::probe::TcpProber`]).
-    pub prober: &'a dyn Prober,
     /// When this call must have answered.
     pub deadline: Deadline,
     /// `<vendor>/<driver>` as kubelet knows this install (e.g. `flexvol/lvm`); kubelet derives
@@ -98,7 +99,24 @@ pub struct Context<'a> {
     pub driver_name: &'a str,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
+    /// A call's context: `runner` and `mounter` are the node's ([`on_node`]) or a test's doubles.
+    pub fn new(
+        config: &'a Config,
+        runner: &'a dyn Runner,
+        mounter: &'a dyn Mounter,
+        deadline: Deadline,
+        driver_name: &'a str,
+    ) -> Self {
+        Self {
+            config,
+            runner,
+            mounter,
+            deadline,
+            driver_name,
+        }
+    }
+
     /// Takes the lock for `key` of `backend`, waiting at most the configured time (and never past
     /// the deadline).
     pub fn lock(&self, backend: Backend, key: &str) -> Result<VolumeLock> {
@@ -116,12 +134,30 @@ impl Context<'_> {
     }
 }
 
+/// Runs `f` with a context over the node's real seams: commands found in the config's `toolDirs`,
+/// the kernel's mounts. What the driver, `flexvol gc` and the provisioner's node work run with.
+pub fn on_node<T>(
+    config: &Config,
+    deadline: Deadline,
+    driver_name: &str,
+    f: impl FnOnce(&Context) -> T,
+) -> T {
+    let runner = SystemRunner::new(config.tool_dirs.clone());
+    f(&Context::new(
+        config,
+        &runner,
+        &SysMounter,
+        deadline,
+        driver_name,
+    ))
+}
+
 /// The name of a volume's lock; `flexvol gc` takes the same lock as the verbs.
 pub fn lock_key(backend: Backend, key: &str) -> String {
     format!("{}:{key}", backend.name())
 }
 
-/// Answers one call for `backend`.
+/// Answers one call for `backend`, with that backend's real seams.
 pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
     match call {
         Call::Init => Ok(Reply {
@@ -134,8 +170,8 @@ pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
         Call::Unknown { .. } => Ok(Reply::not_supported()),
         _ => match backend {
             Backend::HostPath => hostpath::handle(call, ctx),
-            Backend::Nfs => nfs::handle(call, ctx),
-            Backend::Lvm => lvm::handle(call, ctx),
+            Backend::Nfs => nfs::handle(call, ctx, &nfs::probe::TcpProber),
+            Backend::Lvm => lvm::handle(call, ctx, &lvm::Seams::SYSTEM),
         },
     }
 }

@@ -1,10 +1,15 @@
 //! The backends' one unit-test fixture: a node in a temporary directory (state and run dirs in
-//! it) whose every seam is a double, reached through one [`Context`] exactly as the real seams
-//! are. Scripted tools ([`FakeRunner`]) that change the in-memory mount table ([`FakeMounter`])
-//! when `mount.nfs`/`umount` succeed, as the real tools change the kernel's; one fake block device
-//! ([`FakeDevices`]); a recording server probe ([`FakeProber`]). Compiled only for unit tests.
+//! it) whose every seam is a double, reached through one [`Context`] (and each backend's own
+//! seams) exactly as the real seams are. Scripted tools ([`FakeRunner`]) that change the
+//! in-memory mount table ([`FakeMounter`]) when `mount.nfs`/`umount` succeed, as the real tools
+//! change the kernel's; one fake block device ([`FakeDevices`]); a recording server probe
+//! ([`FakeProber`]). The LVM verbs run the real LV service ([`LvmCommands`]) over the scripted
+//! tools, so tests see exact `lvm` command lines; [`FakeLvs`] is an in-memory LVM for tests that
+//! judge what was done rather than how it was spelled. Compiled only for unit tests.
 
-use crate::backend::lvm::Devices;
+use crate::backend::lvm::lvs::{self, LvService, LvmCommands, LvmError};
+use crate::backend::lvm::report::{LvRow, VgRow};
+use crate::backend::lvm::{Devices, Seams};
 use crate::backend::nfs::probe::Prober;
 use crate::backend::{Backend, Context};
 use crate::error::Result;
@@ -16,6 +21,7 @@ use crate::sys::mount::{Mounter, UnmountMode};
 use crate::sys::process::Deadline;
 use crate::sys::testing::{FakeMounter, FakeRunner};
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -194,31 +200,256 @@ impl World {
             Backend::Nfs => "flexvol/nfs",
             Backend::Lvm => "example.com/lvm",
         };
-        let ctx = Context {
-            config: &self.config,
-            runner: &runner,
-            mounter: &self.mounter,
-            devices: &self.devices,
-            prober: &self.prober,
-            deadline: Deadline::after(Duration::from_secs(300)),
+        let ctx = Context::new(
+            &self.config,
+            &runner,
+            &self.mounter,
+            Deadline::after(Duration::from_secs(300)),
             driver_name,
-        };
+        );
         f(&ctx)
+    }
+
+    /// Runs `f` as [`World::with_ctx`] does, with the LVM backend's seams: this node's
+    /// [`FakeDevices`] and the real LV service over the scripted tools.
+    pub fn with_lvm<T>(&self, f: impl FnOnce(&Context, &Seams) -> T) -> T {
+        let seams = Seams {
+            devices: &self.devices,
+            lvs: &LvmCommands,
+        };
+        self.with_ctx(|ctx| f(ctx, &seams))
     }
 
     /// One call with kubelet's argv (verb first), answered by the backend's `handle`.
     pub fn call(&self, args: &[&str]) -> Result<Reply> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let call = Call::parse(&args).unwrap();
-        self.with_ctx(|ctx| match self.backend {
-            Backend::HostPath => crate::backend::hostpath::handle(&call, ctx),
-            Backend::Nfs => crate::backend::nfs::handle(&call, ctx),
-            Backend::Lvm => crate::backend::lvm::handle(&call, ctx),
-        })
+        match self.backend {
+            Backend::HostPath => self.with_ctx(|ctx| crate::backend::hostpath::handle(&call, ctx)),
+            Backend::Nfs => {
+                self.with_ctx(|ctx| crate::backend::nfs::handle(&call, ctx, &self.prober))
+            }
+            Backend::Lvm => {
+                self.with_lvm(|ctx, seams| crate::backend::lvm::handle(&call, ctx, seams))
+            }
+        }
     }
 
     /// The command lines run so far.
     pub fn lines(&self) -> Vec<String> {
         self.runner.lines()
+    }
+}
+
+/// One volume group of [`FakeLvs`].
+#[derive(Debug, Clone)]
+pub struct FakeVg {
+    /// Extent size in bytes.
+    pub extent: u64,
+    /// Free bytes.
+    pub free: u64,
+    /// Its LVs (their `vg_extent_size`/`vg_free` columns are filled in when listed).
+    pub lvs: Vec<LvRow>,
+}
+
+/// An in-memory LVM behind the LV service: volume groups that exist, LVs that `create` adds
+/// (thick ones take free space), `extend` grows, `remove` drops and `activate`/`deactivate`
+/// flip; a VG that is not there is [`LvmError::VgNotFound`], as `lvm` says it. Every change is
+/// recorded in [`FakeLvs::calls`].
+#[derive(Default)]
+pub struct FakeLvs {
+    /// The volume groups, by name.
+    pub vgs: Mutex<BTreeMap<String, FakeVg>>,
+    /// Every call that changes something, in order (`create vg0/lv1 134217728 [pool] tag,tag`,
+    /// `extend vg0/lv1 268435456`, `remove vg0/lv1`, `activate vg0/lv1`, ...).
+    pub calls: Mutex<Vec<String>>,
+}
+
+impl FakeLvs {
+    /// LVM with one empty VG `vg` of 4 MiB extents and `free` bytes free.
+    pub fn with_vg(vg: &str, free: u64) -> Self {
+        let lvm = Self::default();
+        lvm.vgs.lock().unwrap().insert(
+            vg.to_owned(),
+            FakeVg {
+                extent: 4 << 20,
+                free,
+                lvs: Vec::new(),
+            },
+        );
+        lvm
+    }
+
+    /// Adds an existing LV (`attr` as `lvs` shows it, `tags` comma-separated, `pool` or "").
+    pub fn add(&self, vg: &str, lv: &str, attr: &str, size: u64, tags: &str, pool: &str) {
+        let mut vgs = self.vgs.lock().unwrap();
+        let g = vgs.get_mut(vg).unwrap();
+        g.lvs.push(LvRow {
+            vg_name: vg.to_owned(),
+            lv_name: lv.to_owned(),
+            lv_path: format!("/dev/{vg}/{lv}"),
+            lv_size: size,
+            lv_attr: attr.to_owned(),
+            lv_tags: tags.to_owned(),
+            pool_lv: pool.to_owned(),
+            vg_extent_size: 0,
+            vg_free: 0,
+        });
+    }
+
+    /// The LV `vg_lv` (`<vg>/<lv>`) as `lvs` would list it now.
+    pub fn lv(&self, vg_lv: &str) -> Option<LvRow> {
+        let (vg, lv) = vg_lv.split_once('/')?;
+        self.list_rows(vg)
+            .ok()?
+            .into_iter()
+            .find(|r| r.lv_name == lv)
+    }
+
+    /// The calls so far.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn list_rows(&self, vg: &str) -> lvs::Result<Vec<LvRow>> {
+        let vgs = self.vgs.lock().unwrap();
+        let g = vgs.get(vg).ok_or_else(|| missing(vg))?;
+        Ok(g.lvs
+            .iter()
+            .map(|r| LvRow {
+                vg_extent_size: g.extent,
+                vg_free: g.free,
+                ..r.clone()
+            })
+            .collect())
+    }
+
+    /// Runs `f` on the row of `vg_lv`, after recording `call`.
+    fn change(
+        &self,
+        call: String,
+        vg_lv: &str,
+        f: impl FnOnce(&mut FakeVg, usize),
+    ) -> lvs::Result<()> {
+        self.calls.lock().unwrap().push(call);
+        let (vg, lv) = vg_lv.split_once('/').unwrap();
+        let mut vgs = self.vgs.lock().unwrap();
+        let g = vgs.get_mut(vg).ok_or_else(|| missing(vg))?;
+        let i = g
+            .lvs
+            .iter()
+            .position(|r| r.lv_name == lv)
+            .ok_or_else(|| LvmError::Report(format!("fake lvm: no LV {vg_lv}")))?;
+        f(g, i);
+        Ok(())
+    }
+}
+
+fn missing(vg: &str) -> LvmError {
+    LvmError::VgNotFound {
+        vg: vg.to_owned(),
+        detail: None,
+    }
+}
+
+fn set_attr(row: &mut LvRow, i: usize, c: char) {
+    row.lv_attr = row
+        .lv_attr
+        .chars()
+        .enumerate()
+        .map(|(j, x)| if j == i { c } else { x })
+        .collect();
+}
+
+impl LvService for FakeLvs {
+    fn list(&self, _: &Context, vg: &str) -> lvs::Result<Vec<LvRow>> {
+        self.list_rows(vg)
+    }
+
+    fn vg(&self, _: &Context, vg: &str) -> lvs::Result<VgRow> {
+        let vgs = self.vgs.lock().unwrap();
+        let g = vgs.get(vg).ok_or_else(|| missing(vg))?;
+        Ok(VgRow {
+            vg_name: vg.to_owned(),
+            vg_extent_size: g.extent,
+            vg_free: g.free,
+        })
+    }
+
+    fn create(
+        &self,
+        _: &Context,
+        vg: &str,
+        lv: &str,
+        bytes: u64,
+        pool: Option<&str>,
+        tags: &[&str],
+    ) -> lvs::Result<()> {
+        self.calls.lock().unwrap().push(format!(
+            "create {vg}/{lv} {bytes}{} {}",
+            pool.map(|p| format!(" {p}")).unwrap_or_default(),
+            tags.join(",")
+        ));
+        let mut vgs = self.vgs.lock().unwrap();
+        let g = vgs.get_mut(vg).ok_or_else(|| missing(vg))?;
+        let attr = if pool.is_some() {
+            "Vwi-a-tz--"
+        } else {
+            g.free -= bytes;
+            "-wi-a-----"
+        };
+        g.lvs.push(LvRow {
+            vg_name: vg.to_owned(),
+            lv_name: lv.to_owned(),
+            lv_path: format!("/dev/{vg}/{lv}"),
+            lv_size: bytes,
+            lv_attr: attr.to_owned(),
+            lv_tags: tags.join(","),
+            pool_lv: pool.unwrap_or_default().to_owned(),
+            vg_extent_size: 0,
+            vg_free: 0,
+        });
+        Ok(())
+    }
+
+    fn extend(&self, _: &Context, vg_lv: &str, bytes: u64) -> lvs::Result<()> {
+        self.change(format!("extend {vg_lv} {bytes}"), vg_lv, |g, i| {
+            if !g.lvs[i].is_thin() {
+                g.free -= bytes - g.lvs[i].lv_size;
+            }
+            g.lvs[i].lv_size = bytes;
+        })
+    }
+
+    fn remove(&self, _: &Context, vg_lv: &str) -> lvs::Result<()> {
+        self.change(format!("remove {vg_lv}"), vg_lv, |g, i| {
+            let r = g.lvs.remove(i);
+            if !r.is_thin() {
+                g.free += r.lv_size;
+            }
+        })
+    }
+
+    fn activate(&self, _: &Context, vg_lv: &str) -> lvs::Result<()> {
+        self.change(format!("activate {vg_lv}"), vg_lv, |g, i| {
+            set_attr(&mut g.lvs[i], 4, 'a')
+        })
+    }
+
+    fn deactivate(&self, _: &Context, vg_lv: &str) -> lvs::Result<()> {
+        self.change(format!("deactivate {vg_lv}"), vg_lv, |g, i| {
+            set_attr(&mut g.lvs[i], 4, '-')
+        })
+    }
+
+    fn add_tag(&self, _: &Context, vg_lv: &str, tag: &str) -> lvs::Result<()> {
+        self.change(format!("addtag {vg_lv} {tag}"), vg_lv, |g, i| {
+            let r = &mut g.lvs[i];
+            r.lv_tags = if r.lv_tags.is_empty() {
+                tag.to_owned()
+            } else {
+                format!("{},{tag}", r.lv_tags)
+            };
+        })
     }
 }

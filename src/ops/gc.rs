@@ -25,18 +25,14 @@
 
 #![allow(clippy::print_stdout)]
 
-use crate::backend::lvm::SysDevices;
-use crate::backend::nfs::probe::TcpProber;
-use crate::backend::{self, Backend, Context};
+use crate::backend::{self, Backend};
 use crate::node::calllog;
 use crate::node::config::Config;
 use crate::node::state::{StateStore, now_secs};
 use crate::ops::inventory::{Entry, PodState};
 use crate::protocol::reply::{Reply, Status};
 use crate::protocol::verb::Call;
-use crate::sys::exec::SystemRunner;
 use crate::sys::lock::VolumeLock;
-use crate::sys::mount::SysMounter;
 use crate::sys::mountinfo::MountTable;
 use crate::sys::process::Deadline;
 use clap::Args;
@@ -171,16 +167,7 @@ pub fn plan(volumes: &[Entry], now: u64, grace: Duration) -> Vec<Finding> {
 /// Runs the backend's `unmount` on an orphaned pod volume, then removes its empty directory.
 fn unmount(config: &Config, f: &Finding) -> Result<(), String> {
     let b = Backend::from_name(&f.backend).ok_or("unknown backend")?;
-    let runner = SystemRunner::new(config.tool_dirs.clone());
-    let ctx = Context {
-        config,
-        runner: &runner,
-        mounter: &SysMounter,
-        devices: &SysDevices,
-        prober: &TcpProber,
-        deadline: Deadline::after(config.verb_timeout()),
-        driver_name: "flexvol/gc",
-    };
+    let deadline = Deadline::after(config.verb_timeout());
     let call = Call::Unmount {
         mount_dir: f.target.to_string_lossy().into_owned(),
     };
@@ -192,7 +179,10 @@ fn unmount(config: &Config, f: &Finding) -> Result<(), String> {
         "gc:unmount",
         &args,
     );
-    let reply = backend::answer(b, &call, &ctx).unwrap_or_else(|e| Reply::failure(e.to_string()));
+    let reply = backend::on_node(config, deadline, "flexvol/gc", |ctx| {
+        backend::answer(b, &call, ctx)
+    })
+    .unwrap_or_else(|e| Reply::failure(e.to_string()));
     calllog::record_final(&reply);
     if reply.status != Status::Success {
         return Err(reply.message.unwrap_or_default());

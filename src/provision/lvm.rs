@@ -37,20 +37,21 @@
 //!
 //! Locks: the driver's (`lvm:<vg>/<lv>`, then `lvm:vg:<vg>` for free-space decisions), so the
 //! provisioner and driver verbs creating LVs in one VG check free space one at a time. Every LVM
-//! command goes through the driver's seams ([`tools`]: absolute paths, argv, deadlines).
+//! command goes through the driver's LV service ([`LvService`]: absolute paths, argv, deadlines),
+//! injected with the block devices ([`LvmBackend::with_seams`]), so unit tests run this module
+//! against an in-memory LVM as well as against scripted `lvm` command lines.
 
 use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, Backend, Provisioned, Refusal, Request};
 use crate::backend::lvm::options::key;
 use crate::backend::lvm::policy::{self, LvmConfig};
-use crate::backend::lvm::tools::{self, LvRow};
-use crate::backend::lvm::{LvmOptions, SysDevices, TAG_CREATED, check_name, round_up};
-use crate::backend::nfs::probe::TcpProber;
+use crate::backend::lvm::{
+    Devices, LvRow, LvService, LvmCommands, LvmError, LvmOptions, Seams, SysDevices, TAG_CREATED,
+    check_name, round_up,
+};
 use crate::backend::{Backend as DriverBackend, Context};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
-use crate::sys::exec::SystemRunner;
-use crate::sys::mount::SysMounter;
 use crate::sys::process::{Deadline, checkpoint};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
@@ -152,29 +153,36 @@ impl ClassParams {
 pub struct LvmBackend {
     /// `<vendor>/lvm`: the driver name kubelet knows (its mount directories).
     driver_name: String,
+    /// The block devices (the LVM driver's seam).
+    devices: Box<dyn Devices>,
+    /// The LV service (the LVM driver's).
+    lvs: Box<dyn LvService>,
 }
 
 impl LvmBackend {
-    /// The backend for driver `<vendor>/lvm`.
+    /// The backend for driver `<vendor>/lvm`, over the node's devices and `lvm`.
     pub fn new(vendor: &str) -> Self {
+        Self::with_seams(vendor, Box::new(SysDevices), Box::new(LvmCommands))
+    }
+
+    /// The backend over other devices and another LV service (unit tests).
+    pub fn with_seams(vendor: &str, devices: Box<dyn Devices>, lvs: Box<dyn LvService>) -> Self {
         Self {
             driver_name: format!("{vendor}/lvm"),
+            devices,
+            lvs,
         }
     }
 
-    /// Runs `f` with the node's real seams, as a driver verb runs (deadline: the verb timeout).
-    fn with_ctx<T>(&self, cfg: &Config, f: impl FnOnce(&Context) -> T) -> T {
-        let runner = SystemRunner::new(cfg.tool_dirs.clone());
-        let ctx = Context {
-            config: cfg,
-            runner: &runner,
-            mounter: &SysMounter,
-            devices: &SysDevices,
-            prober: &TcpProber,
-            deadline: Deadline::after(cfg.verb_timeout()),
-            driver_name: &self.driver_name,
+    /// Runs `f` with the node's real seams and this backend's LVM seams, as a driver verb runs
+    /// (deadline: the verb timeout).
+    fn with_ctx<T>(&self, cfg: &Config, f: impl FnOnce(&Context, &Seams) -> T) -> T {
+        let seams = Seams {
+            devices: &*self.devices,
+            lvs: &*self.lvs,
         };
-        f(&ctx)
+        let deadline = Deadline::after(cfg.verb_timeout());
+        crate::backend::on_node(cfg, deadline, &self.driver_name, |ctx| f(ctx, &seams))
     }
 }
 
@@ -200,15 +208,15 @@ impl Backend for LvmBackend {
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
-        self.with_ctx(cfg, |ctx| provision(ctx, req))
+        self.with_ctx(cfg, |ctx, seams| provision(ctx, seams, req))
     }
 
     fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
-        self.with_ctx(cfg, |ctx| delete(ctx, pv))
+        self.with_ctx(cfg, |ctx, seams| delete(ctx, seams, pv))
     }
 
     fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
-        self.with_ctx(cfg, |ctx| expand(ctx, pv, bytes))
+        self.with_ctx(cfg, |ctx, seams| expand(ctx, seams, pv, bytes))
     }
 
     fn node_finishes_resize(&self) -> bool {
@@ -222,13 +230,12 @@ impl Backend for LvmBackend {
     }
 }
 
-fn not_found(e: &crate::error::Error, vg: &str) -> bool {
-    e.to_string()
-        .starts_with(&format!("volume group {vg} not found"))
-}
-
 /// Makes (or finds, made by an earlier pass for this PV) the LV of `req`.
-pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+pub(crate) fn provision(
+    ctx: &Context,
+    seams: &Seams,
+    req: &Request<'_>,
+) -> Result<Provisioned, Refusal> {
     let params = ClassParams::parse(req.params).map_err(Refusal::Fail)?;
     let o = params.for_pv(req.pv_name).map_err(Refusal::Fail)?;
     let tag = pv_tag(req.pv_name).map_err(Refusal::Fail)?;
@@ -240,6 +247,7 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
         )));
     }
     let fail = |e: crate::error::Error| Refusal::Fail(e.to_string());
+    let lvm_fail = |e: LvmError| Refusal::Fail(e.to_string());
     // The node key signs the PV's capability; read (or made) before anything is created.
     let key = Key::load_or_create(&node_key_path(&ctx.config.state_dir))
         .map_err(|e| Refusal::Fail(e.to_string()))?;
@@ -247,15 +255,12 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
     let _vg_lock = ctx
         .lock(DriverBackend::Lvm, &format!("vg:{}", o.vg))
         .map_err(fail)?;
-    let lvs = tools::list_lvs(ctx, &o.vg).map_err(|e| {
-        if not_found(&e, &o.vg) {
-            Refusal::Reschedule(format!(
-                "volume group {} does not exist on node {}",
-                o.vg, req.node
-            ))
-        } else {
-            fail(e)
-        }
+    let lvs = seams.lvs.list(ctx, &o.vg).map_err(|e| match e {
+        LvmError::VgNotFound { .. } => Refusal::Reschedule(format!(
+            "volume group {} does not exist on node {}",
+            o.vg, req.node
+        )),
+        e => lvm_fail(e),
     })?;
     let made = |row: &LvRow| -> Result<Provisioned, Refusal> {
         if row.lv_size < req.size_bytes {
@@ -281,7 +286,7 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
         )));
     }
     // Free space and extent size, read under the VG lock.
-    let vg = tools::vg_info(ctx, &o.vg).map_err(fail)?;
+    let vg = seams.lvs.vg(ctx, &o.vg).map_err(lvm_fail)?;
     let bytes = round_up(req.size_bytes, vg.vg_extent_size.max(1)).map_err(fail)?;
     let resched = |e: String| Refusal::Reschedule(format!("node {}: {e}", req.node));
     policy::check_max_size(cfg, &o, bytes).map_err(|e| resched(e.to_string()))?;
@@ -293,18 +298,20 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
             policy::check_free(cfg, &o, bytes, vg.vg_free).map_err(|e| resched(e.to_string()))?
         }
     }
-    tools::lvcreate(
-        ctx,
-        &o.vg,
-        &o.lv,
-        bytes,
-        o.thin_pool.as_deref(),
-        &[TAG_CREATED, &tag],
-    )
-    .map_err(fail)?;
+    seams
+        .lvs
+        .create(
+            ctx,
+            &o.vg,
+            &o.lv,
+            bytes,
+            o.thin_pool.as_deref(),
+            &[TAG_CREATED, &tag],
+        )
+        .map_err(lvm_fail)?;
     checkpoint("lvm-provision-after-lvcreate");
     // What LVM really made (it may round further).
-    let lvs = tools::list_lvs(ctx, &o.vg).map_err(fail)?;
+    let lvs = seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?;
     let row = lvs.iter().find(|r| r.lv_name == o.lv).ok_or_else(|| {
         Refusal::Fail(format!(
             "lvcreate of {} succeeded but lvs does not list it; retrying on the next pass",
@@ -404,12 +411,16 @@ fn volume(vg: &str, lv: &str) -> LvmOptions {
 }
 
 /// Removes the LV of a Released PV: only ours for exactly this PV, only when unused.
-pub(crate) fn delete(ctx: &Context, pv: &PersistentVolume) -> Result<String, String> {
+pub(crate) fn delete(
+    ctx: &Context,
+    seams: &Seams,
+    pv: &PersistentVolume,
+) -> Result<String, String> {
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
     let e = |e: crate::error::Error| e.to_string();
     let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(e)?;
-    let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
+    let lvs = seams.lvs.list(ctx, &vg).map_err(|x| x.to_string())?;
     let Some(row) = lvs.iter().find(|r| r.lv_name == lv) else {
         return Ok(format!("{} was already gone", o.key()));
     };
@@ -420,7 +431,7 @@ pub(crate) fn delete(ctx: &Context, pv: &PersistentVolume) -> Result<String, Str
         ));
     }
     if row.active() {
-        if let Some(devnum) = ctx.devices.block_device(&o.device()).map_err(e)? {
+        if let Some(devnum) = seams.devices.block_device(&o.device()).map_err(e)? {
             let table = ctx.mounter.table().map_err(|x| x.to_string())?;
             if let Some(m) = table.entries.iter().find(|m| (m.major, m.minor) == devnum) {
                 return Err(format!(
@@ -431,7 +442,7 @@ pub(crate) fn delete(ctx: &Context, pv: &PersistentVolume) -> Result<String, Str
             }
             policy::check_not_in_use(
                 ctx.driver_name,
-                ctx.devices,
+                seams.devices,
                 &table,
                 &o,
                 devnum,
@@ -439,7 +450,7 @@ pub(crate) fn delete(ctx: &Context, pv: &PersistentVolume) -> Result<String, Str
             )
             .map_err(e)?;
         }
-        tools::deactivate(ctx, &o.key()).map_err(|x| {
+        seams.lvs.deactivate(ctx, &o.key()).map_err(|x| {
             format!(
                 "{} could not be deactivated before removal ({x}); it is removed once nothing uses it",
                 o.key()
@@ -447,13 +458,18 @@ pub(crate) fn delete(ctx: &Context, pv: &PersistentVolume) -> Result<String, Str
         })?;
     }
     checkpoint("lvm-provision-before-lvremove");
-    tools::lvremove(ctx, &o.key()).map_err(e)?;
+    seams.lvs.remove(ctx, &o.key()).map_err(|x| x.to_string())?;
     checkpoint("lvm-provision-after-lvremove");
     Ok(format!("removed {}", o.key()))
 }
 
 /// Grows the LV of a bound PV to at least `bytes`; returns its size.
-pub(crate) fn expand(ctx: &Context, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+pub(crate) fn expand(
+    ctx: &Context,
+    seams: &Seams,
+    pv: &PersistentVolume,
+    bytes: u64,
+) -> Result<u64, String> {
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
     let e = |e: crate::error::Error| e.to_string();
@@ -461,7 +477,7 @@ pub(crate) fn expand(ctx: &Context, pv: &PersistentVolume, bytes: u64) -> Result
     let _vg_lock = ctx
         .lock(DriverBackend::Lvm, &format!("vg:{vg}"))
         .map_err(e)?;
-    let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
+    let lvs = seams.lvs.list(ctx, &vg).map_err(|x| x.to_string())?;
     let row = lvs
         .iter()
         .find(|r| r.lv_name == lv && r.has_tag(&tag))
@@ -483,9 +499,12 @@ pub(crate) fn expand(ctx: &Context, pv: &PersistentVolume, bytes: u64) -> Result
     } else {
         policy::check_free(cfg, &o, more, row.vg_free).map_err(e)?;
     }
-    tools::lvextend(ctx, &o.key(), target).map_err(e)?;
+    seams
+        .lvs
+        .extend(ctx, &o.key(), target)
+        .map_err(|x| x.to_string())?;
     checkpoint("lvm-provision-after-lvextend");
-    let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
+    let lvs = seams.lvs.list(ctx, &vg).map_err(|x| x.to_string())?;
     lvs.iter()
         .find(|r| r.lv_name == lv)
         .map(|r| r.lv_size)

@@ -294,24 +294,21 @@ pub trait Exports: Send + Sync {
 pub struct DriverExports;
 
 impl DriverExports {
+    /// Runs `verb` with the node's real seams and the NFS backend's real server probe, as a
+    /// driver verb runs (deadline: the verb timeout).
     fn call(
         cfg: &Config,
         verb: impl FnOnce(
             &crate::backend::Context,
+            &dyn crate::backend::nfs::probe::Prober,
         ) -> crate::error::Result<crate::protocol::reply::Reply>,
     ) -> Result<(), String> {
-        use crate::backend::{Context, lvm::SysDevices, nfs::probe::TcpProber};
-        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
-        let ctx = Context {
-            config: cfg,
-            runner: &runner,
-            mounter: &crate::sys::mount::SysMounter,
-            devices: &SysDevices,
-            prober: &TcpProber,
-            deadline: crate::sys::process::Deadline::after(cfg.verb_timeout()),
-            driver_name: "flexvol/provisioner",
-        };
-        verb(&ctx).map(|_| ()).map_err(|e| e.to_string())
+        let deadline = crate::sys::process::Deadline::after(cfg.verb_timeout());
+        crate::backend::on_node(cfg, deadline, "flexvol/provisioner", |ctx| {
+            verb(ctx, &crate::backend::nfs::probe::TcpProber)
+        })
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -319,8 +316,8 @@ impl Exports for DriverExports {
     fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
         // The driver's mount without its capability check: the export root is exactly what
         // that check keeps from pods, and the provisioner is the one that needs it.
-        Self::call(cfg, |ctx| {
-            crate::backend::nfs::mount_for_provisioner(ctx, dir, options)
+        Self::call(cfg, |ctx, prober| {
+            crate::backend::nfs::mount_for_provisioner(ctx, prober, dir, options)
         })?;
         Ok(dir.to_owned())
     }
@@ -330,7 +327,9 @@ impl Exports for DriverExports {
         let call = crate::protocol::verb::Call::Unmount {
             mount_dir: dir.to_string_lossy().into_owned(),
         };
-        let Err(why) = Self::call(cfg, |ctx| crate::backend::nfs::handle(&call, ctx)) else {
+        let Err(why) = Self::call(cfg, |ctx, prober| {
+            crate::backend::nfs::handle(&call, ctx, prober)
+        }) else {
             return Ok(());
         };
         // Busy (our own descriptors are closed, so someone looked in) or stuck: detach it now,

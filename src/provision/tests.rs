@@ -3,9 +3,9 @@
 
 use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
 use super::hostpath::{MARKER, Marker};
-use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use super::reconcile::*;
 use crate::node::config::Config;
+use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimStatus, PersistentVolumeStatus, ResourceRequirements,

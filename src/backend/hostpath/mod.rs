@@ -51,6 +51,7 @@ pub mod policy;
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
+use crate::node::config::Config;
 use crate::node::state::VolumeRecord;
 use crate::protocol::options::{Options, OptionsError, keys};
 use crate::protocol::reply::Reply;
@@ -60,7 +61,6 @@ use crate::sys::mount::{
     reads_read_only,
 };
 use crate::sys::paths::{self, FileKind, Ownership};
-use crate::node::config::Config;
 use policy::{Served, check_device_source, check_policy};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -102,10 +102,7 @@ pub const ALWAYS_REFUSED: &[(&str, &str)] = &[
 /// the kubelet root a pod directory lives under (`kubelet_root`, the caller's to compute), and
 /// flexvol's own executable and plugin directory, config file, state and run directories and log
 /// file.
-pub fn protected_paths(
-    node: &Node,
-    kubelet_root: Option<PathBuf>,
-) -> Vec<(PathBuf, &'static str)> {
+pub fn protected_paths(node: &Node, kubelet_root: Option<PathBuf>) -> Vec<(PathBuf, &'static str)> {
     protected(node, kubelet_root)
         .into_iter()
         .map(|p| (p.path, p.why))

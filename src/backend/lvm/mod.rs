@@ -46,14 +46,25 @@
 //!
 //! Every mutating verb holds the lock `lvm:<vg>/<lv>`; creation also holds `lvm:vg:<vg>` so that
 //! parallel creations in one VG check free space one at a time.
+//!
+//! Seams, beside the call's `Context` ([`Seams`]): every LVM command goes through the LV service
+//! ([`lvs`]: list, create, extend, remove, activate, tag; the LVM provisioner, `provision::lvm`,
+//! uses the same one), block devices through [`devices`]. `report.rs` holds what `lvm` reports,
+//! `tools.rs` the other tools (blkid, mkfs, the growers), `policy.rs` the node policy.
 
+pub mod devices;
+pub mod lvs;
 pub mod options;
 pub(crate) mod policy;
+pub mod report;
 pub(crate) mod tools;
 
+pub use devices::{Devices, SysDevices};
+pub use lvs::{LvService, LvmCommands, LvmError};
 pub use options::{FsType, LvmOptions, check_name, derive_lv_name, parse_size};
 pub use policy::{LvmConfig, TAG_ALLOWED, TAG_CREATED, TAG_PV_PREFIX, kubelet_owned};
-pub use tools::{Devices, LvRow, Probe, SysDevices};
+pub use report::LvRow;
+pub use tools::Probe;
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
@@ -73,29 +84,51 @@ const BACKEND: Backend = Backend::Lvm;
 /// never formatted again.
 pub const TAG_FORMATTED: &str = "flexvol.formatted";
 
+/// The LVM backend's own seams, beside the call's [`Context`]: the block devices and the LV
+/// service. Unit tests pass doubles; [`Seams::SYSTEM`] are the node's.
+#[derive(Clone, Copy)]
+pub struct Seams<'a> {
+    /// Device numbers, swap, holders (the real one is [`SysDevices`]).
+    pub devices: &'a dyn Devices,
+    /// Every LVM command (the real one is [`LvmCommands`]).
+    pub lvs: &'a dyn LvService,
+}
+
+impl Seams<'static> {
+    /// The node's own: `/dev`, `/proc/swaps` and sysfs, and the `lvm` binary.
+    pub const SYSTEM: Self = Self {
+        devices: &SysDevices,
+        lvs: &LvmCommands,
+    };
+}
+
 /// Answers the LVM verbs.
-pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
+pub fn handle(call: &Call, ctx: &Context, seams: &Seams) -> Result<Reply> {
     let parse =
         |json: &str| -> Result<LvmOptions> { Ok(LvmOptions::parse(&Options::parse(json)?)?) };
     match call {
         Call::Attach { options, .. } => attach(&parse(options)?),
         Call::IsAttached { .. } => Ok(Reply::not_supported()),
         Call::Detach { .. } | Call::ExpandVolume { .. } => Ok(Reply::success()),
-        Call::WaitForAttach { device, options } => wait_for_attach(ctx, device, &parse(options)?),
+        Call::WaitForAttach { device, options } => {
+            wait_for_attach(ctx, seams, device, &parse(options)?)
+        }
         Call::MountDevice {
             mount_dir,
             device,
             options,
-        } => mount_device(ctx, Path::new(mount_dir), device, &parse(options)?),
-        Call::UnmountDevice { mount_dir } => unmount_device(ctx, Path::new(mount_dir)),
-        Call::Mount { mount_dir, options } => mount(ctx, Path::new(mount_dir), &parse(options)?),
+        } => mount_device(ctx, seams, Path::new(mount_dir), device, &parse(options)?),
+        Call::UnmountDevice { mount_dir } => unmount_device(ctx, seams, Path::new(mount_dir)),
+        Call::Mount { mount_dir, options } => {
+            mount(ctx, seams, Path::new(mount_dir), &parse(options)?)
+        }
         Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir)),
         Call::ExpandFs {
             options,
             device,
             new_size,
             ..
-        } => expand_fs(ctx, device, *new_size, &parse(options)?),
+        } => expand_fs(ctx, seams, device, *new_size, &parse(options)?),
         _ => Ok(Reply::not_supported()),
     }
 }
@@ -118,18 +151,18 @@ fn check_device_arg(device: &str, o: &LvmOptions) -> Result<()> {
 }
 
 /// `waitforattach`: make the LV exist and be active, return its device.
-fn wait_for_attach(ctx: &Context, device: &str, o: &LvmOptions) -> Result<Reply> {
+fn wait_for_attach(ctx: &Context, seams: &Seams, device: &str, o: &LvmOptions) -> Result<Reply> {
     check_device_arg(device, o)?;
     let _lock = ctx.lock(BACKEND, &o.key())?;
-    let lvs = tools::list_lvs(ctx, &o.vg)?;
+    let lvs = seams.lvs.list(ctx, &o.vg)?;
     let lv = match lvs.iter().find(|r| r.lv_name == o.lv) {
         Some(lv) => lv.clone(),
         None => {
             policy::check_allowed(&ctx.config.lvm, o, None)?;
-            create(ctx, o, &lvs)?;
+            create(ctx, seams, o, &lvs)?;
             checkpoint("lvm-waitforattach-after-lvcreate");
-            tools::activate(ctx, &o.key())?;
-            tools::wait_for_device(ctx, &o.device(), device_wait(ctx))?;
+            seams.lvs.activate(ctx, &o.key())?;
+            tools::wait_for_device(ctx, seams.devices, &o.device(), device_wait(ctx))?;
             return Ok(Reply::device(o.device().to_string_lossy()));
         }
     };
@@ -148,16 +181,16 @@ fn wait_for_attach(ctx: &Context, device: &str, o: &LvmOptions) -> Result<Reply>
         )));
     }
     if lv.active()
-        && let Some(devnum) = ctx.devices.block_device(&o.device())?
+        && let Some(devnum) = seams.devices.block_device(&o.device())?
     {
-        check_not_in_use(ctx, o, devnum, lv.open())?;
+        check_not_in_use(ctx, seams, o, devnum, lv.open())?;
         return Ok(Reply::device(o.device().to_string_lossy()));
     }
-    tools::activate(ctx, &o.key())?;
-    let devnum = tools::wait_for_device(ctx, &o.device(), device_wait(ctx))?;
+    seams.lvs.activate(ctx, &o.key())?;
+    let devnum = tools::wait_for_device(ctx, seams.devices, &o.device(), device_wait(ctx))?;
     if lv.active() {
         // Active before we came (its device node was late): the host may be using it.
-        check_not_in_use(ctx, o, devnum, lv.open())?;
+        check_not_in_use(ctx, seams, o, devnum, lv.open())?;
     }
     Ok(Reply::device(o.device().to_string_lossy()))
 }
@@ -165,12 +198,18 @@ fn wait_for_attach(ctx: &Context, device: &str, o: &LvmOptions) -> Result<Reply>
 /// The host-use check (policy.rs) for an active LV, given its `lvs` row's open flag. A device
 /// that is not open is not mounted, not swap and has no holders (each of those holds it open),
 /// so the hot path (an LV activated for a first pod) reads nothing more than the `lvs` it ran.
-fn check_not_in_use(ctx: &Context, o: &LvmOptions, devnum: (u32, u32), open: bool) -> Result<()> {
+fn check_not_in_use(
+    ctx: &Context,
+    seams: &Seams,
+    o: &LvmOptions,
+    devnum: (u32, u32),
+    open: bool,
+) -> Result<()> {
     if !open {
         return Ok(());
     }
     let table = ctx.mounter.table()?;
-    check_open(ctx, &table, o, devnum, open)
+    check_open(ctx, seams, &table, o, devnum, open)
 }
 
 /// Mounts, swap and holders first (no waiting), then the open flag unless kubelet's mounts
@@ -179,12 +218,13 @@ fn check_not_in_use(ctx: &Context, o: &LvmOptions, devnum: (u32, u32), open: boo
 /// re-reading; only a refusal pays for that.
 fn check_open(
     ctx: &Context,
+    seams: &Seams,
     table: &MountTable,
     o: &LvmOptions,
     devnum: (u32, u32),
     open: bool,
 ) -> Result<()> {
-    policy::check_not_in_use(ctx.driver_name, ctx.devices, table, o, devnum, None)?;
+    policy::check_not_in_use(ctx.driver_name, seams.devices, table, o, devnum, None)?;
     let by_kubelet = table
         .entries
         .iter()
@@ -195,12 +235,12 @@ fn check_open(
     let until = std::time::Instant::now() + ctx.deadline.cap(Duration::from_secs(2));
     while std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(200));
-        let lvs = tools::list_lvs(ctx, &o.vg)?;
+        let lvs = seams.lvs.list(ctx, &o.vg)?;
         if !lvs.iter().any(|r| r.lv_name == o.lv && r.open()) {
             return Ok(());
         }
     }
-    policy::check_not_in_use(ctx.driver_name, ctx.devices, table, o, devnum, Some(true))
+    policy::check_not_in_use(ctx.driver_name, seams.devices, table, o, devnum, Some(true))
 }
 
 fn device_wait(ctx: &Context) -> Duration {
@@ -208,7 +248,7 @@ fn device_wait(ctx: &Context) -> Duration {
 }
 
 /// Creates the missing LV under the VG lock; every check happens before `lvcreate`.
-fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
+fn create(ctx: &Context, seams: &Seams, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
     let size = o.size.ok_or_else(|| {
         Error::refused(format!(
             "logical volume {} does not exist and no size was given; create it (lvcreate) or set options.size (e.g. 10Gi) so flexvol creates it",
@@ -233,7 +273,7 @@ fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
                 )));
             }
         }
-        tools::lvcreate(
+        seams.lvs.create(
             ctx,
             &o.vg,
             &o.lv,
@@ -244,10 +284,12 @@ fn create(ctx: &Context, o: &LvmOptions, lvs: &[LvRow]) -> Result<()> {
         return Ok(());
     }
     // Free space changes with every creation: read it under the VG lock, not from the earlier list.
-    let vg = tools::vg_info(ctx, &o.vg)?;
+    let vg = seams.lvs.vg(ctx, &o.vg)?;
     let bytes = round_up(size, vg.vg_extent_size.max(1))?;
     policy::check_free(&ctx.config.lvm, o, bytes, vg.vg_free)?;
-    tools::lvcreate(ctx, &o.vg, &o.lv, bytes, None, &[TAG_CREATED])
+    Ok(seams
+        .lvs
+        .create(ctx, &o.vg, &o.lv, bytes, None, &[TAG_CREATED])?)
 }
 
 pub(crate) fn round_up(size: u64, unit: u64) -> Result<u64> {
@@ -267,8 +309,8 @@ fn require_dir(dir: &Path) -> Result<PathBuf> {
     })
 }
 
-fn active_device(ctx: &Context, o: &LvmOptions) -> Result<(u32, u32)> {
-    ctx.devices.block_device(&o.device())?.ok_or_else(|| {
+fn active_device(seams: &Seams, o: &LvmOptions) -> Result<(u32, u32)> {
+    seams.devices.block_device(&o.device())?.ok_or_else(|| {
         Error::refused(format!(
             "{} does not exist: the LV is missing or not active. kubelet activates it with waitforattach first; check `lvs {}`",
             o.device().display(),
@@ -305,7 +347,13 @@ fn record(o: &LvmOptions, verb: &str, target: &Path, source: &Path) -> VolumeRec
 }
 
 /// `mountdevice`: format if provably blank, mount at the global directory.
-fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Result<Reply> {
+fn mount_device(
+    ctx: &Context,
+    seams: &Seams,
+    dir: &Path,
+    device: &str,
+    o: &LvmOptions,
+) -> Result<Reply> {
     check_device_arg(device, o)?;
     let target = require_dir(dir)?;
     if let FsType::Other(_) = o.fs
@@ -322,7 +370,7 @@ fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Resu
         policy::check_capability(&ctx.config.state_dir, o, None, None)?;
     }
     let dev = o.device();
-    let devnum = active_device(ctx, o)?;
+    let devnum = active_device(seams, o)?;
 
     let table = ctx.mounter.table()?;
     if let Some(m) = table.at(&target) {
@@ -350,7 +398,7 @@ fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Resu
         }
         return Ok(Reply::success());
     }
-    policy::check_not_in_use(ctx.driver_name, ctx.devices, &table, o, devnum, None)?;
+    policy::check_not_in_use(ctx.driver_name, seams.devices, &table, o, devnum, None)?;
 
     let blank = match tools::probe(ctx, &dev)? {
         Probe::Blank => true,
@@ -377,12 +425,12 @@ fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Resu
                 dev.display()
             )));
         }
-        let lvs = tools::list_lvs(ctx, &o.vg)?;
+        let lvs = seams.lvs.list(ctx, &o.vg)?;
         let row = lvs.iter().find(|r| r.lv_name == o.lv);
         policy::check_allowed(&ctx.config.lvm, o, row)?;
         policy::check_capability(&ctx.config.state_dir, o, row, None)?;
         // Blank and open, yet not mounted by kubelet: someone uses it raw (a VM, a database).
-        check_open(ctx, &table, o, devnum, row.is_some_and(LvRow::open))?;
+        check_open(ctx, seams, &table, o, devnum, row.is_some_and(LvRow::open))?;
         if row.is_some_and(|r| r.has_tag(TAG_FORMATTED)) {
             return Err(Error::refused(format!(
                 "{} was formatted by flexvol before but now shows no filesystem; refusing to format it again (that would hide data loss). Check the device, or remove the tag with `lvchange --deltag {TAG_FORMATTED} {}` to allow formatting",
@@ -404,7 +452,7 @@ fn mount_device(ctx: &Context, dir: &Path, device: &str, o: &LvmOptions) -> Resu
     if blank {
         tools::mkfs(ctx, &o.fs, &o.mkfs_args, &dev)?;
         checkpoint("lvm-mountdevice-after-mkfs");
-        tools::add_tag(ctx, &o.key(), TAG_FORMATTED)?;
+        seams.lvs.add_tag(ctx, &o.key(), TAG_FORMATTED)?;
     }
     ctx.mounter
         .mount_fs(&dev, &target, o.fs.name(), o.read_only, &o.mount_data)?;
@@ -437,7 +485,7 @@ fn split_dm_name(source: &str) -> Option<(String, String)> {
 }
 
 /// `unmountdevice`: unmount the global directory, deactivate the LV when nothing else uses it.
-fn unmount_device(ctx: &Context, dir: &Path) -> Result<Reply> {
+fn unmount_device(ctx: &Context, seams: &Seams, dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
     let Some(target) = crate::backend::canonical_mount_dir(dir)? else {
         state.remove(dir)?;
@@ -467,12 +515,12 @@ fn unmount_device(ctx: &Context, dir: &Path) -> Result<Reply> {
     checkpoint("lvm-unmountdevice-after-unmount");
     if let Some((vg, lv)) = &ids {
         let dev = PathBuf::from(format!("/dev/{vg}/{lv}"));
-        if let Some(devnum) = ctx.devices.block_device(&dev)? {
+        if let Some(devnum) = seams.devices.block_device(&dev)? {
             let after = ctx.mounter.table()?;
             let elsewhere = after.entries.iter().find(|m| (m.major, m.minor) == devnum);
             match elsewhere {
                 Some(_) => {} // still mounted elsewhere (e.g. by hand): leave it active
-                None => tools::deactivate(ctx, &key).map_err(|e| {
+                None => seams.lvs.deactivate(ctx, &key).map_err(|e| {
                     Error::refused(format!(
                         "{} is unmounted, but the LV could not be deactivated ({e}); it stays active, which is harmless. Find its user with `dmsetup info {vg}-{lv}` and run `lvchange -an {key}`",
                         target.display()
@@ -497,7 +545,7 @@ pub fn global_mount_dir(driver_name: &str, pod_dir: &Path, volume: &str) -> Opti
 }
 
 /// `mount`: bind the global mount onto the pod directory.
-fn mount(ctx: &Context, dir: &Path, o: &LvmOptions) -> Result<Reply> {
+fn mount(ctx: &Context, seams: &Seams, dir: &Path, o: &LvmOptions) -> Result<Reply> {
     let pod_dir = require_dir(dir)?;
     let volume = o.volume_name.as_deref().ok_or_else(|| {
         Error::refused(
@@ -521,12 +569,12 @@ fn mount(ctx: &Context, dir: &Path, o: &LvmOptions) -> Result<Reply> {
     let row = match o.token {
         Some(_) => None,
         None => {
-            lvs = tools::list_lvs(ctx, &o.vg)?;
+            lvs = seams.lvs.list(ctx, &o.vg)?;
             lvs.iter().find(|r| r.lv_name == o.lv)
         }
     };
     policy::check_capability(&ctx.config.state_dir, o, row, o.namespace.as_deref())?;
-    let devnum = active_device(ctx, o)?;
+    let devnum = active_device(seams, o)?;
     let table = ctx.mounter.table()?;
     match table.at(&global) {
         Some(g) if (g.major, g.minor) == devnum => {}
@@ -608,7 +656,13 @@ fn fs_mount(table: &MountTable, devnum: (u32, u32)) -> Option<&crate::sys::mount
 }
 
 /// `expandfs`: grow the LV to the new size, then the mounted filesystem.
-fn expand_fs(ctx: &Context, device: &str, new_size: u64, o: &LvmOptions) -> Result<Reply> {
+fn expand_fs(
+    ctx: &Context,
+    seams: &Seams,
+    device: &str,
+    new_size: u64,
+    o: &LvmOptions,
+) -> Result<Reply> {
     check_device_arg(device, o)?;
     if new_size == 0 {
         return Err(Error::refused(
@@ -616,23 +670,23 @@ fn expand_fs(ctx: &Context, device: &str, new_size: u64, o: &LvmOptions) -> Resu
         ));
     }
     let _lock = ctx.lock(BACKEND, &o.key())?;
-    let lvs = tools::list_lvs(ctx, &o.vg)?;
+    let lvs = seams.lvs.list(ctx, &o.vg)?;
     let lv = lvs
         .iter()
         .find(|r| r.lv_name == o.lv)
         .ok_or_else(|| Error::refused(format!("logical volume {} does not exist", o.key())))?;
     policy::check_allowed(&ctx.config.lvm, o, Some(lv))?;
     policy::check_capability(&ctx.config.state_dir, o, Some(lv), None)?;
-    let devnum = active_device(ctx, o)?;
+    let devnum = active_device(seams, o)?;
     let table = ctx.mounter.table()?;
-    policy::check_not_in_use(ctx.driver_name, ctx.devices, &table, o, devnum, None)?;
+    policy::check_not_in_use(ctx.driver_name, seams.devices, &table, o, devnum, None)?;
     if lv.lv_size < new_size {
         let bytes = round_up(new_size, lv.vg_extent_size.max(1))?;
         policy::check_max_size(&ctx.config.lvm, o, bytes)?;
         if !lv.is_thin() {
             policy::check_free(&ctx.config.lvm, o, bytes - lv.lv_size, lv.vg_free)?;
         }
-        tools::lvextend(ctx, &o.key(), bytes)?;
+        seams.lvs.extend(ctx, &o.key(), bytes)?;
         checkpoint("lvm-expandfs-after-lvextend");
     }
     let m = fs_mount(&table, devnum).ok_or_else(|| {

@@ -46,8 +46,9 @@
 //! Limitation: LVM reports whether a device is open, not how often; an LV that kubelet mounted
 //! and that some process also holds open raw is not detected.
 
+use super::devices::Devices;
 use super::options::{LvmOptions, check_name, parse_size};
-use super::tools::{Devices, LvRow};
+use super::report::LvRow;
 use crate::error::{Error, Result};
 use crate::sys::mountinfo::MountTable;
 use serde::Deserialize;

@@ -66,6 +66,7 @@ use crate::sys::mount::UnmountMode;
 use crate::sys::mountinfo::{MountInfo, MountTable};
 use crate::sys::paths;
 use options::{Export, NfsOptions, same_server, split_source};
+use probe::Prober;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -73,22 +74,29 @@ use std::time::{Duration, Instant};
 
 const BACKEND: Backend = Backend::Nfs;
 
-/// The probe (`ctx.prober`), bounded by `probeTimeoutSeconds` and the verb deadline.
-fn probe_server(ctx: &Context, server: &str, port: u16) -> std::result::Result<SocketAddr, String> {
+/// The probe (`prober`: the NFS backend's own seam), bounded by `probeTimeoutSeconds` and the verb
+/// deadline.
+fn probe_server(
+    ctx: &Context,
+    prober: &dyn Prober,
+    server: &str,
+    port: u16,
+) -> std::result::Result<SocketAddr, String> {
     let budget = ctx
         .deadline
         .cap(Duration::from_secs(ctx.config.nfs.probe_timeout_seconds));
-    ctx.prober.reachable(ctx.runner, server, port, budget)
+    prober.reachable(ctx.runner, server, port, budget)
 }
 
 /// Answers the NFS verbs. Only `mount` and `unmount` do work: the driver is not attachable and
-/// not resizable, so the other verbs are consistently "Not supported".
-pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
+/// not resizable, so the other verbs are consistently "Not supported". `prober`: is a server
+/// there (the real one is [`probe::TcpProber`]).
+pub fn handle(call: &Call, ctx: &Context, prober: &dyn Prober) -> Result<Reply> {
     match call {
         Call::Mount { mount_dir, options } => {
-            mount(ctx, Path::new(mount_dir), &Options::parse(options)?)
+            mount(ctx, prober, Path::new(mount_dir), &Options::parse(options)?)
         }
-        Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir)),
+        Call::Unmount { mount_dir } => unmount(ctx, prober, Path::new(mount_dir)),
         _ => Ok(Reply::not_supported()),
     }
 }
@@ -201,21 +209,32 @@ fn check_capability(ctx: &Context, opts: &NfsOptions, o: &Options) -> Result<()>
 }
 
 /// `mount <podDir> <json>`.
-fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
+fn mount(ctx: &Context, prober: &dyn Prober, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = NfsOptions::parse(o, &ctx.config.nfs)?;
     check_capability(ctx, &opts, o)?;
-    mount_parsed(ctx, pod_dir, o, &opts)
+    mount_parsed(ctx, prober, pod_dir, o, &opts)
 }
 
 /// The provisioner's own mount of an export root (`provision::nfs`), which no capability
 /// covers: reached only from inside the provisioner, never through a verb.
-pub(crate) fn mount_for_provisioner(ctx: &Context, dir: &Path, options: &str) -> Result<Reply> {
+pub(crate) fn mount_for_provisioner(
+    ctx: &Context,
+    prober: &dyn Prober,
+    dir: &Path,
+    options: &str,
+) -> Result<Reply> {
     let o = Options::parse(options)?;
     let opts = NfsOptions::parse(&o, &ctx.config.nfs)?;
-    mount_parsed(ctx, dir, &o, &opts)
+    mount_parsed(ctx, prober, dir, &o, &opts)
 }
 
-fn mount_parsed(ctx: &Context, pod_dir: &Path, o: &Options, opts: &NfsOptions) -> Result<Reply> {
+fn mount_parsed(
+    ctx: &Context,
+    prober: &dyn Prober,
+    pod_dir: &Path,
+    o: &Options,
+    opts: &NfsOptions,
+) -> Result<Reply> {
     let source = opts.source();
     let target = target_path(pod_dir)?.ok_or_else(|| {
         Error::refused(format!(
@@ -247,7 +266,7 @@ fn mount_parsed(ctx: &Context, pod_dir: &Path, o: &Options, opts: &NfsOptions) -
         Err(e) => return Err(Error::io("inspect", &target, e)),
     }
 
-    probe_server(ctx, &opts.server, opts.port).map_err(|why| {
+    probe_server(ctx, prober, &opts.server, opts.port).map_err(|why| {
         Error::refused(format!(
             "NFS server {} is unreachable: {why}. Nothing was mounted. Check that the server is up and exports {}, that this node can reach it on TCP port {}, and the server name in the volume",
             opts.server, opts.share, opts.port
@@ -413,7 +432,7 @@ fn server_of(m: &MountInfo, record: Option<&VolumeRecord>) -> Option<(String, u1
 }
 
 /// `unmount <podDir>`.
-fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
+fn unmount(ctx: &Context, prober: &dyn Prober, pod_dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
     let Some(target) = target_path(pod_dir)? else {
         state.remove(pod_dir)?;
@@ -432,7 +451,7 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
             break;
         };
         let alive = match server_of(m, record.as_ref()) {
-            Some((server, port)) => match probe_server(ctx, &server, port) {
+            Some((server, port)) => match probe_server(ctx, prober, &server, port) {
                 Ok(_) => true,
                 Err(why) => {
                     notes.push(format!("NFS server {server} is unreachable ({why})"));

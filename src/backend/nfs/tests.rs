@@ -21,11 +21,11 @@ impl World {
     }
 
     fn mount(&self, dir: &Path, json: &str) -> Result<Reply> {
-        self.with_ctx(|ctx| mount(ctx, dir, &Options::parse(json).unwrap()))
+        self.with_ctx(|ctx| mount(ctx, &self.prober, dir, &Options::parse(json).unwrap()))
     }
 
     fn unmount(&self, dir: &Path) -> Result<Reply> {
-        self.with_ctx(|ctx| unmount(ctx, dir))
+        self.with_ctx(|ctx| unmount(ctx, &self.prober, dir))
     }
 
     fn record(&self, dir: &Path) -> Option<VolumeRecord> {
@@ -423,7 +423,10 @@ fn other_verbs_are_not_supported() {
     let w = world();
     w.with_ctx(|ctx| {
         let call = Call::parse(&["attach".into(), "{}".into(), "node".into()]).unwrap();
-        assert_eq!(handle(&call, ctx).unwrap(), Reply::not_supported());
+        assert_eq!(
+            handle(&call, ctx, &w.prober).unwrap(),
+            Reply::not_supported()
+        );
     });
 }
 

@@ -64,7 +64,7 @@ fn provision_with(
         access_modes: &modes,
         node: "node-a",
     };
-    w.with_ctx(|ctx| provision(ctx, &req))
+    w.with_lvm(|ctx, s| provision(ctx, s, &req))
 }
 
 fn pv_of(name: &str, vg: &str, lv: &str) -> PersistentVolume {
@@ -395,7 +395,7 @@ fn delete_removes_only_our_unused_lv() {
     let w = world();
     w.runner.on("lvm", &["lvs"], 0, &lvs_json(8 << 30, &[]), "");
     assert!(
-        w.with_ctx(|c| delete(c, &pv))
+        w.with_lvm(|c, s| delete(c, s, &pv))
             .unwrap()
             .contains("already gone")
     );
@@ -403,7 +403,7 @@ fn delete_removes_only_our_unused_lv() {
     for t in ["", TAG_CREATED, "flexvol.created,flexvol.pv.lv2"] {
         let w = world();
         w.runner.on("lvm", &["lvs"], 0, &lvs("-wi-------", t), "");
-        let e = w.with_ctx(|c| delete(c, &pv)).unwrap_err();
+        let e = w.with_lvm(|c, s| delete(c, s, &pv)).unwrap_err();
         assert!(e.contains("does not carry the tag flexvol.pv.lv1"), "{e}");
         assert_eq!(w.runner.count("lvm"), 1);
     }
@@ -411,13 +411,16 @@ fn delete_removes_only_our_unused_lv() {
     let w = world();
     w.runner
         .on("lvm", &["lvs"], 0, &lvs("-wi-------", &tags("lv1")), "");
-    assert_eq!(w.with_ctx(|c| delete(c, &pv)).unwrap(), "removed vg0/lv1");
+    assert_eq!(
+        w.with_lvm(|c, s| delete(c, s, &pv)).unwrap(),
+        "removed vg0/lv1"
+    );
     assert_eq!(w.lines()[1..], ["lvm lvremove -y -- vg0/lv1"]);
     // Active, unused: deactivated, then removed.
     let w = world();
     w.runner
         .on("lvm", &["lvs"], 0, &lvs("-wi-a-----", &tags("lv1")), "");
-    w.with_ctx(|c| delete(c, &pv)).unwrap();
+    w.with_lvm(|c, s| delete(c, s, &pv)).unwrap();
     assert_eq!(
         w.lines()[1..],
         ["lvm lvchange -an -- vg0/lv1", "lvm lvremove -y -- vg0/lv1"]
@@ -444,7 +447,7 @@ fn delete_removes_only_our_unused_lv() {
             "swap" => w.devices.1.lock().unwrap().push(DEVNUM),
             _ => {}
         }
-        let e = w.with_ctx(|c| delete(c, &pv)).unwrap_err();
+        let e = w.with_lvm(|c, s| delete(c, s, &pv)).unwrap_err();
         assert!(
             e.contains("mounted at") || e.contains("in use"),
             "{how}: {e}"
@@ -462,7 +465,7 @@ fn delete_removes_only_our_unused_lv() {
         "",
         "Logical volume vg0/lv1 in use.",
     );
-    let e = w.with_ctx(|c| delete(c, &pv)).unwrap_err();
+    let e = w.with_lvm(|c, s| delete(c, s, &pv)).unwrap_err();
     assert!(e.contains("could not be deactivated"), "{e}");
     assert!(!w.lines().iter().any(|l| l.contains("lvremove")));
 }
@@ -482,8 +485,8 @@ fn delete_and_expand_trust_the_pv_name_not_its_annotations() {
         "",
     );
     let pv = pv_of("pvc-a", "vg0", "pvc-b");
-    assert!(w.with_ctx(|c| delete(c, &pv)).is_err());
-    assert!(w.with_ctx(|c| expand(c, &pv, 128 * MI)).is_err());
+    assert!(w.with_lvm(|c, s| delete(c, s, &pv)).is_err());
+    assert!(w.with_lvm(|c, s| expand(c, s, &pv, 128 * MI)).is_err());
     assert!(
         !w.lines()
             .iter()
@@ -492,13 +495,13 @@ fn delete_and_expand_trust_the_pv_name_not_its_annotations() {
     // Missing or bad annotations.
     let mut bad = pv_of("pvc-a", "vg0", "../x");
     assert!(
-        w.with_ctx(|c| delete(c, &bad))
+        w.with_lvm(|c, s| delete(c, s, &bad))
             .unwrap_err()
             .contains("volumeID")
     );
     bad.metadata.annotations = None;
     assert!(
-        w.with_ctx(|c| delete(c, &bad))
+        w.with_lvm(|c, s| delete(c, s, &bad))
             .unwrap_err()
             .contains(ANN_VG)
     );
@@ -511,13 +514,16 @@ fn expand_grows_to_whole_extents_within_the_node_policy() {
     // Already big enough (the driver's expandfs may have grown it): nothing to do.
     let w = world();
     w.runner.on("lvm", &["lvs"], 0, &row(128 * MI), "");
-    assert_eq!(w.with_ctx(|c| expand(c, &pv, 100 * MI)), Ok(128 * MI));
+    assert_eq!(w.with_lvm(|c, s| expand(c, s, &pv, 100 * MI)), Ok(128 * MI));
     assert_eq!(w.lines(), [LVS]);
     // Grows, rounded up: 127 MiB + 1 byte -> 128 MiB.
     let w = world();
     w.runner.on("lvm", &["lvs"], 0, &row(128 * MI), "");
     w.runner.once("lvm", &["lvs"], 0, &row(64 * MI), "");
-    assert_eq!(w.with_ctx(|c| expand(c, &pv, 127 * MI + 1)), Ok(128 * MI));
+    assert_eq!(
+        w.with_lvm(|c, s| expand(c, s, &pv, 127 * MI + 1)),
+        Ok(128 * MI)
+    );
     assert_eq!(
         w.lines(),
         [
@@ -535,7 +541,7 @@ fn expand_grows_to_whole_extents_within_the_node_policy() {
             w.config.lvm.vg_reserve = 40 * MI;
         }
         w.runner.on("lvm", &["lvs"], 0, &row(64 * MI), "");
-        let e = w.with_ctx(|c| expand(c, &pv, 128 * MI)).unwrap_err();
+        let e = w.with_lvm(|c, s| expand(c, s, &pv, 128 * MI)).unwrap_err();
         assert!(
             e.contains(if cap { "maxVolumeSize" } else { "vgReserve" }),
             "{e}"
@@ -557,9 +563,9 @@ fn expand_grows_to_whole_extents_within_the_node_policy() {
         ),
         "",
     );
-    let e = w.with_ctx(|c| expand(c, &pv, 260 * MI)).unwrap_err();
+    let e = w.with_lvm(|c, s| expand(c, s, &pv, 260 * MI)).unwrap_err();
     assert!(e.contains("lvm.thinOverprovisionRatio"), "{e}");
-    assert_eq!(w.with_ctx(|c| expand(c, &pv, 256 * MI)), Ok(192 * MI));
+    assert_eq!(w.with_lvm(|c, s| expand(c, s, &pv, 256 * MI)), Ok(192 * MI));
     assert!(
         w.lines()
             .iter()

@@ -1,0 +1,238 @@
+//! The LV service: the one interface through which the LVM driver verbs and the LVM provisioner
+//! (`provision::lvm`) read and change volume groups, as TopoLVM's lvmd serves its CSI driver:
+//! list (one report), create, extend, remove, activate and deactivate, tag ([`LvService`]).
+//!
+//! [`LvmCommands`] is the real service: the one `lvm` binary (`lvm lvs`, `lvm lvcreate`, ...)
+//! through the call's runner (tools found in `toolDirs`, argv never a shell, each command capped
+//! by `commandTimeoutSeconds` and the call's deadline). Unit tests either script `lvm` through a
+//! fake runner (the driver's tests: exact command lines) or use `backend::testing::FakeLvs`, an
+//! in-memory LVM.
+//!
+//! Reports use `--reportformat json --units b --nosuffix -o <fields>`: byte counts as JSON strings
+//! (lvm2 2.03), never localised, never rounded ([`super::report`]).
+//!
+//! Failures are [`LvmError`], as TopoLVM's `lvm_error.go` types LVM's: a volume group that does
+//! not exist is [`LvmError::VgNotFound`], which callers match (the provisioner sends such a claim
+//! to another node), never its message. Converted to the verbs' [`Error`], every variant keeps its
+//! message.
+
+use super::report::{self, LvRow, VgRow};
+use crate::backend::Context;
+use crate::error::Error;
+use crate::sys::exec::{Cmd, ExecError};
+
+/// LV fields every report asks for; one `lvs` of the VG tells existence, activation, path, size,
+/// tags and the VG's extent size and free space.
+pub const LV_FIELDS: &str =
+    "vg_name,lv_name,lv_path,lv_size,lv_attr,lv_tags,pool_lv,vg_extent_size,vg_free";
+/// VG fields, for a VG that has no LV yet (an empty `lvs` report carries no VG columns).
+pub const VG_FIELDS: &str = "vg_name,vg_extent_size,vg_free";
+
+/// Why an LV service call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LvmError {
+    /// The volume group does not exist on this node; `detail`: what `lvm` said, when it said it.
+    #[error("{}", vg_not_found(.vg, .detail.as_ref()))]
+    VgNotFound {
+        vg: String,
+        detail: Option<ExecError>,
+    },
+    /// An `lvm` command failed (or could not run).
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A report that cannot be read; the text is the whole message.
+    #[error("{0}")]
+    Report(String),
+}
+
+fn vg_not_found(vg: &str, detail: Option<&ExecError>) -> String {
+    match detail {
+        Some(e) => format!(
+            "volume group {vg} not found on this node ({e}); create it (vgcreate) or fix options.volumegroup"
+        ),
+        None => format!(
+            "volume group {vg} not found on this node; create it (vgcreate) or fix options.volumegroup"
+        ),
+    }
+}
+
+impl From<LvmError> for Error {
+    fn from(e: LvmError) -> Self {
+        match e {
+            LvmError::Exec(e) => Error::Exec(e),
+            e @ LvmError::VgNotFound { .. } => Error::Refused(e.to_string()),
+            LvmError::Report(msg) => Error::Refused(msg),
+        }
+    }
+}
+
+/// Result of an LV service call.
+pub type Result<T> = std::result::Result<T, LvmError>;
+
+/// Volume groups and their logical volumes. `vg_lv` is `<vg>/<lv>`, names already checked
+/// (`options::check_name`). The caller holds the volume's lock (and the VG's, around decisions
+/// about free space); the service checks no policy.
+pub trait LvService {
+    /// Every LV of `vg`, each row with the VG's extent size and free space (one `lvm lvs`).
+    fn list(&self, ctx: &Context, vg: &str) -> Result<Vec<LvRow>>;
+    /// `vg`'s extent size and free space, also for a VG without LVs (one `lvm vgs`).
+    fn vg(&self, ctx: &Context, vg: &str) -> Result<VgRow>;
+    /// Creates `lv` in `vg`: a thick LV of `bytes` (already a whole number of extents), or a thin
+    /// LV in `pool`, carrying `tags` from the start (one metadata commit: there is never an
+    /// untagged LV). Its start is zeroed and old signatures wiped, so it probes blank.
+    fn create(
+        &self,
+        ctx: &Context,
+        vg: &str,
+        lv: &str,
+        bytes: u64,
+        pool: Option<&str>,
+        tags: &[&str],
+    ) -> Result<()>;
+    /// Grows the LV to `bytes` (the filesystem is the caller's to grow).
+    fn extend(&self, ctx: &Context, vg_lv: &str, bytes: u64) -> Result<()>;
+    /// Removes the LV; one that is open is refused (the caller checked it is ours and unused).
+    fn remove(&self, ctx: &Context, vg_lv: &str) -> Result<()>;
+    /// Activates the LV (activation-skip flags ignored: the volume names this LV on purpose).
+    fn activate(&self, ctx: &Context, vg_lv: &str) -> Result<()>;
+    /// Deactivates the LV.
+    fn deactivate(&self, ctx: &Context, vg_lv: &str) -> Result<()>;
+    /// Adds `tag` to the LV.
+    fn add_tag(&self, ctx: &Context, vg_lv: &str, tag: &str) -> Result<()>;
+}
+
+/// The real LV service: `lvm` commands through the call's runner.
+pub struct LvmCommands;
+
+fn lvm(ctx: &Context, sub: &str) -> Cmd {
+    Cmd::new("lvm")
+        .arg(sub)
+        .timeout(ctx.deadline.cap(ctx.config.command_timeout()))
+}
+
+fn report(ctx: &Context, sub: &str, fields: &str, vg: &str) -> Result<(Vec<LvRow>, Vec<VgRow>)> {
+    let cmd = lvm(ctx, sub).args([
+        "--reportformat",
+        "json",
+        "--units",
+        "b",
+        "--nosuffix",
+        "-o",
+        fields,
+        "--",
+        vg,
+    ]);
+    let out = ctx.runner.check(&cmd).map_err(|e| vg_error(vg, e))?;
+    report::parse(&out.stdout).map_err(|e| {
+        LvmError::Report(format!(
+            "cannot read the JSON report of `{}` ({e}); is lvm2 at least 2.02.158?",
+            cmd.display()
+        ))
+    })
+}
+
+fn vg_error(vg: &str, e: ExecError) -> LvmError {
+    match &e {
+        ExecError::Failed { output, .. } if output.tail().contains("not found") => {
+            LvmError::VgNotFound {
+                vg: vg.to_owned(),
+                detail: Some(e),
+            }
+        }
+        _ => e.into(),
+    }
+}
+
+impl LvService for LvmCommands {
+    fn list(&self, ctx: &Context, vg: &str) -> Result<Vec<LvRow>> {
+        Ok(report(ctx, "lvs", LV_FIELDS, vg)?.0)
+    }
+
+    fn vg(&self, ctx: &Context, vg: &str) -> Result<VgRow> {
+        report(ctx, "vgs", VG_FIELDS, vg)?
+            .1
+            .into_iter()
+            .find(|r| r.vg_name == vg)
+            .ok_or_else(|| LvmError::VgNotFound {
+                vg: vg.to_owned(),
+                detail: None,
+            })
+    }
+
+    /// `lvm lvcreate`. `-Zy -Wy` zero the start and wipe old signatures, so a new LV made of
+    /// extents that held someone else's filesystem probes blank instead of exposing the old data.
+    fn create(
+        &self,
+        ctx: &Context,
+        vg: &str,
+        lv: &str,
+        bytes: u64,
+        pool: Option<&str>,
+        tags: &[&str],
+    ) -> Result<()> {
+        // No autoactivation for thick LVs: this driver activates the LV in waitforattach and
+        // deactivates it in unmountdevice. Otherwise udev's `vgchange -aay` on any later PV event
+        // (and every boot) re-activates LVs no pod uses (seen in the guest tier with udev
+        // running). Thin LVs refuse the option; their pool's setting (the operator's) governs
+        // them.
+        let mut cmd = lvm(ctx, "lvcreate").args(["-y", "-Wy"]);
+        for tag in tags {
+            cmd = cmd.args(["--addtag", tag]);
+        }
+        cmd = cmd.args(["-n", lv]);
+        cmd = match pool {
+            Some(p) => cmd.args(["-V", &format!("{bytes}b"), "--thinpool", p]),
+            None => cmd.args([
+                "--setautoactivation",
+                "n",
+                "-Zy",
+                "-L",
+                &format!("{bytes}b"),
+            ]),
+        };
+        ctx.runner.check(&cmd.args(["--", vg]))?;
+        Ok(())
+    }
+
+    /// `lvm lvextend -L <bytes>b` (no `-r`: the filesystem is grown by the caller, with the
+    /// mounted path).
+    fn extend(&self, ctx: &Context, vg_lv: &str, bytes: u64) -> Result<()> {
+        ctx.runner.check(&lvm(ctx, "lvextend").args([
+            "-y",
+            "-L",
+            &format!("{bytes}b"),
+            "--",
+            vg_lv,
+        ]))?;
+        Ok(())
+    }
+
+    /// `lvm lvremove -y <vg>/<lv>`: `-y` only answers lvremove's "really remove?" question (no
+    /// `-f`: lvremove still refuses an LV that is open).
+    fn remove(&self, ctx: &Context, vg_lv: &str) -> Result<()> {
+        ctx.runner
+            .check(&lvm(ctx, "lvremove").args(["-y", "--", vg_lv]))?;
+        Ok(())
+    }
+
+    /// `lvm lvchange -ay -K`.
+    fn activate(&self, ctx: &Context, vg_lv: &str) -> Result<()> {
+        ctx.runner
+            .check(&lvm(ctx, "lvchange").args(["-ay", "-K", "--", vg_lv]))?;
+        Ok(())
+    }
+
+    /// `lvm lvchange -an`.
+    fn deactivate(&self, ctx: &Context, vg_lv: &str) -> Result<()> {
+        ctx.runner
+            .check(&lvm(ctx, "lvchange").args(["-an", "--", vg_lv]))?;
+        Ok(())
+    }
+
+    /// `lvm lvchange --addtag`.
+    fn add_tag(&self, ctx: &Context, vg_lv: &str, tag: &str) -> Result<()> {
+        ctx.runner
+            .check(&lvm(ctx, "lvchange").args(["-y", "--addtag", tag, "--", vg_lv]))?;
+        Ok(())
+    }
+}
