@@ -236,3 +236,59 @@ impl LvService for LvmCommands {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::backend::testing::World;
+
+    #[test]
+    fn a_missing_vg_is_a_type_with_the_message_it_always_had() {
+        let w = World::new(Backend::Lvm);
+        w.runner
+            .on("lvm", &["lvs"], 5, "", "  Volume group \"vg0\" not found\n");
+        let e = w.with_ctx(|ctx| LvmCommands.list(ctx, "vg0")).unwrap_err();
+        assert!(
+            matches!(&e, LvmError::VgNotFound { vg, detail: Some(_) } if vg == "vg0"),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("volume group vg0 not found on this node (")
+                && text.ends_with("); create it (vgcreate) or fix options.volumegroup"),
+            "{text}"
+        );
+        assert_eq!(Error::from(e).to_string(), text);
+        // A report that lists no such VG.
+        let w = World::new(Backend::Lvm);
+        w.runner
+            .on("lvm", &["vgs"], 0, r#"{"report": [{"vg": []}]}"#, "");
+        let e = w.with_ctx(|ctx| LvmCommands.vg(ctx, "vg0")).unwrap_err();
+        assert!(matches!(e, LvmError::VgNotFound { detail: None, .. }));
+        assert_eq!(
+            e.to_string(),
+            "volume group vg0 not found on this node; create it (vgcreate) or fix options.volumegroup"
+        );
+    }
+
+    #[test]
+    fn other_failures_are_not_a_missing_vg() {
+        let w = World::new(Backend::Lvm);
+        w.runner.on(
+            "lvm",
+            &["lvs"],
+            5,
+            "",
+            "  Cannot process volume group vg0\n",
+        );
+        let e = w.with_ctx(|ctx| LvmCommands.list(ctx, "vg0")).unwrap_err();
+        assert!(matches!(e, LvmError::Exec(_)), "{e:?}");
+        assert!(matches!(Error::from(e), Error::Exec(_)));
+        let w = World::new(Backend::Lvm);
+        w.runner.on("lvm", &["lvs"], 0, "not json", "");
+        let e = w.with_ctx(|ctx| LvmCommands.list(ctx, "vg0")).unwrap_err();
+        assert!(matches!(e, LvmError::Report(_)), "{e:?}");
+        assert!(e.to_string().contains("is lvm2 at least 2.02.158?"), "{e}");
+    }
+}

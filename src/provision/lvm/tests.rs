@@ -2,7 +2,7 @@
 //! fake node as the driver's tests), and its refusals.
 
 use super::*;
-use crate::backend::testing::{DEV, DEVNUM, World};
+use crate::backend::testing::{DEV, DEVNUM, FakeDevices, FakeLvs, World};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -50,6 +50,18 @@ fn provision_with(
     p: &BTreeMap<String, String>,
     size: u64,
 ) -> Result<Provisioned, Refusal> {
+    provision_on(w, None, pv, p, size)
+}
+
+/// [`provision_with`] through the real LV service over the scripted `lvm` (`lvm: None`), or
+/// through the in-memory LVM `lvm`.
+fn provision_on(
+    w: &World,
+    lvm: Option<&FakeLvs>,
+    pv: &str,
+    p: &BTreeMap<String, String>,
+    size: u64,
+) -> Result<Provisioned, Refusal> {
     let claim = PersistentVolumeClaim::default();
     let modes = vec!["ReadWriteOnce".to_owned()];
     let req = Request {
@@ -64,7 +76,19 @@ fn provision_with(
         access_modes: &modes,
         node: "node-a",
     };
-    w.with_lvm(|ctx, s| provision(ctx, s, &req))
+    match lvm {
+        None => w.with_lvm(|ctx, s| provision(ctx, s, &req)),
+        Some(lvm) => on_fake(w, lvm, |ctx, s| provision(ctx, s, &req)),
+    }
+}
+
+/// Runs `f` on `w`'s context with its devices and the in-memory LVM `lvm`.
+fn on_fake<T>(w: &World, lvm: &FakeLvs, f: impl FnOnce(&Context, &Seams) -> T) -> T {
+    let seams = Seams {
+        devices: &w.devices,
+        lvs: lvm,
+    };
+    w.with_ctx(|ctx| f(ctx, &seams))
 }
 
 fn pv_of(name: &str, vg: &str, lv: &str) -> PersistentVolume {
@@ -613,4 +637,126 @@ fn the_backend_declares_what_the_reconciler_needs() {
         b.check_class(&params(&[("volumegroup", "vg0"), ("x", "y")]))
             .is_err()
     );
+}
+
+// Through the LV service's double (an in-memory LVM): what is done, not how it is spelled.
+
+#[test]
+fn through_the_lv_service_provision_creates_once_and_reuses() {
+    let w = world();
+    let lvm = FakeLvs::with_vg("vg0", 1 << 30);
+    let p = params(&[("volumegroup", "vg0")]);
+    let made = provision_on(&w, Some(&lvm), PV, &p, 101 * MI).unwrap();
+    // 101 MiB rounded up to whole 4 MiB extents, tagged in the same create.
+    assert_eq!(made.capacity_bytes, 104 * MI);
+    assert_eq!(made.location, format!("vg0/{PV}"));
+    assert_eq!(
+        lvm.calls(),
+        [format!("create vg0/{PV} {} {}", 104 * MI, tags(PV))]
+    );
+    assert_eq!(lvm.vgs.lock().unwrap()["vg0"].free, (1 << 30) - 104 * MI);
+    // A second pass (the PV was not written yet) finds the LV and makes nothing.
+    let again = provision_on(&w, Some(&lvm), PV, &p, 101 * MI).unwrap();
+    assert_eq!(again.capacity_bytes, 104 * MI);
+    assert_eq!(lvm.calls().len(), 1);
+    // A thin LV is made in its pool and takes no VG space.
+    let thin = params(&[("volumegroup", "vg0"), ("thinpool", "pool")]);
+    lvm.add("vg0", "pool", "twi-aotz--", 1 << 30, "", "");
+    let free = lvm.vgs.lock().unwrap()["vg0"].free;
+    provision_on(&w, Some(&lvm), "pvc-thin", &thin, 64 * MI).unwrap();
+    assert_eq!(lvm.lv("vg0/pvc-thin").unwrap().pool_lv, "pool");
+    assert_eq!(lvm.vgs.lock().unwrap()["vg0"].free, free);
+}
+
+#[test]
+fn through_the_lv_service_expand_grows_to_whole_extents_once() {
+    let w = world();
+    let lvm = FakeLvs::with_vg("vg0", 1 << 30);
+    lvm.add("vg0", "lv1", "-wi-a-----", 64 * MI, &tags("lv1"), "");
+    let pv = pv_of("lv1", "vg0", "lv1");
+    assert_eq!(
+        on_fake(&w, &lvm, |c, s| expand(c, s, &pv, 101 * MI)),
+        Ok(104 * MI)
+    );
+    assert_eq!(lvm.calls(), [format!("extend vg0/lv1 {}", 104 * MI)]);
+    assert_eq!(lvm.lv("vg0/lv1").unwrap().lv_size, 104 * MI);
+    // Big enough already (the driver's expandfs may have grown it): nothing to do.
+    assert_eq!(
+        on_fake(&w, &lvm, |c, s| expand(c, s, &pv, 50 * MI)),
+        Ok(104 * MI)
+    );
+    assert_eq!(lvm.calls().len(), 1);
+    // Past the VG's free space: refused, nothing extended.
+    let e = on_fake(&w, &lvm, |c, s| expand(c, s, &pv, 2 << 30)).unwrap_err();
+    assert!(e.contains("vg0"), "{e}");
+    assert_eq!(lvm.calls().len(), 1);
+}
+
+#[test]
+fn through_the_lv_service_delete_deactivates_and_removes_only_ours() {
+    let mut w = world();
+    // Active, its device node gone: deactivated, then removed.
+    w.devices = FakeDevices::absent();
+    let lvm = FakeLvs::with_vg("vg0", 1 << 30);
+    lvm.add("vg0", "lv1", "-wi-a-----", 64 * MI, &tags("lv1"), "");
+    lvm.add("vg0", "lv2", "-wi-------", 64 * MI, TAG_CREATED, "");
+    let pv = pv_of("lv1", "vg0", "lv1");
+    assert_eq!(
+        on_fake(&w, &lvm, |c, s| delete(c, s, &pv)),
+        Ok("removed vg0/lv1".to_owned())
+    );
+    assert_eq!(lvm.calls(), ["deactivate vg0/lv1", "remove vg0/lv1"]);
+    assert!(lvm.lv("vg0/lv1").is_none());
+    // Gone: success, nothing done.
+    assert!(
+        on_fake(&w, &lvm, |c, s| delete(c, s, &pv))
+            .unwrap()
+            .contains("already gone")
+    );
+    // Not tagged for this PV: left alone.
+    let e = on_fake(&w, &lvm, |c, s| delete(c, s, &pv_of("lv2", "vg0", "lv2"))).unwrap_err();
+    assert!(e.contains("does not carry the tag flexvol.pv.lv2"), "{e}");
+    assert_eq!(lvm.calls().len(), 2);
+    assert!(lvm.lv("vg0/lv2").is_some());
+}
+
+#[test]
+fn through_the_lv_service_a_missing_vg_is_matched_by_type() {
+    let w = world();
+    let lvm = FakeLvs::default();
+    let p = params(&[("volumegroup", "vg0")]);
+    // Provision: another node may have it.
+    match provision_on(&w, Some(&lvm), PV, &p, 64 * MI) {
+        Err(Refusal::Reschedule(m)) => {
+            assert_eq!(m, "volume group vg0 does not exist on node node-a");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Delete and expand: the service's message, unchanged.
+    let pv = pv_of("lv1", "vg0", "lv1");
+    let want =
+        "volume group vg0 not found on this node; create it (vgcreate) or fix options.volumegroup";
+    assert_eq!(
+        on_fake(&w, &lvm, |c, s| delete(c, s, &pv)),
+        Err(want.into())
+    );
+    assert_eq!(
+        on_fake(&w, &lvm, |c, s| expand(c, s, &pv, 64 * MI)),
+        Err(want.into())
+    );
+    assert!(lvm.calls().is_empty());
+}
+
+#[test]
+fn the_backend_runs_its_lvm_work_through_the_injected_service() {
+    let w = world();
+    let lvm = FakeLvs::with_vg("vg0", 1 << 30);
+    lvm.add("vg0", "lv1", "-wi-------", 64 * MI, &tags("lv1"), "");
+    let mut b = LvmBackend::with_seams("flexvol", Box::new(FakeDevices::absent()), Box::new(lvm));
+    let pv = pv_of("lv1", "vg0", "lv1");
+    assert_eq!(b.expand(&w.config, &pv, 101 * MI), Ok(104 * MI));
+    assert_eq!(b.delete(&w.config, &pv), Ok("removed vg0/lv1".to_owned()));
+    assert!(b.delete(&w.config, &pv).unwrap().contains("already gone"));
+    // Nothing ran on the node.
+    assert!(w.lines().is_empty());
 }
