@@ -7,8 +7,8 @@
 //! verb; verbs common to all (init, getvolumename, unknown verbs) are answered in [`answer`].
 //!
 //! Seams: a call's [`Context`] carries what every backend uses (the node config, the command
-//! runner, the mount seam, the deadline, the driver name), made by [`Context::new`] alone (over
-//! the node's real seams: [`on_node`]). A backend's own seams go with that backend's `handle`: NFS
+//! runner, the mount seam, the deadline, the driver name), which every caller builds with
+//! [`Context::new`] (over the node's real seams: [`on_node`]). A backend's own seams go with that backend's `handle`: NFS
 //! takes its server probe ([`nfs::probe::Prober`]), LVM its block devices and LV service
 //! ([`lvm::Seams`]); hostPath has none. [`answer`] passes the real ones; unit tests call a
 //! backend's `handle` with doubles (`testing.rs`).
@@ -83,8 +83,8 @@ impl Backend {
 }
 
 /// What every verb of every backend may use: the node config, the seams to the system that all
-/// backends share (unit tests replace each one), the call's deadline and the driver name. Made by
-/// [`Context::new`] only; a backend's own seams are passed beside it (module doc).
+/// backends share (unit tests replace each one), the call's deadline and the driver name. Built
+/// with [`Context::new`]; a backend's own seams are passed beside it (module doc).
 pub struct Context<'a> {
     /// Node configuration.
     pub config: &'a Config,
