@@ -239,7 +239,7 @@ fn resolved(p: &Path) -> PathBuf {
 /// serves it, so that `mount` creates that root and its ancestors as the node's own (root, 0755)
 /// and never with a pod's `uid`/`gid`/`mode`, and whether that root is a provisioning root.
 /// `kubelet_root`: the kubelet root the call's pod directory lives under.
-pub(super) fn check_policy(
+pub fn check_policy(
     node: &Node,
     resolved_source: &Path,
     kubelet_root: Option<PathBuf>,
@@ -366,7 +366,7 @@ pub(super) fn check_policy(
 }
 
 /// The root a source passed [`check_policy`] under.
-pub(super) struct Served {
+pub struct Served {
     /// The resolved root.
     pub root: PathBuf,
     /// Whether it is a provisioning root: the source is then served only to its PV.

@@ -1,5 +1,5 @@
 //! The block-device seam of the LVM backend ([`Devices`]): device numbers, swap and holders, so
-//! the "in use by the host" check ([`super::policy`]) can be tested with fake devices.
+//! the "in use by the host" check (`policy.rs`) can be tested with fake devices.
 //! [`SysDevices`] reads the real `/dev`, `/proc/swaps` and sysfs.
 
 use crate::error::{Error, Result};

@@ -1,6 +1,6 @@
 //! What `lvm` reports: the rows of its JSON reports (`lvs`, `vgs`), and what an LV's attributes
 //! and tags say. Data only: the reports are run by the LV service ([`super::lvs`]) and judged by
-//! the policy ([`super::policy`]), and imports neither: the policy, which the node config
+//! the policy (`policy.rs`), and imports neither: the policy, which the node config
 //! composes, stays clear of the verbs' `Context`.
 
 use serde::Deserialize;
