@@ -28,6 +28,7 @@ pub mod lvm;
 pub mod nfs;
 pub mod quota;
 pub mod reconcile;
+pub mod volumedir;
 
 use crate::node::config::Config;
 use clap::Args;

@@ -8,8 +8,8 @@
 //!   checked against the built-in policy (it may be used on any node), and each provisioning
 //!   again against the policy of the node doing it (`nfs` in its config);
 //! - `pathPattern`: the directory below the export, in hostPath's template language
-//!   ([`hostpath::expand_pattern`]); default `<pv>_<namespace>_<claim>`
-//!   ([`hostpath::default_rel_path`]);
+//!   ([`volumedir::expand_pattern`]); default `<pv>_<namespace>_<claim>`
+//!   ([`volumedir::default_rel_path`]);
 //! - `uid`, `gid`, `mode` of the directory. **Default: root:root 0755**, the node operator's
 //!   usual default for a new directory: pods running as root can write (if the export does not
 //!   squash root), others can read. Pods
@@ -29,7 +29,7 @@
 //! Not node-local: any instance may provision a claim and any may delete its PV; several do at
 //! once. The PV name is deterministic (`pvc-<claim uid>`), so the API server keeps one PV; here,
 //! racing instances converge:
-//! - provisioning: hostPath's protocol ([`hostpath::create_volume_dir_as`], its module doc): each
+//! - provisioning: hostPath's protocol ([`volumedir::create_volume_dir_as`], its module doc): each
 //!   instance makes the directory under its own private name (`.flexvol-new-<pv>@<node>.<pid>`),
 //!   sets it up, and publishes the record by a hard link (the first link wins; the others remove
 //!   theirs), then any instance renames the recorded directory into place without replacing
@@ -61,13 +61,13 @@
 //!
 //! Safety rules (rule 4 of the house):
 //! - below the mounted export everything goes through `openat2(RESOLVE_NO_SYMLINKS)`
-//!   ([`hostpath::inspect`], [`paths::create_dirs`]); the relative path has normal components only;
+//!   ([`volumedir::inspect`], [`paths::create_dirs`]); the relative path has normal components only;
 //! - the PV records what delete acts on: [`ANN_EXPORT`] (the export root mounted), [`ANN_PATH`]
 //!   (the directory below it, exactly as created, also for nested patterns) and
 //!   [`ANN_ON_DELETE`]; the PV's `share` must equal export + path, or delete refuses;
 //! - delete acts only on a directory recorded as this PV's for its claim uid (an old one without
 //!   a record: whose marker names them); it renames within the export root and never leaves it,
-//!   and refuses a tree with a mount point or another volume inside ([`hostpath::check_tree`]);
+//!   and refuses a tree with a mount point or another volume inside ([`volumedir::check_tree`]);
 //!   after a delete or an archive the record goes;
 //! - `archive` renames the directory to `<export>/archived-<pv>-<UTC time>` (in the export
 //!   root, whatever the nesting, so an operator finds every archive in one place). It never
@@ -75,7 +75,7 @@
 //!   non-empty directory (every archive holds at least its marker). NFS has no
 //!   `RENAME_NOREPLACE`, so this is how "never overwrite" is kept;
 //! - `delete` renames to the tombstone `<export>/.flexvol-deleting-<pv>` then removes it
-//!   without following symlinks nor crossing mounts ([`hostpath::delete_volume_dir`]); a kill in
+//!   without following symlinks nor crossing mounts ([`volumedir::delete_volume_dir`]); a kill in
 //!   between leaves the tombstone, which the next delete of the same PV (still there: the PV is
 //!   removed only after) finishes;
 //! - `retain` does not even mount the export: only the PV goes.
@@ -91,7 +91,7 @@
 use super::backend::{
     ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
 };
-use super::hostpath::{self, DirState, Marker, Root};
+use super::volumedir::{self, DirState, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
 use crate::node::config::Config;
 use crate::protocol::options::Options;
@@ -178,7 +178,7 @@ pub struct NfsClass {
     /// `mountOptions`, if set: what the PV (so every pod mount) gets.
     pub mount_options: Option<String>,
     /// `pathPattern`, `uid`, `gid`, `mode` (hostPath's parser).
-    pub dir: hostpath::ClassParams,
+    pub dir: volumedir::DirParams,
     /// `onDelete`.
     pub on_delete: OnDelete,
 }
@@ -193,10 +193,10 @@ impl NfsClass {
                 PARAMS.join(", ")
             ));
         }
-        let dir = hostpath::ClassParams::parse(
+        let dir = volumedir::DirParams::parse(
             params
                 .iter()
-                .filter(|(k, _)| hostpath::PARAMS.contains(&k.as_str())),
+                .filter(|(k, _)| volumedir::DIR_PARAMS.contains(&k.as_str())),
         )?;
         let on_delete = params
             .get("onDelete")
@@ -406,7 +406,7 @@ impl NfsBackend {
 /// instances that share a run directory (test clusters on one kernel) out of each other's way.
 fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, String> {
     for name in [node, pv] {
-        if name.contains('/') || hostpath::volume_rel_path(name).is_err() {
+        if name.contains('/') || volumedir::volume_rel_path(name).is_err() {
             return Err(format!("{name:?} is not usable as a directory name"));
         }
     }
@@ -438,7 +438,7 @@ fn relabel(s: &str, root: &Root, label: &str) -> String {
 }
 
 /// Creates `<root>/<rel>` (missing parents root:root 0755) with `own`, its record and its
-/// marker: [`hostpath::create_volume_dir_as`], with this instance's private name, so racing
+/// marker: [`volumedir::create_volume_dir_as`], with this instance's private name, so racing
 /// instances converge on one directory (module doc). Anything at the target that was not made
 /// for this PV is an error and left alone.
 pub fn make_subdir(
@@ -447,7 +447,7 @@ pub fn make_subdir(
     own: Ownership,
     marker: &Marker,
 ) -> Result<PathBuf, String> {
-    hostpath::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
+    volumedir::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
 }
 
 /// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),
@@ -465,15 +465,15 @@ pub fn remove_subdir(
     match mode {
         OnDelete::Retain => Ok(format!("kept {} (onDelete: retain)", path.display())),
         OnDelete::Delete => {
-            let once = || hostpath::delete_volume_dir(root, rel, pv, claim_uid);
+            let once = || volumedir::delete_volume_dir(root, rel, pv, claim_uid);
             // A racing instance may have renamed it between our look and our rename: look again.
-            let done = once().or_else(|first| match hostpath::inspect(root, rel) {
+            let done = once().or_else(|first| match volumedir::inspect(root, rel) {
                 DirState::Missing => once(),
                 _ => Err(first),
             })?;
             Ok(match done {
-                hostpath::Deleted::Removed => format!("removed {}", path.display()),
-                hostpath::Deleted::AlreadyGone => {
+                volumedir::Deleted::Removed => format!("removed {}", path.display()),
+                volumedir::Deleted::AlreadyGone => {
                     format!("{} was already gone", path.display())
                 }
             })
@@ -498,12 +498,12 @@ fn archive(
     };
     let left =
         "it was left alone: archive or delete it by hand if it is not needed, then remove the PV";
-    let state = hostpath::inspect(root, rel);
+    let state = volumedir::inspect(root, rel);
     if state == DirState::Missing {
-        hostpath::forget_record(root, rel, pv)?;
+        volumedir::forget_record(root, rel, pv)?;
         return gone();
     }
-    hostpath::check_owner(&state, &path, pv, claim_uid, left)?;
+    volumedir::check_owner(&state, &path, pv, claim_uid, left)?;
     let fail = |e: &dyn std::fmt::Display| format!("cannot archive {}: {e}", path.display());
     let leaf = rel
         .file_name()
@@ -530,15 +530,15 @@ fn archive(
                 let _ = nix::unistd::fsync(&root_fd);
                 // An archive is no volume any more: its record goes (its marker stays, saying
                 // whose it was).
-                hostpath::forget_record(root, rel, pv)?;
+                volumedir::forget_record(root, rel, pv)?;
                 return Ok(format!(
                     "archived {} to {}",
                     path.display(),
                     root.real.join(&name).display()
                 ));
             }
-            Err(nix::Error::ENOENT) if hostpath::inspect(root, rel) == DirState::Missing => {
-                hostpath::forget_record(root, rel, pv)?;
+            Err(nix::Error::ENOENT) if volumedir::inspect(root, rel) == DirState::Missing => {
+                volumedir::forget_record(root, rel, pv)?;
                 return gone(); // a racing instance archived it
             }
             Err(nix::Error::EEXIST | nix::Error::ENOTEMPTY | nix::Error::ENOTDIR) => continue,
@@ -615,11 +615,11 @@ impl Backend for NfsBackend {
             ))
         })?;
         let rel = match &class.dir.path_pattern {
-            Some(p) => hostpath::expand_pattern(p, req.pv_name, req.namespace, req.name)
+            Some(p) => volumedir::expand_pattern(p, req.pv_name, req.namespace, req.name)
                 .map_err(Refusal::Fail)?,
             None => {
-                let d = hostpath::default_rel_path(req.pv_name, req.namespace, req.name);
-                hostpath::volume_rel_path(&d.to_string_lossy())
+                let d = volumedir::default_rel_path(req.pv_name, req.namespace, req.name);
+                volumedir::volume_rel_path(&d.to_string_lossy())
                     .map_err(|why| Refusal::Fail(format!("the volume's directory name {why}")))?
             }
         };
@@ -701,7 +701,7 @@ impl Backend for NfsBackend {
                 })
         };
         let export = ann(ANN_EXPORT)?;
-        let rel = hostpath::volume_rel_path(&ann(ANN_PATH)?)
+        let rel = volumedir::volume_rel_path(&ann(ANN_PATH)?)
             .map_err(|why| format!("its {ANN_PATH} annotation {why}; left alone"))?;
         let mode = OnDelete::parse(&ann(ANN_ON_DELETE)?)?;
         let opt = |k: &str| opts.get(k).cloned();
@@ -710,7 +710,7 @@ impl Backend for NfsBackend {
             share: export,
             version: opt("version"),
             mount_options: opt("mountOptions"),
-            dir: hostpath::ClassParams::default(),
+            dir: volumedir::DirParams::default(),
             on_delete: mode,
         };
         // Checked as a class would be (server, export, options), with this node's policy.

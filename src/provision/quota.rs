@@ -21,7 +21,7 @@
 //! it has a quota record there (`xfs_quota report` lists every project with usage or limits, and a
 //! directory carrying an ID is itself charged to it) or another volume's record (or old marker)
 //! names it — the next free one is taken. The caller persists the chosen ID in the volume's
-//! root-only ownership record ([`hostpath::Record`]) *before* it is applied, so it is stable across
+//! root-only ownership record ([`volumedir::Record`]) *before* it is applied, so it is stable across
 //! restarts, and a pass after a kill -9 reuses it (the marker in the directory gets a copy, for
 //! people only).
 //!
@@ -50,8 +50,7 @@
 //!   remain possible — records close it for every volume made since.)
 
 use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
-use super::hostpath::{self, DirState, Marker, Record, Root};
-use super::reconcile::SCAN_DEPTH;
+use super::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -476,7 +475,7 @@ pub fn enforce_volume(
     bytes: u64,
 ) -> Result<Outcome, String> {
     let dir = root.real.join(rel);
-    let rec = match hostpath::inspect(root, rel) {
+    let rec = match volumedir::inspect(root, rel) {
         DirState::Owned(rec) => rec,
         _ => {
             return Err(format!(
@@ -489,7 +488,7 @@ pub fn enforce_volume(
     let support = detect_with_tool(runner, &dir);
     let taken: BTreeSet<u32> = if m.project_id.is_none() && matches!(support, Support::Enforced(_))
     {
-        hostpath::scan(std::slice::from_ref(root), SCAN_DEPTH)
+        volumedir::scan(std::slice::from_ref(root), SCAN_DEPTH)
             .into_iter()
             .filter(|f| f.marker.volume != m.volume)
             .filter_map(|f| f.marker.project_id)
@@ -507,7 +506,7 @@ pub fn enforce_volume(
         bytes,
         |id| {
             // The root-only record is what counts; the marker in the directory is informational.
-            hostpath::write_record(
+            volumedir::write_record(
                 root,
                 &Record {
                     marker: Marker {
@@ -517,7 +516,7 @@ pub fn enforce_volume(
                     ..rec.clone()
                 },
             )?;
-            let _ = hostpath::write_marker(
+            let _ = volumedir::write_marker(
                 &dir,
                 &Marker {
                     project_id: Some(id),
@@ -555,7 +554,7 @@ pub fn project_of_volume(
     rel: &Path,
     volume: &str,
 ) -> Result<Option<u32>, String> {
-    let claimed = match hostpath::inspect(root, rel) {
+    let claimed = match volumedir::inspect(root, rel) {
         DirState::Owned(r) if r.marker.volume == volume => r.marker.project_id,
         DirState::Legacy(m) if m.volume == volume => m.project_id,
         _ => None,
@@ -595,8 +594,8 @@ pub fn raise_volume(
     bytes: u64,
 ) -> Result<u64, String> {
     let dir = root.real.join(rel);
-    let state = hostpath::inspect(root, rel);
-    hostpath::check_owner(&state, &dir, volume, claim_uid, "not grown")?;
+    let state = volumedir::inspect(root, rel);
+    volumedir::check_owner(&state, &dir, volume, claim_uid, "not grown")?;
     let id = match state {
         DirState::Owned(r) => r.marker.project_id,
         DirState::Legacy(m) => m.project_id,
@@ -668,7 +667,7 @@ pub struct SizeStatus {
 }
 
 /// The size status of each directory in `found` (one `xfs_quota report` per filesystem).
-pub fn size_status(runner: &dyn Runner, found: &[hostpath::Found]) -> Vec<SizeStatus> {
+pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeStatus> {
     let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, String>> = BTreeMap::new();
     found
         .iter()
@@ -968,7 +967,7 @@ mod tests {
         // project (`victim`); the directory really carries `own`.
         let (own, victim) = (0x4000_0010_u32, 0x4000_0020_u32);
         let d = tempfile::tempdir().unwrap();
-        let root = hostpath::prepare_root(d.path()).unwrap();
+        let root = volumedir::prepare_root(d.path()).unwrap();
         let dir = root.real.join("old");
         std::fs::create_dir(&dir).unwrap();
         let forged = Marker {
@@ -980,9 +979,9 @@ mod tests {
             node: "n".into(),
             project_id: Some(victim),
         };
-        hostpath::write_marker(&dir, &forged).unwrap();
+        volumedir::write_marker(&dir, &forged).unwrap();
         assert!(matches!(
-            hostpath::inspect(&root, Path::new("old")),
+            volumedir::inspect(&root, Path::new("old")),
             DirState::Legacy(m) if m.project_id == Some(victim)
         ));
         let p = dir.to_str().unwrap().to_owned();
@@ -1038,7 +1037,7 @@ mod tests {
     #[test]
     fn an_old_volume_without_a_project_grows_without_quota_commands() {
         let d = tempfile::tempdir().unwrap();
-        let root = hostpath::prepare_root(d.path()).unwrap();
+        let root = volumedir::prepare_root(d.path()).unwrap();
         let dir = root.real.join("old");
         std::fs::create_dir(&dir).unwrap();
         let m = Marker {
@@ -1050,7 +1049,7 @@ mod tests {
             node: "n".into(),
             project_id: None,
         };
-        hostpath::write_marker(&dir, &m).unwrap();
+        volumedir::write_marker(&dir, &m).unwrap();
         let r = FakeRunner::new();
         assert_eq!(
             raise_volume(&r, &root, Path::new("old"), "pvc-1", "u1", 5 << 20).unwrap(),

@@ -31,7 +31,6 @@
 
 use super::api::{ApiErrorKind, Cluster, EventSpec};
 use super::backend::{ANN_SIZE, Backend, Provisioned, Refusal, Request};
-use super::hostpath::{self, Root};
 use crate::backend::lvm::options::parse_size;
 use crate::node::capability;
 use crate::node::config::Config;
@@ -45,7 +44,6 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
 
 /// Claim annotation naming the provisioner (1.20 sets only this one).
 pub const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
@@ -59,8 +57,6 @@ pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 pub const ANN_NODE: &str = "flexvol/node";
 /// The node label PVs are pinned by.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-/// How deep `status`/`gc` look for volume directories below a root.
-pub const SCAN_DEPTH: usize = 4;
 
 /// Who this provisioner is.
 #[derive(Debug, Clone)]
@@ -211,28 +207,6 @@ fn requested(c: &PersistentVolumeClaim) -> Option<u64> {
             .and_then(|s| s.resources.as_ref())
             .and_then(|r| r.requests.as_ref()),
     )
-}
-
-/// Roots of `node` usable now, creating missing ones when `create`; errors for the others.
-pub fn usable_roots(paths: &[PathBuf], create: bool) -> (Vec<Root>, Vec<String>) {
-    let (mut ok, mut bad) = (Vec::new(), Vec::new());
-    for p in paths {
-        let r = if create {
-            hostpath::prepare_root(p)
-        } else {
-            std::fs::canonicalize(p)
-                .map(|real| Root {
-                    configured: p.clone(),
-                    real,
-                })
-                .map_err(|e| format!("root {} cannot be resolved: {e}", p.display()))
-        };
-        match r {
-            Ok(r) => ok.push(r),
-            Err(e) => bad.push(e),
-        }
-    }
-    (ok, bad)
 }
 
 impl<C: Cluster> Reconciler<C> {

@@ -2,9 +2,9 @@
 //! directories on this host.
 
 use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
-use super::hostpath::{MARKER, Marker};
 use super::localpath::{LocalPathConfig, NodePath, PathMap};
 use super::reconcile::*;
+use super::volumedir::{MARKER, Marker};
 use crate::node::config::Config;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,

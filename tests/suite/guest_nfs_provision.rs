@@ -158,7 +158,7 @@ fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n != flexvol::provision::hostpath::STATE_DIR)
+        .filter(|n| n != flexvol::provision::volumedir::STATE_DIR)
         .collect();
     v.sort();
     v

@@ -349,7 +349,8 @@ fn pv_for(
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
     use flexvol::provision::backend::{Backend, Request};
-    use flexvol::provision::hostpath::{HostPathBackend, scan};
+    use flexvol::provision::hostpath::HostPathBackend;
+    use flexvol::provision::volumedir::scan;
     use std::collections::BTreeMap;
 
     let quota_disk = Disk::xfs("prjquota");
@@ -416,7 +417,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
 
     // What `flexvol status` reports.
     let runner = SystemRunner::default();
-    let roots = [flexvol::provision::hostpath::prepare_root(&qroot).unwrap()];
+    let roots = [flexvol::provision::volumedir::prepare_root(&qroot).unwrap()];
     let found = scan(&roots, 4);
     let st = quota::size_status(&runner, &found);
     assert_eq!(st.len(), 1);
@@ -457,7 +458,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
     let pv = pv_for("pvc-p", "up", "n1", &p.location);
     assert_eq!(b.expand(&cfg, &pv, 32 << 20).unwrap(), 32 << 20);
     assert_eq!(statfs_total(&pdir), whole);
-    let roots = [flexvol::provision::hostpath::prepare_root(&proot).unwrap()];
+    let roots = [flexvol::provision::volumedir::prepare_root(&proot).unwrap()];
     let st = quota::size_status(&runner, &scan(&roots, 4));
     assert!(!st[0].enforced);
     assert!(
@@ -471,7 +472,8 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
     use flexvol::provision::backend::{Backend, Request};
-    use flexvol::provision::hostpath::{self, HostPathBackend, Marker};
+    use flexvol::provision::hostpath::HostPathBackend;
+    use flexvol::provision::volumedir::{self, Marker};
     use std::collections::BTreeMap;
 
     let disk = Disk::xfs("prjquota");
@@ -516,7 +518,7 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
     assert_eq!(limit(victim), 16 << 20);
 
     // An old volume (made before records: a marker, no record) with its own project O.
-    let root = hostpath::prepare_root(&qroot).unwrap();
+    let root = volumedir::prepare_root(&qroot).unwrap();
     let old_dir = root.real.join("old");
     std::fs::create_dir(&old_dir).unwrap();
     let own = quota::ID_FIRST + 7;
@@ -529,13 +531,13 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
         node: "n1".into(),
         project_id: Some(own),
     };
-    hostpath::write_marker(&old_dir, &m).unwrap();
+    volumedir::write_marker(&old_dir, &m).unwrap();
     quota::apply(&runner, &fs, &old_dir, own, 16 << 20).unwrap();
     // Its tenant rewrites the marker to name the victim's project.
     m.project_id = Some(victim);
-    std::fs::remove_file(old_dir.join(hostpath::MARKER)).unwrap();
+    std::fs::remove_file(old_dir.join(volumedir::MARKER)).unwrap();
     std::fs::write(
-        old_dir.join(hostpath::MARKER),
+        old_dir.join(volumedir::MARKER),
         serde_json::to_vec(&m).unwrap(),
     )
     .unwrap();
@@ -553,11 +555,11 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
     // decides, and the volume still grows.
     let vdir = PathBuf::from(&p.location);
     let mut vm: Marker =
-        serde_json::from_slice(&std::fs::read(vdir.join(hostpath::MARKER)).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(vdir.join(volumedir::MARKER)).unwrap()).unwrap();
     vm.project_id = Some(own);
-    std::fs::remove_file(vdir.join(hostpath::MARKER)).unwrap();
+    std::fs::remove_file(vdir.join(volumedir::MARKER)).unwrap();
     std::fs::write(
-        vdir.join(hostpath::MARKER),
+        vdir.join(volumedir::MARKER),
         serde_json::to_vec(&vm).unwrap(),
     )
     .unwrap();
