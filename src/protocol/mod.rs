@@ -5,5 +5,6 @@
 pub mod gojson;
 pub mod init;
 pub mod options;
+pub mod quantity;
 pub mod reply;
 pub mod verb;

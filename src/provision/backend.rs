@@ -33,6 +33,8 @@ use crate::node::config::Config;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use std::collections::BTreeMap;
 
+/// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
+pub const ANN_NODE: &str = "flexvol/node";
 /// PV annotation: the size in bytes the backend really provisioned (or grew to), which may exceed
 /// the request (LVM rounds up to extents). The resize logic compares claims against it, not
 /// against the PV's capacity, which kube-controller-manager raises by itself on a resize.

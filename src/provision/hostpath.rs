@@ -70,7 +70,7 @@ fn locate_pv(
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(super::reconcile::ANN_NODE))
+        .and_then(|a| a.get(super::backend::ANN_NODE))
         .cloned()
         .unwrap_or_default();
     let (roots, _) = usable_roots(&cfg.local_path.node_roots(&node), false);

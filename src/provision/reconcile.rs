@@ -29,11 +29,14 @@
 //! is ours and bound to this claim is success, a volume already gone is success, a resize is
 //! re-driven by the claim's request until the PV's annotation records it.
 
-use super::api::{ApiErrorKind, Cluster, EventSpec};
-use super::backend::{ANN_SIZE, Backend, Provisioned, Refusal, Request};
-use crate::backend::lvm::options::parse_size;
+use super::api::{
+    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, ApiErrorKind,
+    Cluster, EventSpec, HOSTNAME_LABEL,
+};
+use super::backend::{ANN_NODE, ANN_SIZE, Backend, Provisioned, Refusal, Request};
 use crate::node::capability;
 use crate::node::config::Config;
+use crate::protocol::quantity::{self, parse_size};
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -44,19 +47,6 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-/// Claim annotation naming the provisioner (1.20 sets only this one).
-pub const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// Claim annotation naming the provisioner (1.23+ also set this one).
-pub const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-/// Claim annotation the scheduler sets for WaitForFirstConsumer.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// PV annotation: who provisioned it.
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
-pub const ANN_NODE: &str = "flexvol/node";
-/// The node label PVs are pinned by.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// Who this provisioner is.
 #[derive(Debug, Clone)]
@@ -189,14 +179,9 @@ fn storage_bytes(map: Option<&BTreeMap<String, Quantity>>) -> Option<u64> {
         .and_then(|q| parse_size(&q.0).ok())
 }
 
-/// `bytes` as a quantity, in the largest binary unit that divides it (`128Mi`, `1Gi`).
-pub fn quantity(bytes: u64) -> Quantity {
-    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
-            return Quantity(format!("{}{unit}", bytes >> shift));
-        }
-    }
-    Quantity(bytes.to_string())
+/// `bytes` as a quantity ([`quantity::format_size`]).
+fn quantity(bytes: u64) -> Quantity {
+    Quantity(quantity::format_size(bytes))
 }
 
 /// A claim's requested size in bytes.

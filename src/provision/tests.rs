@@ -1,7 +1,8 @@
 //! The reconcile pass against a recording fake of the API (the [`Cluster`] seam) and real
 //! directories on this host.
 
-use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
+use super::api::*;
+use super::backend::ANN_NODE;
 use super::localpath::{LocalPathConfig, NodePath, PathMap};
 use super::reconcile::*;
 use super::volumedir::{MARKER, Marker};
@@ -966,15 +967,6 @@ fn a_resize_killed_after_the_pv_finishes_the_claim_on_the_next_pass() {
     let r = block_on(rec.pass(&cfg));
     assert!(r.resized.is_empty(), "{r:?}");
     assert_eq!(claim_capacity(&rec), "2Gi");
-}
-
-#[test]
-fn quantities_use_the_largest_exact_binary_unit() {
-    assert_eq!(quantity(128 << 20).0, "128Mi");
-    assert_eq!(quantity(2 << 30).0, "2Gi");
-    assert_eq!(quantity(68 << 20).0, "68Mi");
-    assert_eq!(quantity(1000).0, "1000");
-    assert_eq!(quantity(0).0, "0");
 }
 
 #[test]
