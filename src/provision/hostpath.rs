@@ -8,12 +8,12 @@
 //! (a directory made by an earlier pass for the PV wins, else the most free space), signs the
 //! token, and sizes the volume.
 //!
-//! Sizes: where the root's filesystem enforces project quotas, [`HostPathBackend`] gives each new
+//! Sizes: where the root's filesystem enforces project quotas, [`HostPathProvisioner`] gives each new
 //! directory a project quota of the claim's size and raises it on a resize ([`super::quota`]);
 //! the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //! `flexvol/size-enforced: "false"` and why.
 
-use super::backend::{Backend, Provisioned, Refusal, Request};
+use super::provisioner::{Kind, Provisioned, Provisioner, Refusal, Request};
 use super::volumedir::{
     Deleted, DirParams, Marker, Root, create_volume_dir, default_rel_path, delete_volume_dir,
     expand_pattern, finish_deletes, free_bytes, locate, read_record, usable_roots,
@@ -25,14 +25,22 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// The hostPath kind: node-local, one writer node.
+pub const KIND: Kind = Kind {
+    name: "hostpath",
+    node_local: true,
+    access_modes: &["ReadWriteOnce", "ReadWriteOncePod"],
+    node_finishes_resize: false,
+};
+
 /// The hostPath kind of volume: a marked directory under one of the node's roots
 /// ([`super::localpath`]), served by the hostpath driver.
-pub struct HostPathBackend {
+pub struct HostPathProvisioner {
     /// `<vendor>/hostpath`, written into markers.
     pub provisioner: String,
 }
 
-impl HostPathBackend {
+impl HostPathProvisioner {
     /// The backend for provisioner name `provisioner`.
     pub fn new(provisioner: String) -> Self {
         Self { provisioner }
@@ -70,7 +78,7 @@ fn locate_pv(
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(super::backend::ANN_NODE))
+        .and_then(|a| a.get(super::provisioner::ANN_NODE))
         .cloned()
         .unwrap_or_default();
     let (roots, _) = usable_roots(&cfg.local_path.node_roots(&node), false);
@@ -83,13 +91,9 @@ fn locate_pv(
     }
 }
 
-impl Backend for HostPathBackend {
-    fn kind(&self) -> &'static str {
-        "hostpath"
-    }
-
-    fn node_local(&self) -> bool {
-        true
+impl Provisioner for HostPathProvisioner {
+    fn kind(&self) -> &'static Kind {
+        &KIND
     }
 
     fn serves(&self, cfg: &Config, node: &str) -> bool {
@@ -102,10 +106,6 @@ impl Backend for HostPathBackend {
 
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
         DirParams::parse(params).map(|_| ())
-    }
-
-    fn access_modes(&self) -> &'static [&'static str] {
-        &["ReadWriteOnce", "ReadWriteOncePod"]
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -205,10 +205,6 @@ impl Backend for HostPathBackend {
         let (root, rel, _) = locate_pv(cfg, pv, "add the root back to grow it")?;
         let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
         super::quota::raise_volume(&runner, &root, &rel, &name, &claim_uid_of(pv), bytes)
-    }
-
-    fn node_finishes_resize(&self) -> bool {
-        false
     }
 
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {

@@ -39,13 +39,15 @@
 //! provisioner and driver verbs creating LVs in one VG check free space one at a time. Every LVM
 //! command goes through the driver's seams ([`tools`]: absolute paths, argv, deadlines).
 
-use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, Backend, Provisioned, Refusal, Request};
+use super::provisioner::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, Kind, Provisioned, Provisioner, Refusal, Request,
+};
 use crate::backend::lvm::options::key;
 use crate::backend::lvm::policy::{self, LvmConfig};
 use crate::backend::lvm::tools::{self, LvRow};
 use crate::backend::lvm::{LvmOptions, SysDevices, TAG_CREATED, check_name, round_up};
 use crate::backend::nfs::probe::TcpProber;
-use crate::backend::{Backend as DriverBackend, Context};
+use crate::backend::{Backend, Context};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
@@ -148,13 +150,21 @@ impl ClassParams {
     }
 }
 
+/// The LVM kind: node-local; kubelet grows the filesystem (`expandfs`).
+pub const KIND: Kind = Kind {
+    name: "lvm",
+    node_local: true,
+    access_modes: &["ReadWriteOnce"],
+    node_finishes_resize: true,
+};
+
 /// The `flexvol/lvm` backend of the provisioner.
-pub struct LvmBackend {
+pub struct LvmProvisioner {
     /// `<vendor>/lvm`: the driver name kubelet knows (its mount directories).
     driver_name: String,
 }
 
-impl LvmBackend {
+impl LvmProvisioner {
     /// The backend for driver `<vendor>/lvm`.
     pub fn new(vendor: &str) -> Self {
         Self {
@@ -178,13 +188,9 @@ impl LvmBackend {
     }
 }
 
-impl Backend for LvmBackend {
-    fn kind(&self) -> &'static str {
-        "lvm"
-    }
-
-    fn node_local(&self) -> bool {
-        true
+impl Provisioner for LvmProvisioner {
+    fn kind(&self) -> &'static Kind {
+        &KIND
     }
 
     fn serves(&self, cfg: &Config, _node: &str) -> bool {
@@ -193,10 +199,6 @@ impl Backend for LvmBackend {
 
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
         ClassParams::parse(params).map(|_| ())
-    }
-
-    fn access_modes(&self) -> &'static [&'static str] {
-        &["ReadWriteOnce"]
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -209,10 +211,6 @@ impl Backend for LvmBackend {
 
     fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
         self.with_ctx(cfg, |ctx| expand(ctx, pv, bytes))
-    }
-
-    fn node_finishes_resize(&self) -> bool {
-        true
     }
 
     fn recover(&mut self, _cfg: &Config, _node: &str) -> Vec<String> {
@@ -243,9 +241,9 @@ pub(crate) fn provision(ctx: &Context, req: &Request<'_>) -> Result<Provisioned,
     // The node key signs the PV's capability; read (or made) before anything is created.
     let key = Key::load_or_create(&node_key_path(&ctx.config.state_dir))
         .map_err(|e| Refusal::Fail(e.to_string()))?;
-    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(fail)?;
+    let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(fail)?;
     let _vg_lock = ctx
-        .lock(DriverBackend::Lvm, &format!("vg:{}", o.vg))
+        .lock(Backend::Lvm, &format!("vg:{}", o.vg))
         .map_err(fail)?;
     let lvs = tools::list_lvs(ctx, &o.vg).map_err(|e| {
         if not_found(&e, &o.vg) {
@@ -408,7 +406,7 @@ pub(crate) fn delete(ctx: &Context, pv: &PersistentVolume) -> Result<String, Str
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
     let e = |e: crate::error::Error| e.to_string();
-    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(e)?;
+    let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(e)?;
     let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
     let Some(row) = lvs.iter().find(|r| r.lv_name == lv) else {
         return Ok(format!("{} was already gone", o.key()));
@@ -457,10 +455,8 @@ pub(crate) fn expand(ctx: &Context, pv: &PersistentVolume, bytes: u64) -> Result
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
     let e = |e: crate::error::Error| e.to_string();
-    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(e)?;
-    let _vg_lock = ctx
-        .lock(DriverBackend::Lvm, &format!("vg:{vg}"))
-        .map_err(e)?;
+    let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(e)?;
+    let _vg_lock = ctx.lock(Backend::Lvm, &format!("vg:{vg}")).map_err(e)?;
     let lvs = tools::list_lvs(ctx, &vg).map_err(e)?;
     let row = lvs
         .iter()

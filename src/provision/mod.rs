@@ -7,7 +7,7 @@
 //! subdirectories, [`nfs`]) for any claim of their class, by whichever serving instance gets there
 //! first; it makes the volume and the PV for it, grows both when the claim asks for more, and deletes
 //! both when a Released PV with reclaim policy Delete is one it made. The decisions are in
-//! [`reconcile`], the node-side work behind the [`backend::Backend`] seam, the API server behind
+//! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam, the API server behind
 //! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
 //!
 //! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client;
@@ -20,12 +20,12 @@
 #![allow(clippy::print_stderr)]
 
 pub mod api;
-pub mod backend;
 pub mod hostpath;
 pub mod kube;
 pub mod localpath;
 pub mod lvm;
 pub mod nfs;
+pub mod provisioner;
 pub mod quota;
 pub mod reconcile;
 pub mod volumedir;
@@ -69,12 +69,14 @@ pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
     }
 }
 
-/// The kinds of volume served, each as `<vendor>/<kind>`. The one place a backend is registered.
-pub fn backends(id: &reconcile::Identity) -> Vec<Box<dyn backend::Backend>> {
+/// The kinds of volume served, each as `<vendor>/<kind>`. The one place a provisioner is registered.
+pub fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn provisioner::Provisioner>> {
     vec![
-        Box::new(hostpath::HostPathBackend::new(id.provisioner("hostpath"))),
-        Box::new(lvm::LvmBackend::new(&id.vendor)),
-        Box::new(nfs::NfsBackend::new(id.provisioner("nfs"))),
+        Box::new(hostpath::HostPathProvisioner::new(
+            id.provisioner("hostpath"),
+        )),
+        Box::new(lvm::LvmProvisioner::new(&id.vendor)),
+        Box::new(nfs::NfsProvisioner::new(id.provisioner("nfs"))),
     ]
 }
 
@@ -127,7 +129,7 @@ async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
         log("the watches of claims and PVs have not listed yet after 60s; going on, will retry");
     }
     let id = identity(a);
-    let mut rec = reconcile::Reconciler::new(cluster, id.clone(), backends(&id));
+    let mut rec = reconcile::Reconciler::new(cluster, id.clone(), provisioners(&id));
     log(&format!(
         "serving {} on node {} (hostPath roots here: {:?})",
         rec.provisioners().join(", "),

@@ -57,7 +57,7 @@
 //! (`<runDir>/provisioner-nfs/<node>/<pv>`, mode 0700), `soft` with a short `timeo` (a server that dies
 //! mid-work makes the next file operation fail, not hang), and always unmounted afterwards, also
 //! on error, through the driver's `unmount` (which escalates to forced and lazy); if that still
-//! fails, a lazy detach. A mount left by a kill is removed by [`NfsBackend::recover`].
+//! fails, a lazy detach. A mount left by a kill is removed by [`NfsProvisioner::recover`].
 //!
 //! Safety rules (rule 4 of the house):
 //! - below the mounted export everything goes through `openat2(RESOLVE_NO_SYMLINKS)`
@@ -81,15 +81,15 @@
 //! - `retain` does not even mount the export: only the PV goes.
 //!
 //! Sizes are not enforced (an NFS directory has no size): the PV says so in
-//! [`ANN_SIZE_ENFORCED`]/[`ANN_SIZE_NOTE`]. A resize is accepted as is ([`Backend::expand`]
+//! [`ANN_SIZE_ENFORCED`]/[`ANN_SIZE_NOTE`]. A resize is accepted as is ([`Provisioner::expand`]
 //! returns the new size): refusing would only keep the claim's recorded size from following
 //! the request, and nothing limits the volume either way.
 //!
 //! `recover` only removes provisioner mounts left by a kill (reading mountinfo, no network):
 //! tombstones are finished by the delete of their own PV, which the reconciler retries.
 
-use super::backend::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
+use super::provisioner::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, Provisioned, Provisioner, Refusal, Request,
 };
 use super::volumedir::{self, DirState, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
@@ -345,15 +345,23 @@ impl Exports for DriverExports {
     }
 }
 
+/// The NFS kind: shared, made and deleted by any instance.
+pub const KIND: Kind = Kind {
+    name: "nfs",
+    node_local: false,
+    access_modes: &["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"],
+    node_finishes_resize: false,
+};
+
 /// The NFS-subdirectory backend.
-pub struct NfsBackend {
+pub struct NfsProvisioner {
     provisioner: String,
     exports: Box<dyn Exports>,
     /// This instance's node (from the last `recover`/`provision`): names its mount directory.
     node: String,
 }
 
-impl NfsBackend {
+impl NfsProvisioner {
     /// The backend for provisioner name `provisioner` (`<vendor>/nfs`), mounting through the
     /// NFS driver.
     pub fn new(provisioner: String) -> Self {
@@ -573,13 +581,9 @@ fn pv_fields(pv: &PersistentVolume) -> Result<(String, BTreeMap<String, String>,
     Ok((name, opts, claim_uid))
 }
 
-impl Backend for NfsBackend {
-    fn kind(&self) -> &'static str {
-        "nfs"
-    }
-
-    fn node_local(&self) -> bool {
-        false
+impl Provisioner for NfsProvisioner {
+    fn kind(&self) -> &'static Kind {
+        &KIND
     }
 
     fn serves(&self, cfg: &Config, _node: &str) -> bool {
@@ -590,10 +594,6 @@ impl Backend for NfsBackend {
 
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
         NfsClass::parse(params, &NfsConfig::default()).map(|_| ())
-    }
-
-    fn access_modes(&self) -> &'static [&'static str] {
-        &["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"]
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -744,10 +744,6 @@ impl Backend for NfsBackend {
     fn expand(&mut self, _cfg: &Config, _pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
         // Nothing to grow (module doc): the size is recorded, not enforced.
         Ok(bytes)
-    }
-
-    fn node_finishes_resize(&self) -> bool {
-        false
     }
 
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {

@@ -49,7 +49,7 @@
 //!   its directory's project itself; for an old volume, that and a rewritten marker together
 //!   remain possible — records close it for every volume made since.)
 
-use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
+use super::provisioner::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use super::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;

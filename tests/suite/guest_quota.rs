@@ -348,8 +348,8 @@ fn pv_for(
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
-    use flexvol::provision::backend::{Backend, Request};
-    use flexvol::provision::hostpath::HostPathBackend;
+    use flexvol::provision::hostpath::HostPathProvisioner;
+    use flexvol::provision::provisioner::{Provisioner, Request};
     use flexvol::provision::volumedir::scan;
     use std::collections::BTreeMap;
 
@@ -369,7 +369,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
         .as_bytes(),
     )
     .unwrap();
-    let mut b = HostPathBackend::new("flexvol/hostpath".into());
+    let mut b = HostPathProvisioner::new("flexvol/hostpath".into());
     let claim = Default::default();
     let params = BTreeMap::new();
     let modes = vec!["ReadWriteOnce".to_owned()];
@@ -471,8 +471,8 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
-    use flexvol::provision::backend::{Backend, Request};
-    use flexvol::provision::hostpath::HostPathBackend;
+    use flexvol::provision::hostpath::HostPathProvisioner;
+    use flexvol::provision::provisioner::{Provisioner, Request};
     use flexvol::provision::volumedir::{self, Marker};
     use std::collections::BTreeMap;
 
@@ -485,7 +485,7 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
             .as_bytes(),
     )
     .unwrap();
-    let mut b = HostPathBackend::new("flexvol/hostpath".into());
+    let mut b = HostPathProvisioner::new("flexvol/hostpath".into());
     let claim = Default::default();
     let params = BTreeMap::new();
     let modes = vec!["ReadWriteOnce".to_owned()];

@@ -33,7 +33,7 @@ fn vgs_json(free: u64) -> String {
 
 /// A node whose config grants vg0.
 fn world() -> World {
-    let mut w = World::new(DriverBackend::Lvm);
+    let mut w = World::new(Backend::Lvm);
     w.config.lvm.allowed_volume_groups = vec!["vg0".into()];
     w
 }
@@ -288,7 +288,7 @@ fn provision_sends_the_claim_elsewhere_when_this_node_cannot_serve_it() {
         other => panic!("{needle}: {other:?}"),
     };
     // Not granted by this node's config: no LVM command at all.
-    let w = World::new(DriverBackend::Lvm);
+    let w = World::new(Backend::Lvm);
     resched(
         provision_with(&w, PV, &p, 64 * MI),
         "lvm.allowedVolumeGroups",
@@ -594,10 +594,10 @@ fn the_node_config_takes_a_thin_overprovisioning_ratio() {
 
 #[test]
 fn the_backend_declares_what_the_reconciler_needs() {
-    let b = LvmBackend::new("flexvol");
-    assert_eq!(b.kind(), "lvm");
-    assert!(b.node_local() && b.node_finishes_resize());
-    assert_eq!(b.access_modes(), ["ReadWriteOnce"]);
+    let b = LvmProvisioner::new("flexvol");
+    assert_eq!(b.kind().name, "lvm");
+    assert!(b.kind().node_local && b.kind().node_finishes_resize);
+    assert_eq!(b.kind().access_modes, ["ReadWriteOnce"]);
     let mut cfg = Config::default();
     assert!(!b.serves(&cfg, "n"));
     cfg.lvm.allowed_volume_groups = vec!["vg0".into()];

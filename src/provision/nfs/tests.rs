@@ -111,8 +111,8 @@ impl World {
         }
     }
 
-    fn backend(&self) -> NfsBackend {
-        NfsBackend::with_exports("flexvol/nfs".into(), Box::new(self.exports.clone()))
+    fn backend(&self) -> NfsProvisioner {
+        NfsProvisioner::with_exports("flexvol/nfs".into(), Box::new(self.exports.clone()))
     }
 
     fn log(&self) -> Vec<String> {
@@ -144,7 +144,7 @@ fn params(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// Provisions claim `ns/name` (uid `uid`) as node `node`.
 fn provision(
-    b: &mut NfsBackend,
+    b: &mut NfsProvisioner,
     cfg: &Config,
     p: &BTreeMap<String, String>,
     uid: &str,
@@ -293,8 +293,8 @@ fn the_provisioners_own_mount_is_soft_and_read_write() {
 fn provision_makes_a_marked_directory_and_the_pv_source() {
     let w = World::new();
     let mut b = w.backend();
-    assert!(!b.node_local());
-    assert!(b.access_modes().contains(&"ReadWriteMany"));
+    assert!(!b.kind().node_local);
+    assert!(b.kind().access_modes.contains(&"ReadWriteMany"));
     let p = params(&[
         ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
         ("uid", "1234"),
@@ -801,7 +801,7 @@ fn resize_is_accepted_and_not_enforced() {
     let (pv, _) = volume(&w, "delete", "u1");
     let mut b = w.backend();
     assert_eq!(b.expand(&w.cfg, &pv, 5 << 30).unwrap(), 5 << 30);
-    assert!(!b.node_finishes_resize());
+    assert!(!b.kind().node_finishes_resize);
 }
 
 #[test]
