@@ -13,17 +13,19 @@
 //! the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //! `flexvol/size-enforced: "false"` and why.
 
-use super::provisioner::{Kind, Provisioned, Provisioner, Refusal, Request};
+use super::provisioner::{ANN_NODE, Kind, Provisioned, Provisioner, Refusal, Request};
 use super::volumedir::{
     Deleted, DirParams, Marker, Root, create_volume_dir, default_rel_path, delete_volume_dir,
     expand_pattern, finish_deletes, free_bytes, locate, read_record, usable_roots,
 };
 use crate::node::capability::{self, Key, Location, node_key_path};
 use crate::node::config::Config;
+use crate::sys::exec::{Runner, SystemRunner};
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The hostPath kind: node-local, one writer node.
 pub const KIND: Kind = Kind {
@@ -38,12 +40,36 @@ pub const KIND: Kind = Kind {
 pub struct HostPathProvisioner {
     /// `<vendor>/hostpath`, written into markers.
     pub provisioner: String,
+    /// The runner of the quota tool (`xfs_quota`) for the config in force.
+    runner: RunnerFor,
 }
 
+/// Gives the runner for the external tools under the config in force (its `toolDirs` may change
+/// with the ConfigMap between passes).
+pub type RunnerFor = Box<dyn Fn(&Config) -> Arc<dyn Runner> + Send + Sync>;
+
 impl HostPathProvisioner {
-    /// The backend for provisioner name `provisioner`.
+    /// The provisioner for name `provisioner`, running tools from the config's `toolDirs`.
     pub fn new(provisioner: String) -> Self {
-        Self { provisioner }
+        Self::with_runner_for(
+            provisioner,
+            Box::new(|cfg: &Config| -> Arc<dyn Runner> {
+                Arc::new(SystemRunner::new(cfg.tool_dirs.clone()))
+            }),
+        )
+    }
+
+    /// The provisioner running every tool through `runner` (tests: the recording runner).
+    pub fn with_runner(provisioner: String, runner: Arc<dyn Runner>) -> Self {
+        Self::with_runner_for(provisioner, Box::new(move |_: &Config| runner.clone()))
+    }
+
+    /// The provisioner taking its runner from `runner` for each piece of work.
+    pub fn with_runner_for(provisioner: String, runner: RunnerFor) -> Self {
+        Self {
+            provisioner,
+            runner,
+        }
     }
 }
 
@@ -78,7 +104,7 @@ fn locate_pv(
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(super::provisioner::ANN_NODE))
+        .and_then(|a| a.get(ANN_NODE))
         .cloned()
         .unwrap_or_default();
     let (roots, _) = usable_roots(&cfg.local_path.node_roots(&node), false);
@@ -154,8 +180,8 @@ impl Provisioner for HostPathProvisioner {
         let path =
             create_volume_dir(root, &rel, params.ownership, &marker).map_err(Refusal::Fail)?;
         checkpoint("provisioner-after-directory");
-        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
-        let size = super::quota::enforce_volume(&runner, root, &rel, req.size_bytes)
+        let runner = (self.runner)(cfg);
+        let size = super::quota::enforce_volume(&*runner, root, &rel, req.size_bytes)
             .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
         let location = path.display().to_string();
         // The PV alone may use the directory: the driver serves a path inside a provisioning
@@ -181,14 +207,14 @@ impl Provisioner for HostPathProvisioner {
             pv,
             "if a root was removed from the config, add it back; otherwise delete the directory by hand and then the PV",
         )?;
-        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+        let runner = (self.runner)(cfg);
         // The project to clear afterwards: the record's (or an old marker's), only when the
         // directory really carries it (checked now, while it is there).
-        let project = super::quota::project_of_volume(&runner, &root, &rel, &name);
+        let project = super::quota::project_of_volume(&*runner, &root, &rel, &name);
         match delete_volume_dir(&root, &rel, &name, &claim_uid_of(pv))? {
             Deleted::Removed => {
                 let released = match project {
-                    Ok(id) => super::quota::release(&runner, &root, id),
+                    Ok(id) => super::quota::release(&*runner, &root, id),
                     Err(why) => format!("; no project limit cleared: {why}"),
                 };
                 Ok(format!("removed {}{released}", path.display()))
@@ -203,12 +229,78 @@ impl Provisioner for HostPathProvisioner {
         // imposed on a volume in use, whose data may already exceed it).
         let name = pv.metadata.name.clone().unwrap_or_default();
         let (root, rel, _) = locate_pv(cfg, pv, "add the root back to grow it")?;
-        let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
-        super::quota::raise_volume(&runner, &root, &rel, &name, &claim_uid_of(pv), bytes)
+        let runner = (self.runner)(cfg);
+        super::quota::raise_volume(&*runner, &root, &rel, &name, &claim_uid_of(pv), bytes)
     }
 
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
         let (existing, _) = usable_roots(&cfg.local_path.node_roots(node), false);
         finish_deletes(&existing).1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::testing::FakeRunner;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+    #[test]
+    fn the_runner_is_the_one_given_and_an_unenforced_root_runs_no_tool() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        let mut cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Default::default()
+        };
+        cfg.local_path = serde_json::from_value(serde_json::json!({
+            "nodePathMap": [{"node": "n", "paths": [root]}]
+        }))
+        .unwrap();
+        let fake = Arc::new(FakeRunner::new());
+        let mut p = HostPathProvisioner::with_runner("flexvol/hostpath".into(), fake.clone());
+        assert!(p.serves(&cfg, "n"));
+        let claim = PersistentVolumeClaim::default();
+        let params = BTreeMap::new();
+        let modes = ["ReadWriteOnce".to_owned()];
+        let req = Request {
+            pv_name: "pvc-u1",
+            claim: &claim,
+            namespace: "ns",
+            name: "c",
+            uid: "u1",
+            class_name: "local",
+            params: &params,
+            size_bytes: 1 << 20,
+            access_modes: &modes,
+            node: "n",
+        };
+        let made = p.provision(&cfg, &req).unwrap();
+        let dir = root.canonicalize().unwrap().join("pvc-u1_ns_c");
+        assert_eq!(made.location, dir.display().to_string());
+        assert!(dir.is_dir());
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-u1", "annotations": made.annotations.clone()},
+            "spec": {"claimRef": {"uid": "u1"},
+                     "flexVolume": {"driver": "flexvol/hostpath", "options": made.options}}
+        }))
+        .unwrap();
+        let mut pv = pv;
+        pv.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(ANN_NODE.into(), "n".into());
+        if made
+            .annotations
+            .get(crate::provision::provisioner::ANN_SIZE_ENFORCED)
+            == Some(&"false".to_owned())
+        {
+            // Not enforced here (tmpfs, ext4 without prjquota...): no tool is run at all.
+            assert_eq!(p.expand(&cfg, &pv, 2 << 20), Ok(2 << 20));
+            assert!(fake.calls().is_empty(), "{:?}", fake.lines());
+        }
+        let done = p.delete(&cfg, &pv).unwrap();
+        assert!(done.starts_with("removed "), "{done}");
+        assert!(!dir.exists());
     }
 }
