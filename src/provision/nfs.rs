@@ -509,6 +509,7 @@ fn archive(
     let state = volumedir::inspect(root, rel);
     if state == DirState::Missing {
         volumedir::forget_record(root, rel, pv)?;
+        volumedir::remove_leftovers(root, rel, pv);
         return gone();
     }
     volumedir::check_owner(&state, &path, pv, claim_uid, left)?;
@@ -539,6 +540,7 @@ fn archive(
                 // An archive is no volume any more: its record goes (its marker stays, saying
                 // whose it was).
                 volumedir::forget_record(root, rel, pv)?;
+                volumedir::remove_leftovers(root, rel, pv);
                 return Ok(format!(
                     "archived {} to {}",
                     path.display(),

@@ -56,7 +56,9 @@
 //! with data in it is an error, never removed) and starts over; after it, the next call (of any
 //! instance) renames the private directory the record names, or finds it in place; a record whose
 //! directory is nowhere is dropped. Private directories of killed NFS instances are removed once a
-//! minute old, and with the volume.
+//! minute old, and all of this PV's (empty or holding only our marker, of any instance) when the
+//! volume is deleted or archived — also by the call that finishes a deletion a kill interrupted
+//! ([`remove_leftovers`]).
 //!
 //! Deleting ([`delete_volume_dir`]): only a directory that is the PV's (record, or an old volume's
 //! marker) for that PV's claim. First the whole tree is walked ([`check_tree`], descriptors only,
@@ -1054,6 +1056,7 @@ pub fn delete_volume_dir(
         {
             remove_record(root, volume)?;
         }
+        remove_leftovers(root, rel, volume);
         return Ok(done);
     }
     check_owner(&state, &path, volume, claim_uid, left)?;
@@ -1070,14 +1073,22 @@ pub fn delete_volume_dir(
     checkpoint("provisioner-delete-after-rename");
     remove_tombstone(root, &tomb)?;
     remove_record(root, volume)?;
-    remove_leftovers(&parent, volume, &root.real.join(parent_rel));
+    remove_leftovers_in(&parent, volume, &root.real.join(parent_rel));
     Ok(Deleted::Removed)
 }
 
-/// Removes the private directories killed creates of PV `volume` left in `parent` (those that
-/// hold nothing but our marker). Best effort: run when the volume is deleted, when no create of
-/// it can be under way any more.
-fn remove_leftovers(parent: &OwnedFd, volume: &str, parent_path: &Path) {
+/// Removes the private directories killed creates of PV `volume` (of any instance) left beside
+/// its directory `<root>/<rel>`: empty ones, or holding nothing but our marker — never one with
+/// anything else in it. Best effort: for when the volume is deleted (or archived), when no create
+/// of it can be under way any more.
+pub fn remove_leftovers(root: &Root, rel: &Path, volume: &str) {
+    let parent_path = root.real.join(rel.parent().unwrap_or(Path::new("")));
+    if let Ok(parent) = open_dir(&parent_path) {
+        remove_leftovers_in(&parent, volume, &parent_path);
+    }
+}
+
+fn remove_leftovers_in(parent: &OwnedFd, volume: &str, parent_path: &Path) {
     let base = format!("{NEW_PREFIX}{volume}");
     for n in names_in(parent).unwrap_or_default() {
         if let Some(s) = n.to_str()

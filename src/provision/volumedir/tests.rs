@@ -619,6 +619,61 @@ fn a_half_done_delete_is_finished() {
     assert_eq!((done.len(), errors.len()), (1, 0));
 }
 
+/// The NFS race with a kill (tests/cluster nfs-kill): the losing instance, killed right after its
+/// private mkdir, leaves an EMPTY `.flexvol-new-<pv>@<node>.<pid>` beside the winner's volume;
+/// the winner's delete, killed after its rename, is finished by a later call that finds the
+/// directory gone. That call removes the loser's empty leftover too — never one holding data.
+#[test]
+fn a_finished_delete_removes_empty_private_directories_of_any_instance() {
+    let (_d, r) = root();
+    let rel = PathBuf::from("ns/v");
+    create_volume_dir_as(
+        &r,
+        &rel,
+        Ownership::default(),
+        &marker("pvc-1", "u1"),
+        Some("b"),
+    )
+    .unwrap();
+    let ns = r.real.join("ns");
+    let loser = ns.join(format!("{NEW_PREFIX}pvc-1@a.77"));
+    std::fs::create_dir(&loser).unwrap();
+    let data = ns.join(format!("{NEW_PREFIX}pvc-1@c.78"));
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("x"), b"not ours").unwrap();
+    let other_pv = ns.join(format!("{NEW_PREFIX}pvc-2@a.79"));
+    std::fs::create_dir(&other_pv).unwrap();
+    // The winner's delete, killed right after its rename: the tombstone is left.
+    std::fs::rename(
+        r.real.join(&rel),
+        r.real.join(format!("{TOMBSTONE_PREFIX}pvc-1")),
+    )
+    .unwrap();
+    assert_eq!(
+        delete_volume_dir(&r, &rel, "pvc-1", "u1").unwrap(),
+        Deleted::Removed
+    );
+    assert!(
+        !loser.exists(),
+        "the loser's empty private directory is left"
+    );
+    assert!(
+        data.join("x").exists(),
+        "a private name holding data is never removed"
+    );
+    assert!(other_pv.exists(), "another PV's is not this delete's");
+    // Deleted before (already gone): the same.
+    std::fs::create_dir(&loser).unwrap();
+    assert_eq!(
+        delete_volume_dir(&r, &rel, "pvc-1", "u1").unwrap(),
+        Deleted::AlreadyGone
+    );
+    assert!(
+        !loser.exists(),
+        "the loser's empty private directory is left"
+    );
+}
+
 #[test]
 fn locate_refuses_paths_outside_roots() {
     let (_d, r) = root();
