@@ -186,7 +186,9 @@ pub fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(), String
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
     let (root, rel) = volumedir::locate(&roots, &o.path)
         .ok_or_else(|| format!("{} is not below a configured root", o.path.display()))?;
-    volumedir::delete_volume_dir(root, &rel, &o.volume, claim_uid).map(|_| ())
+    volumedir::delete_volume_dir(root, &rel, &o.volume, claim_uid)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 //! the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //! `flexvol/size-enforced: "false"` and why.
 
-use super::provisioner::{ANN_NODE, Kind, Provisioned, Provisioner, Refusal, Request};
+use super::provisioner::{
+    ANN_NODE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+};
 use super::volumedir::{
     Deleted, DirParams, Marker, Root, create_volume_dir, default_rel_path, delete_volume_dir,
     expand_pattern, finish_deletes, free_bytes, locate, read_record, usable_roots,
@@ -98,8 +100,9 @@ fn locate_pv(
     cfg: &Config,
     pv: &PersistentVolume,
     what_to_do: &str,
-) -> Result<(Root, PathBuf, PathBuf), String> {
-    let path = path_of(pv).ok_or_else(|| "it has no flexVolume path option".to_string())?;
+) -> Result<(Root, PathBuf, PathBuf), ProvisionError> {
+    let path = path_of(pv)
+        .ok_or_else(|| ProvisionError::Refused("it has no flexVolume path option".to_string()))?;
     let node = pv
         .metadata
         .annotations
@@ -110,10 +113,10 @@ fn locate_pv(
     let (roots, _) = usable_roots(&cfg.local_path.node_roots(&node), false);
     match locate(&roots, &path) {
         Some((root, rel)) => Ok((root.clone(), rel, path)),
-        None => Err(format!(
+        None => Err(ProvisionError::Refused(format!(
             "its path {} is not below a root of node {node}'s flexvol config; {what_to_do}",
             path.display()
-        )),
+        ))),
     }
 }
 
@@ -130,8 +133,10 @@ impl Provisioner for HostPathProvisioner {
             .is_empty()
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
-        DirParams::parse(params).map(|_| ())
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+        DirParams::parse(params)
+            .map(|_| ())
+            .map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -200,7 +205,7 @@ impl Provisioner for HostPathProvisioner {
         })
     }
 
-    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError> {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let (root, rel, path) = locate_pv(
             cfg,
@@ -223,7 +228,12 @@ impl Provisioner for HostPathProvisioner {
         }
     }
 
-    fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+    fn expand(
+        &mut self,
+        cfg: &Config,
+        pv: &PersistentVolume,
+        bytes: u64,
+    ) -> Result<u64, ProvisionError> {
         // With a project quota: raise it. Without one, nothing enforces the size of a plain
         // directory: the new size is recorded, no more (and it stays unenforced: a quota is never
         // imposed on a volume in use, whose data may already exceed it).

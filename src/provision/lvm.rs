@@ -40,7 +40,7 @@
 //! command goes through the driver's seams ([`tools`]: absolute paths, argv, deadlines).
 
 use super::provisioner::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, Kind, Provisioned, Provisioner, Refusal, Request,
+    ANN_SIZE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
 };
 use crate::backend::lvm::options::key;
 use crate::backend::lvm::policy::{self, LvmConfig};
@@ -197,20 +197,28 @@ impl Provisioner for LvmProvisioner {
         !cfg.lvm.allowed_volume_groups.is_empty()
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
-        ClassParams::parse(params).map(|_| ())
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+        ClassParams::parse(params)
+            .map(|_| ())
+            .map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
         self.with_ctx(cfg, |ctx| provision(ctx, req))
     }
 
-    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
-        self.with_ctx(cfg, |ctx| delete(ctx, pv))
+    // The LVM steps keep their plain messages (typed by the LV service to come): a failure to retry.
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError> {
+        Ok(self.with_ctx(cfg, |ctx| delete(ctx, pv))?)
     }
 
-    fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
-        self.with_ctx(cfg, |ctx| expand(ctx, pv, bytes))
+    fn expand(
+        &mut self,
+        cfg: &Config,
+        pv: &PersistentVolume,
+        bytes: u64,
+    ) -> Result<u64, ProvisionError> {
+        Ok(self.with_ctx(cfg, |ctx| expand(ctx, pv, bytes))?)
     }
 
     fn recover(&mut self, _cfg: &Config, _node: &str) -> Vec<String> {

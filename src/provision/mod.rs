@@ -20,6 +20,7 @@
 #![allow(clippy::print_stderr)]
 
 pub mod api;
+pub mod error;
 pub mod hostpath;
 pub mod kube;
 pub mod localpath;

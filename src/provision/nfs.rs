@@ -89,7 +89,8 @@
 //! tombstones are finished by the delete of their own PV, which the reconciler retries.
 
 use super::provisioner::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, Provisioned, Provisioner, Refusal, Request,
+    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, ProvisionError, Provisioned, Provisioner,
+    Refusal, Request,
 };
 use super::volumedir::{self, DirState, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
@@ -380,13 +381,13 @@ impl NfsProvisioner {
     /// Mounts the export described by `options` on this PV's private directory, runs `work` on
     /// its root, and unmounts — also when `work` fails. An unmount failure is an error (the work
     /// is idempotent: the next pass does it again and retries the unmount).
-    fn with_export<T>(
+    fn with_export<T, E: From<String>>(
         &self,
         cfg: &Config,
         pv: &str,
         options: &str,
-        work: impl FnOnce(&Root) -> Result<T, String>,
-    ) -> Result<T, String> {
+        work: impl FnOnce(&Root) -> Result<T, E>,
+    ) -> Result<T, E> {
         let dir = private_dir(cfg, &self.node, pv)?;
         let root_path = self.exports.mount(cfg, options, &dir).inspect_err(|_| {
             // Nothing is mounted there (the driver's mount leaves nothing behind on failure).
@@ -404,7 +405,7 @@ impl NfsProvisioner {
         match (result, unmounted) {
             (Ok(t), Ok(())) => Ok(t),
             (Err(why), _) => Err(why),
-            (Ok(_), Err(why)) => Err(format!("the work was done but {why}; retrying")),
+            (Ok(_), Err(why)) => Err(format!("the work was done but {why}; retrying").into()),
         }
     }
 }
@@ -468,7 +469,7 @@ pub fn remove_subdir(
     claim_uid: &str,
     mode: OnDelete,
     stamp: &str,
-) -> Result<String, String> {
+) -> Result<String, ProvisionError> {
     let path = root.real.join(rel);
     match mode {
         OnDelete::Retain => Ok(format!("kept {} (onDelete: retain)", path.display())),
@@ -496,7 +497,7 @@ fn archive(
     pv: &str,
     claim_uid: &str,
     stamp: &str,
-) -> Result<String, String> {
+) -> Result<String, ProvisionError> {
     let path = root.real.join(rel);
     let gone = || {
         Ok(format!(
@@ -530,7 +531,7 @@ fn archive(
         match nix::sys::stat::fstatat(&root_fd, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(_) => continue, // taken: never overwrite
             Err(nix::Error::ENOENT) => {}
-            Err(e) => return Err(fail(&e)),
+            Err(e) => return Err(fail(&e).into()),
         }
         // A directory renamed onto an existing non-empty directory fails (ENOTEMPTY/EEXIST),
         // onto a file ENOTDIR: a racing name cannot be overwritten either.
@@ -552,10 +553,10 @@ fn archive(
                 return gone(); // a racing instance archived it
             }
             Err(nix::Error::EEXIST | nix::Error::ENOTEMPTY | nix::Error::ENOTDIR) => continue,
-            Err(e) => return Err(fail(&e)),
+            Err(e) => return Err(fail(&e).into()),
         }
     }
-    Err(fail(&"100 archive names are taken"))
+    Err(fail(&"100 archive names are taken").into())
 }
 
 /// An archive stamp for now: `20261122T153001Z`.
@@ -594,8 +595,10 @@ impl Provisioner for NfsProvisioner {
             .is_ok()
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
-        NfsClass::parse(params, &NfsConfig::default()).map(|_| ())
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+        NfsClass::parse(params, &NfsConfig::default())
+            .map(|_| ())
+            .map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -688,8 +691,10 @@ impl Provisioner for NfsProvisioner {
         })
     }
 
-    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
-        let (name, opts, claim_uid) = pv_fields(pv)?;
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError> {
+        // What the PV says is checked first: anything missing or not as recorded is refused.
+        let refused = ProvisionError::Refused;
+        let (name, opts, claim_uid) = pv_fields(pv).map_err(refused)?;
         let ann = |k: &str| {
             pv.metadata
                 .annotations
@@ -702,13 +707,13 @@ impl Provisioner for NfsProvisioner {
                     )
                 })
         };
-        let export = ann(ANN_EXPORT)?;
-        let rel = volumedir::volume_rel_path(&ann(ANN_PATH)?)
-            .map_err(|why| format!("its {ANN_PATH} annotation {why}; left alone"))?;
-        let mode = OnDelete::parse(&ann(ANN_ON_DELETE)?)?;
+        let export = ann(ANN_EXPORT).map_err(refused)?;
+        let rel = volumedir::volume_rel_path(&ann(ANN_PATH).map_err(refused)?)
+            .map_err(|why| refused(format!("its {ANN_PATH} annotation {why}; left alone")))?;
+        let mode = OnDelete::parse(&ann(ANN_ON_DELETE).map_err(refused)?).map_err(refused)?;
         let opt = |k: &str| opts.get(k).cloned();
         let class = NfsClass {
-            server: opt("server").ok_or("it has no server option")?,
+            server: opt("server").ok_or_else(|| refused("it has no server option".into()))?,
             share: export,
             version: opt("version"),
             mount_options: opt("mountOptions"),
@@ -716,15 +721,17 @@ impl Provisioner for NfsProvisioner {
             on_delete: mode,
         };
         // Checked as a class would be (server, export, options), with this node's policy.
-        let checked = class.check(&class.share, class.mount_options.as_deref(), &cfg.nfs)?;
+        let checked = class
+            .check(&class.share, class.mount_options.as_deref(), &cfg.nfs)
+            .map_err(refused)?;
         let recorded = full_share(&checked.share, &rel);
         if opt("share").as_deref() != Some(recorded.as_str()) {
-            return Err(format!(
+            return Err(refused(format!(
                 "its share {:?} is not {recorded:?} (export {} + path {}) as recorded at creation; left alone: delete the directory by hand, then the PV",
                 opt("share").unwrap_or_default(),
                 checked.share,
                 rel.display()
-            ));
+            )));
         }
         if mode == OnDelete::Retain {
             return Ok(format!(
@@ -738,12 +745,17 @@ impl Provisioner for NfsProvisioner {
         self.with_export(cfg, &name, &json, |root| {
             remove_subdir(root, &rel, &name, &claim_uid, mode, &stamp)
                 .map(|s| relabel(&s, root, &label))
-                .map_err(|e| relabel(&e, root, &label))
+                .map_err(|e| e.map(|m| relabel(&m, root, &label)))
         })
-        .map_err(|why| format!("{}:{recorded}: {why}", class.server))
+        .map_err(|why| why.map(|m| format!("{}:{recorded}: {m}", class.server)))
     }
 
-    fn expand(&mut self, _cfg: &Config, _pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+    fn expand(
+        &mut self,
+        _cfg: &Config,
+        _pv: &PersistentVolume,
+        bytes: u64,
+    ) -> Result<u64, ProvisionError> {
         // Nothing to grow (module doc): the size is recorded, not enforced.
         Ok(bytes)
     }

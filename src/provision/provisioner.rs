@@ -29,6 +29,7 @@
 //!
 //! Calls are synchronous: a pass works on one claim at a time, and the watches buffer meanwhile.
 
+pub use super::error::ProvisionError;
 use crate::node::config::Config;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use std::collections::BTreeMap;
@@ -123,19 +124,24 @@ pub trait Provisioner {
     fn serves(&self, cfg: &Config, node: &str) -> bool;
 
     /// Validates a class's `parameters` (unknown keys are errors). Called before anything exists.
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String>;
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError>;
 
     /// Makes (or finds, made by an earlier pass for `req.pv_name`) the volume.
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal>;
 
     /// Removes the volume of a Released PV with reclaim policy Delete; `Ok` when already gone.
     /// Returns what was done, for the log (`removed vg0/pvc-…`, `archived to …`).
-    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String>;
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError>;
 
     /// Grows the volume to at least `bytes`; returns the size it has now. Shrinking never
     /// happens (the caller never asks for less than [`ANN_SIZE`]). `Err` leaves the volume as it
     /// was or grown, never half-applied in a way a retry cannot finish.
-    fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String>;
+    fn expand(
+        &mut self,
+        cfg: &Config,
+        pv: &PersistentVolume,
+        bytes: u64,
+    ) -> Result<u64, ProvisionError>;
 
     /// Finishes work a kill left half done (tombstones); returns failures for the log.
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String>;

@@ -49,6 +49,7 @@
 //!   its directory's project itself; for an old volume, that and a rewritten marker together
 //!   remain possible — records close it for every volume made since.)
 
+use super::error::ProvisionError;
 use super::provisioner::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use super::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
 use crate::sys::exec::{Cmd, Runner};
@@ -592,7 +593,7 @@ pub fn raise_volume(
     volume: &str,
     claim_uid: &str,
     bytes: u64,
-) -> Result<u64, String> {
+) -> Result<u64, ProvisionError> {
     let dir = root.real.join(rel);
     let state = volumedir::inspect(root, rel);
     volumedir::check_owner(&state, &dir, volume, claim_uid, "not grown")?;
@@ -604,7 +605,13 @@ pub fn raise_volume(
     let Some(id) = id else {
         return Ok(bytes);
     };
-    raise_checked(runner, &detect_with_tool(runner, &dir), &dir, id, bytes)
+    Ok(raise_checked(
+        runner,
+        &detect_with_tool(runner, &dir),
+        &dir,
+        id,
+        bytes,
+    )?)
 }
 
 /// [`raise`] on `support`, after checking that `dir` really carries project `id`

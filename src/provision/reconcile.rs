@@ -870,7 +870,7 @@ impl<C: Cluster> Reconciler<C> {
         };
         let uid = v.metadata.uid.clone().unwrap_or_default();
         let failure = match self.backends[bi].delete(cfg, &v) {
-            Err(why) => Err(why),
+            Err(why) => Err(why.to_string()),
             Ok(done) => {
                 // Best effort: a grant left behind is swept once the PV is gone.
                 let kind = self.backends[bi].kind().name;

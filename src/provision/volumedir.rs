@@ -87,6 +87,7 @@
 //! ([`create_volume_dir_as`]) — the record published by a hard link and renames that never replace
 //! make them converge on one directory. Nothing here takes a lock.
 
+use super::error::ProvisionError;
 use crate::sys::paths::{self, Ownership};
 use crate::sys::process::checkpoint;
 use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag, openat2, renameat, renameat2};
@@ -999,30 +1000,37 @@ pub fn locate<'a>(roots: &'a [Root], path: &Path) -> Option<(&'a Root, PathBuf)>
     })
 }
 
-/// Whether `state` is the directory of PV `volume` of claim uid `claim_uid`; `Err` says why not,
-/// ending with `left`.
+/// Whether `state` is the directory of PV `volume` of claim uid `claim_uid` — the one "is this
+/// directory ours" check of every delete, archive and resize; `Err` says why not, ending with
+/// `left`: [`ProvisionError::NotFound`] when nothing is there, [`ProvisionError::Refused`] when
+/// what is there is not this PV's.
 pub fn check_owner(
     state: &DirState,
     path: &Path,
     volume: &str,
     claim_uid: &str,
     left: &str,
-) -> Result<(), String> {
+) -> Result<(), ProvisionError> {
     let m = match state {
         DirState::Owned(r) => &r.marker,
         DirState::Legacy(m) => m,
-        DirState::Missing => return Err(format!("{} does not exist", path.display())),
-        DirState::Foreign(why) => return Err(format!("{why}; {left}")),
+        DirState::Missing => {
+            return Err(ProvisionError::NotFound(format!(
+                "{} does not exist",
+                path.display()
+            )));
+        }
+        DirState::Foreign(why) => return Err(ProvisionError::Refused(format!("{why}; {left}"))),
     };
     if m.volume == volume && m.claim_uid == claim_uid {
         Ok(())
     } else {
-        Err(format!(
+        Err(ProvisionError::Refused(format!(
             "{} belongs to PV {} (claim uid {}), not to {volume}; {left}",
             path.display(),
             m.volume,
             m.claim_uid
-        ))
+        )))
     }
 }
 
@@ -1036,7 +1044,7 @@ pub fn delete_volume_dir(
     rel: &Path,
     volume: &str,
     claim_uid: &str,
-) -> Result<Deleted, String> {
+) -> Result<Deleted, ProvisionError> {
     let path = root.real.join(rel);
     let tomb = format!("{TOMBSTONE_PREFIX}{volume}");
     let left = "it was left alone: delete it by hand if it is not needed, then remove the PV";
@@ -1062,7 +1070,8 @@ pub fn delete_volume_dir(
     check_owner(&state, &path, volume, claim_uid, left)?;
     let fail = |e: &dyn std::fmt::Display| format!("cannot delete {}: {e}", path.display());
     let dir = open_dir(&path).map_err(|e| fail(&e))?;
-    check_tree(&dir, &path, volume, &records).map_err(|why| format!("{why}; {left}"))?;
+    check_tree(&dir, &path, volume, &records)
+        .map_err(|why| ProvisionError::Refused(format!("{why}; {left}")))?;
     let parent_rel = rel.parent().unwrap_or(Path::new(""));
     let leaf = rel
         .file_name()

@@ -169,7 +169,7 @@ fn guest_lvmprov_provision_use_grow_delete() {
 
     // Delete while kubelet has it mounted: refused, the LV stays.
     let obj = pv_object(pv, &made);
-    let e = b.delete(&cfg, &obj).unwrap_err();
+    let e = b.delete(&cfg, &obj).unwrap_err().to_string();
     assert!(e.contains("still mounted"), "{e}");
     assert_eq!(vg.lvs(), [pv]);
 
@@ -185,7 +185,7 @@ fn guest_lvmprov_provision_use_grow_delete() {
     assert!(after > before + 50 * MI, "{before} -> {after}");
     assert_eq!(std::fs::read(pod.join("hello")).unwrap(), b"world");
     // Past the VG's room: an error, nothing changes.
-    let e = b.expand(&cfg, &obj, 4 << 30).unwrap_err();
+    let e = b.expand(&cfg, &obj, 4 << 30).unwrap_err().to_string();
     assert!(e.contains("needs"), "{e}");
     assert_eq!(lv_field(&vg, pv, "lv_size"), (128 * MI).to_string());
 
@@ -244,7 +244,10 @@ fn guest_lvmprov_refusals_and_lvs_that_are_not_ours() {
             ]),
             ..Provisioned::default()
         };
-        let e = b.delete(&cfg, &pv_object(lv, &fake)).unwrap_err();
+        let e = b
+            .delete(&cfg, &pv_object(lv, &fake))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not carry the tag"), "{e}");
         assert!(b.expand(&cfg, &pv_object(lv, &fake), 16 * MI).is_err());
         assert_eq!(lv_field(&vg, lv, "lv_size"), (8 * MI).to_string());
@@ -301,6 +304,7 @@ fn guest_lvmprov_refusals_and_lvs_that_are_not_ours() {
     assert!(
         b.expand(&cfg, &obj, 60 * MI)
             .unwrap_err()
+            .to_string()
             .contains("thinOverprovisionRatio")
     );
     assert_eq!(b.expand(&cfg, &obj, 52 * MI), Ok(52 * MI));

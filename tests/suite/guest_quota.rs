@@ -543,7 +543,7 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
     .unwrap();
     let old_pv = pv_for("pvc-old", "uo", "n1", old_dir.to_str().unwrap());
     // Resize: refused, no limit changes.
-    let e = b.expand(&cfg, &old_pv, 64 << 20).unwrap_err();
+    let e = b.expand(&cfg, &old_pv, 64 << 20).unwrap_err().to_string();
     assert!(e.contains("does not carry"), "{e}");
     assert_eq!((limit(victim), limit(own)), (16 << 20, 16 << 20));
     // Delete: the directory goes, the victim's limit stays.

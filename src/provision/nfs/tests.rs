@@ -726,6 +726,8 @@ fn delete_refuses_what_it_cannot_prove_is_this_pvs() {
     ];
     for (p, want) in cases {
         let e = b.delete(&w.cfg, &p).unwrap_err();
+        assert!(matches!(e, ProvisionError::Refused(_)), "{want}: {e:?}");
+        let e = e.to_string();
         assert!(e.contains(want), "{want}: {e}");
         assert!(dir.join("sub/f").exists());
     }
@@ -742,6 +744,8 @@ fn delete_refuses_what_it_cannot_prove_is_this_pvs() {
                 .insert(ANN_ON_DELETE.into(), mode.into());
         });
         let e = b.delete(&w.cfg, &p).unwrap_err();
+        assert!(matches!(e, ProvisionError::Refused(_)), "{mode}: {e:?}");
+        let e = e.to_string();
         assert!(e.contains("symlink"), "{mode}: {e}");
         assert!(elsewhere.join("sub/f").exists());
     }

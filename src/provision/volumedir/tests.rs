@@ -381,6 +381,8 @@ fn delete_refuses_a_tree_holding_another_volume() {
     // B's directory ends up inside A's (as nested patterns made it before).
     std::fs::rename(r.real.join("b"), r.real.join("a/b")).unwrap();
     let e = delete_volume_dir(&r, Path::new("a"), "pvc-a", "ua").unwrap_err();
+    assert!(matches!(e, ProvisionError::Refused(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("PV pvc-b"), "{e}");
     assert!(r.real.join("a/b/data").exists());
     assert!(r.real.join("a").join(MARKER).exists());
@@ -389,6 +391,8 @@ fn delete_refuses_a_tree_holding_another_volume() {
     std::fs::create_dir(r.real.join("a/old")).unwrap();
     write_marker(&r.real.join("a/old"), &marker("pvc-old", "uo")).unwrap();
     let e = delete_volume_dir(&r, Path::new("a"), "pvc-a", "ua").unwrap_err();
+    assert!(matches!(e, ProvisionError::Refused(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("PV pvc-old"), "{e}");
     assert!(r.real.join("a/old").join(MARKER).exists());
 }
@@ -448,6 +452,8 @@ fn delete_fails_before_removing_anything_when_a_mount_is_inside() {
     let e = delete_volume_dir(&r, Path::new("v"), "pv", "u");
     unbind(&p.join("sub/mnt"));
     let e = e.unwrap_err();
+    assert!(matches!(e, ProvisionError::Refused(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("mount point"), "{e}");
     assert!(src.join("precious").exists(), "crossed the mount");
     assert!(p.join("a-file").exists(), "removed something first");
@@ -576,6 +582,8 @@ fn delete_checks_the_marker_and_never_follows_symlinks() {
     .unwrap();
     std::os::unix::fs::symlink(elsewhere.join("v"), r.real.join("v")).unwrap();
     let e = delete_volume_dir(&r, Path::new("v"), "pvc-9", "u9").unwrap_err();
+    assert!(matches!(e, ProvisionError::Refused(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("symlink"), "{e}");
     assert!(elsewhere.join("v").join(MARKER).exists());
     // A marker that is a symlink to a good marker: not trusted.
