@@ -968,25 +968,32 @@ mod tests {
         assert!(r.calls().is_empty());
     }
 
-    #[test]
-    fn a_tampered_marker_cannot_steer_quota_commands() {
-        // An old volume (marker, no record): its tenant rewrote projectId to another volume's
-        // project (`victim`); the directory really carries `own`.
-        let (own, victim) = (0x4000_0010_u32, 0x4000_0020_u32);
+    /// An old volume (made before records: a marker, no record) `<root>/old` of PV `pvc-1`
+    /// (claim uid `u1`), its marker naming `project_id`.
+    fn old_volume(project_id: Option<u32>) -> (tempfile::TempDir, Root, PathBuf) {
         let d = tempfile::tempdir().unwrap();
         let root = volumedir::prepare_root(d.path()).unwrap();
         let dir = root.real.join("old");
         std::fs::create_dir(&dir).unwrap();
-        let forged = Marker {
+        let m = Marker {
             provisioner: "flexvol/hostpath".into(),
             volume: "pvc-1".into(),
             namespace: "ns".into(),
             claim: "c".into(),
             claim_uid: "u1".into(),
             node: "n".into(),
-            project_id: Some(victim),
+            project_id,
         };
-        volumedir::write_marker(&dir, &forged).unwrap();
+        volumedir::write_marker(&dir, &m).unwrap();
+        (d, root, dir)
+    }
+
+    #[test]
+    fn a_tampered_marker_cannot_steer_quota_commands() {
+        // An old volume (marker, no record): its tenant rewrote projectId to another volume's
+        // project (`victim`); the directory really carries `own`.
+        let (own, victim) = (0x4000_0010_u32, 0x4000_0020_u32);
+        let (_d, root, dir) = old_volume(Some(victim));
         assert!(matches!(
             volumedir::inspect(&root, Path::new("old")),
             DirState::Legacy(m) if m.project_id == Some(victim)
@@ -1043,20 +1050,7 @@ mod tests {
 
     #[test]
     fn an_old_volume_without_a_project_grows_without_quota_commands() {
-        let d = tempfile::tempdir().unwrap();
-        let root = volumedir::prepare_root(d.path()).unwrap();
-        let dir = root.real.join("old");
-        std::fs::create_dir(&dir).unwrap();
-        let m = Marker {
-            provisioner: "flexvol/hostpath".into(),
-            volume: "pvc-1".into(),
-            namespace: "ns".into(),
-            claim: "c".into(),
-            claim_uid: "u1".into(),
-            node: "n".into(),
-            project_id: None,
-        };
-        volumedir::write_marker(&dir, &m).unwrap();
+        let (_d, root, _) = old_volume(None);
         let r = FakeRunner::new();
         assert_eq!(
             raise_volume(&r, &root, Path::new("old"), "pvc-1", "u1", 5 << 20).unwrap(),

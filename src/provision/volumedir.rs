@@ -1156,14 +1156,18 @@ pub fn check_tree(
     records: &[Record],
 ) -> Result<(), String> {
     let dev = top_dev(dir)?;
+    // The device of the tree being deleted, as `Record::names` compares it: the walk never leaves
+    // it, so on it the inode decides (an NFS export's device changes with every mount).
+    let tree_dev = dev_ino(dir)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .0;
     let others: Vec<&Record> = records
         .iter()
         .filter(|r| r.marker.volume != volume)
         .collect();
     walk_tree(dir, path, dev, 0, &mut |d, p, top| {
         let id = dev_ino(d).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        // The walk never leaves the tree's device, so the inode decides (see Record::names).
-        if let Some(r) = others.iter().find(|r| r.names(id, Some(id.0))) {
+        if let Some(r) = others.iter().find(|r| r.names(id, Some(tree_dev))) {
             return Err(format!(
                 "{} holds the directory of PV {} ({}), another volume",
                 path.display(),
@@ -1186,6 +1190,49 @@ pub fn check_tree(
     })
 }
 
+/// The error for a tree deeper than [`MAX_DEPTH`].
+fn too_deep(path: &Path) -> String {
+    format!(
+        "{} is more than {MAX_DEPTH} directories deep; delete it by hand",
+        path.display()
+    )
+}
+
+/// One entry `name` of the directory `dir` (at `path`, on device `dev`) in a walk: `None` when it
+/// is gone meanwhile (a racing instance removes the same tombstone); else its path and, for a
+/// directory, its descriptor. A mount point or another device is an error ending with `then`
+/// (what to do); a symlink is never followed (it is an entry without a descriptor).
+fn walk_entry(
+    dir: &OwnedFd,
+    path: &Path,
+    name: &OsStr,
+    dev: (u32, u32),
+    then: &str,
+) -> Result<Option<(PathBuf, Option<OwnedFd>)>, String> {
+    let p = path.join(name);
+    let Some((is_dir, d, mount)) = entry_facts(dir, name)? else {
+        return Ok(None);
+    };
+    let crossing = |p: &Path| {
+        format!(
+            "{} is a mount point; flexvol never deletes across a mount: {then}",
+            p.display()
+        )
+    };
+    if mount || d != dev {
+        return Err(crossing(&p));
+    }
+    if !is_dir {
+        return Ok(Some((p, None)));
+    }
+    match open_child_dir(dir, name) {
+        Ok(fd) => Ok(Some((p, Some(fd)))),
+        Err(nix::Error::ENOENT) => Ok(None),
+        Err(nix::Error::EXDEV) => Err(crossing(&p)),
+        Err(e) => Err(format!("cannot open {}: {e}", p.display())),
+    }
+}
+
 /// Calls `visit` on `dir` and every directory below it (depth first), with its path and whether
 /// it is the top. Fails on a mount point or another device below, a symlink is never followed.
 fn walk_tree(
@@ -1196,36 +1243,12 @@ fn walk_tree(
     visit: &mut dyn FnMut(&OwnedFd, &Path, bool) -> Result<(), String>,
 ) -> Result<(), String> {
     if depth > MAX_DEPTH {
-        return Err(format!(
-            "{} is more than {MAX_DEPTH} directories deep; delete it by hand",
-            path.display()
-        ));
+        return Err(too_deep(path));
     }
     visit(dir, path, depth == 0)?;
     let names = names_in(dir).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
     for n in names {
-        let p = path.join(&n);
-        let Some((is_dir, d, mount)) = entry_facts(dir, &n)? else {
-            continue;
-        };
-        if mount || d != dev {
-            return Err(format!(
-                "{} is a mount point; flexvol never deletes across a mount: unmount it first",
-                p.display()
-            ));
-        }
-        if is_dir {
-            let child = match open_child_dir(dir, &n) {
-                Ok(fd) => fd,
-                Err(nix::Error::ENOENT) => continue,
-                Err(nix::Error::EXDEV) => {
-                    return Err(format!(
-                        "{} is a mount point; flexvol never deletes across a mount: unmount it first",
-                        p.display()
-                    ));
-                }
-                Err(e) => return Err(format!("cannot open {}: {e}", p.display())),
-            };
+        if let Some((p, Some(child))) = walk_entry(dir, path, &n, dev, "unmount it first")? {
             walk_tree(&child, &p, dev, depth + 1, visit)?;
         }
     }
@@ -1242,41 +1265,28 @@ fn remove_contents(
     depth: usize,
 ) -> Result<(), String> {
     if depth > MAX_DEPTH {
-        return Err(format!(
-            "{} is more than {MAX_DEPTH} directories deep; delete it by hand",
-            path.display()
-        ));
+        return Err(too_deep(path));
     }
     let names = names_in(dir).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
     for n in names {
-        let p = path.join(&n);
-        let Some((is_dir, d, mount)) = entry_facts(dir, &n)? else {
-            continue; // gone meanwhile (a racing instance removes the same tombstone)
+        let then = "unmount it, then delete again";
+        let Some((p, child)) = walk_entry(dir, path, &n, dev, then)? else {
+            continue;
         };
-        if mount || d != dev {
-            return Err(format!(
-                "{} is a mount point; flexvol never deletes across a mount: unmount it, then delete again",
-                p.display()
-            ));
+        match child {
+            Some(child) => {
+                remove_contents(&child, &p, dev, depth + 1)?;
+                unlinkat(dir, n.as_os_str(), UnlinkatFlags::RemoveDir)
+            }
+            None => unlinkat(dir, n.as_os_str(), UnlinkatFlags::NoRemoveDir),
         }
-        if is_dir {
-            let child = match open_child_dir(dir, &n) {
-                Ok(fd) => fd,
-                Err(nix::Error::ENOENT) => continue,
-                Err(nix::Error::EXDEV) => {
-                    return Err(format!(
-                        "{} is a mount point; flexvol never deletes across a mount: unmount it, then delete again",
-                        p.display()
-                    ));
-                }
-                Err(e) => return Err(format!("cannot open {}: {e}", p.display())),
-            };
-            remove_contents(&child, &p, dev, depth + 1)?;
-            unlinkat(dir, n.as_os_str(), UnlinkatFlags::RemoveDir)
-        } else {
-            unlinkat(dir, n.as_os_str(), UnlinkatFlags::NoRemoveDir)
-        }
-        .or_else(|e| if e == nix::Error::ENOENT { Ok(()) } else { Err(e) })
+        .or_else(|e| {
+            if e == nix::Error::ENOENT {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
         .map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
     }
     Ok(())
