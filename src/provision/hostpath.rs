@@ -18,10 +18,11 @@ use super::provisioner::{
 };
 use super::volumedir::{
     Deleted, DirParams, Marker, Root, create_volume_dir, default_rel_path, delete_volume_dir,
-    expand_pattern, finish_deletes, free_bytes, locate, read_record, usable_roots,
+    expand_pattern, finish_deletes, locate, read_record, usable_roots,
 };
 use crate::node::capability::{self, Key, Location, node_key_path};
 use crate::node::config::Config;
+use crate::sys::dirfd::free_bytes;
 use crate::sys::exec::{Runner, SystemRunner};
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::PersistentVolume;

@@ -1,13 +1,14 @@
 //! `flexvol provisioner`: dynamic provisioning, one instance per node.
 //!
 //! Each node's instance serves claims whose class names `<vendor>/<kind>` for each kind in
-//! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs
+//! [`provisioners`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs
 //! in the volume groups the node config grants, [`lvm`]) for the claims the scheduler placed on
 //! its node (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer), and shared ones (NFS
 //! subdirectories, [`nfs`]) for any claim of their class, by whichever serving instance gets there
 //! first; it makes the volume and the PV for it, grows both when the claim asks for more, and deletes
 //! both when a Released PV with reclaim policy Delete is one it made. The decisions are in
-//! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam, the API server behind
+//! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam (the directory
+//! work of hostPath and NFS in the marked-directory library, [`volumedir`]), the API server behind
 //! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
 //!
 //! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client;

@@ -96,10 +96,9 @@ use super::volumedir::{self, DirState, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
 use crate::node::config::Config;
 use crate::protocol::options::Options;
+use crate::sys::dirfd;
 use crate::sys::paths::{self, Ownership};
 use k8s_openapi::api::core::v1::PersistentVolume;
-use nix::fcntl::{AtFlags, renameat};
-use nix::sys::stat::Mode;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -432,7 +431,7 @@ fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, String> {
     let dir = std::fs::canonicalize(&base).map_err(|e| fail(&e))?.join(pv);
     let table = crate::sys::mountinfo::MountTable::read().map_err(|e| fail(&e))?;
     if !table.is_mount_point(&dir) {
-        match nix::unistd::mkdir(&dir, Mode::from_bits_truncate(0o700)) {
+        match dirfd::mkdir_path(&dir, 0o700) {
             Ok(()) | Err(nix::Error::EEXIST) => {}
             Err(e) => return Err(fail(&e)),
         }
@@ -528,16 +527,16 @@ fn archive(
         } else {
             format!("{base}-{n}")
         };
-        match nix::sys::stat::fstatat(&root_fd, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match dirfd::stat_at(&root_fd, name.as_str()) {
             Ok(_) => continue, // taken: never overwrite
             Err(nix::Error::ENOENT) => {}
             Err(e) => return Err(fail(&e).into()),
         }
         // A directory renamed onto an existing non-empty directory fails (ENOTEMPTY/EEXIST),
         // onto a file ENOTDIR: a racing name cannot be overwritten either.
-        match renameat(&parent, leaf, &root_fd, name.as_str()) {
+        match dirfd::rename(&parent, leaf, &root_fd, name.as_str()) {
             Ok(()) => {
-                let _ = nix::unistd::fsync(&root_fd);
+                let _ = dirfd::sync(&root_fd);
                 // An archive is no volume any more: its record goes (its marker stays, saying
                 // whose it was).
                 volumedir::forget_record(root, rel, pv)?;

@@ -52,6 +52,7 @@
 use super::error::ProvisionError;
 use super::provisioner::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use super::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
+use crate::sys::dirfd::{self, FsMagic};
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -107,16 +108,14 @@ pub struct Usage {
 
 /// Finds out whether the filesystem holding `root` enforces project quotas.
 pub fn detect(root: &Path) -> Support {
-    let st = match nix::sys::statfs::statfs(root) {
+    let (magic, block_size) = match dirfd::statfs(root) {
         Ok(s) => s,
         Err(e) => return Support::NotEnforced(format!("cannot statfs {}: {e}", root.display())),
     };
-    let kind = if st.filesystem_type() == nix::sys::statfs::XFS_SUPER_MAGIC {
-        Some(FsKind::Xfs)
-    } else if st.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC {
-        Some(FsKind::Ext4)
-    } else {
-        None
+    let kind = match magic {
+        FsMagic::Xfs => Some(FsKind::Xfs),
+        FsMagic::Ext4 => Some(FsKind::Ext4),
+        FsMagic::Other => None,
     };
     let table = match crate::sys::mountinfo::MountTable::read() {
         Ok(t) => t,
@@ -125,7 +124,7 @@ pub fn detect(root: &Path) -> Support {
     let Some(m) = table.containing(root) else {
         return Support::NotEnforced(format!("no mount holds {}", root.display()));
     };
-    let block = u64::try_from(st.block_size()).unwrap_or(4096).max(512);
+    let block = block_size.unwrap_or(4096).max(512);
     classify(
         root,
         kind,
@@ -287,16 +286,9 @@ pub fn set_limit(runner: &dyn Runner, fs: &QuotaFs, id: u32, bytes: u64) -> Resu
 
 /// Whether `dir` has the project-inherit flag (read with `FS_IOC_GETFLAGS`, no symlink followed).
 pub fn has_inherit_flag(dir: &Path) -> Result<bool, String> {
-    use nix::fcntl::{OFlag, open};
-    use nix::sys::stat::Mode;
-    let fd = open(
-        dir,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-    rustix::fs::ioctl_getflags(&fd)
-        .map(|f| f.contains(rustix::fs::IFlags::PROJECT_INHERIT))
+    let fd = dirfd::open_dir_for_flags(dir)
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    dirfd::project_inherit(&fd)
         .map_err(|e| format!("cannot read the flags of {}: {e}", dir.display()))
 }
 

@@ -88,11 +88,9 @@
 //! make them converge on one directory. Nothing here takes a lock.
 
 use super::error::ProvisionError;
+use crate::sys::dirfd::{self, dev_ino, open_child_dir, open_dir};
 use crate::sys::paths::{self, Ownership};
 use crate::sys::process::checkpoint;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag, openat2, renameat, renameat2};
-use nix::sys::stat::Mode;
-use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 use serde::{Deserialize, Serialize};
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -301,13 +299,6 @@ pub fn default_rel_path(pv: &str, ns: &str, claim: &str) -> PathBuf {
     PathBuf::from(format!("{pv}_{ns}_{claim}"))
 }
 
-/// Free bytes for unprivileged users under a root, `None` when it cannot be read.
-pub fn free_bytes(root: &Path) -> Option<u64> {
-    nix::sys::statvfs::statvfs(root)
-        .ok()
-        .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
-}
-
 /// A root usable now: configured path, canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Root {
@@ -375,33 +366,13 @@ pub enum DirState {
     Foreign(String),
 }
 
-fn open_dir(path: &Path) -> nix::Result<OwnedFd> {
-    paths::open_dir_nofollow(path)
-}
-
-/// Opens the directory `name` inside `dir`: no symlink, not outside `dir`, and not across a mount
-/// point (`EXDEV` when `name` is one).
-fn open_child_dir(dir: &impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-        .resolve(
-            ResolveFlag::RESOLVE_NO_SYMLINKS
-                | ResolveFlag::RESOLVE_BENEATH
-                | ResolveFlag::RESOLVE_NO_XDEV,
-        );
-    openat2(dir.as_fd(), name, how)
-}
-
 /// Reads a small JSON file `name` in `dir` (no symlink followed), `None` when absent.
 fn read_json<T: serde::de::DeserializeOwned>(
     dir: &impl AsFd,
     name: &str,
     what: &str,
 ) -> Result<Option<T>, String> {
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    let fd = match openat2(dir.as_fd(), name, how) {
+    let fd = match dirfd::open_file(dir, name) {
         Ok(fd) => fd,
         Err(nix::Error::ENOENT) => return Ok(None),
         Err(e) => return Err(format!("its {what} {name} cannot be opened: {e}")),
@@ -430,11 +401,6 @@ fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<OsString>> {
         .collect()
 }
 
-fn dev_ino(fd: &impl AsFd) -> nix::Result<(u64, u64)> {
-    let st = nix::sys::stat::fstat(fd.as_fd())?;
-    Ok((st.st_dev, st.st_ino))
-}
-
 /// `<root>/.flexvol/volumes`, opened; created (mode 0700) when `create`. It is trusted only when
 /// both directories are real directories (no symlink), owned by the user we run as (root) and
 /// closed to everybody else; anything else is an error that says what to do. `Ok(None)`: absent
@@ -451,23 +417,22 @@ fn records_dir(root: &Root, create: bool) -> Result<Option<OwnedFd>, String> {
         let fd = match open_child_dir(&cur, OsStr::new(name)) {
             Ok(fd) => fd,
             Err(nix::Error::ENOENT) if create => {
-                match nix::sys::stat::mkdirat(&cur, name, Mode::from_bits_truncate(0o700)) {
+                match dirfd::mkdir(&cur, name, 0o700) {
                     Ok(()) | Err(nix::Error::EEXIST) => {}
                     Err(e) => return Err(fail(&e)),
                 }
                 let fd = open_child_dir(&cur, OsStr::new(name)).map_err(|e| fail(&e))?;
                 // Made now, by us: close it to everybody else whatever the umask was.
-                let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(&e))?;
+                let st = dirfd::stat(&fd).map_err(|e| fail(&e))?;
                 if st.st_uid == nix::unistd::geteuid().as_raw() {
-                    nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o700))
-                        .map_err(|e| fail(&e))?;
+                    dirfd::chmod(&fd, 0o700).map_err(|e| fail(&e))?;
                 }
                 fd
             }
             Err(nix::Error::ENOENT) => return Ok(None),
             Err(e) => return Err(fail(&e)),
         };
-        let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(&e))?;
+        let st = dirfd::stat(&fd).map_err(|e| fail(&e))?;
         if st.st_uid != nix::unistd::geteuid().as_raw() || st.st_mode & 0o077 != 0 {
             return Err(fail(&format!(
                 "is owned by uid {} with mode {:o}, not by root with mode 0700, so flexvol cannot trust what is in it (on NFS: export with no_root_squash); move it away",
@@ -531,11 +496,7 @@ fn write_temp_record(dir: &OwnedFd, rec: &Record) -> Result<String, String> {
         format!("cannot write the record of {}: {e}", rec.marker.volume)
     };
     let tmp = temp_name(&rec.marker.volume);
-    let how = OpenHow::new()
-        .flags(OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC)
-        .mode(Mode::from_bits_truncate(0o600))
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    let fd = openat2(dir, tmp.as_str(), how).map_err(|e| fail(&e))?;
+    let fd = dirfd::create_new_file(dir, tmp.as_str(), 0o600).map_err(|e| fail(&e))?;
     let mut f = std::fs::File::from(fd);
     let mut data = serde_json::to_vec(rec).map_err(|e| fail(&e))?;
     data.push(b'\n');
@@ -544,7 +505,7 @@ fn write_temp_record(dir: &OwnedFd, rec: &Record) -> Result<String, String> {
         .and_then(|()| f.sync_all())
         .map_err(|e| fail(&e));
     if written.is_err() {
-        let _ = unlinkat(dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        let _ = dirfd::unlink(dir, tmp.as_str());
     }
     written.map(|()| tmp)
 }
@@ -555,8 +516,8 @@ fn link_record(root: &Root, rec: &Record) -> Result<bool, String> {
     let dir = records_dir(root, true)?.ok_or("no record directory")?;
     let name = record_name(&rec.marker.volume)?;
     let tmp = write_temp_record(&dir, rec)?;
-    let linked = linkat(&dir, tmp.as_str(), &dir, name.as_str(), AtFlags::empty());
-    let _ = unlinkat(&dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+    let linked = dirfd::link(&dir, &tmp, &name);
+    let _ = dirfd::unlink(&dir, tmp.as_str());
     let won = match linked {
         Ok(()) => true,
         Err(nix::Error::EEXIST) => false,
@@ -567,7 +528,7 @@ fn link_record(root: &Root, rec: &Record) -> Result<bool, String> {
             ));
         }
     };
-    nix::unistd::fsync(&dir).map_err(|e| format!("cannot sync flexvol's records: {e}"))?;
+    dirfd::sync(&dir).map_err(|e| format!("cannot sync flexvol's records: {e}"))?;
     Ok(won)
 }
 
@@ -577,8 +538,8 @@ pub fn write_record(root: &Root, rec: &Record) -> Result<(), String> {
     let dir = records_dir(root, true)?.ok_or("no record directory")?;
     let name = record_name(&rec.marker.volume)?;
     let tmp = write_temp_record(&dir, rec)?;
-    renameat(&dir, tmp.as_str(), &dir, name.as_str())
-        .and_then(|()| nix::unistd::fsync(&dir))
+    dirfd::rename(&dir, tmp.as_str(), &dir, name.as_str())
+        .and_then(|()| dirfd::sync(&dir))
         .map_err(|e| format!("cannot write the record of {}: {e}", rec.marker.volume))
 }
 
@@ -598,9 +559,9 @@ fn remove_record(root: &Root, pv: &str) -> Result<(), String> {
     let Some(dir) = records_dir(root, false)? else {
         return Ok(());
     };
-    match unlinkat(&dir, record_name(pv)?.as_str(), UnlinkatFlags::NoRemoveDir) {
+    match dirfd::unlink(&dir, record_name(pv)?.as_str()) {
         Ok(()) | Err(nix::Error::ENOENT) => {
-            let _ = nix::unistd::fsync(&dir);
+            let _ = dirfd::sync(&dir);
             Ok(())
         }
         Err(e) => Err(format!("cannot remove the record of {pv}: {e}")),
@@ -734,31 +695,11 @@ fn remove_private(parent: &OwnedFd, name: &str, where_: &Path) -> Result<(), Str
         ));
     }
     for n in [MARKER, MARKER_TMP] {
-        let _ = unlinkat(&fd, n, UnlinkatFlags::NoRemoveDir);
+        let _ = dirfd::unlink(&fd, n);
     }
-    match unlinkat(parent, name, UnlinkatFlags::RemoveDir) {
+    match dirfd::rmdir(parent, name) {
         Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
         Err(e) => Err(format!("cannot remove {}/{name}: {e}", where_.display())),
-    }
-}
-
-/// Renames `from` to `to` in `dir` without ever replacing anything: `renameat2(RENAME_NOREPLACE)`.
-/// Where the filesystem does not support it (NFS answers `EINVAL`), a plain `rename` after
-/// checking the target is absent: in the window between the check and the rename, rename(2) can
-/// replace only an *empty* directory (a non-empty one fails, a file fails with `ENOTDIR`, a mount
-/// point with `EBUSY`). Replacing an empty directory loses no data, and detaches it from the
-/// name: whoever made it (and has it mounted) keeps the old, empty inode and never sees the
-/// volume. `EEXIST`/`ENOTEMPTY`/`ENOTDIR`: something is there.
-fn rename_noreplace(dir: &OwnedFd, from: &str, to: &OsStr) -> nix::Result<()> {
-    match renameat2(dir, from, dir, to, RenameFlags::RENAME_NOREPLACE) {
-        Err(nix::Error::EINVAL | nix::Error::ENOSYS) => {
-            match nix::sys::stat::fstatat(dir, to, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(_) => Err(nix::Error::EEXIST),
-                Err(nix::Error::ENOENT) => renameat(dir, from, dir, to),
-                Err(e) => Err(e),
-            }
-        }
-        r => r,
     }
 }
 
@@ -846,9 +787,9 @@ pub fn create_volume_dir_as(
                 .and_then(|fd| dev_ino(&fd).ok())
                 .is_some_and(|id| rec.names(id, dev_ino(&parent).ok().map(|(d, _)| d)));
             if pending {
-                match rename_noreplace(&parent, &rec.new_name, leaf) {
+                match dirfd::rename_noreplace(&parent, &rec.new_name, leaf) {
                     Ok(()) => {
-                        let _ = nix::unistd::fsync(&parent);
+                        let _ = dirfd::sync(&parent);
                     }
                     // A racing instance renamed it first, or something took the name.
                     Err(nix::Error::ENOENT | nix::Error::EEXIST | nix::Error::ENOTEMPTY) => {}
@@ -884,7 +825,7 @@ pub fn create_volume_dir_as(
                 remove_private(&parent, s, &parent_path)?;
             }
         }
-        match nix::sys::stat::mkdirat(&parent, private.as_str(), Mode::from_bits_truncate(0o700)) {
+        match dirfd::mkdir(&parent, private.as_str(), 0o700) {
             Ok(()) => {}
             Err(nix::Error::EEXIST) => continue,
             Err(e) => return Err(fail(&e)),
@@ -933,7 +874,7 @@ fn squatted(why: &str) -> String {
 /// Whether the entry `name` in `dir` was last changed more than a minute ago (a leftover of a
 /// killed instance, never one still at work).
 fn old_entry(dir: &OwnedFd, name: &str) -> bool {
-    nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+    dirfd::stat_at(dir, name).is_ok_and(|st| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -954,24 +895,14 @@ pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
 fn write_marker_fd(d: &OwnedFd, marker: &Marker) -> Result<(), String> {
     let fail = |e: &dyn std::fmt::Display| e.to_string();
     let tmp = MARKER_TMP;
-    let how = OpenHow::new()
-        .flags(
-            OFlag::O_CREAT
-                | OFlag::O_TRUNC
-                | OFlag::O_WRONLY
-                | OFlag::O_CLOEXEC
-                | OFlag::O_NOFOLLOW,
-        )
-        .mode(Mode::from_bits_truncate(0o444))
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    let fd = openat2(d, tmp, how).map_err(|e| fail(&e))?;
+    let fd = dirfd::create_file(d, tmp, 0o444).map_err(|e| fail(&e))?;
     let mut f = std::fs::File::from(fd);
     let mut data = serde_json::to_vec(marker).map_err(|e| fail(&e))?;
     data.push(b'\n');
     f.write_all(&data).map_err(|e| fail(&e))?;
     f.sync_all().map_err(|e| fail(&e))?;
-    renameat(d, tmp, d, MARKER).map_err(|e| fail(&e))?;
-    nix::unistd::fsync(d).map_err(|e| fail(&e))?;
+    dirfd::rename(d, tmp, d, MARKER).map_err(|e| fail(&e))?;
+    dirfd::sync(d).map_err(|e| fail(&e))?;
     Ok(())
 }
 
@@ -1078,7 +1009,7 @@ pub fn delete_volume_dir(
         .ok_or_else(|| format!("{} has no name", path.display()))?;
     let parent = open_dir(&root.real.join(parent_rel)).map_err(|e| fail(&e))?;
     let root_fd = open_dir(&root.real).map_err(|e| fail(&e))?;
-    renameat(&parent, leaf, &root_fd, tomb.as_str()).map_err(|e| fail(&e))?;
+    dirfd::rename(&parent, leaf, &root_fd, tomb.as_str()).map_err(|e| fail(&e))?;
     checkpoint("provisioner-delete-after-rename");
     remove_tombstone(root, &tomb)?;
     remove_record(root, volume)?;
@@ -1117,32 +1048,13 @@ pub const MAX_DEPTH: usize = 256;
 type Facts = Option<(bool, (u32, u32), bool)>;
 
 fn entry_facts(dir: &OwnedFd, name: &OsStr) -> Result<Facts, String> {
-    use rustix::fs::{AtFlags as RAt, StatxAttributes, StatxFlags};
-    let st = match rustix::fs::statx(
-        dir,
-        name,
-        RAt::SYMLINK_NOFOLLOW | RAt::NO_AUTOMOUNT,
-        StatxFlags::TYPE | StatxFlags::INO,
-    ) {
-        Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(format!("cannot look at {}: {e}", name.to_string_lossy())),
-    };
-    let is_dir = u32::from(st.stx_mode) & nix::libc::S_IFMT == nix::libc::S_IFDIR;
-    let mount = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT)
-        && st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT);
-    Ok(Some((is_dir, (st.stx_dev_major, st.stx_dev_minor), mount)))
+    dirfd::entry(dir, name)
+        .map(|e| e.map(|e| (e.is_dir, e.dev, e.mount_root)))
+        .map_err(|e| format!("cannot look at {}: {e}", name.to_string_lossy()))
 }
 
 fn top_dev(dir: &OwnedFd) -> Result<(u32, u32), String> {
-    rustix::fs::statx(
-        dir,
-        "",
-        rustix::fs::AtFlags::EMPTY_PATH,
-        rustix::fs::StatxFlags::INO,
-    )
-    .map(|st| (st.stx_dev_major, st.stx_dev_minor))
-    .map_err(|e| format!("cannot look at the directory: {e}"))
+    dirfd::fs_dev(dir).map_err(|e| format!("cannot look at the directory: {e}"))
 }
 
 /// Walks the volume directory `dir` (at `path`) before it is deleted: fails if anything inside
@@ -1276,9 +1188,9 @@ fn remove_contents(
         match child {
             Some(child) => {
                 remove_contents(&child, &p, dev, depth + 1)?;
-                unlinkat(dir, n.as_os_str(), UnlinkatFlags::RemoveDir)
+                dirfd::rmdir(dir, n.as_os_str())
             }
-            None => unlinkat(dir, n.as_os_str(), UnlinkatFlags::NoRemoveDir),
+            None => dirfd::unlink(dir, n.as_os_str()),
         }
         .or_else(|e| {
             if e == nix::Error::ENOENT {
@@ -1310,7 +1222,7 @@ fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), String> {
     let dev = top_dev(&dir)?;
     remove_contents(&dir, &p, dev, 0)?;
     drop(dir);
-    match unlinkat(&root_fd, tomb, UnlinkatFlags::RemoveDir) {
+    match dirfd::rmdir(&root_fd, tomb) {
         Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
         Err(e) => Err(format!("cannot remove {}: {e}", p.display())),
     }

@@ -731,10 +731,3 @@ fn scan_finds_marked_directories() {
         vec![("pvc-1", true), ("pvc-2", true), ("pvc-0", false)]
     );
 }
-
-#[test]
-fn free_space_is_read() {
-    let (_d, r) = root();
-    assert!(free_bytes(&r.real).is_some());
-    assert!(free_bytes(Path::new("/nonexistent/x")).is_none());
-}
