@@ -29,17 +29,18 @@
 //! Not node-local: any instance may provision a claim and any may delete its PV; several do at
 //! once. The PV name is deterministic (`pvc-<claim uid>`), so the API server keeps one PV; here,
 //! racing instances converge:
-//! - provisioning: hostPath's protocol ([`volumedir::create_volume_dir_as`], its module doc): each
-//!   instance makes the directory under its own private name (`.flexvol-new-<pv>@<node>.<pid>`),
-//!   sets it up, and publishes the record by a hard link (the first link wins; the others remove
-//!   theirs), then any instance renames the recorded directory into place without replacing
-//!   anything (NFS has no `RENAME_NOREPLACE`: the fallback there is explained in that doc).
-//!   Everybody accepts the record when it names the same PV and claim (the `node` field says
+//! - provisioning: the marked-directory protocol ([`volumedir::create_volume_dir_as`], its
+//!   module doc): each instance makes the directory under its own private name
+//!   (`.flexvol-new-<pv>@<node>.<pid>`), sets it up, and publishes the record by a hard link
+//!   (the first link wins; the others remove theirs), then any instance renames the recorded
+//!   directory into place without replacing anything (NFS has no `RENAME_NOREPLACE`: the
+//!   fallback there is explained in that doc). Everybody accepts the record when it names the same PV and claim (the `node` field says
 //!   which instance made it and is not compared). A directory at the target that is not the
 //!   recorded one — a squatter's, empty or not — is never adopted;
 //! - deleting: the directory is committed by one `rename` (to a tombstone, or to its archive
 //!   name); an instance whose rename finds nothing looks again and finishes the tombstone or
-//!   finds the job done.
+//!   finds the job done. The PV's empty private directories of any instance (a killed racer's)
+//!   go with the delete or archive ([`volumedir::remove_leftovers`]).
 //!
 //! Capabilities ([`crate::node::capability`]): the class's export must be listed in the node
 //! config's `nfs.provisionedExports` (every node lists the same exports, and the NFS driver then
@@ -177,7 +178,7 @@ pub struct NfsClass {
     pub version: Option<String>,
     /// `mountOptions`, if set: what the PV (so every pod mount) gets.
     pub mount_options: Option<String>,
-    /// `pathPattern`, `uid`, `gid`, `mode` (hostPath's parser).
+    /// `pathPattern`, `uid`, `gid`, `mode` (the marked-directory library's parser, as hostPath's).
     pub dir: volumedir::DirParams,
     /// `onDelete`.
     pub on_delete: OnDelete,
