@@ -34,9 +34,10 @@
 //!   (`.flexvol-new-<pv>@<node>.<pid>`), sets it up, and publishes the record by a hard link
 //!   (the first link wins; the others remove theirs), then any instance renames the recorded
 //!   directory into place without replacing anything (NFS has no `RENAME_NOREPLACE`: the
-//!   fallback there is explained in that doc). Everybody accepts the record when it names the same PV and claim (the `node` field says
-//!   which instance made it and is not compared). A directory at the target that is not the
-//!   recorded one — a squatter's, empty or not — is never adopted;
+//!   fallback there is explained in that doc). Everybody accepts the record when it names the
+//!   same PV and claim (the `node` field says which instance made it and is not compared). A
+//!   directory at the target that is not the recorded one — a squatter's, empty or not — is
+//!   never adopted;
 //! - deleting: the directory is committed by one `rename` (to a tombstone, or to its archive
 //!   name); an instance whose rename finds nothing looks again and finishes the tombstone or
 //!   finds the job done. The PV's empty private directories of any instance (a killed racer's)
