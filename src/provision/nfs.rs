@@ -508,13 +508,15 @@ fn archive(
     };
     let left =
         "it was left alone: archive or delete it by hand if it is not needed, then remove the PV";
-    let state = volumedir::inspect(root, rel);
-    if state == DirState::Missing {
-        volumedir::forget_record(root, rel, pv)?;
-        volumedir::remove_leftovers(root, rel, pv);
-        return gone();
+    match volumedir::check_ours(root, rel, pv, claim_uid, left) {
+        Ok(_) => {}
+        Err(ProvisionError::NotFound(_)) => {
+            volumedir::forget_record(root, rel, pv)?;
+            volumedir::remove_leftovers(root, rel, pv);
+            return gone();
+        }
+        Err(e) => return Err(e),
     }
-    volumedir::check_owner(&state, &path, pv, claim_uid, left)?;
     let fail = |e: &dyn std::fmt::Display| format!("cannot archive {}: {e}", path.display());
     let leaf = rel
         .file_name()

@@ -587,9 +587,7 @@ pub fn raise_volume(
     bytes: u64,
 ) -> Result<u64, ProvisionError> {
     let dir = root.real.join(rel);
-    let state = volumedir::inspect(root, rel);
-    volumedir::check_owner(&state, &dir, volume, claim_uid, "not grown")?;
-    let id = match state {
+    let id = match volumedir::check_ours(root, rel, volume, claim_uid, "not grown")? {
         DirState::Owned(r) => r.marker.project_id,
         DirState::Legacy(m) => m.project_id,
         _ => None,

@@ -3,8 +3,8 @@
 //! below a root — a hostPath root of the node config, or an NFS export the provisioner mounted.
 //!
 //! What it offers: [`Root`]s ([`prepare_root`], [`usable_roots`]), ownership [`Record`]s and
-//! [`Marker`]s, the state of a directory ([`inspect`] → [`DirState`], [`check_owner`]), creating
-//! ([`create_volume_dir_as`]) and deleting ([`delete_volume_dir`], tombstones finished by
+//! [`Marker`]s, the state of a directory and whether it is a PV's ([`inspect`] → [`DirState`],
+//! [`check_owner`], [`check_ours`]), creating ([`create_volume_dir_as`]) and deleting ([`delete_volume_dir`], tombstones finished by
 //! [`finish_deletes`]) volume directories, and listing them ([`scan`], [`SCAN_DEPTH`]). The
 //! directory part of a class (`pathPattern`, `uid`, `gid`, `mode`) is parsed here too
 //! ([`DirParams`]), since both provisioners take it. It knows no provisioner and no Kubernetes
@@ -963,6 +963,21 @@ pub fn check_owner(
             m.claim_uid
         )))
     }
+}
+
+/// Looks at `<root>/<rel>` ([`inspect`]) and checks it is the directory of PV `volume` of claim
+/// uid `claim_uid` ([`check_owner`]); returns what it is (`Owned` or `Legacy`). The one
+/// "is this directory ours" step before an archive or a resize.
+pub fn check_ours(
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+    claim_uid: &str,
+    left: &str,
+) -> Result<DirState, ProvisionError> {
+    let state = inspect(root, rel);
+    check_owner(&state, &root.real.join(rel), volume, claim_uid, left)?;
+    Ok(state)
 }
 
 /// Deletes the volume directory `<root>/<rel>` of PV `volume` (claim uid `claim_uid`), only if
