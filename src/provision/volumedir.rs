@@ -4,11 +4,13 @@
 //!
 //! What it offers: [`Root`]s ([`prepare_root`], [`usable_roots`]), ownership [`Record`]s and
 //! [`Marker`]s, the state of a directory and whether it is a PV's ([`inspect`] → [`DirState`],
-//! [`check_owner`], [`check_ours`]), creating ([`create_volume_dir_as`]) and deleting ([`delete_volume_dir`], tombstones finished by
-//! [`finish_deletes`]) volume directories, and listing them ([`scan`], [`SCAN_DEPTH`]). The
+//! [`check_owner`], [`check_ours`]), creating ([`create_volume_dir_as`]) and deleting
+//! ([`delete_volume_dir`], tombstones finished by [`finish_deletes`], leftovers by
+//! [`remove_leftovers`]) volume directories, and listing them ([`scan`], [`SCAN_DEPTH`]). The
 //! directory part of a class (`pathPattern`, `uid`, `gid`, `mode`) is parsed here too
 //! ([`DirParams`]), since both provisioners take it. It knows no provisioner and no Kubernetes
-//! object: callers pass names and paths.
+//! object (callers pass names and paths); its refusals are typed ([`ProvisionError`]). The
+//! system calls are [`crate::sys::dirfd`]'s.
 //!
 //! Safety rules (rule 4 of the house: delete only what we provably created):
 //! - Roots come from the node config only, and are used canonical (symlinks in the configured
