@@ -19,8 +19,7 @@
 //! age again ([`recheck`]).
 
 use crate::node::config::Config;
-use crate::provision::hostpath::{self, Found};
-use crate::provision::reconcile::{SCAN_DEPTH, usable_roots};
+use crate::provision::volumedir::{self, Found, SCAN_DEPTH, usable_roots};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
@@ -30,7 +29,7 @@ use std::time::{Duration, SystemTime};
 /// The marked directories under every root of the config, on this host.
 pub fn collect(config: &Config) -> Vec<Found> {
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
-    hostpath::scan(&roots, SCAN_DEPTH)
+    volumedir::scan(&roots, SCAN_DEPTH)
 }
 
 /// The `--live-pvs` file: the PV names it lists, and when it was last written.
@@ -114,7 +113,7 @@ pub fn created_at(found: &Found) -> Option<SystemTime> {
         SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
     };
     let born = dir.created().ok().or_else(|| ctime(&dir))?;
-    let marker = std::fs::symlink_metadata(found.path.join(hostpath::MARKER)).ok()?;
+    let marker = std::fs::symlink_metadata(found.path.join(volumedir::MARKER)).ok()?;
     [Some(born), marker.modified().ok(), ctime(&marker)]
         .into_iter()
         .try_fold(SystemTime::UNIX_EPOCH, |latest, t| Some(latest.max(t?)))
@@ -185,15 +184,17 @@ pub fn recheck(found: &Found, list: &Path, min_age: Duration) -> Result<(), Stri
 /// Deletes an orphan the provisioner's way (record or old marker re-checked).
 pub fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(), String> {
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
-    let (root, rel) = hostpath::locate(&roots, &o.path)
+    let (root, rel) = volumedir::locate(&roots, &o.path)
         .ok_or_else(|| format!("{} is not below a configured root", o.path.display()))?;
-    hostpath::delete_volume_dir(root, &rel, &o.volume, claim_uid).map(|_| ())
+    volumedir::delete_volume_dir(root, &rel, &o.volume, claim_uid)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::hostpath::{Marker, create_volume_dir, prepare_root};
+    use crate::provision::volumedir::{Marker, create_volume_dir, prepare_root};
     use crate::sys::paths::Ownership;
 
     #[test]
@@ -334,7 +335,7 @@ mod tests {
                 .contains("is in the --live-pvs file now")
         );
         // A marker replaced by one with an old modification time does not make it look old.
-        let marker = path.join(hostpath::MARKER);
+        let marker = path.join(volumedir::MARKER);
         let text = std::fs::read(&marker).unwrap();
         std::fs::remove_file(&marker).unwrap();
         std::fs::write(&marker, text).unwrap();

@@ -154,7 +154,7 @@ pub fn run(a: &StatusArgs) -> i32 {
 
 /// The volume directories `flexvol provisioner` made under this node's roots.
 fn print_provisioned(
-    found: &[crate::provision::hostpath::Found],
+    found: &[crate::provision::volumedir::Found],
     sizes: &[crate::provision::quota::SizeStatus],
 ) {
     for (f, s) in found.iter().zip(sizes) {

@@ -11,6 +11,20 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
+// Kubernetes' well-known names the provisioner reads and writes (sig-storage's, and the
+// scheduler's for WaitForFirstConsumer).
+
+/// Claim annotation naming the provisioner (1.20 sets only this one).
+pub const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// Claim annotation naming the provisioner (1.23+ also set this one).
+pub const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+/// Claim annotation the scheduler sets for WaitForFirstConsumer.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// PV annotation: who provisioned it.
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// The node label PVs are pinned by.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
 /// What went wrong talking to the API server.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what}: {message}")]

@@ -205,14 +205,14 @@ impl Cluster for KubeCluster {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(super::reconcile::ANN_SELECTED_NODE));
+            .and_then(|a| a.get(super::api::ANN_SELECTED_NODE));
         if sel.map(String::as_str) != Some(node) {
             return Ok(()); // the scheduler moved on already
         }
         // resourceVersion makes the patch conditional: a 409 if the claim changed meanwhile.
         let patch = serde_json::json!({"metadata": {
             "resourceVersion": c.metadata.resource_version,
-            "annotations": {super::reconcile::ANN_SELECTED_NODE: null},
+            "annotations": {super::api::ANN_SELECTED_NODE: null},
         }});
         call(
             what,

@@ -38,17 +38,19 @@
 //! Locks: the driver's (`lvm:<vg>/<lv>`, then `lvm:vg:<vg>` for free-space decisions), so the
 //! provisioner and driver verbs creating LVs in one VG check free space one at a time. Every LVM
 //! command goes through the driver's LV service ([`LvService`]: absolute paths, argv, deadlines),
-//! injected with the block devices ([`LvmBackend::with_seams`]), so unit tests run this module
+//! injected with the block devices ([`LvmProvisioner::with_seams`]), so unit tests run this module
 //! against an in-memory LVM as well as against scripted `lvm` command lines.
 
-use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, Backend, Provisioned, Refusal, Request};
+use super::provisioner::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+};
 use crate::backend::lvm::options::key;
 use crate::backend::lvm::policy::{self, LvmConfig};
 use crate::backend::lvm::{
     Devices, LvRow, LvService, LvmCommands, LvmError, LvmOptions, Seams, SysDevices, TAG_CREATED,
     check_name, round_up,
 };
-use crate::backend::{Backend as DriverBackend, Context};
+use crate::backend::{Backend, Context};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
@@ -149,8 +151,16 @@ impl ClassParams {
     }
 }
 
+/// The LVM kind: node-local; kubelet grows the filesystem (`expandfs`).
+pub const KIND: Kind = Kind {
+    name: "lvm",
+    node_local: true,
+    access_modes: &["ReadWriteOnce"],
+    node_finishes_resize: true,
+};
+
 /// The `flexvol/lvm` backend of the provisioner.
-pub struct LvmBackend {
+pub struct LvmProvisioner {
     /// `<vendor>/lvm`: the driver name kubelet knows (its mount directories).
     driver_name: String,
     /// The block devices (the LVM driver's seam).
@@ -159,8 +169,8 @@ pub struct LvmBackend {
     lvs: Box<dyn LvService>,
 }
 
-impl LvmBackend {
-    /// The backend for driver `<vendor>/lvm`, over the node's devices and `lvm`.
+impl LvmProvisioner {
+    /// The provisioner for driver `<vendor>/lvm`, over the node's devices and `lvm`.
     pub fn new(vendor: &str) -> Self {
         Self::with_seams(vendor, Box::new(SysDevices), Box::new(LvmCommands))
     }
@@ -186,41 +196,37 @@ impl LvmBackend {
     }
 }
 
-impl Backend for LvmBackend {
-    fn kind(&self) -> &'static str {
-        "lvm"
-    }
-
-    fn node_local(&self) -> bool {
-        true
+impl Provisioner for LvmProvisioner {
+    fn kind(&self) -> &'static Kind {
+        &KIND
     }
 
     fn serves(&self, cfg: &Config, _node: &str) -> bool {
         !cfg.lvm.allowed_volume_groups.is_empty()
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
-        ClassParams::parse(params).map(|_| ())
-    }
-
-    fn access_modes(&self) -> &'static [&'static str] {
-        &["ReadWriteOnce"]
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+        ClassParams::parse(params)
+            .map(|_| ())
+            .map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
         self.with_ctx(cfg, |ctx, seams| provision(ctx, seams, req))
     }
 
-    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
-        self.with_ctx(cfg, |ctx, seams| delete(ctx, seams, pv))
+    // The LVM steps keep their plain messages: a failure to retry.
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError> {
+        Ok(self.with_ctx(cfg, |ctx, seams| delete(ctx, seams, pv))?)
     }
 
-    fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
-        self.with_ctx(cfg, |ctx, seams| expand(ctx, seams, pv, bytes))
-    }
-
-    fn node_finishes_resize(&self) -> bool {
-        true
+    fn expand(
+        &mut self,
+        cfg: &Config,
+        pv: &PersistentVolume,
+        bytes: u64,
+    ) -> Result<u64, ProvisionError> {
+        Ok(self.with_ctx(cfg, |ctx, seams| expand(ctx, seams, pv, bytes))?)
     }
 
     fn recover(&mut self, _cfg: &Config, _node: &str) -> Vec<String> {
@@ -251,9 +257,9 @@ pub(crate) fn provision(
     // The node key signs the PV's capability; read (or made) before anything is created.
     let key = Key::load_or_create(&node_key_path(&ctx.config.state_dir))
         .map_err(|e| Refusal::Fail(e.to_string()))?;
-    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(fail)?;
+    let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(fail)?;
     let _vg_lock = ctx
-        .lock(DriverBackend::Lvm, &format!("vg:{}", o.vg))
+        .lock(Backend::Lvm, &format!("vg:{}", o.vg))
         .map_err(fail)?;
     let lvs = seams.lvs.list(ctx, &o.vg).map_err(|e| match e {
         LvmError::VgNotFound { .. } => Refusal::Reschedule(format!(
@@ -419,7 +425,7 @@ pub(crate) fn delete(
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
     let e = |e: crate::error::Error| e.to_string();
-    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(e)?;
+    let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(e)?;
     let lvs = seams.lvs.list(ctx, &vg).map_err(|x| x.to_string())?;
     let Some(row) = lvs.iter().find(|r| r.lv_name == lv) else {
         return Ok(format!("{} was already gone", o.key()));
@@ -473,10 +479,8 @@ pub(crate) fn expand(
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
     let e = |e: crate::error::Error| e.to_string();
-    let _lock = ctx.lock(DriverBackend::Lvm, &o.key()).map_err(e)?;
-    let _vg_lock = ctx
-        .lock(DriverBackend::Lvm, &format!("vg:{vg}"))
-        .map_err(e)?;
+    let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(e)?;
+    let _vg_lock = ctx.lock(Backend::Lvm, &format!("vg:{vg}")).map_err(e)?;
     let lvs = seams.lvs.list(ctx, &vg).map_err(|x| x.to_string())?;
     let row = lvs
         .iter()

@@ -1,13 +1,14 @@
 //! `flexvol provisioner`: dynamic provisioning, one instance per node.
 //!
 //! Each node's instance serves claims whose class names `<vendor>/<kind>` for each kind in
-//! [`backends`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs
+//! [`provisioners`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs
 //! in the volume groups the node config grants, [`lvm`]) for the claims the scheduler placed on
 //! its node (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer), and shared ones (NFS
 //! subdirectories, [`nfs`]) for any claim of their class, by whichever serving instance gets there
 //! first; it makes the volume and the PV for it, grows both when the claim asks for more, and deletes
 //! both when a Released PV with reclaim policy Delete is one it made. The decisions are in
-//! [`reconcile`], the node-side work behind the [`backend::Backend`] seam, the API server behind
+//! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam (the directory
+//! work of hostPath and NFS in the marked-directory library, [`volumedir`]), the API server behind
 //! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
 //!
 //! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client;
@@ -20,13 +21,15 @@
 #![allow(clippy::print_stderr)]
 
 pub mod api;
-pub mod backend;
+pub mod error;
 pub mod hostpath;
 pub mod kube;
 pub mod lvm;
 pub mod nfs;
+pub mod provisioner;
 pub mod quota;
 pub mod reconcile;
+pub mod volumedir;
 
 use crate::node::config::Config;
 use clap::Args;
@@ -67,12 +70,14 @@ pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
     }
 }
 
-/// The kinds of volume served, each as `<vendor>/<kind>`. The one place a backend is registered.
-pub fn backends(id: &reconcile::Identity) -> Vec<Box<dyn backend::Backend>> {
+/// The kinds of volume served, each as `<vendor>/<kind>`. The one place a provisioner is registered.
+pub fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn provisioner::Provisioner>> {
     vec![
-        Box::new(hostpath::HostPathBackend::new(id.provisioner("hostpath"))),
-        Box::new(lvm::LvmBackend::new(&id.vendor)),
-        Box::new(nfs::NfsBackend::new(id.provisioner("nfs"))),
+        Box::new(hostpath::HostPathProvisioner::new(
+            id.provisioner("hostpath"),
+        )),
+        Box::new(lvm::LvmProvisioner::new(&id.vendor)),
+        Box::new(nfs::NfsProvisioner::new(id.provisioner("nfs"))),
     ]
 }
 
@@ -125,7 +130,7 @@ async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
         log("the watches of claims and PVs have not listed yet after 60s; going on, will retry");
     }
     let id = identity(a);
-    let mut rec = reconcile::Reconciler::new(cluster, id.clone(), backends(&id));
+    let mut rec = reconcile::Reconciler::new(cluster, id.clone(), provisioners(&id));
     log(&format!(
         "serving {} on node {} (hostPath roots here: {:?})",
         rec.provisioners().join(", "),

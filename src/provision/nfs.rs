@@ -8,8 +8,8 @@
 //!   checked against the built-in policy (it may be used on any node), and each provisioning
 //!   again against the policy of the node doing it (`nfs` in its config);
 //! - `pathPattern`: the directory below the export, in hostPath's template language
-//!   ([`hostpath::expand_pattern`]); default `<pv>_<namespace>_<claim>`
-//!   ([`hostpath::default_rel_path`]);
+//!   ([`volumedir::expand_pattern`]); default `<pv>_<namespace>_<claim>`
+//!   ([`volumedir::default_rel_path`]);
 //! - `uid`, `gid`, `mode` of the directory. **Default: root:root 0755**, the node operator's
 //!   usual default for a new directory: pods running as root can write (if the export does not
 //!   squash root), others can read. Pods
@@ -29,17 +29,19 @@
 //! Not node-local: any instance may provision a claim and any may delete its PV; several do at
 //! once. The PV name is deterministic (`pvc-<claim uid>`), so the API server keeps one PV; here,
 //! racing instances converge:
-//! - provisioning: hostPath's protocol ([`hostpath::create_volume_dir_as`], its module doc): each
-//!   instance makes the directory under its own private name (`.flexvol-new-<pv>@<node>.<pid>`),
-//!   sets it up, and publishes the record by a hard link (the first link wins; the others remove
-//!   theirs), then any instance renames the recorded directory into place without replacing
-//!   anything (NFS has no `RENAME_NOREPLACE`: the fallback there is explained in that doc).
-//!   Everybody accepts the record when it names the same PV and claim (the `node` field says
-//!   which instance made it and is not compared). A directory at the target that is not the
-//!   recorded one — a squatter's, empty or not — is never adopted;
+//! - provisioning: the marked-directory protocol ([`volumedir::create_volume_dir_as`], its
+//!   module doc): each instance makes the directory under its own private name
+//!   (`.flexvol-new-<pv>@<node>.<pid>`), sets it up, and publishes the record by a hard link
+//!   (the first link wins; the others remove theirs), then any instance renames the recorded
+//!   directory into place without replacing anything (NFS has no `RENAME_NOREPLACE`: the
+//!   fallback there is explained in that doc). Everybody accepts the record when it names the
+//!   same PV and claim (the `node` field says which instance made it and is not compared). A
+//!   directory at the target that is not the recorded one — a squatter's, empty or not — is
+//!   never adopted;
 //! - deleting: the directory is committed by one `rename` (to a tombstone, or to its archive
 //!   name); an instance whose rename finds nothing looks again and finishes the tombstone or
-//!   finds the job done.
+//!   finds the job done. The PV's empty private directories of any instance (a killed racer's)
+//!   go with the delete or archive ([`volumedir::remove_leftovers`]).
 //!
 //! Capabilities ([`crate::node::capability`]): the class's export must be listed in the node
 //! config's `nfs.provisionedExports` (every node lists the same exports, and the NFS driver then
@@ -57,17 +59,17 @@
 //! (`<runDir>/provisioner-nfs/<node>/<pv>`, mode 0700), `soft` with a short `timeo` (a server that dies
 //! mid-work makes the next file operation fail, not hang), and always unmounted afterwards, also
 //! on error, through the driver's `unmount` (which escalates to forced and lazy); if that still
-//! fails, a lazy detach. A mount left by a kill is removed by [`NfsBackend::recover`].
+//! fails, a lazy detach. A mount left by a kill is removed by [`NfsProvisioner::recover`].
 //!
 //! Safety rules (rule 4 of the house):
 //! - below the mounted export everything goes through `openat2(RESOLVE_NO_SYMLINKS)`
-//!   ([`hostpath::inspect`], [`paths::create_dirs`]); the relative path has normal components only;
+//!   ([`volumedir::inspect`], [`paths::create_dirs`]); the relative path has normal components only;
 //! - the PV records what delete acts on: [`ANN_EXPORT`] (the export root mounted), [`ANN_PATH`]
 //!   (the directory below it, exactly as created, also for nested patterns) and
 //!   [`ANN_ON_DELETE`]; the PV's `share` must equal export + path, or delete refuses;
 //! - delete acts only on a directory recorded as this PV's for its claim uid (an old one without
 //!   a record: whose marker names them); it renames within the export root and never leaves it,
-//!   and refuses a tree with a mount point or another volume inside ([`hostpath::check_tree`]);
+//!   and refuses a tree with a mount point or another volume inside ([`volumedir::check_tree`]);
 //!   after a delete or an archive the record goes;
 //! - `archive` renames the directory to `<export>/archived-<pv>-<UTC time>` (in the export
 //!   root, whatever the nesting, so an operator finds every archive in one place). It never
@@ -75,30 +77,30 @@
 //!   non-empty directory (every archive holds at least its marker). NFS has no
 //!   `RENAME_NOREPLACE`, so this is how "never overwrite" is kept;
 //! - `delete` renames to the tombstone `<export>/.flexvol-deleting-<pv>` then removes it
-//!   without following symlinks nor crossing mounts ([`hostpath::delete_volume_dir`]); a kill in
+//!   without following symlinks nor crossing mounts ([`volumedir::delete_volume_dir`]); a kill in
 //!   between leaves the tombstone, which the next delete of the same PV (still there: the PV is
 //!   removed only after) finishes;
 //! - `retain` does not even mount the export: only the PV goes.
 //!
 //! Sizes are not enforced (an NFS directory has no size): the PV says so in
-//! [`ANN_SIZE_ENFORCED`]/[`ANN_SIZE_NOTE`]. A resize is accepted as is ([`Backend::expand`]
+//! [`ANN_SIZE_ENFORCED`]/[`ANN_SIZE_NOTE`]. A resize is accepted as is ([`Provisioner::expand`]
 //! returns the new size): refusing would only keep the claim's recorded size from following
 //! the request, and nothing limits the volume either way.
 //!
 //! `recover` only removes provisioner mounts left by a kill (reading mountinfo, no network):
 //! tombstones are finished by the delete of their own PV, which the reconciler retries.
 
-use super::backend::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Backend, Provisioned, Refusal, Request,
+use super::provisioner::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, ProvisionError, Provisioned, Provisioner,
+    Refusal, Request,
 };
-use super::hostpath::{self, DirState, Marker, Root};
+use super::volumedir::{self, DirState, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
 use crate::node::config::Config;
 use crate::protocol::options::Options;
+use crate::sys::dirfd;
 use crate::sys::paths::{self, Ownership};
 use k8s_openapi::api::core::v1::PersistentVolume;
-use nix::fcntl::{AtFlags, renameat};
-use nix::sys::stat::Mode;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -177,8 +179,8 @@ pub struct NfsClass {
     pub version: Option<String>,
     /// `mountOptions`, if set: what the PV (so every pod mount) gets.
     pub mount_options: Option<String>,
-    /// `pathPattern`, `uid`, `gid`, `mode` (hostPath's parser).
-    pub dir: hostpath::ClassParams,
+    /// `pathPattern`, `uid`, `gid`, `mode` (the marked-directory library's parser, as hostPath's).
+    pub dir: volumedir::DirParams,
     /// `onDelete`.
     pub on_delete: OnDelete,
 }
@@ -193,10 +195,10 @@ impl NfsClass {
                 PARAMS.join(", ")
             ));
         }
-        let dir = hostpath::ClassParams::parse(
+        let dir = volumedir::DirParams::parse(
             params
                 .iter()
-                .filter(|(k, _)| hostpath::PARAMS.contains(&k.as_str())),
+                .filter(|(k, _)| volumedir::DIR_PARAMS.contains(&k.as_str())),
         )?;
         let on_delete = params
             .get("onDelete")
@@ -344,15 +346,23 @@ impl Exports for DriverExports {
     }
 }
 
+/// The NFS kind: shared, made and deleted by any instance.
+pub const KIND: Kind = Kind {
+    name: "nfs",
+    node_local: false,
+    access_modes: &["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"],
+    node_finishes_resize: false,
+};
+
 /// The NFS-subdirectory backend.
-pub struct NfsBackend {
+pub struct NfsProvisioner {
     provisioner: String,
     exports: Box<dyn Exports>,
     /// This instance's node (from the last `recover`/`provision`): names its mount directory.
     node: String,
 }
 
-impl NfsBackend {
+impl NfsProvisioner {
     /// The backend for provisioner name `provisioner` (`<vendor>/nfs`), mounting through the
     /// NFS driver.
     pub fn new(provisioner: String) -> Self {
@@ -371,13 +381,13 @@ impl NfsBackend {
     /// Mounts the export described by `options` on this PV's private directory, runs `work` on
     /// its root, and unmounts — also when `work` fails. An unmount failure is an error (the work
     /// is idempotent: the next pass does it again and retries the unmount).
-    fn with_export<T>(
+    fn with_export<T, E: From<String>>(
         &self,
         cfg: &Config,
         pv: &str,
         options: &str,
-        work: impl FnOnce(&Root) -> Result<T, String>,
-    ) -> Result<T, String> {
+        work: impl FnOnce(&Root) -> Result<T, E>,
+    ) -> Result<T, E> {
         let dir = private_dir(cfg, &self.node, pv)?;
         let root_path = self.exports.mount(cfg, options, &dir).inspect_err(|_| {
             // Nothing is mounted there (the driver's mount leaves nothing behind on failure).
@@ -395,7 +405,7 @@ impl NfsBackend {
         match (result, unmounted) {
             (Ok(t), Ok(())) => Ok(t),
             (Err(why), _) => Err(why),
-            (Ok(_), Err(why)) => Err(format!("the work was done but {why}; retrying")),
+            (Ok(_), Err(why)) => Err(format!("the work was done but {why}; retrying").into()),
         }
     }
 }
@@ -405,7 +415,7 @@ impl NfsBackend {
 /// instances that share a run directory (test clusters on one kernel) out of each other's way.
 fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, String> {
     for name in [node, pv] {
-        if name.contains('/') || hostpath::volume_rel_path(name).is_err() {
+        if name.contains('/') || volumedir::volume_rel_path(name).is_err() {
             return Err(format!("{name:?} is not usable as a directory name"));
         }
     }
@@ -422,7 +432,7 @@ fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, String> {
     let dir = std::fs::canonicalize(&base).map_err(|e| fail(&e))?.join(pv);
     let table = crate::sys::mountinfo::MountTable::read().map_err(|e| fail(&e))?;
     if !table.is_mount_point(&dir) {
-        match nix::unistd::mkdir(&dir, Mode::from_bits_truncate(0o700)) {
+        match dirfd::mkdir_path(&dir, 0o700) {
             Ok(()) | Err(nix::Error::EEXIST) => {}
             Err(e) => return Err(fail(&e)),
         }
@@ -437,7 +447,7 @@ fn relabel(s: &str, root: &Root, label: &str) -> String {
 }
 
 /// Creates `<root>/<rel>` (missing parents root:root 0755) with `own`, its record and its
-/// marker: [`hostpath::create_volume_dir_as`], with this instance's private name, so racing
+/// marker: [`volumedir::create_volume_dir_as`], with this instance's private name, so racing
 /// instances converge on one directory (module doc). Anything at the target that was not made
 /// for this PV is an error and left alone.
 pub fn make_subdir(
@@ -446,7 +456,7 @@ pub fn make_subdir(
     own: Ownership,
     marker: &Marker,
 ) -> Result<PathBuf, String> {
-    hostpath::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
+    volumedir::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
 }
 
 /// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),
@@ -459,20 +469,20 @@ pub fn remove_subdir(
     claim_uid: &str,
     mode: OnDelete,
     stamp: &str,
-) -> Result<String, String> {
+) -> Result<String, ProvisionError> {
     let path = root.real.join(rel);
     match mode {
         OnDelete::Retain => Ok(format!("kept {} (onDelete: retain)", path.display())),
         OnDelete::Delete => {
-            let once = || hostpath::delete_volume_dir(root, rel, pv, claim_uid);
+            let once = || volumedir::delete_volume_dir(root, rel, pv, claim_uid);
             // A racing instance may have renamed it between our look and our rename: look again.
-            let done = once().or_else(|first| match hostpath::inspect(root, rel) {
+            let done = once().or_else(|first| match volumedir::inspect(root, rel) {
                 DirState::Missing => once(),
                 _ => Err(first),
             })?;
             Ok(match done {
-                hostpath::Deleted::Removed => format!("removed {}", path.display()),
-                hostpath::Deleted::AlreadyGone => {
+                volumedir::Deleted::Removed => format!("removed {}", path.display()),
+                volumedir::Deleted::AlreadyGone => {
                     format!("{} was already gone", path.display())
                 }
             })
@@ -487,7 +497,7 @@ fn archive(
     pv: &str,
     claim_uid: &str,
     stamp: &str,
-) -> Result<String, String> {
+) -> Result<String, ProvisionError> {
     let path = root.real.join(rel);
     let gone = || {
         Ok(format!(
@@ -497,12 +507,15 @@ fn archive(
     };
     let left =
         "it was left alone: archive or delete it by hand if it is not needed, then remove the PV";
-    let state = hostpath::inspect(root, rel);
-    if state == DirState::Missing {
-        hostpath::forget_record(root, rel, pv)?;
-        return gone();
+    match volumedir::check_ours(root, rel, pv, claim_uid, left) {
+        Ok(_) => {}
+        Err(ProvisionError::NotFound(_)) => {
+            volumedir::forget_record(root, rel, pv)?;
+            volumedir::remove_leftovers(root, rel, pv);
+            return gone();
+        }
+        Err(e) => return Err(e),
     }
-    hostpath::check_owner(&state, &path, pv, claim_uid, left)?;
     let fail = |e: &dyn std::fmt::Display| format!("cannot archive {}: {e}", path.display());
     let leaf = rel
         .file_name()
@@ -517,34 +530,35 @@ fn archive(
         } else {
             format!("{base}-{n}")
         };
-        match nix::sys::stat::fstatat(&root_fd, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match dirfd::stat_at(&root_fd, name.as_str()) {
             Ok(_) => continue, // taken: never overwrite
             Err(nix::Error::ENOENT) => {}
-            Err(e) => return Err(fail(&e)),
+            Err(e) => return Err(fail(&e).into()),
         }
         // A directory renamed onto an existing non-empty directory fails (ENOTEMPTY/EEXIST),
         // onto a file ENOTDIR: a racing name cannot be overwritten either.
-        match renameat(&parent, leaf, &root_fd, name.as_str()) {
+        match dirfd::rename(&parent, leaf, &root_fd, name.as_str()) {
             Ok(()) => {
-                let _ = nix::unistd::fsync(&root_fd);
+                let _ = dirfd::sync(&root_fd);
                 // An archive is no volume any more: its record goes (its marker stays, saying
                 // whose it was).
-                hostpath::forget_record(root, rel, pv)?;
+                volumedir::forget_record(root, rel, pv)?;
+                volumedir::remove_leftovers(root, rel, pv);
                 return Ok(format!(
                     "archived {} to {}",
                     path.display(),
                     root.real.join(&name).display()
                 ));
             }
-            Err(nix::Error::ENOENT) if hostpath::inspect(root, rel) == DirState::Missing => {
-                hostpath::forget_record(root, rel, pv)?;
+            Err(nix::Error::ENOENT) if volumedir::inspect(root, rel) == DirState::Missing => {
+                volumedir::forget_record(root, rel, pv)?;
                 return gone(); // a racing instance archived it
             }
             Err(nix::Error::EEXIST | nix::Error::ENOTEMPTY | nix::Error::ENOTDIR) => continue,
-            Err(e) => return Err(fail(&e)),
+            Err(e) => return Err(fail(&e).into()),
         }
     }
-    Err(fail(&"100 archive names are taken"))
+    Err(fail(&"100 archive names are taken").into())
 }
 
 /// An archive stamp for now: `20261122T153001Z`.
@@ -572,13 +586,9 @@ fn pv_fields(pv: &PersistentVolume) -> Result<(String, BTreeMap<String, String>,
     Ok((name, opts, claim_uid))
 }
 
-impl Backend for NfsBackend {
-    fn kind(&self) -> &'static str {
-        "nfs"
-    }
-
-    fn node_local(&self) -> bool {
-        false
+impl Provisioner for NfsProvisioner {
+    fn kind(&self) -> &'static Kind {
+        &KIND
     }
 
     fn serves(&self, cfg: &Config, _node: &str) -> bool {
@@ -587,12 +597,10 @@ impl Backend for NfsBackend {
             .is_ok()
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String> {
-        NfsClass::parse(params, &NfsConfig::default()).map(|_| ())
-    }
-
-    fn access_modes(&self) -> &'static [&'static str] {
-        &["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"]
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+        NfsClass::parse(params, &NfsConfig::default())
+            .map(|_| ())
+            .map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -614,11 +622,11 @@ impl Backend for NfsBackend {
             ))
         })?;
         let rel = match &class.dir.path_pattern {
-            Some(p) => hostpath::expand_pattern(p, req.pv_name, req.namespace, req.name)
+            Some(p) => volumedir::expand_pattern(p, req.pv_name, req.namespace, req.name)
                 .map_err(Refusal::Fail)?,
             None => {
-                let d = hostpath::default_rel_path(req.pv_name, req.namespace, req.name);
-                hostpath::volume_rel_path(&d.to_string_lossy())
+                let d = volumedir::default_rel_path(req.pv_name, req.namespace, req.name);
+                volumedir::volume_rel_path(&d.to_string_lossy())
                     .map_err(|why| Refusal::Fail(format!("the volume's directory name {why}")))?
             }
         };
@@ -685,8 +693,10 @@ impl Backend for NfsBackend {
         })
     }
 
-    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String> {
-        let (name, opts, claim_uid) = pv_fields(pv)?;
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError> {
+        // What the PV says is checked first: anything missing or not as recorded is refused.
+        let refused = ProvisionError::Refused;
+        let (name, opts, claim_uid) = pv_fields(pv).map_err(refused)?;
         let ann = |k: &str| {
             pv.metadata
                 .annotations
@@ -699,29 +709,31 @@ impl Backend for NfsBackend {
                     )
                 })
         };
-        let export = ann(ANN_EXPORT)?;
-        let rel = hostpath::volume_rel_path(&ann(ANN_PATH)?)
-            .map_err(|why| format!("its {ANN_PATH} annotation {why}; left alone"))?;
-        let mode = OnDelete::parse(&ann(ANN_ON_DELETE)?)?;
+        let export = ann(ANN_EXPORT).map_err(refused)?;
+        let rel = volumedir::volume_rel_path(&ann(ANN_PATH).map_err(refused)?)
+            .map_err(|why| refused(format!("its {ANN_PATH} annotation {why}; left alone")))?;
+        let mode = OnDelete::parse(&ann(ANN_ON_DELETE).map_err(refused)?).map_err(refused)?;
         let opt = |k: &str| opts.get(k).cloned();
         let class = NfsClass {
-            server: opt("server").ok_or("it has no server option")?,
+            server: opt("server").ok_or_else(|| refused("it has no server option".into()))?,
             share: export,
             version: opt("version"),
             mount_options: opt("mountOptions"),
-            dir: hostpath::ClassParams::default(),
+            dir: volumedir::DirParams::default(),
             on_delete: mode,
         };
         // Checked as a class would be (server, export, options), with this node's policy.
-        let checked = class.check(&class.share, class.mount_options.as_deref(), &cfg.nfs)?;
+        let checked = class
+            .check(&class.share, class.mount_options.as_deref(), &cfg.nfs)
+            .map_err(refused)?;
         let recorded = full_share(&checked.share, &rel);
         if opt("share").as_deref() != Some(recorded.as_str()) {
-            return Err(format!(
+            return Err(refused(format!(
                 "its share {:?} is not {recorded:?} (export {} + path {}) as recorded at creation; left alone: delete the directory by hand, then the PV",
                 opt("share").unwrap_or_default(),
                 checked.share,
                 rel.display()
-            ));
+            )));
         }
         if mode == OnDelete::Retain {
             return Ok(format!(
@@ -735,18 +747,19 @@ impl Backend for NfsBackend {
         self.with_export(cfg, &name, &json, |root| {
             remove_subdir(root, &rel, &name, &claim_uid, mode, &stamp)
                 .map(|s| relabel(&s, root, &label))
-                .map_err(|e| relabel(&e, root, &label))
+                .map_err(|e| e.map(|m| relabel(&m, root, &label)))
         })
-        .map_err(|why| format!("{}:{recorded}: {why}", class.server))
+        .map_err(|why| why.map(|m| format!("{}:{recorded}: {m}", class.server)))
     }
 
-    fn expand(&mut self, _cfg: &Config, _pv: &PersistentVolume, bytes: u64) -> Result<u64, String> {
+    fn expand(
+        &mut self,
+        _cfg: &Config,
+        _pv: &PersistentVolume,
+        bytes: u64,
+    ) -> Result<u64, ProvisionError> {
         // Nothing to grow (module doc): the size is recorded, not enforced.
         Ok(bytes)
-    }
-
-    fn node_finishes_resize(&self) -> bool {
-        false
     }
 
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {

@@ -21,7 +21,7 @@
 //! it has a quota record there (`xfs_quota report` lists every project with usage or limits, and a
 //! directory carrying an ID is itself charged to it) or another volume's record (or old marker)
 //! names it — the next free one is taken. The caller persists the chosen ID in the volume's
-//! root-only ownership record ([`hostpath::Record`]) *before* it is applied, so it is stable across
+//! root-only ownership record ([`volumedir::Record`]) *before* it is applied, so it is stable across
 //! restarts, and a pass after a kill -9 reuses it (the marker in the directory gets a copy, for
 //! people only).
 //!
@@ -49,9 +49,10 @@
 //!   its directory's project itself; for an old volume, that and a rewritten marker together
 //!   remain possible — records close it for every volume made since.)
 
-use super::backend::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
-use super::hostpath::{self, DirState, Marker, Record, Root};
-use super::reconcile::SCAN_DEPTH;
+use super::error::ProvisionError;
+use super::provisioner::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
+use super::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
+use crate::sys::dirfd::{self, FsMagic};
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -107,16 +108,14 @@ pub struct Usage {
 
 /// Finds out whether the filesystem holding `root` enforces project quotas.
 pub fn detect(root: &Path) -> Support {
-    let st = match nix::sys::statfs::statfs(root) {
+    let (magic, block_size) = match dirfd::statfs(root) {
         Ok(s) => s,
         Err(e) => return Support::NotEnforced(format!("cannot statfs {}: {e}", root.display())),
     };
-    let kind = if st.filesystem_type() == nix::sys::statfs::XFS_SUPER_MAGIC {
-        Some(FsKind::Xfs)
-    } else if st.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC {
-        Some(FsKind::Ext4)
-    } else {
-        None
+    let kind = match magic {
+        FsMagic::Xfs => Some(FsKind::Xfs),
+        FsMagic::Ext4 => Some(FsKind::Ext4),
+        FsMagic::Other => None,
     };
     let table = match crate::sys::mountinfo::MountTable::read() {
         Ok(t) => t,
@@ -125,7 +124,7 @@ pub fn detect(root: &Path) -> Support {
     let Some(m) = table.containing(root) else {
         return Support::NotEnforced(format!("no mount holds {}", root.display()));
     };
-    let block = u64::try_from(st.block_size()).unwrap_or(4096).max(512);
+    let block = block_size.unwrap_or(4096).max(512);
     classify(
         root,
         kind,
@@ -287,16 +286,9 @@ pub fn set_limit(runner: &dyn Runner, fs: &QuotaFs, id: u32, bytes: u64) -> Resu
 
 /// Whether `dir` has the project-inherit flag (read with `FS_IOC_GETFLAGS`, no symlink followed).
 pub fn has_inherit_flag(dir: &Path) -> Result<bool, String> {
-    use nix::fcntl::{OFlag, open};
-    use nix::sys::stat::Mode;
-    let fd = open(
-        dir,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-    rustix::fs::ioctl_getflags(&fd)
-        .map(|f| f.contains(rustix::fs::IFlags::PROJECT_INHERIT))
+    let fd = dirfd::open_dir_for_flags(dir)
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    dirfd::project_inherit(&fd)
         .map_err(|e| format!("cannot read the flags of {}: {e}", dir.display()))
 }
 
@@ -476,7 +468,7 @@ pub fn enforce_volume(
     bytes: u64,
 ) -> Result<Outcome, String> {
     let dir = root.real.join(rel);
-    let rec = match hostpath::inspect(root, rel) {
+    let rec = match volumedir::inspect(root, rel) {
         DirState::Owned(rec) => rec,
         _ => {
             return Err(format!(
@@ -489,7 +481,7 @@ pub fn enforce_volume(
     let support = detect_with_tool(runner, &dir);
     let taken: BTreeSet<u32> = if m.project_id.is_none() && matches!(support, Support::Enforced(_))
     {
-        hostpath::scan(std::slice::from_ref(root), SCAN_DEPTH)
+        volumedir::scan(std::slice::from_ref(root), SCAN_DEPTH)
             .into_iter()
             .filter(|f| f.marker.volume != m.volume)
             .filter_map(|f| f.marker.project_id)
@@ -507,7 +499,7 @@ pub fn enforce_volume(
         bytes,
         |id| {
             // The root-only record is what counts; the marker in the directory is informational.
-            hostpath::write_record(
+            volumedir::write_record(
                 root,
                 &Record {
                     marker: Marker {
@@ -517,7 +509,7 @@ pub fn enforce_volume(
                     ..rec.clone()
                 },
             )?;
-            let _ = hostpath::write_marker(
+            let _ = volumedir::write_marker(
                 &dir,
                 &Marker {
                     project_id: Some(id),
@@ -555,7 +547,7 @@ pub fn project_of_volume(
     rel: &Path,
     volume: &str,
 ) -> Result<Option<u32>, String> {
-    let claimed = match hostpath::inspect(root, rel) {
+    let claimed = match volumedir::inspect(root, rel) {
         DirState::Owned(r) if r.marker.volume == volume => r.marker.project_id,
         DirState::Legacy(m) if m.volume == volume => m.project_id,
         _ => None,
@@ -593,11 +585,9 @@ pub fn raise_volume(
     volume: &str,
     claim_uid: &str,
     bytes: u64,
-) -> Result<u64, String> {
+) -> Result<u64, ProvisionError> {
     let dir = root.real.join(rel);
-    let state = hostpath::inspect(root, rel);
-    hostpath::check_owner(&state, &dir, volume, claim_uid, "not grown")?;
-    let id = match state {
+    let id = match volumedir::check_ours(root, rel, volume, claim_uid, "not grown")? {
         DirState::Owned(r) => r.marker.project_id,
         DirState::Legacy(m) => m.project_id,
         _ => None,
@@ -605,7 +595,13 @@ pub fn raise_volume(
     let Some(id) = id else {
         return Ok(bytes);
     };
-    raise_checked(runner, &detect_with_tool(runner, &dir), &dir, id, bytes)
+    Ok(raise_checked(
+        runner,
+        &detect_with_tool(runner, &dir),
+        &dir,
+        id,
+        bytes,
+    )?)
 }
 
 /// [`raise`] on `support`, after checking that `dir` really carries project `id`
@@ -668,7 +664,7 @@ pub struct SizeStatus {
 }
 
 /// The size status of each directory in `found` (one `xfs_quota report` per filesystem).
-pub fn size_status(runner: &dyn Runner, found: &[hostpath::Found]) -> Vec<SizeStatus> {
+pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeStatus> {
     let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, String>> = BTreeMap::new();
     found
         .iter()
@@ -962,27 +958,34 @@ mod tests {
         assert!(r.calls().is_empty());
     }
 
-    #[test]
-    fn a_tampered_marker_cannot_steer_quota_commands() {
-        // An old volume (marker, no record): its tenant rewrote projectId to another volume's
-        // project (`victim`); the directory really carries `own`.
-        let (own, victim) = (0x4000_0010_u32, 0x4000_0020_u32);
+    /// An old volume (made before records: a marker, no record) `<root>/old` of PV `pvc-1`
+    /// (claim uid `u1`), its marker naming `project_id`.
+    fn old_volume(project_id: Option<u32>) -> (tempfile::TempDir, Root, PathBuf) {
         let d = tempfile::tempdir().unwrap();
-        let root = hostpath::prepare_root(d.path()).unwrap();
+        let root = volumedir::prepare_root(d.path()).unwrap();
         let dir = root.real.join("old");
         std::fs::create_dir(&dir).unwrap();
-        let forged = Marker {
+        let m = Marker {
             provisioner: "flexvol/hostpath".into(),
             volume: "pvc-1".into(),
             namespace: "ns".into(),
             claim: "c".into(),
             claim_uid: "u1".into(),
             node: "n".into(),
-            project_id: Some(victim),
+            project_id,
         };
-        hostpath::write_marker(&dir, &forged).unwrap();
+        volumedir::write_marker(&dir, &m).unwrap();
+        (d, root, dir)
+    }
+
+    #[test]
+    fn a_tampered_marker_cannot_steer_quota_commands() {
+        // An old volume (marker, no record): its tenant rewrote projectId to another volume's
+        // project (`victim`); the directory really carries `own`.
+        let (own, victim) = (0x4000_0010_u32, 0x4000_0020_u32);
+        let (_d, root, dir) = old_volume(Some(victim));
         assert!(matches!(
-            hostpath::inspect(&root, Path::new("old")),
+            volumedir::inspect(&root, Path::new("old")),
             DirState::Legacy(m) if m.project_id == Some(victim)
         ));
         let p = dir.to_str().unwrap().to_owned();
@@ -1037,20 +1040,7 @@ mod tests {
 
     #[test]
     fn an_old_volume_without_a_project_grows_without_quota_commands() {
-        let d = tempfile::tempdir().unwrap();
-        let root = hostpath::prepare_root(d.path()).unwrap();
-        let dir = root.real.join("old");
-        std::fs::create_dir(&dir).unwrap();
-        let m = Marker {
-            provisioner: "flexvol/hostpath".into(),
-            volume: "pvc-1".into(),
-            namespace: "ns".into(),
-            claim: "c".into(),
-            claim_uid: "u1".into(),
-            node: "n".into(),
-            project_id: None,
-        };
-        hostpath::write_marker(&dir, &m).unwrap();
+        let (_d, root, _) = old_volume(None);
         let r = FakeRunner::new();
         assert_eq!(
             raise_volume(&r, &root, Path::new("old"), "pvc-1", "u1", 5 << 20).unwrap(),

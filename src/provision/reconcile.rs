@@ -1,7 +1,7 @@
 //! One reconcile pass: decide from what the API and the node say, then act idempotently.
 //!
 //! The pass is the same for every kind of volume; what differs is behind the
-//! [`Backend`](super::backend::Backend) seam (`hostpath`, `lvm`, `nfs`). A pass:
+//! [`Provisioner`](super::provisioner::Provisioner) seam (`hostpath`, `lvm`, `nfs`). A pass:
 //! 1. lets each backend finish what a kill left half done (tombstones);
 //! 2. reads this node's Node (never writes it: the token has no Node write): its hostname label,
 //!    which node-local PVs pin to, and whether it may make node-local volumes at all (not when
@@ -17,7 +17,7 @@
 //!    let the backend make the volume, create `pvc-<claim uid>`; when this node may not or cannot
 //!    serve it, remove `selected-node` so the scheduler picks again, with an event that says why;
 //! 5. every Bound PV of ours whose claim asks for more than the PV's
-//!    [`ANN_SIZE`](super::backend::ANN_SIZE): grow it through the backend, then raise the PV's
+//!    [`ANN_SIZE`](super::provisioner::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
 //! 6. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
 //!    node-local backend): re-read it from the server, let the backend remove the volume (it checks
@@ -29,12 +29,14 @@
 //! is ours and bound to this claim is success, a volume already gone is success, a resize is
 //! re-driven by the claim's request until the PV's annotation records it.
 
-use super::api::{ApiErrorKind, Cluster, EventSpec};
-use super::backend::{ANN_SIZE, Backend, Provisioned, Refusal, Request};
-use super::hostpath::{self, Root};
-use crate::backend::lvm::options::parse_size;
+use super::api::{
+    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, ApiErrorKind,
+    Cluster, EventSpec, HOSTNAME_LABEL,
+};
+use super::provisioner::{ANN_NODE, ANN_SIZE, Provisioned, Provisioner, Refusal, Request};
 use crate::node::capability;
 use crate::node::config::Config;
+use crate::protocol::quantity::{self, parse_size};
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -45,22 +47,6 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
-
-/// Claim annotation naming the provisioner (1.20 sets only this one).
-pub const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// Claim annotation naming the provisioner (1.23+ also set this one).
-pub const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-/// Claim annotation the scheduler sets for WaitForFirstConsumer.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// PV annotation: who provisioned it.
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
-pub const ANN_NODE: &str = "flexvol/node";
-/// The node label PVs are pinned by.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-/// How deep `status`/`gc` look for volume directories below a root.
-pub const SCAN_DEPTH: usize = 4;
 
 /// Who this provisioner is.
 #[derive(Debug, Clone)]
@@ -153,7 +139,7 @@ pub struct Reconciler<C> {
     pub cluster: C,
     /// Who we are.
     pub id: Identity,
-    backends: Vec<Box<dyn Backend>>,
+    backends: Vec<Box<dyn Provisioner>>,
     /// Per backend: whether this node serves it, as of this pass.
     serving: Vec<bool>,
     said: HashMap<(String, &'static str), String>,
@@ -193,14 +179,9 @@ fn storage_bytes(map: Option<&BTreeMap<String, Quantity>>) -> Option<u64> {
         .and_then(|q| parse_size(&q.0).ok())
 }
 
-/// `bytes` as a quantity, in the largest binary unit that divides it (`128Mi`, `1Gi`).
-pub fn quantity(bytes: u64) -> Quantity {
-    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
-            return Quantity(format!("{}{unit}", bytes >> shift));
-        }
-    }
-    Quantity(bytes.to_string())
+/// `bytes` as a quantity ([`quantity::format_size`]).
+fn quantity(bytes: u64) -> Quantity {
+    Quantity(quantity::format_size(bytes))
 }
 
 /// A claim's requested size in bytes.
@@ -213,31 +194,9 @@ fn requested(c: &PersistentVolumeClaim) -> Option<u64> {
     )
 }
 
-/// Roots of `node` usable now, creating missing ones when `create`; errors for the others.
-pub fn usable_roots(paths: &[PathBuf], create: bool) -> (Vec<Root>, Vec<String>) {
-    let (mut ok, mut bad) = (Vec::new(), Vec::new());
-    for p in paths {
-        let r = if create {
-            hostpath::prepare_root(p)
-        } else {
-            std::fs::canonicalize(p)
-                .map(|real| Root {
-                    configured: p.clone(),
-                    real,
-                })
-                .map_err(|e| format!("root {} cannot be resolved: {e}", p.display()))
-        };
-        match r {
-            Ok(r) => ok.push(r),
-            Err(e) => bad.push(e),
-        }
-    }
-    (ok, bad)
-}
-
 impl<C: Cluster> Reconciler<C> {
     /// A reconciler for `id` over `cluster`, serving `backends`.
-    pub fn new(cluster: C, id: Identity, backends: Vec<Box<dyn Backend>>) -> Self {
+    pub fn new(cluster: C, id: Identity, backends: Vec<Box<dyn Provisioner>>) -> Self {
         Self {
             cluster,
             id,
@@ -252,7 +211,7 @@ impl<C: Cluster> Reconciler<C> {
     pub fn provisioners(&self) -> Vec<String> {
         self.backends
             .iter()
-            .map(|b| self.id.provisioner(b.kind()))
+            .map(|b| self.id.provisioner(b.kind().name))
             .collect()
     }
 
@@ -260,7 +219,7 @@ impl<C: Cluster> Reconciler<C> {
     fn backend_for(&self, name: &str) -> Option<usize> {
         self.backends
             .iter()
-            .position(|b| self.id.provisioner(b.kind()) == name)
+            .position(|b| self.id.provisioner(b.kind().name) == name)
     }
 
     /// Records an event unless the same was said last time for this object and reason.
@@ -302,7 +261,7 @@ impl<C: Cluster> Reconciler<C> {
         let serves: Vec<(String, bool)> = self
             .backends
             .iter()
-            .map(|b| (self.id.provisioner(b.kind()), b.serves(cfg, &node)))
+            .map(|b| (self.id.provisioner(b.kind().name), b.serves(cfg, &node)))
             .collect();
         self.serving = serves.iter().map(|(_, s)| *s).collect();
         let here = self.read_node(&serves, &mut report).await;
@@ -484,8 +443,8 @@ impl<C: Cluster> Reconciler<C> {
         else {
             return Step::Skip;
         };
-        let node_local = self.backends[bi].node_local();
-        let provisioner = self.id.provisioner(self.backends[bi].kind());
+        let node_local = self.backends[bi].kind().node_local;
+        let provisioner = self.id.provisioner(self.backends[bi].kind().name);
         // A shared kind is left to the instances that can serve it (one without mount.nfs would
         // only add failure events beside another's success).
         if (node_local && ann(meta, ANN_SELECTED_NODE) != Some(self.id.node.as_str()))
@@ -528,7 +487,7 @@ impl<C: Cluster> Reconciler<C> {
         };
 
         // Validate everything before anything exists.
-        let kind = self.backends[bi].kind();
+        let kind = self.backends[bi].kind().name;
         let params = class.parameters.clone().unwrap_or_default();
         if let Err(why) = self.backends[bi].check_class(&params) {
             return Step::Fail(format!(
@@ -546,7 +505,7 @@ impl<C: Cluster> Reconciler<C> {
             ));
         }
         let modes = spec.access_modes.clone().unwrap_or_default();
-        let allowed = self.backends[bi].access_modes();
+        let allowed = self.backends[bi].kind().access_modes;
         if modes.is_empty() || modes.iter().any(|m| !allowed.contains(&m.as_str())) {
             return Step::Fail(format!(
                 "access modes {modes:?} are not supported by the {kind} provisioner; use {}",
@@ -697,7 +656,7 @@ impl<C: Cluster> Reconciler<C> {
     /// node-local backend; any serving instance, for a shared one).
     fn ours(&self, v: &PersistentVolume) -> Option<usize> {
         let bi = ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.backend_for(p))?;
-        let mine = if self.backends[bi].node_local() {
+        let mine = if self.backends[bi].kind().node_local {
             ann(&v.metadata, ANN_NODE) == Some(self.id.node.as_str())
         } else {
             self.serving.get(bi).copied().unwrap_or(false)
@@ -724,7 +683,7 @@ impl<C: Cluster> Reconciler<C> {
                 continue;
             };
             let b = &self.backends[bi];
-            if b.node_local() && ann(&v.metadata, ANN_NODE) != Some(self.id.node.as_str()) {
+            if b.kind().node_local && ann(&v.metadata, ANN_NODE) != Some(self.id.node.as_str()) {
                 continue;
             }
             let spec = v.spec.as_ref();
@@ -743,7 +702,7 @@ impl<C: Cluster> Reconciler<C> {
             if options.contains_key(capability::OPTION) {
                 continue;
             }
-            let Some(loc) = capability::pv_location(b.kind(), options) else {
+            let Some(loc) = capability::pv_location(b.kind().name, options) else {
                 continue;
             };
             if let Err(e) = capability::write_legacy_grant(
@@ -806,7 +765,7 @@ impl<C: Cluster> Reconciler<C> {
             .or(pv_capacity)
             .unwrap_or(0);
         let name = pv.metadata.name.clone().unwrap_or_default();
-        let finishes_on_node = self.backends[bi].node_finishes_resize();
+        let finishes_on_node = self.backends[bi].kind().node_finishes_resize;
         if want > have {
             let class_name = pv
                 .spec
@@ -911,10 +870,10 @@ impl<C: Cluster> Reconciler<C> {
         };
         let uid = v.metadata.uid.clone().unwrap_or_default();
         let failure = match self.backends[bi].delete(cfg, &v) {
-            Err(why) => Err(why),
+            Err(why) => Err(why.to_string()),
             Ok(done) => {
                 // Best effort: a grant left behind is swept once the PV is gone.
-                let kind = self.backends[bi].kind();
+                let kind = self.backends[bi].kind().name;
                 if let Some(loc) = v
                     .spec
                     .as_ref()

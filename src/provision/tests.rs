@@ -1,9 +1,10 @@
 //! The reconcile pass against a recording fake of the API (the [`Cluster`] seam) and real
 //! directories on this host.
 
-use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
-use super::hostpath::{MARKER, Marker};
+use super::api::*;
+use super::provisioner::ANN_NODE;
 use super::reconcile::*;
+use super::volumedir::{MARKER, Marker};
 use crate::node::config::Config;
 use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use k8s_openapi::api::core::v1::{
@@ -254,7 +255,7 @@ fn setup(node_name: &str) -> Reconciler<Fake> {
         node: node_name.into(),
         vendor: "flexvol".into(),
     };
-    let backends = super::backends(&id);
+    let backends = super::provisioners(&id);
     Reconciler::new(f, id, backends)
 }
 
@@ -637,7 +638,7 @@ fn a_pass_killed_before_the_pv_was_created_converges_to_one_pv_and_one_directory
     assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
     // A fresh process (no memory of events) finishes it.
     let f = std::mem::take(&mut rec.cluster);
-    let backends = super::backends(&rec.id);
+    let backends = super::provisioners(&rec.id);
     let mut rec = Reconciler::new(f, rec.id.clone(), backends);
     let r = block_on(rec.pass(&cfg));
     assert_eq!(r.provisioned.len(), 1, "{r:?}");
@@ -763,7 +764,7 @@ fn deletes_of_other_nodes_are_not_ours() {
         node: "node-b".into(),
         vendor: "flexvol".into(),
     };
-    let backends = super::backends(&id);
+    let backends = super::provisioners(&id);
     let mut other = Reconciler::new(f, id, backends);
     block_on(other.pass(&cfg));
     assert_eq!(other.cluster.volumes.borrow().len(), 1);
@@ -901,7 +902,7 @@ fn pv_size(rec: &Reconciler<Fake>) -> (String, String) {
         pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"]
             .0
             .clone(),
-        pv.metadata.annotations.as_ref().unwrap()[super::backend::ANN_SIZE].clone(),
+        pv.metadata.annotations.as_ref().unwrap()[super::provisioner::ANN_SIZE].clone(),
     )
 }
 
@@ -955,7 +956,7 @@ fn a_resize_killed_after_the_pv_finishes_the_claim_on_the_next_pass() {
     let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
     // The PV was grown (annotation and capacity), then the process died.
     let anns = BTreeMap::from([(
-        super::backend::ANN_SIZE.to_owned(),
+        super::provisioner::ANN_SIZE.to_owned(),
         (2u64 << 30).to_string(),
     )]);
     block_on(
@@ -966,15 +967,6 @@ fn a_resize_killed_after_the_pv_finishes_the_claim_on_the_next_pass() {
     let r = block_on(rec.pass(&cfg));
     assert!(r.resized.is_empty(), "{r:?}");
     assert_eq!(claim_capacity(&rec), "2Gi");
-}
-
-#[test]
-fn quantities_use_the_largest_exact_binary_unit() {
-    assert_eq!(quantity(128 << 20).0, "128Mi");
-    assert_eq!(quantity(2 << 30).0, "2Gi");
-    assert_eq!(quantity(68 << 20).0, "68Mi");
-    assert_eq!(quantity(1000).0, "1000");
-    assert_eq!(quantity(0).0, "0");
 }
 
 #[test]

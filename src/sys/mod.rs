@@ -1,6 +1,16 @@
-//! System seams: everything that touches the kernel or starts another program lives here, behind
-//! small traits ([`exec::Runner`], [`mount::Mounter`]) that tests can replace.
+//! System seams: starting other programs ([`exec`]), mounts and the mount table ([`mount`],
+//! [`mountinfo`]), locks ([`lock`], [`names`]), symlink-safe paths ([`paths`]), our own process
+//! (start-up, signals, deadlines: [`process`]) and the file system calls made through directory
+//! descriptors — opening beneath a root without symlinks, renames that never replace, links,
+//! `statx`/`statfs`, the flags ioctl ([`dirfd`]) — live here, behind small traits
+//! ([`exec::Runner`], [`mount::Mounter`]) that tests can replace, or small functions.
+//!
+//! Not here: plain `std::fs`/`std::net` use elsewhere, and a few one-line kernel reads and flags
+//! made where they are needed — the effective uid (`geteuid`, to check who owns a file),
+//! `O_NOFOLLOW` on std's `OpenOptions` (`node::capability`, `ops::install`), `access(2)` in
+//! `ops::doctor`, and the provisioner daemon's signal unmask (`provision::run`).
 
+pub mod dirfd;
 pub mod exec;
 pub mod lock;
 pub mod mount;

@@ -7,8 +7,8 @@
 use crate::guest_lvm::{Vg, Vol, allowed_env, fs_size, run, s};
 use crate::util::Env;
 use flexvol::node::config::Config;
-use flexvol::provision::backend::{Backend, Provisioned, Refusal, Request};
-use flexvol::provision::lvm::LvmBackend;
+use flexvol::provision::lvm::LvmProvisioner;
+use flexvol::provision::provisioner::{Provisioned, Provisioner, Refusal, Request};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
@@ -27,7 +27,7 @@ fn params(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 fn provision(
-    b: &mut LvmBackend,
+    b: &mut LvmProvisioner,
     cfg: &Config,
     pv: &str,
     p: &BTreeMap<String, String>,
@@ -88,7 +88,7 @@ fn guest_lvmprov_provision_use_grow_delete() {
     let vg = Vg::new(512);
     let env = allowed_env(&vg);
     let cfg = config(&env);
-    let mut b = LvmBackend::new("flexvol");
+    let mut b = LvmProvisioner::new("flexvol");
     let pv = "pvc-5f0c2a9e-1d2b-4c3d-8e4f-000000000001";
     let p = params(&[
         ("volumegroup", &vg.name),
@@ -169,7 +169,7 @@ fn guest_lvmprov_provision_use_grow_delete() {
 
     // Delete while kubelet has it mounted: refused, the LV stays.
     let obj = pv_object(pv, &made);
-    let e = b.delete(&cfg, &obj).unwrap_err();
+    let e = b.delete(&cfg, &obj).unwrap_err().to_string();
     assert!(e.contains("still mounted"), "{e}");
     assert_eq!(vg.lvs(), [pv]);
 
@@ -185,7 +185,7 @@ fn guest_lvmprov_provision_use_grow_delete() {
     assert!(after > before + 50 * MI, "{before} -> {after}");
     assert_eq!(std::fs::read(pod.join("hello")).unwrap(), b"world");
     // Past the VG's room: an error, nothing changes.
-    let e = b.expand(&cfg, &obj, 4 << 30).unwrap_err();
+    let e = b.expand(&cfg, &obj, 4 << 30).unwrap_err().to_string();
     assert!(e.contains("needs"), "{e}");
     assert_eq!(lv_field(&vg, pv, "lv_size"), (128 * MI).to_string());
 
@@ -208,7 +208,7 @@ fn guest_lvmprov_refusals_and_lvs_that_are_not_ours() {
         "vgReserve": "64Mi",
     }}));
     let mut cfg = config(&env);
-    let mut b = LvmBackend::new("flexvol");
+    let mut b = LvmProvisioner::new("flexvol");
     let p = params(&[("volumegroup", &vg.name)]);
 
     // An LV with the PV's name that flexvol did not make for it: never used, never removed.
@@ -244,7 +244,10 @@ fn guest_lvmprov_refusals_and_lvs_that_are_not_ours() {
             ]),
             ..Provisioned::default()
         };
-        let e = b.delete(&cfg, &pv_object(lv, &fake)).unwrap_err();
+        let e = b
+            .delete(&cfg, &pv_object(lv, &fake))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not carry the tag"), "{e}");
         assert!(b.expand(&cfg, &pv_object(lv, &fake), 16 * MI).is_err());
         assert_eq!(lv_field(&vg, lv, "lv_size"), (8 * MI).to_string());
@@ -301,6 +304,7 @@ fn guest_lvmprov_refusals_and_lvs_that_are_not_ours() {
     assert!(
         b.expand(&cfg, &obj, 60 * MI)
             .unwrap_err()
+            .to_string()
             .contains("thinOverprovisionRatio")
     );
     assert_eq!(b.expand(&cfg, &obj, 52 * MI), Ok(52 * MI));

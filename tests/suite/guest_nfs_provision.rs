@@ -1,4 +1,4 @@
-//! Guest tier, NFS provisioning: `flexvol::provision::nfs::NfsBackend` against the guest's real
+//! Guest tier, NFS provisioning: `flexvol::provision::nfs::NfsProvisioner` against the guest's real
 //! kernel NFS server and client (`tests/vm/run --nfs-server SUITE --ignored --test-threads=1
 //! guest_nfs_provision`), as root. The export is `127.0.0.1:/srv/nfs`; each test makes its own
 //! class export below it (`/srv/nfs/<test>`, mountable since Linux exports subdirectories) and
@@ -10,8 +10,8 @@
 //! the same NFS directory, and a dead server fails within the probe's deadline.
 
 use flexvol::node::config::Config;
-use flexvol::provision::backend::{Backend, Provisioned, Refusal, Request};
-use flexvol::provision::nfs::{self, DriverExports, Exports, NfsBackend};
+use flexvol::provision::nfs::{self, DriverExports, Exports, NfsProvisioner};
+use flexvol::provision::provisioner::{Provisioned, Provisioner, Refusal, Request};
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
     PersistentVolumeSpec,
@@ -35,7 +35,7 @@ fn require_server() {
 /// One provisioner instance ("node"): its own config (run and state dirs in `tmp`).
 struct Node {
     cfg: Config,
-    backend: NfsBackend,
+    backend: NfsProvisioner,
     name: String,
 }
 
@@ -71,7 +71,7 @@ fn node(tmp: &Path, name: &str) -> Node {
     });
     Node {
         cfg: Config::parse(Path::new("/test"), json.to_string().as_bytes()).unwrap(),
-        backend: NfsBackend::new("flexvol/nfs".into()),
+        backend: NfsProvisioner::new("flexvol/nfs".into()),
         name: name.into(),
     }
 }
@@ -158,7 +158,7 @@ fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n != flexvol::provision::hostpath::STATE_DIR)
+        .filter(|n| n != flexvol::provision::volumedir::STATE_DIR)
         .collect();
     v.sort();
     v
@@ -487,7 +487,7 @@ fn guest_nfs_provision_server_dying_mid_work_fails_in_bounded_time_and_unmounts(
         }
     }
     let mut a = node(tmp.path(), "node-a");
-    a.backend = NfsBackend::with_exports("flexvol/nfs".into(), Box::new(Shared(hole.clone())));
+    a.backend = NfsProvisioner::with_exports("flexvol/nfs".into(), Box::new(Shared(hole.clone())));
     let t = Instant::now();
     let e = provision(&mut a, &class(&share, &[]), "u1").unwrap_err();
     let took = t.elapsed();

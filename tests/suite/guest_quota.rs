@@ -348,8 +348,9 @@ fn pv_for(
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
-    use flexvol::provision::backend::{Backend, Request};
-    use flexvol::provision::hostpath::{HostPathBackend, scan};
+    use flexvol::provision::hostpath::HostPathProvisioner;
+    use flexvol::provision::provisioner::{Provisioner, Request};
+    use flexvol::provision::volumedir::scan;
     use std::collections::BTreeMap;
 
     let quota_disk = Disk::xfs("prjquota");
@@ -368,7 +369,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
         .as_bytes(),
     )
     .unwrap();
-    let mut b = HostPathBackend::new("flexvol/hostpath".into());
+    let mut b = HostPathProvisioner::new("flexvol/hostpath".into());
     let claim = Default::default();
     let params = BTreeMap::new();
     let modes = vec!["ReadWriteOnce".to_owned()];
@@ -416,7 +417,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
 
     // What `flexvol status` reports.
     let runner = SystemRunner::default();
-    let roots = [flexvol::provision::hostpath::prepare_root(&qroot).unwrap()];
+    let roots = [flexvol::provision::volumedir::prepare_root(&qroot).unwrap()];
     let found = scan(&roots, 4);
     let st = quota::size_status(&runner, &found);
     assert_eq!(st.len(), 1);
@@ -457,7 +458,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
     let pv = pv_for("pvc-p", "up", "n1", &p.location);
     assert_eq!(b.expand(&cfg, &pv, 32 << 20).unwrap(), 32 << 20);
     assert_eq!(statfs_total(&pdir), whole);
-    let roots = [flexvol::provision::hostpath::prepare_root(&proot).unwrap()];
+    let roots = [flexvol::provision::volumedir::prepare_root(&proot).unwrap()];
     let st = quota::size_status(&runner, &scan(&roots, 4));
     assert!(!st[0].enforced);
     assert!(
@@ -470,8 +471,9 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
-    use flexvol::provision::backend::{Backend, Request};
-    use flexvol::provision::hostpath::{self, HostPathBackend, Marker};
+    use flexvol::provision::hostpath::HostPathProvisioner;
+    use flexvol::provision::provisioner::{Provisioner, Request};
+    use flexvol::provision::volumedir::{self, Marker};
     use std::collections::BTreeMap;
 
     let disk = Disk::xfs("prjquota");
@@ -483,7 +485,7 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
             .as_bytes(),
     )
     .unwrap();
-    let mut b = HostPathBackend::new("flexvol/hostpath".into());
+    let mut b = HostPathProvisioner::new("flexvol/hostpath".into());
     let claim = Default::default();
     let params = BTreeMap::new();
     let modes = vec!["ReadWriteOnce".to_owned()];
@@ -516,7 +518,7 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
     assert_eq!(limit(victim), 16 << 20);
 
     // An old volume (made before records: a marker, no record) with its own project O.
-    let root = hostpath::prepare_root(&qroot).unwrap();
+    let root = volumedir::prepare_root(&qroot).unwrap();
     let old_dir = root.real.join("old");
     std::fs::create_dir(&old_dir).unwrap();
     let own = quota::ID_FIRST + 7;
@@ -529,19 +531,19 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
         node: "n1".into(),
         project_id: Some(own),
     };
-    hostpath::write_marker(&old_dir, &m).unwrap();
+    volumedir::write_marker(&old_dir, &m).unwrap();
     quota::apply(&runner, &fs, &old_dir, own, 16 << 20).unwrap();
     // Its tenant rewrites the marker to name the victim's project.
     m.project_id = Some(victim);
-    std::fs::remove_file(old_dir.join(hostpath::MARKER)).unwrap();
+    std::fs::remove_file(old_dir.join(volumedir::MARKER)).unwrap();
     std::fs::write(
-        old_dir.join(hostpath::MARKER),
+        old_dir.join(volumedir::MARKER),
         serde_json::to_vec(&m).unwrap(),
     )
     .unwrap();
     let old_pv = pv_for("pvc-old", "uo", "n1", old_dir.to_str().unwrap());
     // Resize: refused, no limit changes.
-    let e = b.expand(&cfg, &old_pv, 64 << 20).unwrap_err();
+    let e = b.expand(&cfg, &old_pv, 64 << 20).unwrap_err().to_string();
     assert!(e.contains("does not carry"), "{e}");
     assert_eq!((limit(victim), limit(own)), (16 << 20, 16 << 20));
     // Delete: the directory goes, the victim's limit stays.
@@ -553,11 +555,11 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
     // decides, and the volume still grows.
     let vdir = PathBuf::from(&p.location);
     let mut vm: Marker =
-        serde_json::from_slice(&std::fs::read(vdir.join(hostpath::MARKER)).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(vdir.join(volumedir::MARKER)).unwrap()).unwrap();
     vm.project_id = Some(own);
-    std::fs::remove_file(vdir.join(hostpath::MARKER)).unwrap();
+    std::fs::remove_file(vdir.join(volumedir::MARKER)).unwrap();
     std::fs::write(
-        vdir.join(hostpath::MARKER),
+        vdir.join(volumedir::MARKER),
         serde_json::to_vec(&vm).unwrap(),
     )
     .unwrap();

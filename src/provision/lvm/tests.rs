@@ -33,7 +33,7 @@ fn vgs_json(free: u64) -> String {
 
 /// A node whose config grants vg0.
 fn world() -> World {
-    let mut w = World::new(DriverBackend::Lvm);
+    let mut w = World::new(Backend::Lvm);
     w.config.lvm.allowed_volume_groups = vec!["vg0".into()];
     w
 }
@@ -312,7 +312,7 @@ fn provision_sends_the_claim_elsewhere_when_this_node_cannot_serve_it() {
         other => panic!("{needle}: {other:?}"),
     };
     // Not granted by this node's config: no LVM command at all.
-    let w = World::new(DriverBackend::Lvm);
+    let w = World::new(Backend::Lvm);
     resched(
         provision_with(&w, PV, &p, 64 * MI),
         "lvm.allowedVolumeGroups",
@@ -624,10 +624,10 @@ fn the_node_config_takes_a_thin_overprovisioning_ratio() {
 
 #[test]
 fn the_backend_declares_what_the_reconciler_needs() {
-    let b = LvmBackend::new("flexvol");
-    assert_eq!(b.kind(), "lvm");
-    assert!(b.node_local() && b.node_finishes_resize());
-    assert_eq!(b.access_modes(), ["ReadWriteOnce"]);
+    let b = LvmProvisioner::new("flexvol");
+    assert_eq!(b.kind().name, "lvm");
+    assert!(b.kind().node_local && b.kind().node_finishes_resize);
+    assert_eq!(b.kind().access_modes, ["ReadWriteOnce"]);
     let mut cfg = Config::default();
     assert!(!b.serves(&cfg, "n"));
     cfg.lvm.allowed_volume_groups = vec!["vg0".into()];
@@ -752,7 +752,8 @@ fn the_backend_runs_its_lvm_work_through_the_injected_service() {
     let w = world();
     let lvm = FakeLvs::with_vg("vg0", 1 << 30);
     lvm.add("vg0", "lv1", "-wi-------", 64 * MI, &tags("lv1"), "");
-    let mut b = LvmBackend::with_seams("flexvol", Box::new(FakeDevices::absent()), Box::new(lvm));
+    let mut b =
+        LvmProvisioner::with_seams("flexvol", Box::new(FakeDevices::absent()), Box::new(lvm));
     let pv = pv_of("lv1", "vg0", "lv1");
     assert_eq!(b.expand(&w.config, &pv, 101 * MI), Ok(104 * MI));
     assert_eq!(b.delete(&w.config, &pv), Ok("removed vg0/lv1".to_owned()));

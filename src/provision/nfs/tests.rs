@@ -111,8 +111,8 @@ impl World {
         }
     }
 
-    fn backend(&self) -> NfsBackend {
-        NfsBackend::with_exports("flexvol/nfs".into(), Box::new(self.exports.clone()))
+    fn backend(&self) -> NfsProvisioner {
+        NfsProvisioner::with_exports("flexvol/nfs".into(), Box::new(self.exports.clone()))
     }
 
     fn log(&self) -> Vec<String> {
@@ -144,7 +144,7 @@ fn params(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// Provisions claim `ns/name` (uid `uid`) as node `node`.
 fn provision(
-    b: &mut NfsBackend,
+    b: &mut NfsProvisioner,
     cfg: &Config,
     p: &BTreeMap<String, String>,
     uid: &str,
@@ -293,8 +293,8 @@ fn the_provisioners_own_mount_is_soft_and_read_write() {
 fn provision_makes_a_marked_directory_and_the_pv_source() {
     let w = World::new();
     let mut b = w.backend();
-    assert!(!b.node_local());
-    assert!(b.access_modes().contains(&"ReadWriteMany"));
+    assert!(!b.kind().node_local);
+    assert!(b.kind().access_modes.contains(&"ReadWriteMany"));
     let p = params(&[
         ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}"),
         ("uid", "1234"),
@@ -340,7 +340,7 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
     assert_eq!(md.permissions().mode() & 0o7777, 0o770);
     let m: Marker =
-        serde_json::from_slice(&std::fs::read(dir.join(hostpath::MARKER)).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join(volumedir::MARKER)).unwrap()).unwrap();
     assert_eq!((m.volume.as_str(), m.node.as_str()), ("pvc-u1", "node-a"));
     assert_eq!(m.provisioner, "flexvol/nfs");
     // Mounted soft with the class's other options, and unmounted; the private dir is gone.
@@ -486,11 +486,11 @@ fn racing_instances_converge_on_one_directory_and_one_marker() {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, [hostpath::MARKER], "one marker, no temporaries");
+        assert_eq!(names, [volumedir::MARKER], "one marker, no temporaries");
         let left: Vec<_> = std::fs::read_dir(w.export.join("ns"))
             .unwrap()
             .map(|e| e.unwrap().file_name())
-            .filter(|n| n.to_string_lossy().starts_with(hostpath::NEW_PREFIX))
+            .filter(|n| n.to_string_lossy().starts_with(volumedir::NEW_PREFIX))
             .collect();
         assert!(left.is_empty(), "private directories left: {left:?}");
         let md = std::fs::metadata(w.export.join(&rel)).unwrap();
@@ -512,7 +512,7 @@ fn a_squatted_directory_is_never_adopted_and_a_kill_converges() {
     std::fs::set_permissions(w.export.join("a"), PermissionsExt::from_mode(0o777)).unwrap();
     let e = make_subdir(&root, Path::new("a"), own, &marker("pvc-1", "u1", "n")).unwrap_err();
     assert!(e.contains("never adopts"), "{e}");
-    assert!(!w.export.join("a").join(hostpath::MARKER).exists());
+    assert!(!w.export.join("a").join(volumedir::MARKER).exists());
     assert_eq!(
         std::fs::metadata(w.export.join("a")).unwrap().uid(),
         0,
@@ -522,7 +522,7 @@ fn a_squatted_directory_is_never_adopted_and_a_kill_converges() {
     // removed and the directory made again, with the class's ownership.
     let leftover = w.export.join(format!(
         "{}pvc-2@n.{}",
-        hostpath::NEW_PREFIX,
+        volumedir::NEW_PREFIX,
         std::process::id()
     ));
     std::fs::create_dir(&leftover).unwrap();
@@ -531,11 +531,11 @@ fn a_squatted_directory_is_never_adopted_and_a_kill_converges() {
     let md = std::fs::metadata(w.export.join("b")).unwrap();
     assert_eq!((md.uid(), md.permissions().mode() & 0o7777), (1000, 0o750));
     assert!(matches!(
-        hostpath::inspect(&root, Path::new("b")),
+        volumedir::inspect(&root, Path::new("b")),
         DirState::Owned(r) if r.marker.volume == "pvc-2"
     ));
     // Another instance's private name with data in it is not ours to clear.
-    let theirs = w.export.join(format!("{}pvc-3@m.1", hostpath::NEW_PREFIX));
+    let theirs = w.export.join(format!("{}pvc-3@m.1", volumedir::NEW_PREFIX));
     std::fs::create_dir(&theirs).unwrap();
     std::fs::write(theirs.join("data"), b"x").unwrap();
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
@@ -593,7 +593,7 @@ fn delete_removes_exactly_the_recorded_nested_directory() {
     let names: Vec<_> = std::fs::read_dir(&w.export)
         .unwrap()
         .map(|e| e.unwrap().file_name())
-        .filter(|n| n != hostpath::STATE_DIR)
+        .filter(|n| n != volumedir::STATE_DIR)
         .collect();
     assert_eq!(names, ["ns"], "no tombstone, no archive");
     // Again: already gone is success.
@@ -606,7 +606,7 @@ fn a_delete_killed_after_its_rename_is_finished_by_the_next() {
     let (pv, dir) = volume(&w, "delete", "u1");
     let tomb = w
         .export
-        .join(format!("{}pvc-u1", hostpath::TOMBSTONE_PREFIX));
+        .join(format!("{}pvc-u1", volumedir::TOMBSTONE_PREFIX));
     std::fs::rename(&dir, &tomb).unwrap();
     w.backend().delete(&w.cfg, &pv).unwrap();
     assert!(!tomb.exists());
@@ -637,7 +637,7 @@ fn archive_moves_the_directory_to_the_export_root_and_never_overwrites() {
     assert!(!dir.exists());
     assert!(w.export.join("ns").is_dir());
     // The archive keeps its marker, so a new claim cannot take it over; deleting again is done.
-    assert!(second.join(hostpath::MARKER).exists());
+    assert!(second.join(volumedir::MARKER).exists());
     assert!(
         w.backend()
             .delete(&w.cfg, &pv)
@@ -726,6 +726,8 @@ fn delete_refuses_what_it_cannot_prove_is_this_pvs() {
     ];
     for (p, want) in cases {
         let e = b.delete(&w.cfg, &p).unwrap_err();
+        assert!(matches!(e, ProvisionError::Refused(_)), "{want}: {e:?}");
+        let e = e.to_string();
         assert!(e.contains(want), "{want}: {e}");
         assert!(dir.join("sub/f").exists());
     }
@@ -742,6 +744,8 @@ fn delete_refuses_what_it_cannot_prove_is_this_pvs() {
                 .insert(ANN_ON_DELETE.into(), mode.into());
         });
         let e = b.delete(&w.cfg, &p).unwrap_err();
+        assert!(matches!(e, ProvisionError::Refused(_)), "{mode}: {e:?}");
+        let e = e.to_string();
         assert!(e.contains("symlink"), "{mode}: {e}");
         assert!(elsewhere.join("sub/f").exists());
     }
@@ -789,7 +793,7 @@ fn racing_deletes_converge() {
         assert_eq!(archives, usize::from(mode == OnDelete::Archive), "{mode:?}");
         assert!(
             !w.export
-                .join(format!("{}{pv}", hostpath::TOMBSTONE_PREFIX))
+                .join(format!("{}{pv}", volumedir::TOMBSTONE_PREFIX))
                 .exists()
         );
     }
@@ -801,7 +805,7 @@ fn resize_is_accepted_and_not_enforced() {
     let (pv, _) = volume(&w, "delete", "u1");
     let mut b = w.backend();
     assert_eq!(b.expand(&w.cfg, &pv, 5 << 30).unwrap(), 5 << 30);
-    assert!(!b.node_finishes_resize());
+    assert!(!b.kind().node_finishes_resize);
 }
 
 #[test]

@@ -253,9 +253,11 @@ scenario_nfs_kill() {
 	[ ! -e "$tomb" ] || fail "the tombstone $tomb is left"
 	wait_until "no provisioner mount left" 30 sh -c "[ \"\$(grep -c ' $KC_DIR/nodes/[^/]*/run/provisioner-nfs/' /proc/self/mountinfo)\" = 0 ]"
 	pass "nfs-kill: kill -9 after the tombstone rename of a delete, restart -> PV gone, tombstone finished, no mount left"
-	# Known leak (closing note of #20): the loser of the first kill, node-a, leaves its EMPTY private
-	# directory beside the volume, and the delete does not remove another node's. rmdir only removes
-	# empty ones: anything else still fails here.
-	for d in "$NFS_EXPORT/default/.flexvol-new-$pv@"*; do if [ -e "$d" ]; then rmdir "$d"; fi; done
+	# The loser of the first kill, node-a, left its EMPTY private directory beside the volume: the
+	# delete (here the restart that finishes it) removes every instance's empty leftover of the PV.
+	if ls -d "$NFS_EXPORT/default/.flexvol-new-$pv@"* >/dev/null 2>&1; then
+		fail "private directories of $pv left after its delete: $(ls -A "$NFS_EXPORT/default")"
+	fi
+	pass "nfs-kill: no private directory of $pv left after the delete"
 	rmdir "$NFS_EXPORT/default"
 }

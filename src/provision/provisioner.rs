@@ -1,4 +1,4 @@
-//! The seam between the reconcile loop and the storage: one [`Backend`] per kind of volume the
+//! The seam between the reconcile loop and the storage: one [`Provisioner`] per kind of volume the
 //! provisioner makes (`hostpath`, `lvm`, `nfs`).
 //!
 //! The reconciler ([`super::reconcile`]) reads the API server and decides *which* claim, PV or
@@ -8,13 +8,13 @@
 //! be gone or edited by then.
 //!
 //! Caller contract (what the reconciler guarantees):
-//! - [`Backend::provision`] is called only for a claim whose class names `<vendor>/<kind>`, whose
-//!   class parameters passed [`Backend::check_class`], that requests a size, is `Filesystem`, has no
+//! - [`Provisioner::provision`] is called only for a claim whose class names `<vendor>/<kind>`, whose
+//!   class parameters passed [`Provisioner::check_class`], that requests a size, is `Filesystem`, has no
 //!   selector, and — for a node-local backend — whose `selected-node` is this instance's node;
-//! - [`Backend::delete`] only for a PV annotated as provisioned by `<vendor>/<kind>` (and, when
-//!   [`Backend::node_local`], by this node), Released, reclaim policy Delete, re-read from the
+//! - [`Provisioner::delete`] only for a PV annotated as provisioned by `<vendor>/<kind>` (and, when
+//!   [`Kind::node_local`], by this node), Released, reclaim policy Delete, re-read from the
 //!   server just before;
-//! - [`Backend::expand`] only for a Bound PV of ours whose claim asks for more than the PV's
+//! - [`Provisioner::expand`] only for a Bound PV of ours whose claim asks for more than the PV's
 //!   [`ANN_SIZE`] and whose class allows expansion.
 //!
 //! Implementation contract (what a backend guarantees):
@@ -29,10 +29,13 @@
 //!
 //! Calls are synchronous: a pass works on one claim at a time, and the watches buffer meanwhile.
 
+pub use super::error::ProvisionError;
 use crate::node::config::Config;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use std::collections::BTreeMap;
 
+/// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
+pub const ANN_NODE: &str = "flexvol/node";
 /// PV annotation: the size in bytes the backend really provisioned (or grew to), which may exceed
 /// the request (LVM rounds up to extents). The resize logic compares claims against it, not
 /// against the PV's capacity, which kube-controller-manager raises by itself on a resize.
@@ -58,7 +61,7 @@ pub struct Request<'a> {
     pub uid: &'a str,
     /// The class's name.
     pub class_name: &'a str,
-    /// The class's parameters (passed [`Backend::check_class`]).
+    /// The class's parameters (passed [`Provisioner::check_class`]).
     pub params: &'a BTreeMap<String, String>,
     /// The requested size in bytes.
     pub size_bytes: u64,
@@ -95,41 +98,50 @@ pub enum Refusal {
     Fail(String),
 }
 
-/// One kind of volume.
-pub trait Backend {
+/// What a kind of volume is: fixed per provisioner, one constant each (`hostpath::KIND`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
     /// `hostpath`, `lvm` or `nfs`: the provisioner name is `<vendor>/<kind>`, which is also the
     /// PV's flexVolume driver and the key of the Node label the operator sets for it.
-    fn kind(&self) -> &'static str;
-
+    pub name: &'static str,
     /// Node-local volumes (hostPath, LVM) are made by the instance on the claim's selected node
     /// and pinned to it by `nodeAffinity`; shared ones (NFS) by any instance, and deleted by any.
-    fn node_local(&self) -> bool;
+    pub node_local: bool,
+    /// Access modes this kind supports (e.g. `ReadWriteOnce` only for node-local volumes).
+    pub access_modes: &'static [&'static str],
+    /// Whether kubelet finishes a resize on the node (`expandfs`: LVM grows the filesystem and
+    /// kubelet records the claim's new size). When `false` the reconciler records it on the claim.
+    pub node_finishes_resize: bool,
+}
+
+/// One kind of volume (sig-storage-lib-external-provisioner's word).
+pub trait Provisioner {
+    /// What this kind is (its constant).
+    fn kind(&self) -> &'static Kind;
 
     /// Whether this node can serve this kind now, per its config (the provisioner advises the
     /// operator when the node's label says otherwise).
     fn serves(&self, cfg: &Config, node: &str) -> bool;
 
     /// Validates a class's `parameters` (unknown keys are errors). Called before anything exists.
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), String>;
-
-    /// Access modes this kind supports (e.g. `ReadWriteOnce` only for node-local volumes).
-    fn access_modes(&self) -> &'static [&'static str];
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError>;
 
     /// Makes (or finds, made by an earlier pass for `req.pv_name`) the volume.
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal>;
 
     /// Removes the volume of a Released PV with reclaim policy Delete; `Ok` when already gone.
     /// Returns what was done, for the log (`removed vg0/pvc-…`, `archived to …`).
-    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, String>;
+    fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError>;
 
     /// Grows the volume to at least `bytes`; returns the size it has now. Shrinking never
     /// happens (the caller never asks for less than [`ANN_SIZE`]). `Err` leaves the volume as it
     /// was or grown, never half-applied in a way a retry cannot finish.
-    fn expand(&mut self, cfg: &Config, pv: &PersistentVolume, bytes: u64) -> Result<u64, String>;
-
-    /// Whether kubelet finishes a resize on the node (`expandfs`: LVM grows the filesystem and
-    /// kubelet records the claim's new size). When `false` the reconciler records it on the claim.
-    fn node_finishes_resize(&self) -> bool;
+    fn expand(
+        &mut self,
+        cfg: &Config,
+        pv: &PersistentVolume,
+        bytes: u64,
+    ) -> Result<u64, ProvisionError>;
 
     /// Finishes work a kill left half done (tombstones); returns failures for the log.
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String>;

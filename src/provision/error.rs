@@ -1,0 +1,72 @@
+//! What the provisioners' work can fail with, typed so the reconciler can branch on it: the
+//! [`super::provisioner::Provisioner`] seam's `check_class`, `delete` and `expand`, and the
+//! marked-directory library's ownership checks and deletes ([`super::volumedir`]).
+//!
+//! The message (`Display`) is the text people read in events and logs, unchanged from when these
+//! were plain strings; the variant says what kind of failure it is. A plain `String` converts to
+//! [`ProvisionError::Failed`]: an untyped message is a step to retry, as every error was before.
+
+/// Why a provisioner could not do what it was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProvisionError {
+    /// A StorageClass's parameters are invalid (an unknown key, a bad value): only a fixed class
+    /// helps.
+    #[error("{0}")]
+    InvalidClass(String),
+    /// The volume, or the PV that describes it, is not provably ours for this PV (no record or
+    /// marker naming it, another claim's, a mount or another volume inside it, a PV missing what
+    /// was recorded at creation): it is left alone for a person; retrying changes nothing until
+    /// they act.
+    #[error("{0}")]
+    Refused(String),
+    /// The volume is not where its PV says (for a resize: nothing to grow).
+    #[error("{0}")]
+    NotFound(String),
+    /// A step failed (a tool, a mount, the filesystem, a racing instance): the next pass tries
+    /// again.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for ProvisionError {
+    fn from(why: String) -> Self {
+        Self::Failed(why)
+    }
+}
+
+impl From<&str> for ProvisionError {
+    fn from(why: &str) -> Self {
+        Self::Failed(why.to_owned())
+    }
+}
+
+impl ProvisionError {
+    /// The same kind of error with `f` applied to its message (context added, paths relabelled).
+    pub fn map(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::InvalidClass(m) => Self::InvalidClass(f(m)),
+            Self::Refused(m) => Self::Refused(f(m)),
+            Self::NotFound(m) => Self::NotFound(f(m)),
+            Self::Failed(m) => Self::Failed(f(m)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_is_the_text_and_context_keeps_the_kind() {
+        let e = ProvisionError::Refused("x is not ours".into());
+        assert_eq!(e.to_string(), "x is not ours");
+        assert_eq!(
+            e.map(|m| format!("srv:/e: {m}")),
+            ProvisionError::Refused("srv:/e: x is not ours".into())
+        );
+        assert_eq!(
+            ProvisionError::from("a tool failed".to_owned()),
+            ProvisionError::Failed("a tool failed".into())
+        );
+    }
+}
