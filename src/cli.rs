@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::driver;
 use crate::ops;
 use crate::protocol::reply::{self, Reply};
-use crate::protocol::verb::{self, VERBS};
+use crate::protocol::verb::{self, Call, VERBS};
 use clap::{Args, Parser, Subcommand};
 
 const ABOUT: &str = "Kubernetes FlexVolume driver for hostPath, NFS and LVM volumes";
@@ -213,30 +213,106 @@ fn example(backend: Backend, verb: &str) -> String {
         }
     };
     let b = backend.name();
-    match verb {
-        "init" => format!("flexvol --pretty {b} init"),
-        "getvolumename" => format!("flexvol {b} getvolumename '{json}'"),
-        "attach" | "isattached" => format!("flexvol {b} {verb} '{json}' node-1"),
-        "detach" => format!("flexvol {b} detach pv-1 node-1"),
-        "waitforattach" => format!("flexvol {b} waitforattach /dev/vg0/lv1 '{json}'"),
-        "mountdevice" => format!(
-            "flexvol {b} mountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 /dev/vg0/lv1 '{json}'"
+    let options = json.to_owned();
+    let node = || "node-1".to_owned();
+    let device = || "/dev/vg0/lv1".to_owned();
+    let global =
+        || format!("/var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1");
+    // hostpath acts only on directories of kubelet's shape: <root>/pods/<uid>/volumes/<plugin>/<name>.
+    let pod = format!("/tmp/k/pods/p1/volumes/flexvol~{b}/vol");
+    let (before, call) = match verb {
+        "init" => (String::new(), Call::Init),
+        "getvolumename" => (String::new(), Call::GetVolumeName { options }),
+        "attach" => (
+            String::new(),
+            Call::Attach {
+                options,
+                node: node(),
+            },
         ),
-        "unmountdevice" => format!(
-            "flexvol {b} unmountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1"
+        "isattached" => (
+            String::new(),
+            Call::IsAttached {
+                options,
+                node: node(),
+            },
         ),
-        // hostpath acts only on directories of kubelet's shape: <root>/pods/<uid>/volumes/<plugin>/<name>.
-        "mount" => format!(
-            "mkdir -p /tmp/k/pods/p1/volumes/flexvol~{b}/vol && flexvol {b} mount /tmp/k/pods/p1/volumes/flexvol~{b}/vol '{json}'"
+        "detach" => (
+            String::new(),
+            Call::Detach {
+                volume: "pv-1".to_owned(),
+                node: node(),
+            },
         ),
-        "unmount" => format!("flexvol {b} unmount /tmp/k/pods/p1/volumes/flexvol~{b}/vol"),
-        "expandvolume" => format!(
-            "flexvol {b} expandvolume '{json}' /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 2147483648 1073741824"
+        "waitforattach" => (
+            String::new(),
+            Call::WaitForAttach {
+                device: device(),
+                options,
+            },
         ),
-        "expandfs" => format!(
-            "flexvol {b} expandfs '{json}' /dev/vg0/lv1 /var/lib/kubelet/pods/UID/volumes/flexvol~{b}/pv-1 2147483648 1073741824"
+        "mountdevice" => (
+            String::new(),
+            Call::MountDevice {
+                mount_dir: global(),
+                device: device(),
+                options,
+            },
         ),
-        _ => String::new(),
+        "unmountdevice" => (
+            String::new(),
+            Call::UnmountDevice {
+                mount_dir: global(),
+            },
+        ),
+        "mount" => (
+            format!("mkdir -p {pod} && "),
+            Call::Mount {
+                mount_dir: pod.clone(),
+                options,
+            },
+        ),
+        "unmount" => (String::new(), Call::Unmount { mount_dir: pod }),
+        "expandvolume" => (
+            String::new(),
+            Call::ExpandVolume {
+                options,
+                mount_dir: global(),
+                new_size: 2147483648,
+                old_size: 1073741824,
+            },
+        ),
+        "expandfs" => (
+            String::new(),
+            Call::ExpandFs {
+                options,
+                device: device(),
+                mount_dir: format!("/var/lib/kubelet/pods/UID/volumes/flexvol~{b}/pv-1"),
+                new_size: 2147483648,
+                old_size: 1073741824,
+            },
+        ),
+        _ => return String::new(),
+    };
+    let pretty = if matches!(call, Call::Init) {
+        "--pretty "
+    } else {
+        ""
+    };
+    let words: Vec<String> = call.to_argv().iter().map(|w| shell_word(w)).collect();
+    format!("{before}flexvol {pretty}{b} {}", words.join(" "))
+}
+
+/// `w` as one shell word: as is when it has only characters no shell treats specially, else in
+/// single quotes (the examples' JSON never holds one).
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"/._~=-:,@+".contains(&c));
+    if plain {
+        w.to_owned()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
     }
 }
 
