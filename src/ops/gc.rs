@@ -60,8 +60,8 @@ pub struct GcArgs {
     /// pods not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
     pub live_pods: Option<PathBuf>,
-    /// File of the PV names the API server knows (`kubectl get pv -o name`); directories made by
-    /// `flexvol provisioner` whose PV is not in it count as orphaned.
+    /// File of the PV names the API server knows (`kubectl get pv -o name`); hostPath directories made
+    /// by `flexvol provisioner` whose PV is not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
     pub live_pvs: Option<PathBuf>,
     /// With --live-pvs: a provisioned directory whose PV is not listed is an orphan only when it
