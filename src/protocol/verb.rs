@@ -181,7 +181,7 @@ impl Call {
         }
     }
 
-    /// The arguments after argv[0] that kubelet would pass for this call, in kubelet's order: the
+    /// The arguments after `argv[0]` that kubelet would pass for this call, in kubelet's order: the
     /// inverse of [`Call::parse`] (`parse(&c.to_argv()) == Ok(c)` for every verb; an `Unknown`
     /// call is its verb alone). Sizes are written as decimal byte counts.
     pub fn to_argv(&self) -> Vec<String> {
@@ -232,7 +232,7 @@ impl Call {
         }
     }
 
-    /// Parses the arguments after argv[0]: the verb, then its positional arguments.
+    /// Parses the arguments after `argv[0]`: the verb, then its positional arguments.
     pub fn parse(args: &[String]) -> Result<Call, ArgError> {
         let (verb, rest) = args.split_first().ok_or(ArgError::NoVerb)?;
         let Some(spec) = spec(verb) else {
