@@ -184,7 +184,8 @@ fn unmount(config: &Config, f: &Finding) -> Result<(), String> {
     let call = Call::Unmount {
         mount_dir: f.target.to_string_lossy().into_owned(),
     };
-    let args = vec![f.target.to_string_lossy().into_owned()];
+    // The call log's arguments: kubelet's argv after the verb.
+    let args = call.to_argv().split_off(1);
     calllog::begin(
         config.log_path().map(Into::into),
         config.log_syslog.then(|| config.syslog_socket.clone()),
