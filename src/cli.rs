@@ -303,8 +303,8 @@ fn example(backend: Backend, verb: &str) -> String {
     format!("{before}flexvol {pretty}{b} {}", words.join(" "))
 }
 
-/// `w` as one shell word: as is when it has only characters no shell treats specially, else in
-/// single quotes (the examples' JSON never holds one).
+/// `w` as one shell word for the examples: as is when it is made of path-like characters only (no
+/// example word starts with `~`), else in single quotes.
 fn shell_word(w: &str) -> String {
     let plain = !w.is_empty()
         && w.bytes()
