@@ -1,10 +1,10 @@
 //! Link layout of the flexvol executable.
 //!
 //! kubelet execs the driver for every call, so what a call pays to start matters: every 64 KiB
-//! window of code it touches costs a page fault. `src/hot-symbols.txt` lists the functions the
-//! driver verbs run (made by `tests/perf/hot-symbols`); the linker places them together at the
-//! start of `.text`, which took a hostPath mount from 86 page faults to 47 and `init` from 76 to
-//! 42.
+//! window of code it touches costs a page fault. `tests/perf/hot-symbols.txt` (a build input
+//! kept beside `tests/perf/hot-symbols`, the script that regenerates it) lists the functions the
+//! driver verbs run; the linker places them together at the start of `.text`, which took a
+//! hostPath mount from 86 page faults to 47 and `init` from 76 to 42.
 //!
 //! `--symbol-ordering-file` is an lld option, and rust-lld is rustc's default linker on x86_64
 //! Linux since 1.90: with an older rustc (which links with the system's `ld`) nothing is added.
@@ -15,12 +15,12 @@
 #![allow(clippy::print_stdout)]
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/hot-symbols.txt");
+    println!("cargo:rerun-if-changed=tests/perf/hot-symbols.txt");
     println!("cargo:rerun-if-env-changed=FLEXVOL_LINK_MAP");
     if !links_with_lld() {
         return;
     }
-    let list = concat!(env!("CARGO_MANIFEST_DIR"), "/src/hot-symbols.txt");
+    let list = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perf/hot-symbols.txt");
     println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={list}");
     println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
     // tests/perf/hot-symbols reads the symbols' addresses from the linker's map: building with

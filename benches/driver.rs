@@ -416,7 +416,7 @@ fn main() {
         rss_floor as f64 / 1024.0
     );
     // Each 64 KiB window of code a call touches is a fault: a jump here with no change in the
-    // verbs means src/hot-symbols.txt no longer matches the build (tests/perf/hot-symbols).
+    // verbs means tests/perf/hot-symbols.txt no longer matches the build (tests/perf/hot-symbols).
     println!(
         "{:<28} init {pf_init}, mount {pf_mount}, unmount {pf_unmount} (C floor {pf_floor})",
         "page faults per call"

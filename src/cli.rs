@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::driver;
 use crate::ops;
 use crate::protocol::reply::{self, Reply};
-use crate::protocol::verb::{self, VERBS};
+use crate::protocol::verb::{self, Call, VERBS};
 use clap::{Args, Parser, Subcommand};
 
 const ABOUT: &str = "Kubernetes FlexVolume driver for hostPath, NFS and LVM volumes";
@@ -70,8 +70,8 @@ enum Command {
     Status(ops::status::StatusArgs),
     /// Find mounts and records kubelet forgot; clean them up only with --apply.
     #[command(
-        long_about = "Find mounts and records kubelet forgot; clean them up only with --apply.\n\nA pod counts as gone only when its directory <kubelet-root>/pods/<uid> no longer exists, when its mount point was deleted while mounted, or when its uid is missing from the --live-pods list. Orphaned mounts are unmounted through the driver's own unmount (then the empty volume directory is removed); records of mounts that do not exist are forgotten. Nothing is ever deleted recursively, and no volume data is touched, with one exception: with --live-pvs FILE, a directory `flexvol provisioner` made (it holds its ownership marker) whose PV is not in FILE is an orphan if it was made before FILE was written and at least --min-age (default 1h) ago, and --apply deletes it the provisioner's way (FILE read and the age checked again just before, marker checked, never through a symlink). Younger directories are left alone: the provisioner makes a directory before its PV, so a list taken a moment earlier does not name it yet.",
-        after_help = "Example:\n  flexvol gc                      # dry run: what would be cleaned up\n  kubectl get pods -A --field-selector spec.nodeName=$(hostname) -o jsonpath='{.items[*].metadata.uid}' > /tmp/live\n  flexvol gc --live-pods /tmp/live --apply\n  kubectl get pv -o name > /tmp/pvs && flexvol gc --live-pvs /tmp/pvs   # provisioned directories whose PV is gone"
+        long_about = "Find mounts and records kubelet forgot; clean them up only with --apply.\n\nA pod counts as gone only when its directory <kubelet-root>/pods/<uid> no longer exists, when its mount point was deleted while mounted, or when its uid is missing from the --live-pods list. Orphaned mounts are unmounted through the driver's own unmount (then the empty volume directory is removed); records of mounts that do not exist are forgotten. Nothing is ever deleted recursively, and no volume data is touched, with one exception: with --live-pvs FILE, a hostPath directory `flexvol provisioner` made (it holds its ownership marker) whose PV is not in FILE is an orphan if it was made before FILE was written and at least --min-age (default 1h) ago, and --apply deletes it the provisioner's way (FILE read and the age checked again just before, marker checked, never through a symlink). Younger directories are left alone: the provisioner makes a directory before its PV, so a list taken a moment earlier does not name it yet.",
+        after_help = "Example:\n  flexvol gc                      # dry run: what would be cleaned up\n  kubectl get pods -A --field-selector spec.nodeName=$(hostname) -o jsonpath='{.items[*].metadata.uid}' > /tmp/live\n  flexvol gc --live-pods /tmp/live --apply\n  kubectl get pv -o name > /tmp/pvs && flexvol gc --live-pvs /tmp/pvs   # provisioned hostPath directories whose PV is gone"
     )]
     Gc(ops::gc::GcArgs),
     /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
@@ -80,9 +80,9 @@ enum Command {
         after_help = "Examples:\n  flexvol conformance --driver flexvol/hostpath --driver flexvol/nfs    # probe and generic error paths only\n  flexvol conformance --plugin-dir /var/lib/kubelet/volumeplugins --driver flexvol/hostpath \\\n    --options '{\"path\":\"/srv/flexvol/conformance\",\"type\":\"DirectoryOrCreate\"}' \\\n    --bad-options '{\"path\":\"/srv/flexvol/does-not-exist\",\"type\":\"Directory\"}' --bad-options '{\"type\":\"Directory\"}'"
     )]
     Conformance(ops::conformance::ConformanceArgs),
-    /// Provision hostPath volumes for claims of a `<vendor>/hostpath` StorageClass on this node (a daemon; one per node).
+    /// Provision volumes for claims of `<vendor>/hostpath`, `<vendor>/lvm` and `<vendor>/nfs` StorageClasses (a daemon; one per node).
     #[command(
-        after_help = "Roots come from the node config's local-path keys (nodePathMap, storageClassConfigs).\n\nExample:\n  flexvol provisioner --node-name $(hostname)                        # in the DaemonSet (service account)\n  flexvol provisioner --node-name node-a --kubeconfig ~/.kube/config"
+        after_help = "hostPath directories and LVs are made on this node for the claims scheduled to it; NFS subdirectories for any claim of an nfs class. What each may use comes from the node config: hostPath roots from the local-path keys (nodePathMap, storageClassConfigs), volume groups from lvm.allowedVolumeGroups, exports from nfs.provisionedExports.\n\nExample:\n  flexvol provisioner --node-name $(hostname)                        # in the DaemonSet (service account)\n  flexvol provisioner --node-name node-a --kubeconfig ~/.kube/config"
     )]
     Provisioner(crate::provision::ProvisionerArgs),
 }
@@ -213,30 +213,106 @@ fn example(backend: Backend, verb: &str) -> String {
         }
     };
     let b = backend.name();
-    match verb {
-        "init" => format!("flexvol --pretty {b} init"),
-        "getvolumename" => format!("flexvol {b} getvolumename '{json}'"),
-        "attach" | "isattached" => format!("flexvol {b} {verb} '{json}' node-1"),
-        "detach" => format!("flexvol {b} detach pv-1 node-1"),
-        "waitforattach" => format!("flexvol {b} waitforattach /dev/vg0/lv1 '{json}'"),
-        "mountdevice" => format!(
-            "flexvol {b} mountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 /dev/vg0/lv1 '{json}'"
+    let options = json.to_owned();
+    let node = || "node-1".to_owned();
+    let device = || "/dev/vg0/lv1".to_owned();
+    let global =
+        || format!("/var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1");
+    // hostpath acts only on directories of kubelet's shape: <root>/pods/<uid>/volumes/<plugin>/<name>.
+    let pod = format!("/tmp/k/pods/p1/volumes/flexvol~{b}/vol");
+    let (before, call) = match verb {
+        "init" => (String::new(), Call::Init),
+        "getvolumename" => (String::new(), Call::GetVolumeName { options }),
+        "attach" => (
+            String::new(),
+            Call::Attach {
+                options,
+                node: node(),
+            },
         ),
-        "unmountdevice" => format!(
-            "flexvol {b} unmountdevice /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1"
+        "isattached" => (
+            String::new(),
+            Call::IsAttached {
+                options,
+                node: node(),
+            },
         ),
-        // hostpath acts only on directories of kubelet's shape: <root>/pods/<uid>/volumes/<plugin>/<name>.
-        "mount" => format!(
-            "mkdir -p /tmp/k/pods/p1/volumes/flexvol~{b}/vol && flexvol {b} mount /tmp/k/pods/p1/volumes/flexvol~{b}/vol '{json}'"
+        "detach" => (
+            String::new(),
+            Call::Detach {
+                volume: "pv-1".to_owned(),
+                node: node(),
+            },
         ),
-        "unmount" => format!("flexvol {b} unmount /tmp/k/pods/p1/volumes/flexvol~{b}/vol"),
-        "expandvolume" => format!(
-            "flexvol {b} expandvolume '{json}' /var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/{b}/mounts/pv-1 2147483648 1073741824"
+        "waitforattach" => (
+            String::new(),
+            Call::WaitForAttach {
+                device: device(),
+                options,
+            },
         ),
-        "expandfs" => format!(
-            "flexvol {b} expandfs '{json}' /dev/vg0/lv1 /var/lib/kubelet/pods/UID/volumes/flexvol~{b}/pv-1 2147483648 1073741824"
+        "mountdevice" => (
+            String::new(),
+            Call::MountDevice {
+                mount_dir: global(),
+                device: device(),
+                options,
+            },
         ),
-        _ => String::new(),
+        "unmountdevice" => (
+            String::new(),
+            Call::UnmountDevice {
+                mount_dir: global(),
+            },
+        ),
+        "mount" => (
+            format!("mkdir -p {pod} && "),
+            Call::Mount {
+                mount_dir: pod.clone(),
+                options,
+            },
+        ),
+        "unmount" => (String::new(), Call::Unmount { mount_dir: pod }),
+        "expandvolume" => (
+            String::new(),
+            Call::ExpandVolume {
+                options,
+                mount_dir: global(),
+                new_size: 2147483648,
+                old_size: 1073741824,
+            },
+        ),
+        "expandfs" => (
+            String::new(),
+            Call::ExpandFs {
+                options,
+                device: device(),
+                mount_dir: format!("/var/lib/kubelet/pods/UID/volumes/flexvol~{b}/pv-1"),
+                new_size: 2147483648,
+                old_size: 1073741824,
+            },
+        ),
+        _ => return String::new(),
+    };
+    let pretty = if matches!(call, Call::Init) {
+        "--pretty "
+    } else {
+        ""
+    };
+    let words: Vec<String> = call.to_argv().iter().map(|w| shell_word(w)).collect();
+    format!("{before}flexvol {pretty}{b} {}", words.join(" "))
+}
+
+/// `w` as one shell word for the examples: as is when it is made of path-like characters only (no
+/// example word starts with `~`), else in single quotes.
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"/._~=-:,@+".contains(&c));
+    if plain {
+        w.to_owned()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
     }
 }
 

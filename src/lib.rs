@@ -1,12 +1,28 @@
-//! flexvol: a Kubernetes FlexVolume driver for hostPath, NFS and LVM volumes.
+//! flexvol: a Kubernetes FlexVolume driver for hostPath, NFS and LVM volumes, and a dynamic
+//! provisioner for the three, in one binary.
 //!
-//! Layout, by what a file is about:
-//! - the protocol surface kubelet sees: [`protocol`] (argv grammar, options, the reply) and
-//!   [`driver`] (one call, top to bottom);
-//! - the backends: [`backend`] (`hostpath`, `nfs`, `lvm`);
-//! - system seams: [`sys`] (running programs, mount syscalls, mountinfo, locks, paths, our own
-//!   process) and node bookkeeping in [`node`] (config, state records, call log);
-//! - commands for people: [`cli`] and [`ops`].
+//! Every top-level module, bottom layer first:
+//! - [`protocol`]: the surface kubelet sees (argv grammar, options JSON, the one reply) and
+//!   kubelet's side of it for the commands that judge drivers (Go's JSON rules, the `init` judge);
+//! - [`sys`]: system seams (running programs, mount syscalls, the mount table, locks, symlink-safe
+//!   paths, our own process: start-up, deadline, signals), each behind a trait tests replace;
+//! - [`node`]: node bookkeeping (the node config, state records, the call log, capability tokens)
+//!   and [`error`], the error a verb answers with;
+//! - [`backend`]: the driver verbs of `hostpath`, `nfs` and `lvm`, one function per verb;
+//! - [`driver`]: one kubelet call, top to bottom; [`provision`]: `flexvol provisioner`, the
+//!   per-node daemon that makes volumes and PVs for claims (the only user of the async runtime and
+//!   the Kubernetes client); [`ops`]: the commands for operators (`install`, `doctor`, `status`,
+//!   `gc`, `conformance`, and the inventories of mounted and provisioned volumes they share);
+//! - [`cli`]: how the binary is invoked: a driver verb by its name (`argv[0]`), else the commands for people.
+//!
+//! **Dependencies point one way.** No file of `src/` imports, through the `crate::` and `super::`
+//! paths of its code, a file that imports it back, directly or through others; the lint
+//! `contract_no_import_cycle_between_source_files` (tests/suite/lints.rs) fails naming the cycle.
+//! The layers above are the usual direction (a module imports from its own layer or lower:
+//! `cli` → `driver`/`provision`/`ops` → `backend` → `node`/`error` → `sys` → `protocol`), with one
+//! crossing by design: the node config and call log compose the config and option types each
+//! backend owns, which in turn import nothing that imports the node config. The rule the lint
+//! enforces is the file-level one.
 
 pub mod backend;
 pub mod cli;

@@ -578,7 +578,7 @@ fn check_driver(r: &mut Report, dir: &Path, vendor: &str, b: Backend, config: &C
     }
     // Run init the way kubelet does, with our config in the environment.
     let mut cmd = Cmd::new(&exe.to_string_lossy())
-        .arg("init")
+        .args(crate::protocol::verb::Call::Init.to_argv())
         .timeout(Duration::from_secs(10));
     if let (cfg, true) = Config::path() {
         cmd = cmd.env(crate::node::config::ENV_VAR, &cfg.to_string_lossy());

@@ -56,8 +56,8 @@ pub struct GcArgs {
     /// pods not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
     pub live_pods: Option<PathBuf>,
-    /// File of the PV names the API server knows (`kubectl get pv -o name`); directories made by
-    /// `flexvol provisioner` whose PV is not in it count as orphaned.
+    /// File of the PV names the API server knows (`kubectl get pv -o name`); hostPath directories made
+    /// by `flexvol provisioner` whose PV is not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
     pub live_pvs: Option<PathBuf>,
     /// With --live-pvs: a provisioned directory whose PV is not listed is an orphan only when it
@@ -171,7 +171,8 @@ fn unmount(config: &Config, f: &Finding) -> Result<(), String> {
     let call = Call::Unmount {
         mount_dir: f.target.to_string_lossy().into_owned(),
     };
-    let args = vec![f.target.to_string_lossy().into_owned()];
+    // The call log's arguments: kubelet's argv after the verb.
+    let args = call.to_argv().split_off(1);
     calllog::begin(
         config.log_path().map(Into::into),
         config.log_syslog.then(|| config.syslog_socket.clone()),

@@ -332,7 +332,7 @@ pub fn uninstall_one(dir: &Path, exec_name: &str) -> Result<&'static str, Instal
 /// this backend's capabilities.
 fn verify(path: &Path, b: Backend) -> Result<String, InstallError> {
     let cmd = Cmd::new(&path.to_string_lossy())
-        .arg("init")
+        .args(crate::protocol::verb::Call::Init.to_argv())
         .timeout(Duration::from_secs(10));
     let out = SystemRunner::default()
         .run_combined(&cmd)

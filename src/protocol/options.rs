@@ -347,6 +347,35 @@ pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Test support: options JSON as kubelet sends it, built one way for every unit test.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// kubelet's options object: `members` as string members, in order, then `extra`, raw JSON
+    /// members each with its leading comma (`r#","version":"3""#`), as the tests write them.
+    /// Keys and values are written as given, not escaped: a test may end a value early to add a
+    /// member (a forged `capabilityToken`), and the text is then exactly what it wrote.
+    pub(crate) fn options_json(members: &[(&str, &str)], extra: &str) -> String {
+        let members: Vec<String> = members
+            .iter()
+            .map(|(k, v)| format!(r#""{k}":"{v}""#))
+            .collect();
+        format!("{{{}{extra}}}", members.join(","))
+    }
+
+    #[test]
+    fn options_json_is_what_the_tests_wrote() {
+        assert_eq!(
+            options_json(&[("server", "a"), ("share", "/s")], r#","version":"3""#),
+            r#"{"server":"a","share":"/s","version":"3"}"#
+        );
+        assert_eq!(
+            options_json(&[("share", r#"/s","x":"y"#)], ""),
+            r#"{"share":"/s","x":"y"}"#
+        );
+        assert_eq!(options_json(&[], ""), "{}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

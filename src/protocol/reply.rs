@@ -1,10 +1,17 @@
-//! The one JSON object kubelet reads back, and the only code that writes to stdout.
+//! The one JSON object kubelet reads back, and the only code that writes to stdout when flexvol
+//! runs a driver verb.
 //!
 //! kubelet runs the driver with Go's `CombinedOutput()` and decodes stdout+stderr together as one
-//! JSON value, so a single stray byte on either stream breaks the call. [`emit`] is therefore
-//! the only writer of stdout in the whole program, it writes at most once per process (the first
-//! reply wins: the normal path, the deadline watchdog, the signal thread and the panic hook race
-//! for it), and nothing ever writes to stderr.
+//! JSON value, so a single stray byte on either stream breaks the call. On a verb's path (run
+//! under a driver name, or by hand as `flexvol <driver> VERB ...`) [`emit`] is therefore the only
+//! writer of stdout, it writes at most once per process (the first reply wins: the normal path,
+//! the deadline watchdog, the signal thread and the panic hook race for it), and nothing writes to
+//! stderr; the programs a verb runs write into memory files, never to ours (`sys::exec`).
+//!
+//! The commands for people are not run by kubelet and print their own text: `cli` (`--help`,
+//! `--version`; clap's usage errors go to stderr), the `ops` commands (reports on stdout) and
+//! `flexvol provisioner` (its log on stderr). Printing is denied by lint everywhere else
+//! (Cargo.toml `print_stdout`/`print_stderr`); those modules allow it at their top.
 
 use serde::Serialize;
 use std::io::Write;

@@ -1,4 +1,8 @@
-//! kubelet's argv grammar: the one place the twelve verbs are spelled and their arguments ordered.
+//! kubelet's argv grammar: the one place a verb's argv is spelled and its arguments ordered, both
+//! ways. [`Call::parse`] reads the argv kubelet passes; [`Call::to_argv`] writes one (what `flexvol
+//! conformance`, `doctor` and `install` exec, and what `--help`'s examples show), and parsing what
+//! it writes gives the call back. Other code names a verb only to compare with [`VerbSpec::name`]
+//! or [`Call::verb`], never to build an argv.
 //!
 //! The grammar follows kubelet's Go code, not the community document (docs/protocol.md §2.0):
 //! `detach` gets a volume name, `unmountdevice` a directory, `expandvolume`/`expandfs` take the
@@ -177,7 +181,58 @@ impl Call {
         }
     }
 
-    /// Parses the arguments after argv[0]: the verb, then its positional arguments.
+    /// The arguments after `argv[0]` that kubelet would pass for this call, in kubelet's order: the
+    /// inverse of [`Call::parse`] (`parse(&c.to_argv()) == Ok(c)` for every verb; an `Unknown`
+    /// call is its verb alone). Sizes are written as decimal byte counts.
+    pub fn to_argv(&self) -> Vec<String> {
+        let verb = self.verb().to_owned();
+        match self {
+            Call::Init | Call::Unknown { .. } => vec![verb],
+            Call::GetVolumeName { options } => vec![verb, options.clone()],
+            Call::Attach { options, node } | Call::IsAttached { options, node } => {
+                vec![verb, options.clone(), node.clone()]
+            }
+            Call::Detach { volume, node } => vec![verb, volume.clone(), node.clone()],
+            Call::WaitForAttach { device, options } => vec![verb, device.clone(), options.clone()],
+            Call::MountDevice {
+                mount_dir,
+                device,
+                options,
+            } => vec![verb, mount_dir.clone(), device.clone(), options.clone()],
+            Call::UnmountDevice { mount_dir } | Call::Unmount { mount_dir } => {
+                vec![verb, mount_dir.clone()]
+            }
+            Call::Mount { mount_dir, options } => vec![verb, mount_dir.clone(), options.clone()],
+            Call::ExpandVolume {
+                options,
+                mount_dir,
+                new_size,
+                old_size,
+            } => vec![
+                verb,
+                options.clone(),
+                mount_dir.clone(),
+                new_size.to_string(),
+                old_size.to_string(),
+            ],
+            Call::ExpandFs {
+                options,
+                device,
+                mount_dir,
+                new_size,
+                old_size,
+            } => vec![
+                verb,
+                options.clone(),
+                device.clone(),
+                mount_dir.clone(),
+                new_size.to_string(),
+                old_size.to_string(),
+            ],
+        }
+    }
+
+    /// Parses the arguments after `argv[0]`: the verb, then its positional arguments.
     pub fn parse(args: &[String]) -> Result<Call, ArgError> {
         let (verb, rest) = args.split_first().ok_or(ArgError::NoVerb)?;
         let Some(spec) = spec(verb) else {
@@ -295,6 +350,79 @@ mod tests {
                 let err = Call::parse(&args[..args.len() - 1]).unwrap_err();
                 assert!(err.to_string().contains(v.name), "{err}");
             }
+        }
+    }
+
+    /// One call of every verb, with distinct values in every field so a swapped pair shows.
+    fn one_of_each() -> Vec<Call> {
+        let o = || r#"{"kubernetes.io/pvOrVolumeName":"pv-1","path":"/srv/a b"}"#.to_string();
+        vec![
+            Call::Init,
+            Call::GetVolumeName { options: o() },
+            Call::Attach {
+                options: o(),
+                node: "node-1".into(),
+            },
+            Call::IsAttached {
+                options: o(),
+                node: "node-1".into(),
+            },
+            Call::Detach {
+                volume: "pv-1".into(),
+                node: "node-1".into(),
+            },
+            Call::WaitForAttach {
+                device: "/dev/vg0/lv1".into(),
+                options: o(),
+            },
+            Call::MountDevice {
+                mount_dir: "/g/pv-1".into(),
+                device: "".into(),
+                options: o(),
+            },
+            Call::UnmountDevice {
+                mount_dir: "/g/pv-1".into(),
+            },
+            Call::Mount {
+                mount_dir: "/pods/u/volumes/v".into(),
+                options: o(),
+            },
+            Call::Unmount {
+                mount_dir: "/pods/u/volumes/v".into(),
+            },
+            Call::ExpandVolume {
+                options: o(),
+                mount_dir: "/g/pv-1".into(),
+                new_size: 2147483648,
+                old_size: 0,
+            },
+            Call::ExpandFs {
+                options: o(),
+                device: "/dev/vg0/lv1".into(),
+                mount_dir: "/pods/u/volumes/v".into(),
+                new_size: u64::MAX,
+                old_size: 1073741824,
+            },
+            Call::Unknown {
+                verb: "waitfordetach".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn to_argv_is_the_inverse_of_parse_for_every_verb() {
+        let calls = one_of_each();
+        // Every verb of the grammar is covered.
+        for v in VERBS {
+            assert!(calls.iter().any(|c| c.verb() == v.name), "{}", v.name);
+        }
+        for c in calls {
+            let argv = c.to_argv();
+            assert_eq!(argv[0], c.verb());
+            if let Some(spec) = spec(c.verb()) {
+                assert_eq!(argv.len(), spec.args.len() + 1, "{argv:?}");
+            }
+            assert_eq!(Call::parse(&argv).as_ref(), Ok(&c), "{argv:?}");
         }
     }
 

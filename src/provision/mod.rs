@@ -11,9 +11,10 @@
 //! work of hostPath and NFS in the marked-directory library, [`volumedir`]), the API server behind
 //! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
 //!
-//! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client;
-//! the driver verbs never reach this module (`cli::main` dispatches on argv[0] first), so the
-//! binary grows but a verb's startup does not.
+//! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client,
+//! and the driver verbs reach no code under `provision/`: `cli::main` dispatches on `argv[0]`
+//! first, and the node config every verb loads (local-path's keys included) is `node`'s, which
+//! imports nothing from here. So the binary grows but a verb's startup does not.
 //!
 //! Logs: one line per action on stderr (the container log of the DaemonSet); this command is for
 //! a daemon, not for kubelet, so the stdout/stderr protocol rule of the verbs does not apply.

@@ -201,30 +201,11 @@ kc_start_kubelet() { # NODE INDEX
 		--hostname-override="$node"
 		--address=127.0.0.1
 		--port="$(kc_port kubelet "$i")"
-		--healthz-port=0
-		--read-only-port=0
-		--root-dir="$nd/root"
-		--cert-dir="$nd/pki"
-		--seccomp-profile-root="$nd/seccomp"
-		--volume-plugin-dir="$nd/plugins"
-		--container-runtime=remote
-		--container-runtime-endpoint="unix://$nd/runtime.sock"
-		--image-service-endpoint="unix://$nd/runtime.sock"
-		--runtime-request-timeout=30s
-		--sync-frequency=10s
 		--node-status-update-frequency=4s
 		--volume-stats-agg-period=0
-		--fail-swap-on=false
-		--cgroups-per-qos=false
-		--enforce-node-allocatable=
-		--cgroup-driver=cgroupfs
-		--make-iptables-util-chains=false
-		--hairpin-mode=none
-		--image-gc-high-threshold=100
-		--image-gc-low-threshold=99
-		--eviction-hard=
-		--eviction-soft=
 	)
+	# The flags every kubelet of the test tiers shares (tests/kubelet/lib.sh, sourced above).
+	kl_kubelet_flags flags "$nd/root" "$nd/pki" "$nd/seccomp" "$nd/plugins" "$nd/runtime.sock"
 	if [ -n "${KC_KUBELET_FLAGS+x}" ]; then
 		flags+=("${KC_KUBELET_FLAGS[@]}")
 	fi

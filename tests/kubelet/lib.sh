@@ -140,6 +140,39 @@ kl_host_prepare() {
 	fi
 }
 
+# kl_kubelet_flags ARRAY ROOT_DIR CERT_DIR SECCOMP_DIR PLUGIN_DIR RUNTIME_SOCK
+# Appends to the array named ARRAY the flags every kubelet of both kubelet tiers runs with (this
+# file's standalone kubelet and each node of tests/cluster): its own directories, the fake CRI
+# runtime at RUNTIME_SOCK, no read-only or healthz port, and none of the host's swap, cgroups,
+# iptables, image GC or eviction touched. The one list: each tier adds only its own flags (node
+# name, verbosity, API server, ports, static pods). kubelet reads flags in any order.
+kl_kubelet_flags() {
+	local -n kl_flags_out="$1"
+	kl_flags_out+=(
+		--root-dir="$2"
+		--cert-dir="$3"
+		--seccomp-profile-root="$4"
+		--volume-plugin-dir="$5"
+		--container-runtime=remote
+		--container-runtime-endpoint="unix://$6"
+		--image-service-endpoint="unix://$6"
+		--runtime-request-timeout=30s
+		--sync-frequency=10s
+		--read-only-port=0
+		--healthz-port=0
+		--fail-swap-on=false
+		--cgroups-per-qos=false
+		--enforce-node-allocatable=
+		--cgroup-driver=cgroupfs
+		--make-iptables-util-chains=false
+		--hairpin-mode=none
+		--image-gc-high-threshold=100
+		--image-gc-low-threshold=99
+		--eviction-hard=
+		--eviction-soft=
+	)
+}
+
 # kl_start CACHE_DIR: start the fake CRI runtime and the kubelet from
 # CACHE_DIR/bin (the directory printed by tests/kubelet/setup).
 kl_start() {
@@ -157,32 +190,12 @@ kl_start() {
 	local flags=(
 		--v="${KL_VERBOSITY:-2}"
 		--hostname-override="$KL_NODE_NAME"
-		--root-dir="$KL_ROOT"
-		--cert-dir="$KL_TMP/pki"
-		--seccomp-profile-root="$KL_TMP/seccomp"
-		--volume-plugin-dir="$KL_PLUGIN_DIR"
 		--pod-manifest-path="$KL_MANIFESTS"
 		--file-check-frequency=1s
-		--sync-frequency=10s
-		--container-runtime=remote
-		--container-runtime-endpoint="unix://$KL_SOCK"
-		--image-service-endpoint="unix://$KL_SOCK"
-		--runtime-request-timeout=30s
 		--enable-controller-attach-detach=false
 		--enable-server=false
-		--read-only-port=0
-		--healthz-port=0
-		--fail-swap-on=false
-		--cgroups-per-qos=false
-		--enforce-node-allocatable=
-		--cgroup-driver=cgroupfs
-		--make-iptables-util-chains=false
-		--hairpin-mode=none
-		--image-gc-high-threshold=100
-		--image-gc-low-threshold=99
-		--eviction-hard=
-		--eviction-soft=
 	)
+	kl_kubelet_flags flags "$KL_ROOT" "$KL_TMP/pki" "$KL_TMP/seccomp" "$KL_PLUGIN_DIR" "$KL_SOCK"
 	if [ -n "${KL_EXTRA_KUBELET_FLAGS+x}" ]; then
 		flags+=("${KL_EXTRA_KUBELET_FLAGS[@]}")
 	fi

@@ -102,22 +102,19 @@ fn contract_hostpath_attach_side_verbs_are_consistently_not_supported() {
 
 /// An NFS mount payload as kubelet sends it (docs/protocol.md §12.3), with `extra` merged in.
 fn nfs_json(extra: serde_json::Value) -> String {
-    let mut j = json!({
-        "kubernetes.io/fsType": "nfs",
-        "kubernetes.io/pod.name": "nginx-nfs",
-        "kubernetes.io/pod.namespace": "default",
-        "kubernetes.io/pod.uid": "0b6a9c52-8a7e-4f3e-b4a1-5d2f6c7e8f90",
-        "kubernetes.io/pvOrVolumeName": "data",
-        "kubernetes.io/readwrite": "rw",
-        "kubernetes.io/secret/password": "czNjcjN0",
-        "kubernetes.io/serviceAccount.name": "default",
-        "server": "127.0.0.1",
-        "share": "/srv/nfs",
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        j[k] = v.clone();
-    }
-    j.to_string()
+    crate::util::mount_options(
+        json!({
+            "kubernetes.io/fsType": "nfs",
+            "kubernetes.io/pod.name": "nginx-nfs",
+            "kubernetes.io/pod.namespace": "default",
+            "kubernetes.io/pod.uid": "0b6a9c52-8a7e-4f3e-b4a1-5d2f6c7e8f90",
+            "kubernetes.io/pvOrVolumeName": "data",
+            "kubernetes.io/secret/password": "czNjcjN0",
+            "server": "127.0.0.1",
+            "share": "/srv/nfs",
+        }),
+        extra,
+    )
 }
 
 fn nfs_records(env: &Env) -> usize {

@@ -5,29 +5,12 @@
 //! Each test builds its own loop file and volume group with a unique name and removes both at the
 //! end, even when it fails (RAII [`Vg`]).
 
-use crate::util::{Env, Reply};
+use crate::util::{Env, Reply, run};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
-
-/// Runs a tool and asserts it succeeded; returns stdout.
-#[track_caller]
-pub(crate) fn run(tool: &str, args: &[&str]) -> String {
-    let out = Command::new(tool)
-        .args(args)
-        .env("LVM_SUPPRESS_FD_WARNINGS", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("{tool}: {e}"));
-    assert!(
-        out.status.success(),
-        "{tool} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 

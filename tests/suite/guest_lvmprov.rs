@@ -4,8 +4,9 @@
 //! The API-server side (claims, PVs, events) is proven by the cluster tier's `lvm-*` scenarios of
 //! `tests/cluster/provisioner-e2e`.
 
-use crate::guest_lvm::{Vg, Vol, allowed_env, fs_size, run, s};
+use crate::guest_lvm::{Vg, Vol, allowed_env, fs_size, s};
 use crate::util::Env;
+use crate::util::run;
 use flexvol::node::config::Config;
 use flexvol::provision::lvm::LvmProvisioner;
 use flexvol::provision::provisioner::{Provisioned, Provisioner, Refusal, Request};

@@ -7,7 +7,7 @@
 //! Each test works in its own subdirectory of the export. The dead-server test stops nfsd
 //! (`rpc.nfsd 0`) and always restarts it, even when it fails.
 
-use crate::util::{Env, Reply};
+use crate::util::{Env, Reply, run};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,23 +35,20 @@ fn export_dir(name: &str) -> PathBuf {
 
 /// kubelet's mount payload (docs/protocol.md §12.3) for `share`, with `extra` merged in.
 fn payload(uid: &str, share: &Path, extra: serde_json::Value) -> String {
-    let mut j = json!({
-        "kubernetes.io/fsType": "nfs",
-        "kubernetes.io/pod.name": format!("pod-{uid}"),
-        "kubernetes.io/pod.namespace": "default",
-        "kubernetes.io/pod.uid": uid,
-        "kubernetes.io/pvOrVolumeName": "data",
-        "kubernetes.io/readwrite": "rw",
-        "kubernetes.io/secret/password": "czNjcjN0",
-        "kubernetes.io/secret/username": "YWRtaW4=",
-        "kubernetes.io/serviceAccount.name": "default",
-        "server": "127.0.0.1",
-        "share": share,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        j[k] = v.clone();
-    }
-    j.to_string()
+    crate::util::mount_options(
+        json!({
+            "kubernetes.io/fsType": "nfs",
+            "kubernetes.io/pod.name": format!("pod-{uid}"),
+            "kubernetes.io/pod.namespace": "default",
+            "kubernetes.io/pod.uid": uid,
+            "kubernetes.io/pvOrVolumeName": "data",
+            "kubernetes.io/secret/password": "czNjcjN0",
+            "kubernetes.io/secret/username": "YWRtaW4=",
+            "server": "127.0.0.1",
+            "share": share,
+        }),
+        extra,
+    )
 }
 
 /// A pod volume directory as kubelet creates it (0750) before calling mount.
@@ -105,22 +102,12 @@ fn nfs_mounts_at(dir: &Path) -> Vec<(String, String, String, String)> {
         .collect()
 }
 
-fn sh(prog: &str, args: &[&str]) {
-    let out = Command::new(prog).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{prog} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Stops nfsd for the life of the guard, then starts it again (also when the test panics).
 pub(crate) struct ServerDown;
 
 impl ServerDown {
     pub(crate) fn new() -> Self {
-        sh("rpc.nfsd", &["0"]);
+        run("rpc.nfsd", &["0"]);
         let t = Instant::now();
         while std::net::TcpStream::connect("127.0.0.1:2049").is_ok() {
             assert!(t.elapsed() < Duration::from_secs(10), "nfsd did not stop");
@@ -132,7 +119,7 @@ impl ServerDown {
 
 impl Drop for ServerDown {
     fn drop(&mut self) {
-        sh(
+        run(
             "rpc.nfsd",
             &["--lease-time", "10", "--grace-time", "10", "4"],
         );
@@ -509,7 +496,7 @@ impl Blackhole {
 
 impl Drop for Blackhole {
     fn drop(&mut self) {
-        sh("tc", &["qdisc", "del", "dev", "lo", "root"]);
+        run("tc", &["qdisc", "del", "dev", "lo", "root"]);
     }
 }
 
@@ -569,7 +556,7 @@ fn guest_hostpath_root_on_a_silent_nfs_server_is_answered_at_the_deadline() {
     let env = Env::with_config(json!({"verbTimeoutSeconds": 3}));
     // Mounted the way a node operator would (hard, the kernel's default); Env's drop detaches it.
     let root = env.mkdir("nfs-root");
-    sh(
+    run(
         "mount",
         &[
             "-t",

@@ -6,6 +6,7 @@
 //! Each test makes its own loop files and mount points and removes them at the end, even when it
 //! fails (RAII [`Disk`]).
 
+use crate::util::run;
 use flexvol::provision::quota::{self, FsKind, Outcome, Support};
 use flexvol::sys::exec::SystemRunner;
 use std::collections::BTreeSet;
@@ -13,21 +14,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-#[track_caller]
-fn run(tool: &str, args: &[&str]) -> String {
-    let out = Command::new(tool)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{tool}: {e}"));
-    assert!(
-        out.status.success(),
-        "{tool} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 

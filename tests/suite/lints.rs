@@ -67,3 +67,328 @@ fn contract_unsafe_is_only_the_entry_point() {
     );
     assert!(files.len() > 50, "found only {} source files", files.len());
 }
+
+/// The file-level import graph of `src/`: each file is a module (`backend/lvm/mod.rs` is
+/// `backend::lvm`, `node/config.rs` is `node::config`, `lib.rs` the root), and it depends on the
+/// files its code names through `crate::` or `super::` paths (`use` trees with their braces, and
+/// paths written inline), each resolved to the longest module prefix that is a file. Left out:
+/// comment lines and trailing ` //` comments, items under `#[cfg(test)]` (a `mod tests` block, a
+/// `mod testing;`), the `tests`/`testing` files themselves, and `main.rs` (the binary: its `crate` is
+/// not the library's). A child naming its parent's `mod.rs` is an edge like any other, so a
+/// `mod.rs` that needs its child while the child needs it is a cycle too. `super::` is read as the file's parent: an inline module
+/// outside the tests (only `protocol::options::keys` and `backend::lvm::options::key`, constants)
+/// names nothing. Python prototype: the issue's `deps.py`.
+mod imports {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// `path` relative to `src/` (`a/b/mod.rs`) as a module path (`a::b`); `None` for files the
+    /// graph leaves out.
+    pub fn module_of(path: &str) -> Option<String> {
+        let mut parts: Vec<&str> = path.strip_suffix(".rs")?.split('/').collect();
+        if parts == ["main"] {
+            return None;
+        }
+        if matches!(parts.last(), Some(&("tests" | "testing"))) {
+            return None;
+        }
+        if matches!(parts.last(), Some(&("mod" | "lib"))) {
+            parts.pop();
+        }
+        Some(parts.join("::"))
+    }
+
+    /// The code of a file without its comments and its `#[cfg(test)]` items.
+    pub fn code_of(text: &str) -> String {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = String::new();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            let t = line.trim_start();
+            if t.starts_with("#[cfg(test)]") {
+                // Skip the attributes and doc lines that follow, then the item: one line when it
+                // ends with `;`, else up to its closing brace at the item's own indentation.
+                i += 1;
+                while i < lines.len() && {
+                    let n = lines[i].trim_start();
+                    n.starts_with("#[") || n.starts_with("//") || n.is_empty()
+                } {
+                    i += 1;
+                }
+                if i < lines.len() && !lines[i].trim_end().ends_with(';') {
+                    let indent = lines[i].len() - lines[i].trim_start().len();
+                    let close = format!("{}}}", &lines[i][..indent]);
+                    while i < lines.len() && lines[i].trim_end() != close {
+                        i += 1;
+                    }
+                }
+                i += 1;
+                continue;
+            }
+            if !t.starts_with("//") {
+                out.push_str(line.split(" //").next().unwrap_or(""));
+                out.push('\n');
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// The paths a use tree starting at `s` names (`a::{b, c::{d, self}}` gives `a::b`, `a::c::d`
+    /// and `a::c`), and how many bytes of `s` it spans.
+    fn use_tree(s: &str) -> (Vec<String>, usize) {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut prefix = String::new();
+        loop {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            prefix.push_str(&s[start..i]);
+            if s[i..].starts_with("::") {
+                i += 2;
+                if s[i..].starts_with('{') {
+                    i += 1;
+                    let mut paths = Vec::new();
+                    loop {
+                        while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b',') {
+                            i += 1;
+                        }
+                        if i >= b.len() || b[i] == b'}' {
+                            return (paths, (i + 1).min(b.len()));
+                        }
+                        let (sub, used) = use_tree(&s[i..]);
+                        i += used.max(1);
+                        for p in sub {
+                            paths.push(match p.as_str() {
+                                "self" => prefix.clone(),
+                                _ => format!("{prefix}::{p}"),
+                            });
+                        }
+                        // `x as y`: skip the rename.
+                        while i < b.len() && !matches!(b[i], b',' | b'}') {
+                            i += 1;
+                        }
+                    }
+                }
+                prefix.push_str("::");
+            } else {
+                return (vec![prefix], i);
+            }
+        }
+    }
+
+    /// The longest prefix of `path` (segments) that is a module in `mods`.
+    fn resolve(path: &str, mods: &BTreeSet<String>) -> Option<String> {
+        let segs: Vec<&str> = path.split("::").collect();
+        (1..=segs.len())
+            .rev()
+            .map(|n| segs[..n].join("::"))
+            .find(|c| mods.contains(c))
+    }
+
+    /// Whether an edge from `a` to `b` is left out: a file naming itself, or the root (`""`,
+    /// `crate::` alone). A child naming its parent `mod.rs` counts (and so does a parent naming
+    /// its child by a `crate::` path): a cycle through a `mod.rs` is a cycle.
+    fn related(a: &str, b: &str) -> bool {
+        a == b || b.is_empty()
+    }
+
+    /// The import graph of `files` (path relative to `src/`, text): module -> modules it names.
+    pub fn graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+        let code: BTreeMap<String, String> = files
+            .iter()
+            .filter_map(|(p, t)| Some((module_of(p)?, code_of(t))))
+            .collect();
+        let mods: BTreeSet<String> = code.keys().cloned().collect();
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (m, src) in &code {
+            let mut named = Vec::new();
+            for (at, _) in src.match_indices("crate::") {
+                let ident_before = src[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_');
+                if !ident_before {
+                    named.extend(use_tree(&src[at + "crate::".len()..]).0);
+                }
+            }
+            for (at, _) in src.match_indices("super::") {
+                let ident_before = src[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+                if ident_before {
+                    continue; // the second `super::` of `super::super::`, counted below
+                }
+                let mut base: Vec<&str> = m.split("::").filter(|s| !s.is_empty()).collect();
+                let mut rest = &src[at..];
+                while let Some(r) = rest.strip_prefix("super::") {
+                    base.pop();
+                    rest = r;
+                }
+                let base = base.join("::");
+                for p in use_tree(rest).0 {
+                    named.push(if base.is_empty() {
+                        p
+                    } else {
+                        format!("{base}::{p}")
+                    });
+                }
+            }
+            for t in named.iter().filter_map(|p| resolve(p, &mods)) {
+                if !related(m, &t) {
+                    edges.entry(m.clone()).or_default().insert(t);
+                }
+            }
+        }
+        edges
+    }
+
+    /// Every import cycle of `edges`, one per strongly connected component of more than one
+    /// module: a shortest path round it (`a -> b -> a`), and all the component's modules.
+    pub fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<(Vec<String>, Vec<String>)> {
+        let reach = |from: &str| {
+            let mut seen = BTreeSet::new();
+            let mut todo = vec![from.to_owned()];
+            while let Some(v) = todo.pop() {
+                for w in edges.get(&v).into_iter().flatten() {
+                    if seen.insert(w.clone()) {
+                        todo.push(w.clone());
+                    }
+                }
+            }
+            seen
+        };
+        let mut done = BTreeSet::new();
+        let mut out = Vec::new();
+        for v in edges.keys() {
+            if done.contains(v) || !reach(v).contains(v) {
+                continue;
+            }
+            // The component: what v reaches that reaches v.
+            let comp: BTreeSet<String> = reach(v)
+                .into_iter()
+                .filter(|w| reach(w).contains(v))
+                .collect();
+            done.extend(comp.iter().cloned());
+            // A shortest way round from v, within the component (breadth first).
+            let mut prev: BTreeMap<String, String> = BTreeMap::new();
+            let mut queue = std::collections::VecDeque::from([v.clone()]);
+            'search: while let Some(x) = queue.pop_front() {
+                for w in edges.get(&x).into_iter().flatten() {
+                    if !comp.contains(w) || prev.contains_key(w) {
+                        continue;
+                    }
+                    prev.insert(w.clone(), x.clone());
+                    if w == v {
+                        break 'search;
+                    }
+                    queue.push_back(w.clone());
+                }
+            }
+            let mut back = Vec::new();
+            let mut at = prev[v].clone();
+            while at != *v {
+                back.push(at.clone());
+                at = prev[&at].clone();
+            }
+            back.reverse();
+            let mut path = vec![v.clone()];
+            path.extend(back);
+            path.push(v.clone());
+            out.push((path, comp.into_iter().collect()));
+        }
+        out
+    }
+}
+
+/// Every `.rs` file under `src/`, as (path relative to `src/`, text).
+fn src_files() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+            (rel, std::fs::read_to_string(f).unwrap())
+        })
+        .collect()
+}
+
+/// Dependencies point one way (src/lib.rs): no file of `src/` reaches itself through the
+/// `crate::`/`super::` paths of its code. A failure names each cycle as a path round it.
+#[test]
+fn contract_no_import_cycle_between_source_files() {
+    let files = src_files();
+    let edges = imports::graph(&files);
+    assert!(
+        edges.len() > 30,
+        "found the imports of only {} files",
+        edges.len()
+    );
+    let cycles: Vec<String> = imports::cycles(&edges)
+        .iter()
+        .map(|(path, all)| format!("{} (all in it: {})", path.join(" -> "), all.join(", ")))
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles in src/ (a file must not import, directly or through others, a file that imports it):\n{}",
+        cycles.join("\n")
+    );
+}
+
+/// The cycle lint on made-up files: it finds a cycle through a `use` tree, an inline path and
+/// `super::super::`, and ignores comments, `#[cfg(test)]` items and a module's own children.
+#[test]
+fn contract_import_cycle_lint_finds_a_made_up_cycle() {
+    let f = |p: &str, t: &str| (p.to_owned(), t.to_owned());
+    let mut files = vec![
+        f("lib.rs", "pub mod a;\npub mod b;\npub mod c;\n"),
+        f(
+            "a.rs",
+            "use crate::b::{self as bee, x::{Y, Z}};\n// use crate::c::Q;\n",
+        ),
+        f("b/mod.rs", "pub mod x;\nuse crate::b::x::Y; // crate::c\n"),
+        f("b/x.rs", "pub fn y() -> u8 {\n    crate::c::d::D\n}\n"),
+        f(
+            "c/mod.rs",
+            "pub mod d;\n#[cfg(test)]\nmod tests {\n    use crate::b::x::Y;\n}\n",
+        ),
+        f("c/d.rs", "use super::super::a::A;\n"),
+    ];
+    let edges = imports::graph(&files);
+    let names = |m: &str| -> Vec<&str> {
+        edges
+            .get(m)
+            .map(|s| s.iter().map(String::as_str).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(names("a"), ["b", "b::x"]);
+    assert_eq!(
+        names("b"),
+        ["b::x"],
+        "its child by a crate path; not a comment"
+    );
+    assert_eq!(names("b::x"), ["c::d"]);
+    assert_eq!(names("c"), Vec::<&str>::new(), "a test module");
+    assert_eq!(names("c::d"), ["a"]);
+    assert_eq!(
+        imports::cycles(&edges),
+        [(
+            ["a", "b::x", "c::d", "a"].map(String::from).to_vec(),
+            ["a", "b", "b::x", "c::d"].map(String::from).to_vec()
+        )],
+        "{edges:?}"
+    );
+    // Without b::x's path to c::d, no cycle.
+    files[3] = f("b/x.rs", "pub fn y() -> u8 {\n    7\n}\n");
+    assert!(imports::cycles(&imports::graph(&files)).is_empty());
+    // A child that needs its parent's mod.rs, which needs the child: a cycle.
+    files[3] = f("b/x.rs", "use super::B;\n");
+    let found = imports::cycles(&imports::graph(&files));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, ["b", "b::x"]);
+}

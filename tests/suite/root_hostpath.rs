@@ -1,27 +1,10 @@
 //! Root tier: the hostPath backend against real bind mounts on this machine.
 
 use crate::require_root;
-use crate::util::Env;
+use crate::util::{Env, hostpath_options as opts};
 use serde_json::json;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-
-fn opts(path: &Path, extra: serde_json::Value) -> String {
-    let mut j = json!({
-        "kubernetes.io/fsType": "",
-        "kubernetes.io/pod.name": "web-0",
-        "kubernetes.io/pod.namespace": "team-a",
-        "kubernetes.io/pod.uid": "6f3c1b8e",
-        "kubernetes.io/pvOrVolumeName": "pv-1",
-        "kubernetes.io/readwrite": "rw",
-        "kubernetes.io/serviceAccount.name": "default",
-        "path": path,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        j[k] = v.clone();
-    }
-    j.to_string()
-}
 
 fn mount(env: &Env, pod: &Path, j: &str) -> crate::util::Reply {
     env.call("hostpath", &["mount", pod.to_str().unwrap(), j])

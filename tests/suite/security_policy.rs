@@ -3,27 +3,12 @@
 //! each says what the old code did.
 
 use crate::require_root;
-use crate::util::{Env, binary, check_protocol};
+use crate::util::{Env, binary, check_protocol, hostpath_options as opts};
 use serde_json::{Value, json};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-fn opts(path: &Path, extra: Value) -> String {
-    let mut j = json!({
-        "kubernetes.io/pod.name": "web-0",
-        "kubernetes.io/pod.namespace": "team-a",
-        "kubernetes.io/pod.uid": "6f3c1b8e",
-        "kubernetes.io/pvOrVolumeName": "pv-1",
-        "kubernetes.io/readwrite": "rw",
-        "path": path,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        j[k] = v.clone();
-    }
-    j.to_string()
-}
 
 fn mount(env: &Env, pod: &Path, j: &str) -> crate::util::Reply {
     env.call("hostpath", &["mount", pod.to_str().unwrap(), j])

@@ -255,6 +255,51 @@ impl Drop for Env {
     }
 }
 
+/// kubelet's options for a pod's `mount` (docs/protocol.md §12.3): kubelet's own keys (pod `web-0`
+/// in `team-a`, PV `pv-1`, read-write), then `volume` (the backend's options), then `extra`, each
+/// merged over the one before. The suite's one options builder: a test says only what differs.
+pub fn mount_options(volume: Value, extra: Value) -> String {
+    let mut j = serde_json::json!({
+        "kubernetes.io/fsType": "",
+        "kubernetes.io/pod.name": "web-0",
+        "kubernetes.io/pod.namespace": "team-a",
+        "kubernetes.io/pod.uid": "6f3c1b8e",
+        "kubernetes.io/pvOrVolumeName": "pv-1",
+        "kubernetes.io/readwrite": "rw",
+        "kubernetes.io/serviceAccount.name": "default",
+    });
+    for layer in [volume, extra] {
+        for (k, v) in layer.as_object().unwrap() {
+            j[k] = v.clone();
+        }
+    }
+    j.to_string()
+}
+
+/// [`mount_options`] of a hostPath volume at `path`, with `extra` merged in.
+pub fn hostpath_options(path: &Path, extra: Value) -> String {
+    mount_options(serde_json::json!({ "path": path }), extra)
+}
+
+/// Runs a program and asserts it succeeded; returns its stdout. The guest tests' one runner of
+/// system tools (lvm, losetup, mkfs, exportfs, tc, ...); `LVM_SUPPRESS_FD_WARNINGS` keeps lvm's
+/// leaked-descriptor chatter out of the output (no other tool reads it).
+#[track_caller]
+pub fn run(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Mount points at or below `dir`, from mountinfo.
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let t = flexvol::sys::mountinfo::MountTable::read().unwrap();

@@ -43,10 +43,21 @@ impl World {
     }
 }
 
-const POD: &str = r#""kubernetes.io/fsType":"nfs","kubernetes.io/pod.name":"nginx-nfs","kubernetes.io/pod.namespace":"default","kubernetes.io/pod.uid":"0b6a9c52","kubernetes.io/pvOrVolumeName":"data","kubernetes.io/secret/password":"czNjcjN0","kubernetes.io/serviceAccount.name":"default""#;
-
 fn j(extra: &str) -> String {
-    format!(r#"{{{POD},"server":"127.0.0.1","share":"/srv/nfs"{extra}}}"#)
+    crate::protocol::options::testing::options_json(
+        &[
+            ("kubernetes.io/fsType", "nfs"),
+            ("kubernetes.io/pod.name", "nginx-nfs"),
+            ("kubernetes.io/pod.namespace", "default"),
+            ("kubernetes.io/pod.uid", "0b6a9c52"),
+            ("kubernetes.io/pvOrVolumeName", "data"),
+            ("kubernetes.io/secret/password", "czNjcjN0"),
+            ("kubernetes.io/serviceAccount.name", "default"),
+            ("server", "127.0.0.1"),
+            ("share", "/srv/nfs"),
+        ],
+        extra,
+    )
 }
 
 #[test]
@@ -480,8 +491,16 @@ fn sign(pv: &str, server: &str, share: &str) -> String {
 
 /// Options of pod volume `name` in namespace `ns` for `server:share`, with `extra` JSON members.
 fn vol(name: &str, server: &str, share: &str, extra: &str) -> String {
-    format!(
-        r#"{{"kubernetes.io/pod.namespace":"team-a","kubernetes.io/pod.uid":"u","kubernetes.io/pod.name":"p","kubernetes.io/pvOrVolumeName":"{name}","server":"{server}","share":"{share}"{extra}}}"#
+    crate::protocol::options::testing::options_json(
+        &[
+            ("kubernetes.io/pod.namespace", "team-a"),
+            ("kubernetes.io/pod.uid", "u"),
+            ("kubernetes.io/pod.name", "p"),
+            ("kubernetes.io/pvOrVolumeName", name),
+            ("server", server),
+            ("share", share),
+        ],
+        extra,
     )
 }
 

@@ -16,10 +16,11 @@
 
 use super::ConformanceArgs;
 use super::harness::{
-    Driver, Outcome, argv, base_options, global_dir, mkdir_0750, mounted_at_or_in, mounts_under,
-    pod_dir, pod_options,
+    Driver, Outcome, base_options, global_dir, mkdir_0750, mounted_at_or_in, mounts_under, pod_dir,
+    pod_options, text,
 };
 use crate::protocol::gojson::{Caps, GoStatus, go_json};
+use crate::protocol::verb::Call;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -62,7 +63,10 @@ pub(super) fn error_paths(
         uid,
     ));
     let before = mounts_under(kubelet_root);
-    match d.call_full(&["mount".into(), missing.to_string_lossy().into_owned(), opts]) {
+    match d.call_full(&Call::Mount {
+        mount_dir: text(&missing),
+        options: opts,
+    }) {
         (Outcome::NotSupported, ..) => {
             d.skip(
                 check,
@@ -182,9 +186,15 @@ fn attempt(
     verbs.push("mount");
     let mut prepared = Vec::new();
     for verb in verbs {
-        let args = match verb {
-            "attach" => argv(&["attach", options, &p.node]),
-            "waitforattach" => argv(&["waitforattach", &device, options]),
+        let call = match verb {
+            "attach" => Call::Attach {
+                options: options.to_owned(),
+                node: p.node.clone(),
+            },
+            "waitforattach" => Call::WaitForAttach {
+                device: device.clone(),
+                options: options.to_owned(),
+            },
             "mountdevice" => {
                 if let Err(e) = mkdir_0750(&global) {
                     refused = Some(Refusal {
@@ -196,7 +206,11 @@ fn attempt(
                     break;
                 }
                 prepared.push(global.clone());
-                argv(&["mountdevice", &global.to_string_lossy(), &device, options])
+                Call::MountDevice {
+                    mount_dir: text(&global),
+                    device: device.clone(),
+                    options: options.to_owned(),
+                }
             }
             _ => {
                 if let Err(e) = mkdir_0750(&pod) {
@@ -209,10 +223,13 @@ fn attempt(
                     break;
                 }
                 prepared.push(pod.clone());
-                argv(&["mount", &pod.to_string_lossy(), &mount_options(uid)])
+                Call::Mount {
+                    mount_dir: text(&pod),
+                    options: mount_options(uid),
+                }
             }
         };
-        match d.call_full(&args) {
+        match d.call_full(&call) {
             (Outcome::NotSupported, ..) => {}
             (Outcome::Success(st), ..) => {
                 if matches!(verb, "attach" | "waitforattach") && !st.device.is_empty() {
@@ -262,12 +279,17 @@ fn attempt(
 fn undo(d: &mut Driver, p: &Place, accepted: &[&str], pod: &Path, global: Option<&Path>) {
     for verb in accepted.iter().rev() {
         let _ = match *verb {
-            "mount" => d.call(&argv(&["unmount", &pod.to_string_lossy()])),
+            "mount" => d.call(&Call::Unmount {
+                mount_dir: text(pod),
+            }),
             "mountdevice" => match global {
-                Some(g) => d.call(&argv(&["unmountdevice", &g.to_string_lossy()])),
+                Some(g) => d.call(&Call::UnmountDevice { mount_dir: text(g) }),
                 None => continue,
             },
-            "attach" => d.call(&argv(&["detach", &p.volume, &p.node])),
+            "attach" => d.call(&Call::Detach {
+                volume: p.volume.clone(),
+                node: p.node.clone(),
+            }),
             _ => continue,
         };
     }

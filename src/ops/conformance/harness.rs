@@ -10,6 +10,7 @@
 
 use super::{Check, Verdict};
 use crate::protocol::gojson::{GoStatus, decode_like_go};
+use crate::protocol::verb::Call;
 use crate::sys::exec::{Cmd, ExecError, SystemRunner};
 use crate::sys::mountinfo::MountTable;
 use std::collections::{BTreeMap, HashSet};
@@ -153,19 +154,20 @@ impl Driver {
         }
     }
 
-    /// A call with kubelet's "Not supported" cache in front of it.
-    pub fn call(&mut self, args: &[String]) -> Outcome {
-        self.call_full(args).0
+    /// A call with kubelet's "Not supported" cache in front of it; its argv is the grammar's
+    /// ([`Call::to_argv`]).
+    pub fn call(&mut self, call: &Call) -> Outcome {
+        self.call_full(call).0
     }
 
     /// [`Self::call`], with the exit code and the decoded reply (both `None` when the cache
     /// answered; the reply `None` also when it could not be decoded).
-    pub fn call_full(&mut self, args: &[String]) -> (Outcome, Option<i32>, Option<GoStatus>) {
-        let verb = args.first().cloned().unwrap_or_default();
+    pub fn call_full(&mut self, call: &Call) -> (Outcome, Option<i32>, Option<GoStatus>) {
+        let verb = call.verb().to_owned();
         if self.unsupported.contains(&verb) {
             return (Outcome::NotSupported, None, None);
         }
-        let e = self.exec(args);
+        let e = self.exec(&call.to_argv());
         let reply = e.decoded.as_ref().ok().cloned();
         let outcome = match e.decoded {
             Err(msg) => Outcome::Error(msg),
@@ -183,9 +185,9 @@ impl Driver {
     }
 }
 
-/// `["a", "b"]` as owned argv.
-pub(super) fn argv(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
+/// A path as the text of an argv word (kubelet's paths are UTF-8).
+pub(super) fn text(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
 }
 
 /// kubelet's `IsLikelyNotMountPoint`: a directory whose device differs from its parent's.

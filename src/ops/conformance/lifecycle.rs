@@ -8,10 +8,11 @@
 
 use super::ConformanceArgs;
 use super::harness::{
-    Driver, Outcome, argv, base_options, global_dir, likely_mount_point, mkdir_0750,
-    mounted_at_or_in, pod_dir, pod_options,
+    Driver, Outcome, base_options, global_dir, likely_mount_point, mkdir_0750, mounted_at_or_in,
+    pod_dir, pod_options, text,
 };
 use crate::protocol::gojson::{Caps, go_json};
+use crate::protocol::verb::Call;
 use crate::sys::mount::{Mounter, SysMounter, UnmountMode};
 use crate::sys::mountinfo::MountTable;
 use std::collections::BTreeMap;
@@ -29,7 +30,7 @@ pub(super) fn lifecycle(
     let base = base_options(&a.fs_type, &a.volume_name, user);
     let j = go_json(&base);
 
-    match d.call(&argv(&["getvolumename", &j])) {
+    match d.call(&Call::GetVolumeName { options: j.clone() }) {
         Outcome::Error(e) => {
             d.check("getvolumename: Success or Not supported", false, e);
         }
@@ -54,7 +55,11 @@ pub(super) fn lifecycle(
     let global = global_dir(kubelet_root, vendor, name, &a.volume_name);
     let mut global_mounted = false;
     if caps.attach {
-        match d.call(&argv(&["attach", &j, &a.node])) {
+        let attach = Call::Attach {
+            options: j.clone(),
+            node: a.node.clone(),
+        };
+        match d.call(&attach) {
             Outcome::Success(st) => {
                 device = st.device.clone();
                 d.check("attach: Success", true, format!("device {:?}", st.device));
@@ -71,7 +76,7 @@ pub(super) fn lifecycle(
                 return;
             }
         }
-        match d.call(&argv(&["attach", &j, &a.node])) {
+        match d.call(&attach) {
             Outcome::Error(e) => {
                 d.check("attach twice: Success with the same device", false, e);
             }
@@ -84,7 +89,10 @@ pub(super) fn lifecycle(
             }
             Outcome::NotSupported => {}
         }
-        match d.call(&argv(&["isattached", &j, &a.node])) {
+        match d.call(&Call::IsAttached {
+            options: j.clone(),
+            node: a.node.clone(),
+        }) {
             Outcome::Success(st) => {
                 d.check(
                     "isattached: attached true (Success without it means detached)",
@@ -107,7 +115,10 @@ pub(super) fn lifecycle(
                 );
             }
         }
-        match d.call(&argv(&["waitforattach", &device, &j])) {
+        match d.call(&Call::WaitForAttach {
+            device: device.clone(),
+            options: j.clone(),
+        }) {
             Outcome::Success(st) => {
                 let ok = !st.device.is_empty() || device.is_empty();
                 d.check(
@@ -143,12 +154,12 @@ pub(super) fn lifecycle(
                 "not called: the global directory is already a mount point (kubelet would skip it too)",
             );
         } else {
-            match d.call(&argv(&[
-                "mountdevice",
-                &global.to_string_lossy(),
-                &device,
-                &j,
-            ])) {
+            let mount_device = Call::MountDevice {
+                mount_dir: text(&global),
+                device: device.clone(),
+                options: j.clone(),
+            };
+            match d.call(&mount_device) {
                 Outcome::Success(_) => {
                     global_mounted = MountTable::read().is_ok_and(|t| t.is_mount_point(&global));
                     d.check("mountdevice: Success and a real mount point (else unmountdevice is never called)", global_mounted, global.display().to_string());
@@ -165,12 +176,7 @@ pub(super) fn lifecycle(
                     return;
                 }
             }
-            if let Outcome::Success(_) | Outcome::NotSupported = d.call(&argv(&[
-                "mountdevice",
-                &global.to_string_lossy(),
-                &device,
-                &j,
-            ])) {
+            if let Outcome::Success(_) | Outcome::NotSupported = d.call(&mount_device) {
                 let n = MountTable::read()
                     .map(|t| t.all_at(&global).count())
                     .unwrap_or(0);
@@ -203,7 +209,10 @@ pub(super) fn lifecycle(
             return Ok("skipped: already a mount point");
         }
         let jp = go_json(&pod_options(&base, uid));
-        match d.call(&[String::from("mount"), dir.to_string_lossy().into_owned(), jp]) {
+        match d.call(&Call::Mount {
+            mount_dir: text(dir),
+            options: jp,
+        }) {
             Outcome::Success(_) => Ok("Success"),
             Outcome::NotSupported if caps.attach => {
                 // kubelet's default: bind the global mount onto the pod dir.
@@ -237,11 +246,10 @@ pub(super) fn lifecycle(
     }
     let before = mounted_at_or_in(&dir0);
     let jp = go_json(&pod_options(&base, &uid0));
-    match d.call(&[
-        String::from("mount"),
-        dir0.to_string_lossy().into_owned(),
-        jp,
-    ]) {
+    match d.call(&Call::Mount {
+        mount_dir: text(&dir0),
+        options: jp,
+    }) {
         Outcome::Success(_) | Outcome::NotSupported => {
             let after = mounted_at_or_in(&dir0);
             d.check(
@@ -291,7 +299,9 @@ pub(super) fn lifecycle(
         if !dir.exists() {
             continue;
         }
-        match d.call(&[String::from("unmount"), dir.to_string_lossy().into_owned()]) {
+        match d.call(&Call::Unmount {
+            mount_dir: text(dir),
+        }) {
             Outcome::Success(_) => {}
             Outcome::NotSupported => {
                 let _ = SysMounter.unmount(dir, UnmountMode::Normal);
@@ -316,10 +326,9 @@ pub(super) fn lifecycle(
     // unmount of a directory that exists but was never mounted (kubelet calls it; it must succeed).
     let never = pod_dir(kubelet_root, "never-mounted", vendor, name, &a.volume_name);
     if mkdir_0750(&never).is_ok() {
-        match d.call(&[
-            String::from("unmount"),
-            never.to_string_lossy().into_owned(),
-        ]) {
+        match d.call(&Call::Unmount {
+            mount_dir: text(&never),
+        }) {
             Outcome::Success(_) | Outcome::NotSupported => {
                 d.check("unmount of a never-mounted directory: Success", true, "")
             }
@@ -336,10 +345,9 @@ pub(super) fn teardown_global(a: &ConformanceArgs, d: &mut Driver, global: &Path
     }
     // kubelet calls unmountdevice only for a real mount point, then removes the directory.
     if likely_mount_point(global) || MountTable::read().is_ok_and(|t| t.is_mount_point(global)) {
-        match d.call(&[
-            String::from("unmountdevice"),
-            global.to_string_lossy().into_owned(),
-        ]) {
+        match d.call(&Call::UnmountDevice {
+            mount_dir: text(global),
+        }) {
             Outcome::Success(_) => {
                 let still = MountTable::read().is_ok_and(|t| t.is_mount_point(global));
                 let rm = if still {
@@ -371,19 +379,15 @@ pub(super) fn teardown_global(a: &ConformanceArgs, d: &mut Driver, global: &Path
             }
         }
     }
-    match d.call(&[
-        String::from("detach"),
-        a.volume_name.clone(),
-        a.node.clone(),
-    ]) {
+    let detach = Call::Detach {
+        volume: a.volume_name.clone(),
+        node: a.node.clone(),
+    };
+    match d.call(&detach) {
         Outcome::Success(_) | Outcome::NotSupported => d.check("detach: Success", true, ""),
         Outcome::Error(e) => d.check("detach: Success", false, e),
     };
-    match d.call(&[
-        String::from("detach"),
-        a.volume_name.clone(),
-        a.node.clone(),
-    ]) {
+    match d.call(&detach) {
         Outcome::Success(_) | Outcome::NotSupported => d.check("detach twice: Success", true, ""),
         Outcome::Error(e) => d.check("detach twice: Success", false, e),
     };

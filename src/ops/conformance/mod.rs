@@ -30,10 +30,11 @@ mod harness;
 mod lifecycle;
 
 use crate::protocol::init::judge_init;
+use crate::protocol::verb::Call;
 use crate::sys::mount::{Mounter, SysMounter, UnmountMode};
 use crate::sys::mountinfo::MountTable;
 use clap::Args;
-use harness::{Driver, argv};
+use harness::Driver;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -279,7 +280,7 @@ fn judge_driver(
     }
 
     // Probe: init (only Success loads the plugin), twice, fast.
-    let e = d.exec(&argv(&["init"]));
+    let e = d.exec(&Call::Init.to_argv());
     let init = match &e.decoded {
         Err(err) => Err(format!(
             "{err}; output: {:?}",
@@ -314,12 +315,16 @@ fn judge_driver(
         e.elapsed < Duration::from_secs(1),
         format!("{:.1} ms", e.elapsed.as_secs_f64() * 1e3),
     );
-    let again = d.exec(&argv(&["init"]));
+    let again = d.exec(&Call::Init.to_argv());
     let same = judge_init(&again.output, again.code, None).is_ok_and(|r| r.caps == caps);
     d.check("init: same answer twice", same, "");
 
     // Verbs kubelet may send that the driver does not know.
-    let unknown = d.exec(&argv(&["flexvol-conformance-unknown-verb", "{}"]));
+    // Not a verb of the grammar, with an argument, as a newer kubelet might send.
+    let unknown = d.exec(&[
+        "flexvol-conformance-unknown-verb".to_owned(),
+        "{}".to_owned(),
+    ]);
     let ok = matches!(&unknown.decoded, Ok(st) if st.status == "Not supported")
         && unknown.code == Some(0);
     d.check(
