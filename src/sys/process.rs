@@ -73,14 +73,18 @@ pub fn kill_children() {
     }
 }
 
-/// Kills our children, replies Failure (unless a reply went out already) and exits 1.
+/// Replies Failure (unless a reply went out already), kills our children and exits 1.
+///
+/// The reply goes first: killing a helper makes the verb's own thread fail too (its tool died of
+/// SIGKILL), and that reply must not win the race against the reason (the signal, the deadline).
+/// The children die before the process ends, so the message's "were killed" is true by the time
+/// kubelet sees end of file.
 #[allow(clippy::exit)]
 pub fn fail_and_exit(message: &str) -> ! {
-    kill_children();
     let reply = Reply::failure(message);
-    if reply::emit(&reply)
-        && let Some(f) = AFTER_REPLY.get()
-    {
+    let ours = reply::emit(&reply);
+    kill_children();
+    if ours && let Some(f) = AFTER_REPLY.get() {
         f(&reply);
     }
     std::process::exit(1)
