@@ -62,24 +62,6 @@ async fn call<T>(
     }
 }
 
-/// A client from a kubeconfig file, or the in-cluster service account without one.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
-    let mut config = match kubeconfig {
-        Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .map_err(|e| format!("cannot read kubeconfig {}: {e}", p.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("kubeconfig {} is not usable: {e}", p.display()))?
-        }
-        None => kube::Config::incluster().map_err(|e| {
-            format!("not running in a pod with a service account ({e}); pass --kubeconfig FILE")
-        })?,
-    };
-    config.connect_timeout = Some(Duration::from_secs(10));
-    kube::Client::try_from(config).map_err(|e| format!("cannot build the API client: {e}"))
-}
-
 impl KubeCluster {
     /// Starts the watch caches; `wake` is notified whenever a claim or PV changes.
     pub fn start(

@@ -22,6 +22,7 @@
 #![allow(clippy::print_stderr)]
 
 pub mod api;
+pub mod apiclient;
 pub mod error;
 pub mod hostpath;
 pub mod kube;
@@ -55,6 +56,9 @@ pub struct ProvisionerArgs {
     pub resync_seconds: u64,
 }
 
+/// Exit code after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to fix.
+pub const PANIC_EXIT_CODE: i32 = 70;
+
 /// One log line on stderr, with a timestamp.
 pub fn log(msg: &str) {
     eprintln!(
@@ -84,6 +88,18 @@ pub fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn provisioner::Provis
 
 /// Runs the provisioner until killed; returns the exit code on a fatal error.
 pub fn run(a: &ProvisionerArgs) -> i32 {
+    // main() installs the driver's panic hook, which answers kubelet in JSON on stdout. A daemon
+    // has no caller to answer: a panic (a bug) is one log line and exit code 70, so that the
+    // DaemonSet restarts it (every step is restart-safe), never a half-dead process whose watch
+    // task died.
+    std::panic::set_hook(Box::new(|info| {
+        log(&format!(
+            "internal error ({info}); exiting, please report it with this log"
+        ));
+        crate::sys::process::kill_children();
+        #[allow(clippy::exit)]
+        std::process::exit(PANIC_EXIT_CODE)
+    }));
     // main() blocks the termination signals for the driver verbs (and every thread inherits the
     // mask). The provisioner may stop anywhere (every step is restart-safe), so SIGTERM from
     // kubelet stopping the pod ends it at once, like the default action.
@@ -124,7 +140,7 @@ async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
-    let client = kube::client(a.kubeconfig.as_deref()).await?;
+    let client = apiclient::client(a.kubeconfig.as_deref()).await?;
     let wake = Arc::new(tokio::sync::Notify::new());
     let cluster = kube::KubeCluster::start(client, a.node_name.clone(), wake.clone());
     if !cluster.ready(Duration::from_secs(60)).await {

@@ -21,6 +21,7 @@ mod install;
 mod lints;
 mod manifests;
 mod ops;
+mod provisioner_env;
 mod root_hostpath;
 mod security_policy;
 mod util;
