@@ -19,14 +19,18 @@
 //! 5. every Bound PV of ours whose claim asks for more than the PV's
 //!    [`ANN_SIZE`](super::provisioner::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
-//! 6. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
-//!    node-local backend): re-read it from the server, let the backend remove the volume (it checks
-//!    the ownership marks), then delete the PV (with a uid precondition).
+//! 6. every PV we provisioned (on this node, for a node-local backend), by what `fate` says:
+//!    with reclaim policy Delete, once Released or — when it was deleted first — once its claim is
+//!    gone (asked of the server): re-read it from the server, let the backend remove the volume
+//!    (it checks the ownership marks), delete the PV (with a uid precondition), then remove our
+//!    finalizer ([`FINALIZER`], on every PV we make); a deleted PV of another policy: remove the
+//!    finalizer only, the volume stays; a PV of an older version without the finalizer: add it.
 //!
 //! Restart safety: every step is keyed by names derived from the claim (PV `pvc-<uid>`, the
 //! directory or LV named after it), so a pass after a kill at any point finds what the killed one
 //! did and continues: the backend reuses a volume it made for this PV, `AlreadyExists` for a PV that
-//! is ours and bound to this claim is success, a volume already gone is success, a resize is
+//! is ours and bound to this claim is success, a volume already gone is success, a PV whose volume
+//! was removed stays (held by its finalizer) until the finalizer is removed, a resize is
 //! re-driven by the claim's request until the PV's annotation records it.
 
 use super::api::{
