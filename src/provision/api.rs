@@ -24,6 +24,17 @@ pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 /// The node label PVs are pinned by.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+/// The PV finalizer of external provisioners (sig-storage-lib-external-provisioner's, what
+/// Kubernetes 1.33's `HonorPVReclaimPolicy` relies on): every PV the provisioner makes carries it,
+/// and it is removed only once the volume is (reclaim policy Delete) or when the PV is deleted
+/// (any other policy), so a PV deleted before its claim still gets its volume removed.
+pub const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+
+/// The claim conditions a finished resize clears: `Resizing` (set while the volume is being
+/// grown) and `FileSystemResizePending` (set when only the node's part is left). Kubernetes 1.20
+/// uses only these two; later releases add others (`ControllerResizeError`, `NodeResizeError`,
+/// `ModifyVolumeError`, `ModifyingVolume`, ...) that belong to other controllers and are kept.
+pub const RESIZE_CONDITIONS: [&str; 2] = ["Resizing", "FileSystemResizePending"];
 
 /// What went wrong talking to the API server.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,12 +105,25 @@ pub trait Cluster {
     async fn volumes(&self) -> ApiResult<Vec<PersistentVolume>>;
     /// One PV, read from the server now (`None`: not found).
     async fn get_volume(&self, name: &str) -> ApiResult<Option<PersistentVolume>>;
+    /// One claim, read from the server now (`None`: not found).
+    async fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Option<PersistentVolumeClaim>>;
     /// One class, read from the server now (`None`: not found).
     async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>>;
     /// Creates a PV.
     async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()>;
     /// Deletes a PV if its uid is still `uid` (a precondition).
     async fn delete_volume(&self, name: &str, uid: &str) -> ApiResult<()>;
+    /// Adds [`FINALIZER`] to `pv` (as read: the patch applies only while its resourceVersion is
+    /// still `pv`'s, `Conflict` otherwise).
+    async fn add_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()>;
+    /// Removes [`FINALIZER`] from `pv` (as read), and nothing else: the patch names the entry's
+    /// index and tests that it still holds [`FINALIZER`] (`Conflict` when not). `Ok` when `pv`
+    /// does not carry it.
+    async fn remove_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()>;
     /// Removes the `volume.kubernetes.io/selected-node` annotation from a claim, if it still names
     /// `node` (a JSON patch test + remove).
     async fn unselect_node(&self, namespace: &str, name: &str, node: &str) -> ApiResult<()>;
@@ -114,7 +138,10 @@ pub trait Cluster {
         capacity: &Quantity,
         annotations: &BTreeMap<String, String>,
     ) -> ApiResult<()>;
-    /// Records a finished resize in a claim's status: `capacity`, and no resize conditions left.
+    /// Records a finished resize in a claim's status: `capacity`, and none of the resize
+    /// conditions flexvol finishes ([`RESIZE_CONDITIONS`]) left; every other condition (another
+    /// controller's) and the rest of the status are kept. The write is conditional on the
+    /// claim's resourceVersion as read just before (`Conflict` when someone wrote it meanwhile).
     async fn finish_claim_resize(
         &self,
         namespace: &str,

@@ -3,14 +3,18 @@
 //!
 //! Only the `provisioner` subcommand reaches this module (it needs the async runtime).
 
-use super::api::{ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec};
+use super::api::{
+    ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, RESIZE_CONDITIONS,
+};
 use k8s_openapi::api::core::v1::{
     Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use std::collections::BTreeMap;
@@ -60,6 +64,96 @@ async fn call<T>(
         }
         Ok(Err(e)) => Err(ApiError::new(what, ApiErrorKind::Other, e.to_string())),
     }
+}
+
+/// A failed `test` of a JSON patch (the object changed since it was read) is a conflict: the
+/// next pass reads it again.
+fn test_failed_is_conflict(e: ApiError) -> ApiError {
+    if e.kind == ApiErrorKind::Other && e.message.to_ascii_lowercase().contains("testing value") {
+        ApiError {
+            kind: ApiErrorKind::Conflict,
+            ..e
+        }
+    } else {
+        e
+    }
+}
+
+/// The JSON patch that adds [`FINALIZER`] to an object as read (`meta`): applied only while its
+/// resourceVersion is still the one read (a `test`), so a list another controller changed
+/// meanwhile is never overwritten. `None` when `meta` carries it already or has no
+/// resourceVersion.
+pub fn add_finalizer_patch(meta: &ObjectMeta) -> Option<serde_json::Value> {
+    let rv = meta.resource_version.as_deref()?;
+    let list = meta.finalizers.as_deref().unwrap_or_default();
+    if list.iter().any(|f| f == FINALIZER) {
+        return None;
+    }
+    let add = if list.is_empty() {
+        serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
+    } else {
+        serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
+    };
+    Some(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        add,
+    ]))
+}
+
+/// The JSON patch that removes [`FINALIZER`] from an object as read (`meta`), and only it: a
+/// `test` that the entry at its index still is [`FINALIZER`], then a `remove` of that index.
+/// `None` when `meta` does not carry it.
+pub fn remove_finalizer_patch(meta: &ObjectMeta) -> Option<serde_json::Value> {
+    let i = meta
+        .finalizers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .position(|f| f == FINALIZER)?;
+    let path = format!("/metadata/finalizers/{i}");
+    Some(serde_json::json!([
+        {"op": "test", "path": path, "value": FINALIZER},
+        {"op": "remove", "path": path},
+    ]))
+}
+
+/// The status merge patch that records a finished resize on `claim` (the claim as the server
+/// returned it, raw JSON: fields this crate's 1.20 model does not know are kept as they are):
+/// `capacity`, and the conditions without [`RESIZE_CONDITIONS`]. Other controllers' conditions
+/// are written back unchanged; when there is no resize condition the list is not written at all.
+/// A merge patch replaces a list whole, so the patch carries the claim's resourceVersion: the
+/// server refuses it (409) if anyone wrote the claim since it was read.
+pub fn finish_resize_patch(claim: &serde_json::Value, capacity: &Quantity) -> serde_json::Value {
+    let mut status = serde_json::json!({"capacity": {"storage": capacity}});
+    if let Some(conds) = claim
+        .pointer("/status/conditions")
+        .and_then(serde_json::Value::as_array)
+    {
+        let kept: Vec<&serde_json::Value> = conds
+            .iter()
+            .filter(|c| {
+                !c.get("type")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|t| RESIZE_CONDITIONS.contains(&t))
+            })
+            .collect();
+        if kept.len() != conds.len() {
+            status["conditions"] = if kept.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::json!(kept)
+            };
+        }
+    }
+    serde_json::json!({
+        "metadata": {"resourceVersion": claim.pointer("/metadata/resourceVersion")},
+        "status": status,
+    })
+}
+
+fn json_patch(v: serde_json::Value) -> Result<json_patch::Patch, ApiError> {
+    serde_json::from_value(v)
+        .map_err(|e| ApiError::new("build a JSON patch", ApiErrorKind::Other, e.to_string()))
 }
 
 impl KubeCluster {
@@ -142,6 +236,57 @@ impl Cluster for KubeCluster {
     async fn get_volume(&self, name: &str) -> ApiResult<Option<PersistentVolume>> {
         let api = Api::<PersistentVolume>::all(self.client.clone());
         call(format!("get PersistentVolume {name}"), api.get_opt(name)).await
+    }
+
+    async fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Option<PersistentVolumeClaim>> {
+        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+        call(
+            format!("get PersistentVolumeClaim {namespace}/{name}"),
+            api.get_opt(name),
+        )
+        .await
+    }
+
+    async fn add_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
+        let Some(p) = add_finalizer_patch(&pv.metadata) else {
+            return Ok(());
+        };
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        call(
+            format!("add finalizer {FINALIZER} to PersistentVolume {name}"),
+            api.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(json_patch(p)?),
+            ),
+        )
+        .await
+        .map(|_| ())
+        .map_err(test_failed_is_conflict)
+    }
+
+    async fn remove_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
+        let Some(p) = remove_finalizer_patch(&pv.metadata) else {
+            return Ok(());
+        };
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        call(
+            format!("remove finalizer {FINALIZER} from PersistentVolume {name}"),
+            api.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(json_patch(p)?),
+            ),
+        )
+        .await
+        .map(|_| ())
+        .map_err(test_failed_is_conflict)
     }
 
     async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
@@ -234,15 +379,22 @@ impl Cluster for KubeCluster {
         name: &str,
         capacity: &Quantity,
     ) -> ApiResult<()> {
-        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
-        // In 1.20 a claim's only conditions are the resize ones (Resizing,
-        // FileSystemResizePending): a finished resize clears them, as kubelet does.
-        let patch = serde_json::json!({"status": {
-            "capacity": {"storage": capacity},
-            "conditions": null,
-        }});
+        // Read raw: the conditions written back keep every field, known to this crate or not.
+        let ar = ApiResource::erase::<PersistentVolumeClaim>(&());
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &ar);
+        let what = format!("record capacity {} on claim {namespace}/{name}", capacity.0);
+        let Some(claim) = call(what.clone(), api.get_opt(name)).await? else {
+            return Err(ApiError::new(
+                what,
+                ApiErrorKind::NotFound,
+                "the claim is gone",
+            ));
+        };
+        let raw = serde_json::to_value(&claim)
+            .map_err(|e| ApiError::new(what.clone(), ApiErrorKind::Other, e.to_string()))?;
+        let patch = finish_resize_patch(&raw, capacity);
         call(
-            format!("record capacity {} on claim {namespace}/{name}", capacity.0),
+            what,
             api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await

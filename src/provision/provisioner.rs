@@ -12,8 +12,9 @@
 //!   class parameters passed [`Provisioner::check_class`], that requests a size, is `Filesystem`, has no
 //!   selector, and — for a node-local backend — whose `selected-node` is this instance's node;
 //! - [`Provisioner::delete`] only for a PV annotated as provisioned by `<vendor>/<kind>` (and, when
-//!   [`Kind::node_local`], by this node), Released, reclaim policy Delete, re-read from the
-//!   server just before;
+//!   [`Kind::node_local`], by this node), reclaim policy Delete, Released or deleted with its
+//!   claim gone, re-read from the server just before; again after a kill (the PV is held by its
+//!   finalizer until its volume is gone);
 //! - [`Provisioner::expand`] only for a Bound PV of ours whose claim asks for more than the PV's
 //!   [`ANN_SIZE`] and whose class allows expansion.
 //!

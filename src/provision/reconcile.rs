@@ -19,19 +19,23 @@
 //! 5. every Bound PV of ours whose claim asks for more than the PV's
 //!    [`ANN_SIZE`](super::provisioner::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
-//! 6. every Released PV with reclaim policy Delete that we provisioned (on this node, for a
-//!    node-local backend): re-read it from the server, let the backend remove the volume (it checks
-//!    the ownership marks), then delete the PV (with a uid precondition).
+//! 6. every PV we provisioned (on this node, for a node-local backend), by what `fate` says:
+//!    with reclaim policy Delete, once Released or — when it was deleted first — once its claim is
+//!    gone (asked of the server): re-read it from the server, let the backend remove the volume
+//!    (it checks the ownership marks), delete the PV (with a uid precondition), then remove our
+//!    finalizer ([`FINALIZER`], on every PV we make); a deleted PV of another policy: remove the
+//!    finalizer only, the volume stays; a PV of an older version without the finalizer: add it.
 //!
 //! Restart safety: every step is keyed by names derived from the claim (PV `pvc-<uid>`, the
 //! directory or LV named after it), so a pass after a kill at any point finds what the killed one
 //! did and continues: the backend reuses a volume it made for this PV, `AlreadyExists` for a PV that
-//! is ours and bound to this claim is success, a volume already gone is success, a resize is
+//! is ours and bound to this claim is success, a volume already gone is success, a PV whose volume
+//! was removed stays (held by its finalizer) until the finalizer is removed, a resize is
 //! re-driven by the claim's request until the PV's annotation records it.
 
 use super::api::{
-    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, ApiErrorKind,
-    Cluster, EventSpec, HOSTNAME_LABEL,
+    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, ApiError,
+    ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, HOSTNAME_LABEL,
 };
 use super::provisioner::{ANN_NODE, ANN_SIZE, Provisioned, Provisioner, Refusal, Request};
 use crate::node::capability;
@@ -81,6 +85,57 @@ pub struct Report {
     pub failed: Vec<String>,
     /// Advice to the operator about this node's labels (said once per change).
     pub advice: Vec<String>,
+    /// PVs of ours made before the finalizer that were given it now.
+    pub protected: Vec<String>,
+    /// PVs deleted with reclaim policy other than Delete whose finalizer was removed (the volume
+    /// kept).
+    pub released: Vec<String>,
+}
+
+/// What step 6 does with a PV of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Nothing (yet).
+    Keep,
+    /// Made before the finalizer: add it.
+    Protect,
+    /// Deleted, reclaim policy other than Delete: remove the finalizer, keep the volume.
+    Release,
+    /// Reclaim policy Delete and Released, or deleted with its claim gone: remove the volume,
+    /// delete the PV, remove the finalizer.
+    Reclaim,
+}
+
+fn has_finalizer(v: &PersistentVolume) -> bool {
+    v.metadata
+        .finalizers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == FINALIZER)
+}
+
+/// What step 6 does with `v` (whatever its owner); `claim_gone`: its claim (`spec.claimRef`, by
+/// uid) does not exist.
+///
+/// A PV made before the finalizer that is deleted and Released is left alone as before: the
+/// object may linger under another controller's finalizer, and its volume was handled while it
+/// was Released and not yet deleted.
+fn fate(v: &PersistentVolume, claim_gone: bool) -> Fate {
+    let spec = v.spec.as_ref();
+    let deleting = v.metadata.deletion_timestamp.is_some();
+    let guarded = has_finalizer(v);
+    let delete = spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete");
+    let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    if delete && (released || (deleting && claim_gone)) && (guarded || !deleting) {
+        Fate::Reclaim
+    } else if deleting && guarded && !delete {
+        Fate::Release
+    } else if !deleting && !guarded {
+        Fate::Protect
+    } else {
+        Fate::Keep
+    }
 }
 
 /// What a pass knows about this node.
@@ -143,6 +198,10 @@ pub struct Reconciler<C> {
     /// Per backend: whether this node serves it, as of this pass.
     serving: Vec<bool>,
     said: HashMap<(String, &'static str), String>,
+    /// Claims told that their node-local class must use WaitForFirstConsumer (by uid).
+    told_wffc: HashSet<String>,
+    /// StorageClasses read in this pass for that check (`None`: not found).
+    pass_classes: HashMap<String, Option<StorageClass>>,
     /// Per label key: the advice last given about it.
     advised: HashMap<String, String>,
 }
@@ -203,6 +262,8 @@ impl<C: Cluster> Reconciler<C> {
             serving: vec![false; backends.len()],
             backends,
             said: HashMap::new(),
+            told_wffc: HashSet::new(),
+            pass_classes: HashMap::new(),
             advised: HashMap::new(),
         }
     }
@@ -278,9 +339,17 @@ impl<C: Cluster> Reconciler<C> {
             .filter_map(|v| v.metadata.name.clone())
             .collect();
         self.legacy_grants(&volumes, &names, cfg, &mut report);
+        // The uids of the claims that exist (`None`: unknown, no claim counts as gone).
+        let mut claim_uids: Option<HashSet<String>> = None;
         match self.cluster.claims().await {
             Err(e) => report.failed.push(e.to_string()),
             Ok(claims) => {
+                claim_uids = Some(
+                    claims
+                        .iter()
+                        .filter_map(|c| c.metadata.uid.clone())
+                        .collect(),
+                );
                 // Forget what was said about objects that are gone (bounded memory).
                 let live: HashSet<&str> = claims
                     .iter()
@@ -289,6 +358,8 @@ impl<C: Cluster> Reconciler<C> {
                     .filter_map(|m| m.uid.as_deref())
                     .collect();
                 self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
+                self.told_wffc.retain(|uid| live.contains(uid.as_str()));
+                self.pass_classes.clear();
                 for c in &claims {
                     self.claim(c, &names, cfg, &here, &mut report).await;
                 }
@@ -309,11 +380,66 @@ impl<C: Cluster> Reconciler<C> {
             }
         }
         for v in &volumes {
-            if self.ours_to_delete(v).is_some() {
-                self.delete(v, cfg, &mut report).await;
+            let Some(bi) = self.ours(v) else { continue };
+            let gone = claim_uids
+                .as_ref()
+                .is_some_and(|uids| !claim_uid(v).is_some_and(|u| uids.contains(u)));
+            match fate(v, gone) {
+                Fate::Keep => {}
+                Fate::Protect => self.protect(v, &mut report).await,
+                Fate::Release => self.release(v, &mut report).await,
+                Fate::Reclaim => self.delete(v, bi, cfg, &mut report).await,
             }
         }
         report
+    }
+
+    /// Step 6 for a PV made before the finalizer (and not being deleted): adds it, so that from
+    /// now on it is protected as the PVs made since are (sig-storage's external-provisioner does
+    /// the same to its existing PVs under `HonorPVReclaimPolicy`). Conditional on the PV's
+    /// resourceVersion as cached: a stale cache only delays it to the next pass.
+    async fn protect(&mut self, v: &PersistentVolume, report: &mut Report) {
+        let name = v.metadata.name.clone().unwrap_or_default();
+        match self.cluster.add_volume_finalizer(v).await {
+            Ok(()) => report.protected.push(name),
+            Err(e) if e.kind == ApiErrorKind::Conflict => {}
+            Err(e) => report.failed.push(format!("PV {name}: {e}; retrying")),
+        }
+    }
+
+    /// Step 6 for a deleted PV whose reclaim policy is not Delete: removes the finalizer only (the
+    /// volume is kept), on the PV as the server has it now.
+    async fn release(&mut self, cached: &PersistentVolume, report: &mut Report) {
+        let name = cached.metadata.name.clone().unwrap_or_default();
+        let v = match self.cluster.get_volume(&name).await {
+            Ok(Some(v))
+                if fate(&v, false) == Fate::Release && v.metadata.uid == cached.metadata.uid =>
+            {
+                v
+            }
+            Ok(_) => return,
+            Err(e) => {
+                report.failed.push(e.to_string());
+                return;
+            }
+        };
+        match self.cluster.remove_volume_finalizer(&v).await {
+            Ok(()) => report.released.push(name),
+            Err(e) if matches!(e.kind, ApiErrorKind::Conflict | ApiErrorKind::NotFound) => {}
+            Err(e) => report.failed.push(format!("PV {name}: {e}; retrying")),
+        }
+    }
+
+    /// Whether the claim `v` is bound or pre-bound to (by uid) is gone, asked of the server.
+    async fn claim_gone(&self, v: &PersistentVolume) -> ApiResult<bool> {
+        let Some(r) = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+            return Ok(true);
+        };
+        let (Some(ns), Some(name)) = (r.namespace.as_deref(), r.name.as_deref()) else {
+            return Ok(true);
+        };
+        let c = self.cluster.get_claim(ns, name).await?;
+        Ok(c.is_none_or(|c| c.metadata.uid.as_deref() != r.uid.as_deref()))
     }
 
     /// Reads this node's Node: its hostname label (what PVs pin to) and whether it may make
@@ -382,6 +508,7 @@ impl<C: Cluster> Reconciler<C> {
         here: &Here,
         report: &mut Report,
     ) {
+        self.immediate_binding(c, report).await;
         let step = self.plan_claim(c, volumes, cfg, here).await;
         let who = claim_ref(c);
         match step {
@@ -429,6 +556,67 @@ impl<C: Cluster> Reconciler<C> {
         }
     }
 
+    /// A pending claim of a node-local class whose `volumeBindingMode` is `Immediate` (or unset,
+    /// which is `Immediate`): the scheduler never gives it a node (`selected-node`), so no
+    /// instance would ever make its volume. Tells the claim's author, with a ProvisioningFailed
+    /// event, once per claim (per instance that serves the kind, and once more after a restart).
+    /// Costs one read of each such class per pass, and nothing once said.
+    async fn immediate_binding(&mut self, c: &PersistentVolumeClaim, report: &mut Report) {
+        let meta = &c.metadata;
+        let Some(bi) = claim_provisioner(meta).and_then(|p| self.backend_for(p)) else {
+            return;
+        };
+        let Some(uid) = meta.uid.clone() else { return };
+        let spec = c.spec.as_ref();
+        if !self.backends[bi].kind().node_local
+            || !self.serving[bi]
+            || ann(meta, ANN_SELECTED_NODE).is_some()
+            || meta.deletion_timestamp.is_some()
+            || spec
+                .and_then(|s| s.volume_name.as_deref())
+                .is_some_and(|v| !v.is_empty())
+            || c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Pending")
+            || self.told_wffc.contains(&uid)
+        {
+            return;
+        }
+        let Some(class_name) = spec
+            .and_then(|s| s.storage_class_name.clone())
+            .filter(|s| !s.is_empty())
+        else {
+            return;
+        };
+        if !self.pass_classes.contains_key(&class_name) {
+            match self.cluster.get_class(&class_name).await {
+                Ok(sc) => {
+                    self.pass_classes.insert(class_name.clone(), sc);
+                }
+                Err(e) => {
+                    report.failed.push(e.to_string());
+                    return;
+                }
+            }
+        }
+        let Some(Some(class)) = self.pass_classes.get(&class_name) else {
+            return;
+        };
+        let provisioner = self.id.provisioner(self.backends[bi].kind().name);
+        let mode = class.volume_binding_mode.as_deref().unwrap_or("Immediate");
+        if class.provisioner != provisioner || mode == "WaitForFirstConsumer" {
+            return;
+        }
+        let msg = format!(
+            "flexvol: StorageClass {class_name:?} has volumeBindingMode {mode}, but {provisioner} makes node-local volumes: the volume must be made on the node the claim's pod is scheduled to, which the scheduler says (volume.kubernetes.io/selected-node) only for volumeBindingMode: WaitForFirstConsumer; this claim is never provisioned. Use a class with volumeBindingMode: WaitForFirstConsumer (the field cannot be edited: create a new class) and recreate the claim"
+        );
+        report.failed.push(format!("{}: {msg}", claim_ref(c)));
+        let ev = Self::claim_event(c, true, "ProvisioningFailed", msg);
+        if let Err(e) = self.cluster.event(&ev).await {
+            report.failed.push(format!("cannot record event: {e}"));
+            return;
+        }
+        self.told_wffc.insert(uid);
+    }
+
     async fn plan_claim(
         &mut self,
         c: &PersistentVolumeClaim,
@@ -437,10 +625,7 @@ impl<C: Cluster> Reconciler<C> {
         here: &Here,
     ) -> Step {
         let meta = &c.metadata;
-        let Some(bi) = [ANN_PROVISIONER_BETA, ANN_PROVISIONER]
-            .iter()
-            .find_map(|k| ann(meta, k).and_then(|p| self.backend_for(p)))
-        else {
+        let Some(bi) = claim_provisioner(meta).and_then(|p| self.backend_for(p)) else {
             return Step::Skip;
         };
         let node_local = self.backends[bi].kind().node_local;
@@ -604,6 +789,7 @@ impl<C: Cluster> Reconciler<C> {
             metadata: ObjectMeta {
                 name: Some(pv_name.to_owned()),
                 annotations: Some(annotations),
+                finalizers: Some(vec![FINALIZER.to_owned()]),
                 ..Default::default()
             },
             spec: Some(PersistentVolumeSpec {
@@ -724,16 +910,6 @@ impl<C: Cluster> Reconciler<C> {
             .extend(sweep_legacy_grants(&cfg.state_dir, names));
     }
 
-    /// Released, Delete, ours, not being deleted: its backend.
-    fn ours_to_delete(&self, v: &PersistentVolume) -> Option<usize> {
-        let spec = v.spec.as_ref();
-        (v.metadata.deletion_timestamp.is_none()
-            && v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released")
-            && spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete"))
-        .then(|| self.ours(v))
-        .flatten()
-    }
-
     /// Step 5: grows a Bound PV of ours whose claim asks for more than it has.
     async fn resize(
         &mut self,
@@ -852,22 +1028,45 @@ impl<C: Cluster> Reconciler<C> {
         }
     }
 
-    async fn delete(&mut self, cached: &PersistentVolume, cfg: &Config, report: &mut Report) {
+    /// Step 6 for a PV to reclaim ([`Fate::Reclaim`]): decided again on the PV as the server has
+    /// it now; the backend removes the volume, then the PV is deleted (uid precondition) and its
+    /// finalizer removed. A kill anywhere converges: the next pass finds the PV (held by the
+    /// finalizer) and goes through again, the backend's delete of a volume already gone is
+    /// success.
+    async fn delete(
+        &mut self,
+        cached: &PersistentVolume,
+        bi: usize,
+        cfg: &Config,
+        report: &mut Report,
+    ) {
         let Some(name) = cached.metadata.name.clone() else {
             return;
         };
         // The cache may be stale: decide on the object as the server has it now.
-        let (v, bi) = match self.cluster.get_volume(&name).await {
-            Ok(Some(v)) => match self.ours_to_delete(&v) {
-                Some(bi) => (v, bi),
-                None => return,
-            },
-            Ok(None) => return,
+        let v = match self.cluster.get_volume(&name).await {
+            Ok(Some(v)) if v.metadata.uid == cached.metadata.uid && self.ours(&v) == Some(bi) => v,
+            Ok(_) => return,
             Err(e) => {
                 report.failed.push(e.to_string());
                 return;
             }
         };
+        let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+        let gone = if released || v.metadata.deletion_timestamp.is_none() {
+            false
+        } else {
+            match self.claim_gone(&v).await {
+                Ok(g) => g,
+                Err(e) => {
+                    report.failed.push(e.to_string());
+                    return;
+                }
+            }
+        };
+        if fate(&v, gone) != Fate::Reclaim {
+            return;
+        }
         let uid = v.metadata.uid.clone().unwrap_or_default();
         let failure = match self.backends[bi].delete(cfg, &v) {
             Err(why) => Err(why.to_string()),
@@ -884,12 +1083,27 @@ impl<C: Cluster> Reconciler<C> {
                     let _ = capability::remove_legacy_grant(&cfg.state_dir, &loc);
                 }
                 checkpoint("provisioner-delete-before-pv");
-                match self.cluster.delete_volume(&name, &uid).await {
-                    Ok(()) => Ok(done),
-                    Err(e) if e.kind == ApiErrorKind::NotFound => Ok(done),
+                let deleted = if v.metadata.deletion_timestamp.is_some() {
+                    Ok(())
+                } else {
+                    match self.cluster.delete_volume(&name, &uid).await {
+                        Err(e) if e.kind == ApiErrorKind::NotFound => Ok(()),
+                        r => r,
+                    }
+                };
+                match deleted {
                     Err(e) => Err(format!(
-                        "the volume was removed ({done}) but the PV was not: {e}; retrying"
+                        "the volume was removed ({done}) but the PV was not deleted: {e}; retrying"
                     )),
+                    Ok(()) => {
+                        checkpoint("provisioner-delete-before-finalizer");
+                        self.unguard(&name, &uid)
+                            .await
+                            .map(|()| done.clone())
+                            .map_err(|e| format!(
+                                "the volume was removed ({done}) and the PV deleted, but its finalizer {FINALIZER} was not removed: {e}; retrying"
+                            ))
+                    }
                 }
             }
         };
@@ -910,6 +1124,38 @@ impl<C: Cluster> Reconciler<C> {
             }
         }
     }
+}
+
+impl<C: Cluster> Reconciler<C> {
+    /// Removes [`FINALIZER`] from the PV `name` if it is still the one with `uid` (read again:
+    /// deleting it changed it). `Ok` when it is gone or does not carry it.
+    async fn unguard(&self, name: &str, uid: &str) -> Result<(), ApiError> {
+        match self.cluster.get_volume(name).await? {
+            Some(v) if v.metadata.uid.as_deref() == Some(uid) => {
+                match self.cluster.remove_volume_finalizer(&v).await {
+                    Err(e) if e.kind == ApiErrorKind::NotFound => Ok(()),
+                    r => r,
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The provisioner a claim is for: its `volume.kubernetes.io/storage-provisioner` when it has one
+/// (1.23+ set it, alone or beside the beta one, and it wins when they differ, as in
+/// sig-storage-lib-external-provisioner), else `volume.beta.kubernetes.io/storage-provisioner`
+/// (all 1.20 sets).
+pub fn claim_provisioner(meta: &ObjectMeta) -> Option<&str> {
+    ann(meta, ANN_PROVISIONER).or_else(|| ann(meta, ANN_PROVISIONER_BETA))
+}
+
+/// The uid of the claim a PV is bound or pre-bound to.
+fn claim_uid(v: &PersistentVolume) -> Option<&str> {
+    v.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
 }
 
 /// Removes the legacy grants (in `<stateDir>/legacy-grants`) of PVs not in `names`, the PVs that

@@ -31,6 +31,31 @@ struct Fake {
     fail_create: Cell<Option<ApiErrorKind>>,
     /// get_volume answers this instead of the list (a server newer than the cache).
     server_volumes: RefCell<Option<Vec<PersistentVolume>>>,
+    /// The next remove_volume_finalizer fails with this (a kill, or the API server gone, between
+    /// the volume's removal and the finalizer's).
+    fail_unguard: Cell<Option<ApiErrorKind>>,
+    /// claims() answers this instead of `claims` (a watch cache that misses some).
+    cached_claims: RefCell<Option<Vec<PersistentVolumeClaim>>>,
+    /// Every finalizer patch sent, as JSON.
+    patches: RefCell<Vec<serde_json::Value>>,
+}
+
+/// Applies a JSON patch to `pv` as the API server would (the `test`s included): `Conflict` when
+/// a test fails.
+fn apply_json_patch(pv: &mut PersistentVolume, patch: serde_json::Value) -> ApiResult<()> {
+    let mut doc = serde_json::to_value(&*pv).unwrap();
+    let p: json_patch::Patch = serde_json::from_value(patch).unwrap();
+    json_patch::patch(&mut doc, &p).map_err(|_| err(ApiErrorKind::Conflict))?;
+    let rv: u64 = pv
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or("1")
+        .parse()
+        .unwrap();
+    *pv = serde_json::from_value(doc).unwrap();
+    pv.metadata.resource_version = Some((rv + 1).to_string());
+    Ok(())
 }
 
 fn err(kind: ApiErrorKind) -> ApiError {
@@ -39,6 +64,9 @@ fn err(kind: ApiErrorKind) -> ApiError {
 
 impl Cluster for Fake {
     async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>> {
+        if let Some(c) = self.cached_claims.borrow().clone() {
+            return Ok(c);
+        }
         Ok(self.claims.borrow().clone())
     }
     async fn volumes(&self) -> ApiResult<Vec<PersistentVolume>> {
@@ -54,6 +82,55 @@ impl Cluster for Fake {
             .into_iter()
             .find(|v| v.metadata.name.as_deref() == Some(name)))
     }
+    async fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Option<PersistentVolumeClaim>> {
+        Ok(self
+            .claims
+            .borrow()
+            .iter()
+            .find(|c| {
+                c.metadata.namespace.as_deref() == Some(namespace)
+                    && c.metadata.name.as_deref() == Some(name)
+            })
+            .cloned())
+    }
+    async fn add_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
+        let Some(p) = super::kube::add_finalizer_patch(&pv.metadata) else {
+            return Ok(());
+        };
+        self.patches.borrow_mut().push(p.clone());
+        let mut v = self.volumes.borrow_mut();
+        let x = v
+            .iter_mut()
+            .find(|x| x.metadata.name == pv.metadata.name)
+            .ok_or_else(|| err(ApiErrorKind::NotFound))?;
+        apply_json_patch(x, p)
+    }
+    async fn remove_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
+        if let Some(k) = self.fail_unguard.take() {
+            return Err(err(k));
+        }
+        let Some(p) = super::kube::remove_finalizer_patch(&pv.metadata) else {
+            return Ok(());
+        };
+        self.patches.borrow_mut().push(p.clone());
+        let mut v = self.volumes.borrow_mut();
+        let i = v
+            .iter()
+            .position(|x| x.metadata.name == pv.metadata.name)
+            .ok_or_else(|| err(ApiErrorKind::NotFound))?;
+        apply_json_patch(&mut v[i], p)?;
+        // The last finalizer of a deleted object gone: so is the object.
+        if v[i].metadata.deletion_timestamp.is_some()
+            && v[i].metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
+        {
+            v.remove(i);
+        }
+        Ok(())
+    }
     async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
         Ok(self.classes.borrow().get(name).cloned())
     }
@@ -67,6 +144,7 @@ impl Cluster for Fake {
         }
         let mut pv = pv.clone();
         pv.metadata.uid = Some(format!("uid-{}", pv.metadata.name.clone().unwrap()));
+        pv.metadata.resource_version = Some("1".into());
         v.push(pv);
         Ok(())
     }
@@ -81,7 +159,19 @@ impl Cluster for Fake {
         if v[i].metadata.uid.as_deref() != Some(uid) {
             return Err(err(ApiErrorKind::Conflict));
         }
-        v.remove(i);
+        // Held by finalizers: marked deleted only.
+        if v[i]
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| !f.is_empty())
+        {
+            v[i].metadata
+                .deletion_timestamp
+                .get_or_insert_with(deleted_now);
+        } else {
+            v.remove(i);
+        }
         Ok(())
     }
     async fn unselect_node(&self, namespace: &str, name: &str, node: &str) -> ApiResult<()> {
@@ -126,6 +216,7 @@ impl Cluster for Fake {
         name: &str,
         capacity: &Quantity,
     ) -> ApiResult<()> {
+        // The real patch body, applied as a merge patch with its resourceVersion precondition.
         let mut claims = self.claims.borrow_mut();
         let c = claims
             .iter_mut()
@@ -134,17 +225,23 @@ impl Cluster for Fake {
                     && c.metadata.name.as_deref() == Some(name)
             })
             .ok_or_else(|| err(ApiErrorKind::NotFound))?;
-        let st = c.status.get_or_insert_default();
-        st.capacity
-            .get_or_insert_default()
-            .insert("storage".into(), capacity.clone());
-        st.conditions = None;
+        let mut doc = serde_json::to_value(&*c).unwrap();
+        let patch = super::kube::finish_resize_patch(&doc, capacity);
+        if patch["metadata"]["resourceVersion"] != doc["metadata"]["resourceVersion"] {
+            return Err(err(ApiErrorKind::Conflict));
+        }
+        json_patch::merge(&mut doc, &patch);
+        *c = serde_json::from_value(doc).unwrap();
         Ok(())
     }
     async fn event(&self, ev: &EventSpec) -> ApiResult<()> {
         self.events.borrow_mut().push(ev.clone());
         Ok(())
     }
+}
+
+fn deleted_now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::chrono::Utc::now())
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -343,7 +440,8 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
     let pv = serde_json::to_value(&pvs[0]).unwrap();
     let want = serde_json::json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": "pvc-u1", "uid": "uid-pvc-u1", "annotations": {
+        "metadata": {"name": "pvc-u1", "uid": "uid-pvc-u1", "resourceVersion": "1",
+            "finalizers": [FINALIZER], "annotations": {
             "pv.kubernetes.io/provisioned-by": PROV, "flexvol/node": "node-a",
             "flexvol/size-bytes": "1073741824", "flexvol/size-enforced": "false",
             "flexvol/size-note": match crate::provision::quota::detect(&dir) {
@@ -1279,4 +1377,488 @@ fn without_its_node_object_no_node_local_volume_is_made() {
         "{:?}",
         r.failed
     );
+}
+
+// --- The PV finalizer (issue #22, 3): a Delete PV deleted before its claim -------------------
+
+/// A provisioned claim, Bound to its PV, with a file in its directory; the claim still exists.
+fn bound(reclaim: &str) -> (tempfile::TempDir, PathBuf, Reconciler<Fake>, Config) {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], reclaim));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+    assert_eq!(block_on(rec.pass(&cfg)).provisioned.len(), 1);
+    std::fs::write(root.join("pvc-u1_ns_data/file"), b"data").unwrap();
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        c.spec.as_mut().unwrap().volume_name = Some("pvc-u1".into());
+        c.status.as_mut().unwrap().phase = Some("Bound".into());
+    }
+    set_phase(&rec, "pvc-u1", "Bound");
+    (d, root, rec, cfg)
+}
+
+/// `kubectl delete pv`: the API server marks it deleted (it carries finalizers).
+fn delete_pv(rec: &Reconciler<Fake>) {
+    block_on(rec.cluster.delete_volume("pvc-u1", "uid-pvc-u1")).unwrap();
+    assert!(
+        rec.cluster.volumes.borrow()[0]
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+}
+
+fn finalizers(rec: &Reconciler<Fake>) -> Vec<String> {
+    rec.cluster.volumes.borrow()[0]
+        .metadata
+        .finalizers
+        .clone()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_delete_pv_deleted_while_bound_loses_its_volume_once_its_claim_is_gone() {
+    for released in [true, false] {
+        let (_d, root, mut rec, cfg) = bound("Delete");
+        assert_eq!(finalizers(&rec), vec![FINALIZER]);
+        // Another controller's finalizer too (1.20's pv-protection while bound).
+        rec.cluster.volumes.borrow_mut()[0]
+            .metadata
+            .finalizers
+            .as_mut()
+            .unwrap()
+            .insert(0, "kubernetes.io/pv-protection".into());
+        delete_pv(&rec);
+        // Bound, its claim there: the volume is kept, the PV held.
+        let r = block_on(rec.pass(&cfg));
+        assert!(r.deleted.is_empty() && r.failed.is_empty(), "{r:?}");
+        assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+        assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+        // The claim deleted: Released by the PV controller, or not yet (its claim gone is enough).
+        rec.cluster.claims.borrow_mut().clear();
+        if released {
+            set_phase(&rec, "pvc-u1", "Released");
+        }
+        let r = block_on(rec.pass(&cfg));
+        assert_eq!(r.deleted.len(), 1, "released={released}: {r:?}");
+        assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+        // Only our finalizer went; the other controller's is still there.
+        assert_eq!(finalizers(&rec), vec!["kubernetes.io/pv-protection"]);
+        let last = rec.cluster.patches.borrow().last().cloned().unwrap();
+        assert_eq!(
+            last,
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/finalizers/1", "value": FINALIZER},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ])
+        );
+        // Nothing more to do.
+        let r = block_on(rec.pass(&cfg));
+        assert_eq!(r, Report::default());
+    }
+}
+
+#[test]
+fn a_deleted_pv_whose_claim_the_cache_misses_is_kept_while_the_server_has_it() {
+    let (_d, root, mut rec, cfg) = bound("Delete");
+    delete_pv(&rec);
+    // The watch cache misses the claim, the server has it: kept.
+    rec.cluster.cached_claims.replace(Some(Vec::new()));
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deleted.is_empty() && r.failed.is_empty(), "{r:?}");
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+    // A claim of the same name but another uid is not its claim: gone.
+    rec.cluster.claims.borrow_mut()[0].metadata.uid = Some("u2".into());
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted.len(), 1, "{r:?}");
+    assert!(entries(&root).is_empty());
+}
+
+#[test]
+fn a_kill_between_the_volume_and_the_finalizer_converges() {
+    let (_d, root, mut rec, cfg) = bound("Delete");
+    delete_pv(&rec);
+    rec.cluster.claims.borrow_mut().clear();
+    set_phase(&rec, "pvc-u1", "Released");
+    rec.cluster.fail_unguard.set(Some(ApiErrorKind::Timeout));
+    let r = block_on(rec.pass(&cfg));
+    assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+    assert_eq!(
+        rec.cluster.volumes.borrow().len(),
+        1,
+        "held by the finalizer"
+    );
+    assert!(
+        r.failed[0].contains("finalizer") && r.failed[0].contains("retrying"),
+        "{r:?}"
+    );
+    // The next pass: the volume is gone already (success), the finalizer goes, so does the PV.
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted.len(), 1, "{r:?}");
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert!(rec.cluster.volumes.borrow().is_empty());
+}
+
+#[test]
+fn a_released_pv_deleted_by_the_provisioner_loses_its_finalizer_in_the_same_pass() {
+    let (_d, root, mut rec, cfg) = bound("Delete");
+    rec.cluster.claims.borrow_mut().clear();
+    set_phase(&rec, "pvc-u1", "Released");
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted.len(), 1, "{r:?}");
+    assert!(entries(&root).is_empty());
+    assert!(rec.cluster.volumes.borrow().is_empty());
+}
+
+#[test]
+fn a_deleted_retain_pv_loses_its_finalizer_and_keeps_its_volume() {
+    let (_d, root, mut rec, cfg) = bound("Retain");
+    delete_pv(&rec);
+    // Bound or Released, claim there or not: the volume is never touched.
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.released, vec!["pvc-u1".to_owned()], "{r:?}");
+    assert!(r.deleted.is_empty());
+    assert!(rec.cluster.volumes.borrow().is_empty());
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
+    assert_eq!(
+        std::fs::read(root.join("pvc-u1_ns_data/file")).unwrap(),
+        b"data"
+    );
+}
+
+#[test]
+fn pvs_made_before_the_finalizer_get_it_and_keep_working() {
+    let (_d, root, mut rec, cfg) = bound("Delete");
+    // As an older version made it: no finalizer; another controller's is there.
+    {
+        let mut v = rec.cluster.volumes.borrow_mut();
+        v[0].metadata.finalizers = Some(vec!["kubernetes.io/pv-protection".into()]);
+        v[0].metadata.resource_version = Some("41".into());
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.protected, vec!["pvc-u1".to_owned()], "{r:?}");
+    assert_eq!(
+        finalizers(&rec),
+        vec![
+            "kubernetes.io/pv-protection".to_owned(),
+            FINALIZER.to_owned()
+        ]
+    );
+    assert_eq!(
+        rec.cluster.patches.borrow()[0],
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ])
+    );
+    assert_eq!(block_on(rec.pass(&cfg)), Report::default());
+    // A Released legacy PV is deleted as before (policy Delete).
+    rec.cluster.volumes.borrow_mut()[0].metadata.finalizers = None;
+    rec.cluster.claims.borrow_mut().clear();
+    set_phase(&rec, "pvc-u1", "Released");
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted.len(), 1, "{r:?}");
+    assert!(entries(&root).is_empty());
+    assert!(rec.cluster.volumes.borrow().is_empty());
+}
+
+#[test]
+fn finalizer_patches_never_touch_another_entry_or_a_changed_list() {
+    use super::kube::{add_finalizer_patch, remove_finalizer_patch};
+    let meta = |f: &[&str], rv: &str| ObjectMeta {
+        name: Some("pv".into()),
+        resource_version: Some(rv.into()),
+        finalizers: Some(f.iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    };
+    let pv = |m: ObjectMeta| PersistentVolume {
+        metadata: m,
+        ..Default::default()
+    };
+    // Read with ours at index 1; meanwhile another controller inserted one before it: the test
+    // fails, nothing is removed.
+    let read = meta(&["a", FINALIZER, "b"], "5");
+    let p = remove_finalizer_patch(&read).unwrap();
+    let mut now = pv(meta(&["x", "a", FINALIZER, "b"], "6"));
+    assert_eq!(
+        apply_json_patch(&mut now, p.clone()).unwrap_err().kind,
+        ApiErrorKind::Conflict
+    );
+    assert_eq!(now.metadata.finalizers.as_ref().unwrap().len(), 4);
+    // Unchanged: exactly our entry goes.
+    let mut same = pv(read.clone());
+    apply_json_patch(&mut same, p).unwrap();
+    assert_eq!(same.metadata.finalizers.unwrap(), vec!["a", "b"]);
+    assert_eq!(remove_finalizer_patch(&meta(&["a"], "5")), None);
+    // Adding: only onto the list as read (resourceVersion test).
+    let p = add_finalizer_patch(&meta(&["a"], "5")).unwrap();
+    let mut moved = pv(meta(&["a", "b"], "6"));
+    assert!(apply_json_patch(&mut moved, p).is_err());
+    let p = add_finalizer_patch(&ObjectMeta {
+        resource_version: Some("5".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut none = pv(meta(&[], "5"));
+    none.metadata.finalizers = None;
+    apply_json_patch(&mut none, p).unwrap();
+    assert_eq!(none.metadata.finalizers.unwrap(), vec![FINALIZER]);
+    assert_eq!(add_finalizer_patch(&meta(&[FINALIZER], "5")), None);
+}
+
+// --- Claim conditions (issue #22, 3): a finished resize removes only its own ----------------
+
+fn fixture(name: &str) -> serde_json::Value {
+    let text = match name {
+        "claim-1.20-pending" => include_str!("fixtures/claim-1.20-pending.json"),
+        "claim-1.20-resizing" => include_str!("fixtures/claim-1.20-resizing.json"),
+        "claim-1.34-pending" => include_str!("fixtures/claim-1.34-pending.json"),
+        "claim-1.34-ga-only" => include_str!("fixtures/claim-1.34-ga-only.json"),
+        "claim-1.34-resizing" => include_str!("fixtures/claim-1.34-resizing.json"),
+        _ => panic!("no fixture {name}"),
+    };
+    serde_json::from_str(text).unwrap()
+}
+
+fn condition_types(claim: &serde_json::Value) -> Vec<String> {
+    claim
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .map(|c| {
+            c.iter()
+                .map(|c| c["type"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_finished_resize_keeps_the_conditions_and_status_of_other_controllers_of_1_34() {
+    let before = fixture("claim-1.34-resizing");
+    let patch = super::kube::finish_resize_patch(&before, &Quantity("2Gi".into()));
+    // Guarded by the claim's resourceVersion; only capacity and conditions written.
+    assert_eq!(
+        patch["metadata"],
+        serde_json::json!({"resourceVersion": "51877"})
+    );
+    assert_eq!(
+        patch["status"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        vec!["capacity", "conditions"]
+    );
+    let mut after = before.clone();
+    json_patch::merge(&mut after, &patch);
+    assert_eq!(
+        condition_types(&after),
+        vec!["ModifyVolumeError", "example.com/BackupReady"]
+    );
+    // Each kept condition is written back whole, as the server returned it.
+    assert_eq!(
+        after["status"]["conditions"][0],
+        before["status"]["conditions"][1]
+    );
+    assert_eq!(after["status"]["capacity"]["storage"], "2Gi");
+    for k in [
+        "allocatedResources",
+        "allocatedResourceStatuses",
+        "currentVolumeAttributesClassName",
+        "modifyVolumeStatus",
+        "phase",
+        "accessModes",
+    ] {
+        assert_eq!(after["status"][k], before["status"][k], "{k}");
+    }
+    assert_eq!(after["spec"], before["spec"]);
+}
+
+#[test]
+fn a_finished_resize_clears_both_conditions_of_1_20_and_leaves_no_list() {
+    let before = fixture("claim-1.20-resizing");
+    let patch = super::kube::finish_resize_patch(&before, &Quantity("2Gi".into()));
+    assert_eq!(patch["status"]["conditions"], serde_json::Value::Null);
+    let mut after = before.clone();
+    json_patch::merge(&mut after, &patch);
+    assert!(after["status"].get("conditions").is_none(), "{after}");
+    assert_eq!(after["status"]["capacity"]["storage"], "2Gi");
+    // No resize condition at all: the list is not written.
+    let mut clean = before.clone();
+    clean["status"]["conditions"] = serde_json::json!([
+        {"type": "example.com/BackupReady", "status": "True"}
+    ]);
+    let patch = super::kube::finish_resize_patch(&clean, &Quantity("2Gi".into()));
+    assert!(patch["status"].get("conditions").is_none(), "{patch}");
+}
+
+#[test]
+fn a_resize_finished_on_a_1_34_claim_through_the_pass_keeps_other_conditions() {
+    let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
+    // The claim's status as 1.34 has it, with other controllers' conditions.
+    let rec34 = fixture("claim-1.34-resizing");
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        let mut st: PersistentVolumeClaimStatus =
+            serde_json::from_value(rec34["status"].clone()).unwrap();
+        st.capacity = Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))]));
+        c.status = Some(st);
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.resized.len(), 1, "{r:?}");
+    assert_eq!(claim_capacity(&rec), "2Gi");
+    let c = serde_json::to_value(&rec.cluster.claims.borrow()[0]).unwrap();
+    assert_eq!(
+        condition_types(&c),
+        vec!["ModifyVolumeError", "example.com/BackupReady"]
+    );
+}
+
+// --- Provisioner annotations (issue #22, 3): 1.20's beta one, 1.23+'s GA one, both ----------
+
+fn from_fixture(name: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(fixture(name)).unwrap()
+}
+
+#[test]
+fn recorded_claims_of_1_20_and_1_34_are_provisioned_whichever_annotations_they_carry() {
+    for name in [
+        "claim-1.20-pending",
+        "claim-1.34-pending",
+        "claim-1.34-ga-only",
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let mut rec = setup("node-a");
+        rec.cluster.classes.borrow_mut().insert(
+            "flexvol-hostpath".into(),
+            class("flexvol-hostpath", &[], "Delete"),
+        );
+        let c = from_fixture(name);
+        let uid = c.metadata.uid.clone().unwrap();
+        rec.cluster.claims.borrow_mut().push(c);
+        let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+        assert_eq!(r.failed, Vec::<String>::new(), "{name}");
+        assert_eq!(r.provisioned.len(), 1, "{name}: {r:?}");
+        assert_eq!(r.provisioned[0].0, format!("pvc-{uid}"), "{name}");
+    }
+}
+
+#[test]
+fn the_ga_annotation_wins_when_the_two_disagree() {
+    let c = from_fixture("claim-1.34-pending");
+    assert_eq!(claim_provisioner(&c.metadata), Some(PROV));
+    let mut other = c.clone();
+    other
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANN_PROVISIONER.into(), "example.com/other".into());
+    assert_eq!(
+        claim_provisioner(&other.metadata),
+        Some("example.com/other")
+    );
+    // Not ours: nothing made.
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster.classes.borrow_mut().insert(
+        "flexvol-hostpath".into(),
+        class("flexvol-hostpath", &[], "Delete"),
+    );
+    rec.cluster.claims.borrow_mut().push(other);
+    let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+    assert!(r.provisioned.is_empty(), "{r:?}");
+    let beta_only = from_fixture("claim-1.20-pending");
+    assert_eq!(claim_provisioner(&beta_only.metadata), Some(PROV));
+    let ga_only = from_fixture("claim-1.34-ga-only");
+    assert_eq!(claim_provisioner(&ga_only.metadata), Some(PROV));
+    assert!(
+        !ga_only
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key(ANN_PROVISIONER_BETA)
+    );
+}
+
+// --- Immediate binding on a node-local class (issue #22, 3) ----------------------------------
+
+#[test]
+fn a_node_local_class_with_immediate_binding_is_reported_once_per_claim() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    for (name, mode) in [("now", Some("Immediate")), ("unset", None)] {
+        let mut sc = class(name, &[], "Delete");
+        sc.volume_binding_mode = mode.map(Into::into);
+        rec.cluster.classes.borrow_mut().insert(name.into(), sc);
+        rec.cluster.claims.borrow_mut().push(claim(
+            &format!("c-{name}"),
+            &format!("u-{name}"),
+            name,
+            None,
+        ));
+    }
+    // A WaitForFirstConsumer claim still waiting for its pod: nothing said.
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("wffc".into(), class("wffc", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("c-wait", "u-wait", "wffc", None));
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.provisioned.is_empty(), "{r:?}");
+    let evs = rec.cluster.events.borrow().clone();
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    for (ev, (name, mode)) in evs
+        .iter()
+        .zip([("now", "Immediate"), ("unset", "Immediate")])
+    {
+        assert_eq!((ev.reason, ev.warning), ("ProvisioningFailed", true));
+        assert_eq!(ev.name, format!("c-{name}"));
+        assert!(
+            ev.message.contains(&format!("volumeBindingMode {mode}"))
+                && ev
+                    .message
+                    .contains("volumeBindingMode: WaitForFirstConsumer")
+                && ev.message.contains("selected-node"),
+            "{}",
+            ev.message
+        );
+    }
+    // Once per claim, not every pass.
+    block_on(rec.pass(&cfg));
+    block_on(rec.pass(&cfg));
+    assert_eq!(rec.cluster.events.borrow().len(), 2);
+    // A restarted instance says it once more, then no more.
+    let f = std::mem::take(&mut rec.cluster);
+    let id = rec.id.clone();
+    let backends = super::provisioners(&id);
+    let mut again = Reconciler::new(f, id, backends);
+    block_on(again.pass(&cfg));
+    block_on(again.pass(&cfg));
+    assert_eq!(again.cluster.events.borrow().len(), 4);
+    // An instance that does not serve the kind (no root here) says nothing.
+    let f = std::mem::take(&mut again.cluster);
+    f.events.borrow_mut().clear();
+    let id = Identity {
+        node: "node-b".into(),
+        vendor: "flexvol".into(),
+    };
+    let backends = super::provisioners(&id);
+    let mut other = Reconciler::new(f, id, backends);
+    block_on(other.pass(&config("node-a", &[&root])));
+    assert!(other.cluster.events.borrow().is_empty());
 }
