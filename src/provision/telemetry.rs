@@ -7,7 +7,7 @@
 //!   `flexvol-provisioner=debug,kube=info`: tracing-subscriber's `Targets` syntax; the default
 //!   shows this provisioner's `info` and every library's `warn`). Set up only by
 //!   [`super::run`]: the driver verbs never reach this module.
-//! - **Metrics** ([`Metrics`]): the names in drivers/deploy/README.md ("Metrics"), kept in a
+//! - **Metrics** ([`Metrics`]): the names in drivers/deploy/README.md ("7. Metrics, health and logs"), kept in a
 //!   `prometheus-client` registry, served as OpenMetrics text (which Prometheus reads).
 //! - **Health** ([`Health`]): `/healthz` answers 200 while the loop is alive (a pass ended, or
 //!   the loop waited for a config, within [`Health::live_window`]); `/readyz` answers 200 once the
