@@ -286,3 +286,43 @@ fn the_server_answers_on_its_own_thread() {
     let _idle = std::net::TcpStream::connect(addr).unwrap();
     assert_eq!(get(addr, "/healthz").0, 200);
 }
+
+#[test]
+fn capacity_of_the_allowed_volume_groups_is_their_free_bytes() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    // `lvm vgs ... -- VG` as lvm2 answers it: a JSON report, or "not found" for a VG it lacks.
+    let lvm = d.path().join("lvm");
+    std::fs::write(
+        &lvm,
+        r#"#!/bin/sh
+for a; do vg="$a"; done
+case "$vg" in
+vg0) echo '{"report":[{"vg":[{"vg_name":"vg0","vg_extent_size":"4194304","vg_free":"8388608"}]}]}' ;;
+*) echo "  Volume group \"$vg\" not found" >&2; exit 5 ;;
+esac
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&lvm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cfg = Config {
+        tool_dirs: vec![d.path().to_owned()],
+        ..Config::default()
+    };
+    cfg.lvm.allowed_volume_groups = vec!["vg0".into(), "gone".into()];
+    let (pools, failed) = capacity(&cfg, "node-a", "flexvol/lvm");
+    assert_eq!(
+        pools,
+        vec![Pool {
+            kind: "lvm",
+            pool: "vg0".into(),
+            size: None,
+            free: 8 << 20,
+        }]
+    );
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].contains("capacity of volume group gone"),
+        "{failed:?}"
+    );
+}
