@@ -64,7 +64,7 @@ pub struct ProvisionerArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Which events to log, e.g. `debug` or `flexvol-provisioner=debug,kube=info` (default:
-    /// `RUST_LOG`, else this provisioner's info and every library's warnings).
+    /// `RUST_LOG`, else this provisioner's info and nothing of the libraries).
     #[arg(long, value_name = "FILTER")]
     pub log_filter: Option<String>,
 }

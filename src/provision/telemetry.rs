@@ -5,7 +5,8 @@
 //!   (`<RFC 3339 time> <LEVEL> flexvol-provisioner: <message>`, the default) or JSON lines
 //!   (`--log-format json`), filtered by `--log-filter` or `RUST_LOG` (`info`,
 //!   `flexvol-provisioner=debug,kube=info`: tracing-subscriber's `Targets` syntax; the default
-//!   shows this provisioner's `info` and every library's `warn`). Set up only by
+//!   shows this provisioner's `info` and nothing of the libraries, whose errors it logs itself:
+//!   kube-client's own line for each failed request would only double them). Set up only by
 //!   [`super::run`]: the driver verbs never reach this module.
 //! - **Metrics** ([`Metrics`]): the names in drivers/deploy/README.md ("7. Metrics, health and logs"), kept in a
 //!   `prometheus-client` registry, served as OpenMetrics text (which Prometheus reads).
@@ -51,13 +52,13 @@ impl tracing_subscriber::fmt::time::FormatTime for Rfc3339 {
     }
 }
 
-/// The filter for `spec` (`None`: this provisioner's `info`, every library's `warn`).
+/// The filter for `spec` (`None`: this provisioner's `info`, nothing of the libraries).
 pub fn log_filter(spec: Option<&str>) -> Result<tracing_subscriber::filter::Targets, String> {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     match spec.map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(Targets::new()
             .with_target(LOG_TARGET, LevelFilter::INFO)
-            .with_default(LevelFilter::WARN)),
+            .with_default(LevelFilter::OFF)),
         Some(s) => s.parse().map_err(|e| {
             format!("log filter {s:?}: {e}; write e.g. info or flexvol-provisioner=debug,kube=info")
         }),
