@@ -5,8 +5,10 @@
 //! in the volume groups the node config grants, [`lvm`]) for the claims the scheduler placed on
 //! its node (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer), and shared ones (NFS
 //! subdirectories, [`nfs`]) for any claim of their class, by whichever serving instance gets there
-//! first; it makes the volume and the PV for it, grows both when the claim asks for more, and deletes
-//! both when a Released PV with reclaim policy Delete is one it made. The decisions are in
+//! first; it makes the volume and the PV for it (with the PV finalizer
+//! `external-provisioner.volume.kubernetes.io/finalizer`), grows both when the claim asks for more,
+//! and deletes both when a PV of reclaim policy Delete that it made is Released, or is deleted
+//! and its claim is gone; only then does its finalizer go. The decisions are in
 //! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam (the directory
 //! work of hostPath and NFS in the marked-directory library, [`volumedir`]), the API server behind
 //! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
@@ -16,10 +18,10 @@
 //! first, and the node config every verb loads (local-path's keys included) is `node`'s, which
 //! imports nothing from here. So the binary grows but a verb's startup does not.
 //!
-//! Logs: one line per action on stderr (the container log of the DaemonSet); this command is for
-//! a daemon, not for kubelet, so the stdout/stderr protocol rule of the verbs does not apply.
-
-#![allow(clippy::print_stderr)]
+//! Logs, metrics and health ([`telemetry`]): one levelled `tracing` event per action on stderr
+//! (the container log of the DaemonSet; text or JSON lines), `/metrics` (Prometheus), `/healthz`
+//! and `/readyz` on `--metrics-address`. Only [`run`] sets them up; this command is for a daemon,
+//! not for kubelet, so the stdout/stderr protocol rule of the verbs does not apply.
 
 pub mod api;
 pub mod apiclient;
@@ -31,13 +33,16 @@ pub mod nfs;
 pub mod provisioner;
 pub mod quota;
 pub mod reconcile;
+pub mod telemetry;
 pub mod volumedir;
 
 use crate::node::config::Config;
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant};
+use telemetry::{LOG_TARGET, LogFormat};
+use tracing::{error, info, warn};
 
 /// Arguments of `flexvol provisioner`.
 #[derive(Args, Debug, Clone)]
@@ -54,17 +59,25 @@ pub struct ProvisionerArgs {
     /// A full pass at least this often, even without changes seen by the watches.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub resync_seconds: u64,
+    /// Serve /metrics, /healthz and /readyz here (the DaemonSet runs on the host's network: a
+    /// port free on every node; the probes use it).
+    #[arg(long, default_value = "0.0.0.0:9479", value_name = "ADDRESS:PORT")]
+    pub metrics_address: std::net::SocketAddr,
+    /// Log lines as `text` (`<time> <LEVEL> flexvol-provisioner: <message>`) or `json`.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Which events to log, e.g. `debug` or `flexvol-provisioner=debug,kube=info` (default:
+    /// `RUST_LOG`, else this provisioner's info and nothing of the libraries).
+    #[arg(long, value_name = "FILTER")]
+    pub log_filter: Option<String>,
 }
 
 /// Exit code after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to fix.
 pub const PANIC_EXIT_CODE: i32 = 70;
 
-/// One log line on stderr, with a timestamp.
+/// A warning in the log (for the watches in [`kube`]; this file logs with `tracing` directly).
 pub fn log(msg: &str) {
-    eprintln!(
-        "{} flexvol-provisioner: {msg}",
-        crate::node::calllog::rfc3339(SystemTime::now())
-    );
+    warn!(target: LOG_TARGET, "{msg}");
 }
 
 /// The provisioner's identity for these arguments.
@@ -111,75 +124,130 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         }
         let _ = set.thread_unblock();
     }
+    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref()) {
+        // No logger yet: the one place this command writes stderr itself.
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("flexvol-provisioner: {e}");
+        }
+        return 2;
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            log(&format!("cannot start the async runtime: {e}"));
+            error!(target: LOG_TARGET, "cannot start the async runtime: {e}");
             return 1;
         }
     };
-    match rt.block_on(serve(a)) {
+    let resync = Duration::from_secs(a.resync_seconds.max(1));
+    let shared = Arc::new(telemetry::Shared {
+        metrics: telemetry::Metrics::new(),
+        health: telemetry::Health::new(Instant::now(), resync),
+    });
+    match telemetry::serve(a.metrics_address, shared.clone()) {
+        Ok(at) => {
+            info!(target: LOG_TARGET, "serving /metrics, /healthz and /readyz on http://{at}")
+        }
+        Err(e) => {
+            error!(target: LOG_TARGET, "{e}");
+            return 1;
+        }
+    }
+    match rt.block_on(serve(a, &shared)) {
         Ok(()) => 0,
         Err(e) => {
-            log(&format!("error: {e}"));
+            error!(target: LOG_TARGET, "error: {e}");
             1
         }
     }
 }
 
-async fn serve(a: &ProvisionerArgs) -> Result<(), String> {
+async fn serve(a: &ProvisionerArgs, shared: &telemetry::Shared) -> Result<(), String> {
+    let health = &shared.health;
     // The installer container writes the config; until a valid one exists, wait (no pass on an
     // unknown config: it would send every claim picked for this node back).
     let mut config = loop {
+        health.beat(Instant::now());
         match Config::load() {
             Ok(c) => break c,
-            Err(e) => log(&format!("{e}; waiting for a valid config")),
+            Err(e) => warn!(target: LOG_TARGET, "{e}; waiting for a valid config"),
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
     let client = apiclient::client(a.kubeconfig.as_deref()).await?;
     let wake = Arc::new(tokio::sync::Notify::new());
     let cluster = kube::KubeCluster::start(client, a.node_name.clone(), wake.clone());
-    if !cluster.ready(Duration::from_secs(60)).await {
-        log("the watches of claims and PVs have not listed yet after 60s; going on, will retry");
+    if cluster.ready(Duration::from_secs(60)).await {
+        health.synced();
+    } else {
+        warn!(
+            target: LOG_TARGET,
+            "the watches of claims and PVs have not listed yet after 60s; going on, will retry"
+        );
     }
     let id = identity(a);
     let mut rec = reconcile::Reconciler::new(cluster, id.clone(), provisioners(&id));
-    log(&format!(
+    info!(
+        target: LOG_TARGET,
+        node = %id.node,
         "serving {} on node {} (hostPath roots here: {:?})",
         rec.provisioners().join(", "),
         id.node,
         config.local_path.node_roots(&id.node)
-    ));
+    );
     let resync = Duration::from_secs(a.resync_seconds.max(1));
+    let lvm_driver = id.provisioner("lvm");
+    let mut capacity_at: Option<Instant> = None;
     loop {
         // The config may change (a ConfigMap update): the last valid one stays in force.
         match Config::load() {
             Ok(c) => config = c,
-            Err(e) => log(&format!("{e}; keeping the last valid config")),
+            Err(e) => warn!(target: LOG_TARGET, "{e}; keeping the last valid config"),
         }
+        if !health.is_synced() && rec.cluster.ready(Duration::ZERO).await {
+            health.synced();
+        }
+        let t0 = Instant::now();
         let r = rec.pass(&config).await;
+        let took = t0.elapsed();
         for (pv, at) in &r.provisioned {
-            log(&format!("provisioned {pv} at {at}"));
+            info!(target: LOG_TARGET, pv = %pv, "provisioned {pv} at {at}");
         }
         for (pv, done) in &r.deleted {
-            log(&format!("deleted {pv}: {done}"));
+            info!(target: LOG_TARGET, pv = %pv, "deleted {pv}: {done}");
         }
         for (pv, bytes) in &r.resized {
-            log(&format!("grew {pv} to {bytes} bytes"));
+            info!(target: LOG_TARGET, pv = %pv, bytes, "grew {pv} to {bytes} bytes");
+        }
+        for pv in &r.protected {
+            info!(target: LOG_TARGET, pv = %pv, "gave {pv} (made before the PV finalizer) the finalizer");
+        }
+        for pv in &r.released {
+            info!(target: LOG_TARGET, pv = %pv, "released {pv}: deleted with a reclaim policy other than Delete, its volume kept");
         }
         for c in &r.rescheduled {
-            log(&format!("sent claim {c} back to the scheduler"));
+            info!(target: LOG_TARGET, claim = %c, "sent claim {c} back to the scheduler");
         }
         for a in &r.advice {
-            log(a);
+            warn!(target: LOG_TARGET, "{a}");
         }
         for f in &r.failed {
-            log(f);
+            warn!(target: LOG_TARGET, "{f}");
         }
+        shared.metrics.record(&r, took);
+        // Capacity: after any volume work, else once a minute (statvfs per root, `lvm vgs` per VG).
+        if !r.ops.is_empty() || capacity_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            let (pools, failed) = telemetry::capacity(&config, &id.node, &lvm_driver);
+            shared.metrics.set_capacity(&pools);
+            for f in failed {
+                warn!(target: LOG_TARGET, "{f}");
+            }
+            capacity_at = Some(Instant::now());
+        }
+        health.passed(Instant::now());
         // Changes seen by the watches come in bursts: let a burst settle, then pass again.
         let _ = tokio::time::timeout(resync, wake.notified()).await;
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -90,6 +90,10 @@ pub struct Report {
     /// PVs deleted with reclaim policy other than Delete whose finalizer was removed (the volume
     /// kept).
     pub released: Vec<String>,
+    /// Every provision, delete and resize attempted, with its outcome and duration (the metrics).
+    pub ops: Vec<Op>,
+    /// Claims and PVs in the watch caches when the pass read them.
+    pub seen: (usize, usize),
 }
 
 /// What step 6 does with a PV of ours.
@@ -135,6 +139,87 @@ fn fate(v: &PersistentVolume, claim_gone: bool) -> Fate {
         Fate::Protect
     } else {
         Fate::Keep
+    }
+}
+
+/// What an attempt was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Make a volume and its PV for a claim.
+    Provision,
+    /// Remove a Released PV's volume and the PV.
+    Delete,
+    /// Grow a bound PV's volume.
+    Resize,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done.
+    Success,
+    /// Failed; the next pass tries again.
+    Failure,
+    /// Provision only: this node cannot serve the claim, sent back to the scheduler.
+    Rescheduled,
+}
+
+/// One attempt of a pass: what, for which kind (`hostpath`, `lvm`, `nfs`), how it ended, how long
+/// it took (API calls included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    /// What was attempted.
+    pub action: Action,
+    /// The backend's kind name.
+    pub kind: &'static str,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Wall time of the attempt.
+    pub took: std::time::Duration,
+}
+
+/// The lengths of a report's lists before a step, to tell what the step did (see [`Report::op`]).
+#[derive(Clone, Copy)]
+struct Mark {
+    done: usize,
+    rescheduled: usize,
+    failed: usize,
+    at: std::time::Instant,
+}
+
+impl Report {
+    fn mark(&self, action: Action) -> Mark {
+        Mark {
+            done: match action {
+                Action::Provision => self.provisioned.len(),
+                Action::Delete => self.deleted.len(),
+                Action::Resize => self.resized.len(),
+            },
+            rescheduled: self.rescheduled.len(),
+            failed: self.failed.len(),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// Records what the step since `m` did for `kind` as an [`Op`] (nothing when it did nothing:
+    /// a claim not ours, a resize not asked for, a PV no longer to delete).
+    fn op(&mut self, action: Action, kind: &'static str, m: Mark) {
+        let now = self.mark(action);
+        let outcome = if now.done > m.done {
+            Outcome::Success
+        } else if now.rescheduled > m.rescheduled {
+            Outcome::Rescheduled
+        } else if now.failed > m.failed {
+            Outcome::Failure
+        } else {
+            return;
+        };
+        self.ops.push(Op {
+            action,
+            kind,
+            outcome,
+            took: m.at.elapsed(),
+        });
     }
 }
 
@@ -283,6 +368,21 @@ impl<C: Cluster> Reconciler<C> {
             .position(|b| self.id.provisioner(b.kind().name) == name)
     }
 
+    /// The kind of the backend a claim's provisioner annotation names (`""`: none of ours).
+    fn claim_kind(&self, c: &PersistentVolumeClaim) -> &'static str {
+        [ANN_PROVISIONER_BETA, ANN_PROVISIONER]
+            .iter()
+            .find_map(|k| ann(&c.metadata, k).and_then(|p| self.backend_for(p)))
+            .map_or("", |bi| self.backends[bi].kind().name)
+    }
+
+    /// The kind of the backend that made a PV (`""`: none of ours).
+    fn pv_kind(&self, v: &PersistentVolume) -> &'static str {
+        ann(&v.metadata, ANN_PROVISIONED_BY)
+            .and_then(|p| self.backend_for(p))
+            .map_or("", |bi| self.backends[bi].kind().name)
+    }
+
     /// Records an event unless the same was said last time for this object and reason.
     async fn say(&mut self, ev: EventSpec, report: &mut Report) {
         let key = (ev.uid.clone(), ev.reason);
@@ -360,8 +460,11 @@ impl<C: Cluster> Reconciler<C> {
                 self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
                 self.told_wffc.retain(|uid| live.contains(uid.as_str()));
                 self.pass_classes.clear();
+                report.seen = (claims.len(), volumes.len());
                 for c in &claims {
+                    let (m, kind) = (report.mark(Action::Provision), self.claim_kind(c));
                     self.claim(c, &names, cfg, &here, &mut report).await;
+                    report.op(Action::Provision, kind, m);
                 }
                 let by_name: HashMap<&str, &PersistentVolume> = volumes
                     .iter()
@@ -374,7 +477,9 @@ impl<C: Cluster> Reconciler<C> {
                         .and_then(|s| s.volume_name.as_deref())
                         .and_then(|n| by_name.get(n));
                     if let Some(pv) = pv {
+                        let (m, kind) = (report.mark(Action::Resize), self.pv_kind(pv));
                         self.resize(c, pv, cfg, &mut report).await;
+                        report.op(Action::Resize, kind, m);
                     }
                 }
             }
@@ -388,7 +493,11 @@ impl<C: Cluster> Reconciler<C> {
                 Fate::Keep => {}
                 Fate::Protect => self.protect(v, &mut report).await,
                 Fate::Release => self.release(v, &mut report).await,
-                Fate::Reclaim => self.delete(v, bi, cfg, &mut report).await,
+                Fate::Reclaim => {
+                    let (m, kind) = (report.mark(Action::Delete), self.pv_kind(v));
+                    self.delete(v, bi, cfg, &mut report).await;
+                    report.op(Action::Delete, kind, m);
+                }
             }
         }
         report

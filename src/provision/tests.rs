@@ -467,7 +467,14 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
 
     // Again: the PV exists, nothing more happens.
     let r = block_on(rec.pass(&cfg));
-    assert_eq!(r, Report::default());
+    let seen = (1, 1); // one claim, one PV in the caches
+    assert_eq!(
+        r,
+        Report {
+            seen,
+            ..Report::default()
+        }
+    );
     assert_eq!(rec.cluster.volumes.borrow().len(), 1);
     assert_eq!(reasons(&rec).len(), 1);
 }
@@ -1021,6 +1028,10 @@ fn a_bigger_claim_grows_the_pv_and_records_the_size_on_the_claim() {
     let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
     let r = block_on(rec.pass(&cfg));
     assert_eq!(r.resized, vec![("pvc-u1".to_owned(), 2 << 30)], "{r:?}");
+    assert_eq!(
+        ops(&r),
+        vec![(Action::Resize, "hostpath", Outcome::Success)]
+    );
     assert_eq!(pv_size(&rec), ("2Gi".into(), (2u64 << 30).to_string()));
     // hostPath: kubelet does not finish a resize (no requiresFSResize): the provisioner does.
     assert_eq!(claim_capacity(&rec), "2Gi");
@@ -1462,7 +1473,11 @@ fn a_delete_pv_deleted_while_bound_loses_its_volume_once_its_claim_is_gone() {
         );
         // Nothing more to do.
         let r = block_on(rec.pass(&cfg));
-        assert_eq!(r, Report::default());
+        assert_eq!(
+            Report { seen: (0, 0), ..r },
+            Report::default(),
+            "nothing done"
+        );
     }
 }
 
@@ -1560,7 +1575,12 @@ fn pvs_made_before_the_finalizer_get_it_and_keep_working() {
             {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
         ])
     );
-    assert_eq!(block_on(rec.pass(&cfg)), Report::default());
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(
+        Report { seen: (0, 0), ..r },
+        Report::default(),
+        "nothing done"
+    );
     // A Released legacy PV is deleted as before (policy Delete).
     rec.cluster.volumes.borrow_mut()[0].metadata.finalizers = None;
     rec.cluster.claims.borrow_mut().clear();
@@ -1861,4 +1881,77 @@ fn a_node_local_class_with_immediate_binding_is_reported_once_per_claim() {
     let mut other = Reconciler::new(f, id, backends);
     block_on(other.pass(&config("node-a", &[&root])));
     assert!(other.cluster.events.borrow().is_empty());
+}
+
+/// What a report's ops say, without the durations.
+fn ops(r: &Report) -> Vec<(Action, &'static str, Outcome)> {
+    r.ops
+        .iter()
+        .map(|o| (o.action, o.kind, o.outcome))
+        .collect()
+}
+
+#[test]
+fn a_pass_reports_each_attempt_with_its_kind_and_outcome() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("bad".into(), class("bad", &[("uid", "root")], "Delete"));
+    for (name, uid, class, node) in [
+        ("data", "u1", "c", "node-a"),
+        ("other", "u2", "c", "node-b"),
+        ("typo", "u3", "bad", "node-a"),
+    ] {
+        rec.cluster
+            .claims
+            .borrow_mut()
+            .push(claim(name, uid, class, Some(node)));
+    }
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(
+        ops(&r),
+        vec![
+            (Action::Provision, "hostpath", Outcome::Success),
+            (Action::Provision, "hostpath", Outcome::Failure),
+        ]
+    );
+    assert_eq!(r.seen, (3, 0));
+    // Done is done: the next pass attempts only the failing claim again.
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .retain(|c| c.metadata.name.as_deref() != Some("typo"));
+    assert_eq!(ops(&block_on(rec.pass(&cfg))), vec![]);
+    rec.cluster.claims.borrow_mut().clear();
+    set_phase(&rec, "pvc-u1", "Released");
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(
+        ops(&r),
+        vec![(Action::Delete, "hostpath", Outcome::Success)]
+    );
+    assert_eq!(r.seen, (0, 1));
+
+    // A node without a root sends the claim back.
+    let mut rec = setup("node-b");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-b")));
+    let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+    assert_eq!(
+        ops(&r),
+        vec![(Action::Provision, "hostpath", Outcome::Rescheduled)]
+    );
 }

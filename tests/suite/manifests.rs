@@ -524,3 +524,52 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
         "metadata.namespace"
     );
 }
+
+/// The provisioner container's probes reach what it serves: `/healthz` and `/readyz` on the port
+/// its `--metrics-address` binds, declared as the container's `metrics` port.
+#[test]
+fn contract_manifests_provisioner_probes_use_its_metrics_port() {
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        a: flexvol::provision::ProvisionerArgs,
+    }
+    let docs = docs(&repo().join("drivers/deploy"));
+    let ds = of_kind(&docs, "DaemonSet");
+    let c = ds[0]["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "provisioner")
+        .expect("the provisioner container");
+    let cmd: Vec<String> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().replace("$(NODE_NAME)", "node-a"))
+        .collect();
+    assert_eq!(cmd[..2], ["/flexvol".to_owned(), "provisioner".to_owned()]);
+    let args = <Cmd as clap::Parser>::try_parse_from(&cmd[1..])
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+        .a;
+    let port = args.metrics_address.port();
+    let ports = c["ports"].as_array().expect("ports");
+    let declared = ports
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a port named metrics");
+    assert_eq!(declared["containerPort"].as_u64(), Some(u64::from(port)));
+    assert!(
+        args.metrics_address.ip().is_unspecified(),
+        "kubelet probes the pod's IP: {}",
+        args.metrics_address
+    );
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &c[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(get["port"], "metrics", "{probe}");
+        assert!(c[probe]["timeoutSeconds"].as_u64().is_some(), "{probe}");
+    }
+    let ann = &ds[0]["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(ann["prometheus.io/port"], port.to_string());
+}

@@ -421,6 +421,7 @@ fn a_tampered_marker_decides_nothing() {
 }
 
 #[test]
+#[allow(clippy::print_stderr)] // says why it is skipped
 fn delete_fails_before_removing_anything_when_a_mount_is_inside() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: needs root (mount)");

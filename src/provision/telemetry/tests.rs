@@ -1,0 +1,328 @@
+use super::*;
+use crate::provision::reconcile::Op;
+use std::io::{Read, Write};
+
+fn op(action: Action, kind: &'static str, outcome: Outcome, ms: u64) -> Op {
+    Op {
+        action,
+        kind,
+        outcome,
+        took: Duration::from_millis(ms),
+    }
+}
+
+/// The value of the sample line `name{labels}` (exactly), `None` when absent.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().unwrap())
+}
+
+#[test]
+fn a_pass_is_counted_by_action_kind_and_outcome() {
+    let m = Metrics::new();
+    let r = Report {
+        failed: vec!["x: failed".into(), "cannot record event".into()],
+        ops: vec![
+            op(Action::Provision, "hostpath", Outcome::Success, 20),
+            op(Action::Provision, "hostpath", Outcome::Success, 30),
+            op(Action::Provision, "lvm", Outcome::Failure, 3000),
+            op(Action::Provision, "hostpath", Outcome::Rescheduled, 1),
+            op(Action::Delete, "nfs", Outcome::Failure, 9),
+            op(Action::Resize, "hostpath", Outcome::Success, 9),
+        ],
+        seen: (7, 5),
+        ..Report::default()
+    };
+    m.record(&r, Duration::from_millis(3100));
+    m.set_capacity(&[
+        Pool {
+            kind: "hostpath",
+            pool: "/var/roots/a".into(),
+            size: Some(1 << 30),
+            free: 1 << 20,
+        },
+        Pool {
+            kind: "lvm",
+            pool: "vg0".into(),
+            size: None,
+            free: 4 << 20,
+        },
+    ]);
+    let t = m.encode().unwrap();
+    let ops = "flexvol_provisioner_operations_total";
+    assert_eq!(
+        sample(
+            &t,
+            &format!("{ops}{{action=\"provision\",kind=\"hostpath\",outcome=\"success\"}}")
+        ),
+        Some(2.0),
+        "{t}"
+    );
+    for (labels, want) in [
+        (r#"action="provision",kind="lvm",outcome="failure""#, 1.0),
+        (
+            r#"action="provision",kind="hostpath",outcome="rescheduled""#,
+            1.0,
+        ),
+        (r#"action="delete",kind="nfs",outcome="failure""#, 1.0),
+        (r#"action="resize",kind="hostpath",outcome="success""#, 1.0),
+    ] {
+        assert_eq!(
+            sample(&t, &format!("{ops}{{{labels}}}")),
+            Some(want),
+            "{labels}\n{t}"
+        );
+    }
+    let d = "flexvol_provisioner_operation_duration_seconds";
+    let l = r#"action="provision",kind="hostpath",outcome="success""#;
+    assert_eq!(sample(&t, &format!("{d}_count{{{l}}}")), Some(2.0), "{t}");
+    assert!((sample(&t, &format!("{d}_sum{{{l}}}")).unwrap() - 0.05).abs() < 1e-9);
+    // 20 ms and 30 ms: neither in the 5 ms and 10 ms buckets, both in the 40 ms one.
+    assert_eq!(
+        sample(&t, &format!("{d}_bucket{{le=\"0.01\",{l}}}")),
+        Some(0.0),
+        "{t}"
+    );
+    assert_eq!(
+        sample(&t, &format!("{d}_bucket{{le=\"0.04\",{l}}}")),
+        Some(2.0),
+        "{t}"
+    );
+    assert_eq!(sample(&t, "flexvol_provisioner_passes_total"), Some(1.0));
+    assert_eq!(
+        sample(&t, "flexvol_provisioner_pass_duration_seconds_count"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&t, "flexvol_provisioner_errors_total"), Some(2.0));
+    let p = "flexvol_provisioner_pending";
+    assert_eq!(
+        sample(&t, &format!("{p}{{action=\"provision\"}}")),
+        Some(1.0),
+        "{t}"
+    );
+    assert_eq!(sample(&t, &format!("{p}{{action=\"delete\"}}")), Some(1.0));
+    assert_eq!(sample(&t, &format!("{p}{{action=\"resize\"}}")), Some(0.0));
+    let c = "flexvol_provisioner_cached_objects";
+    assert_eq!(
+        sample(&t, &format!("{c}{{resource=\"persistentvolumeclaims\"}}")),
+        Some(7.0)
+    );
+    assert_eq!(
+        sample(&t, &format!("{c}{{resource=\"persistentvolumes\"}}")),
+        Some(5.0)
+    );
+    let root = r#"{kind="hostpath",pool="/var/roots/a"}"#;
+    assert_eq!(
+        sample(&t, &format!("flexvol_provisioner_capacity_bytes{root}")),
+        Some(1073741824.0)
+    );
+    assert_eq!(
+        sample(&t, &format!("flexvol_provisioner_free_bytes{root}")),
+        Some(1048576.0)
+    );
+    let vg = r#"{kind="lvm",pool="vg0"}"#;
+    assert_eq!(
+        sample(&t, &format!("flexvol_provisioner_free_bytes{vg}")),
+        Some(4194304.0)
+    );
+    assert_eq!(
+        sample(&t, &format!("flexvol_provisioner_capacity_bytes{vg}")),
+        None
+    );
+    assert!(
+        t.contains("# TYPE flexvol_provisioner_operations counter"),
+        "{t}"
+    );
+    assert!(t.ends_with("# EOF\n"), "{t}");
+
+    // The next pass: counters add up, the pending gauges are replaced, a root gone is forgotten.
+    m.record(&Report::default(), Duration::from_millis(1));
+    m.set_capacity(&[]);
+    let t = m.encode().unwrap();
+    assert_eq!(sample(&t, "flexvol_provisioner_passes_total"), Some(2.0));
+    assert_eq!(
+        sample(&t, "flexvol_provisioner_pending{action=\"provision\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&t, &format!("flexvol_provisioner_free_bytes{root}")),
+        None,
+        "{t}"
+    );
+}
+
+#[test]
+fn capacity_is_this_nodes_roots() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        local_path: serde_json::from_value(serde_json::json!({
+            "nodePathMap": [
+                {"node": "node-a", "paths": [d.path()]},
+                {"node": "node-b", "paths": ["/elsewhere"]},
+            ]
+        }))
+        .unwrap(),
+        ..Config::default()
+    };
+    let (pools, failed) = capacity(&cfg, "node-a", "flexvol/lvm");
+    assert_eq!(failed, Vec::<String>::new());
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pools[0].kind, "hostpath");
+    assert_eq!(pools[0].pool, d.path().display().to_string());
+    let size = pools[0].size.unwrap();
+    assert!(size > 0 && pools[0].free <= size, "{pools:?}");
+    // A root that cannot be read is said, not a panic.
+    let (pools, failed) = capacity(&cfg, "node-b", "flexvol/lvm");
+    assert!(pools.is_empty());
+    assert!(failed[0].contains("/elsewhere"), "{failed:?}");
+}
+
+#[test]
+fn liveness_follows_the_loops_heartbeat() {
+    let t0 = Instant::now();
+    let h = Health::new(t0, Duration::from_secs(30));
+    assert_eq!(h.live_window(), Duration::from_secs(300));
+    // Alive from the start (waiting for the config or the first pass).
+    assert_eq!(h.live(t0 + Duration::from_secs(299)), Ok(()));
+    assert!(
+        h.live(t0 + Duration::from_secs(301))
+            .unwrap_err()
+            .contains("stuck")
+    );
+    h.beat(t0 + Duration::from_secs(290));
+    assert_eq!(h.live(t0 + Duration::from_secs(500)), Ok(()));
+    h.passed(t0 + Duration::from_secs(600));
+    assert_eq!(h.live(t0 + Duration::from_secs(900)), Ok(()));
+    assert!(h.live(t0 + Duration::from_secs(901)).is_err());
+    // The window follows a long resync.
+    assert_eq!(
+        Health::new(t0, Duration::from_secs(60)).live_window(),
+        Duration::from_secs(600)
+    );
+}
+
+#[test]
+fn readiness_needs_synced_caches_and_a_recent_pass() {
+    let t0 = Instant::now();
+    let h = Health::new(t0, Duration::from_secs(3));
+    assert_eq!(h.ready_window(), Duration::from_secs(60));
+    let at = |s| t0 + Duration::from_secs(s);
+    assert!(h.ready(at(1)).unwrap_err().contains("not listed"));
+    h.passed(at(2)); // a pass on caches not listed yet
+    assert!(h.ready(at(3)).unwrap_err().contains("not listed"));
+    h.synced();
+    assert_eq!(h.ready(at(3)), Ok(()));
+    assert_eq!(h.ready(at(62)), Ok(()));
+    assert!(h.ready(at(63)).unwrap_err().contains("61s ago"));
+    let h = Health::new(t0, Duration::from_secs(3));
+    h.synced();
+    assert_eq!(h.ready(at(1)), Err("no pass has ended yet".into()));
+}
+
+#[test]
+fn the_log_filter_defaults_to_info_here_and_nothing_of_the_libraries() {
+    use tracing::Level;
+    use tracing_subscriber::filter::Targets;
+    let f: Targets = log_filter(None).unwrap();
+    assert!(f.would_enable(LOG_TARGET, &Level::INFO));
+    assert!(!f.would_enable(LOG_TARGET, &Level::DEBUG));
+    assert!(f.would_enable(LOG_TARGET, &Level::WARN));
+    assert!(!f.would_enable("kube_client::client::builder", &Level::ERROR));
+    let f = log_filter(Some("flexvol-provisioner=debug,kube=info")).unwrap();
+    assert!(f.would_enable(LOG_TARGET, &Level::DEBUG));
+    assert!(f.would_enable("kube", &Level::INFO));
+    assert!(
+        log_filter(Some("=nonsense="))
+            .unwrap_err()
+            .contains("log filter")
+    );
+}
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1.to_owned();
+    (status, body)
+}
+
+#[test]
+fn the_server_answers_on_its_own_thread() {
+    let shared = Arc::new(Shared {
+        metrics: Metrics::new(),
+        health: Health::new(Instant::now(), Duration::from_secs(3)),
+    });
+    let addr = serve("127.0.0.1:0".parse().unwrap(), shared.clone()).unwrap();
+    // Nothing runs a runtime on this thread: the server does not need the loop's.
+    assert_eq!(get(addr, "/healthz"), (200, "ok\n".into()));
+    let (status, body) = get(addr, "/readyz");
+    assert_eq!(status, 503);
+    assert!(body.contains("not listed"), "{body}");
+    shared.health.synced();
+    shared.health.passed(Instant::now());
+    assert_eq!(get(addr, "/readyz"), (200, "ok\n".into()));
+    shared.metrics.record(
+        &Report {
+            ops: vec![op(Action::Provision, "hostpath", Outcome::Success, 5)],
+            ..Report::default()
+        },
+        Duration::from_millis(5),
+    );
+    let (status, body) = get(addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#"flexvol_provisioner_operations_total{action="provision",kind="hostpath",outcome="success"} 1"#),
+        "{body}"
+    );
+    assert_eq!(get(addr, "/nope").0, 404);
+    // A port in use is an error that says what to change.
+    let e = serve(addr, shared).unwrap_err();
+    assert!(e.contains("--metrics-address"), "{e}");
+    // A client that never sends its request is dropped, and the server goes on.
+    let _idle = std::net::TcpStream::connect(addr).unwrap();
+    assert_eq!(get(addr, "/healthz").0, 200);
+}
+
+#[test]
+fn capacity_of_the_allowed_volume_groups_is_their_free_bytes() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    // `lvm vgs ... -- VG` as lvm2 answers it: a JSON report, or "not found" for a VG it lacks.
+    let lvm = d.path().join("lvm");
+    std::fs::write(
+        &lvm,
+        r#"#!/bin/sh
+for a; do vg="$a"; done
+case "$vg" in
+vg0) echo '{"report":[{"vg":[{"vg_name":"vg0","vg_extent_size":"4194304","vg_free":"8388608"}]}]}' ;;
+*) echo "  Volume group \"$vg\" not found" >&2; exit 5 ;;
+esac
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&lvm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cfg = Config {
+        tool_dirs: vec![d.path().to_owned()],
+        ..Config::default()
+    };
+    cfg.lvm.allowed_volume_groups = vec!["vg0".into(), "gone".into()];
+    let (pools, failed) = capacity(&cfg, "node-a", "flexvol/lvm");
+    assert_eq!(
+        pools,
+        vec![Pool {
+            kind: "lvm",
+            pool: "vg0".into(),
+            size: None,
+            free: 8 << 20,
+        }]
+    );
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].contains("capacity of volume group gone"),
+        "{failed:?}"
+    );
+}
