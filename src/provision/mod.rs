@@ -59,8 +59,8 @@ pub struct ProvisionerArgs {
     /// A full pass at least this often, even without changes seen by the watches.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub resync_seconds: u64,
-    /// Serve /metrics, /healthz and /readyz here (the DaemonSet runs on the host's network: a
-    /// port free on every node; the probes use it).
+    /// Serve /metrics, /healthz and /readyz here (the DaemonSet's pod network; the probes use it;
+    /// on the host's network, as the systemd unit runs, pick a port free on every node).
     #[arg(long, default_value = "0.0.0.0:9479", value_name = "ADDRESS:PORT")]
     pub metrics_address: std::net::SocketAddr,
     /// Log lines as `text` (`<time> <LEVEL> flexvol-provisioner: <message>`) or `json`.
