@@ -157,6 +157,33 @@ fn json_patch(v: serde_json::Value) -> Result<json_patch::Patch, ApiError> {
 }
 
 impl KubeCluster {
+    /// Sends `patch` (a finalizer JSON patch built from `pv` as read; `None`: nothing to do) to
+    /// `pv`; a failed `test` is a conflict, retried next pass.
+    async fn patch_volume_finalizer(
+        &self,
+        pv: &PersistentVolume,
+        patch: Option<serde_json::Value>,
+        verb: &str,
+        prep: &str,
+    ) -> ApiResult<()> {
+        let Some(p) = patch else {
+            return Ok(());
+        };
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        call(
+            format!("{verb} finalizer {FINALIZER} {prep} PersistentVolume {name}"),
+            api.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(json_patch(p)?),
+            ),
+        )
+        .await
+        .map(|_| ())
+        .map_err(test_failed_is_conflict)
+    }
+
     /// Starts the watch caches; `wake` is notified whenever a claim or PV changes.
     pub fn start(
         client: kube::Client,
@@ -252,41 +279,13 @@ impl Cluster for KubeCluster {
     }
 
     async fn add_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
-        let Some(p) = add_finalizer_patch(&pv.metadata) else {
-            return Ok(());
-        };
-        let name = pv.metadata.name.as_deref().unwrap_or_default();
-        let api = Api::<PersistentVolume>::all(self.client.clone());
-        call(
-            format!("add finalizer {FINALIZER} to PersistentVolume {name}"),
-            api.patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(p)?),
-            ),
-        )
-        .await
-        .map(|_| ())
-        .map_err(test_failed_is_conflict)
+        self.patch_volume_finalizer(pv, add_finalizer_patch(&pv.metadata), "add", "to")
+            .await
     }
 
     async fn remove_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
-        let Some(p) = remove_finalizer_patch(&pv.metadata) else {
-            return Ok(());
-        };
-        let name = pv.metadata.name.as_deref().unwrap_or_default();
-        let api = Api::<PersistentVolume>::all(self.client.clone());
-        call(
-            format!("remove finalizer {FINALIZER} from PersistentVolume {name}"),
-            api.patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch(p)?),
-            ),
-        )
-        .await
-        .map(|_| ())
-        .map_err(test_failed_is_conflict)
+        self.patch_volume_finalizer(pv, remove_finalizer_patch(&pv.metadata), "remove", "from")
+            .await
     }
 
     async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
