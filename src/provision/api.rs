@@ -103,6 +103,34 @@ pub trait Cluster {
     async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>>;
     /// Every PV (from a watch cache: may be slightly stale).
     async fn volumes(&self) -> ApiResult<Vec<PersistentVolume>>;
+    /// The claim `namespace/name` as the watch cache holds it (`None`: not held: gone, or not
+    /// one this instance looks after).
+    async fn cached_claim(&self, namespace: &str, name: &str) -> Option<PersistentVolumeClaim> {
+        let claims = self.claims().await.ok()?;
+        claims.into_iter().find(|c| {
+            c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata.name.as_deref() == Some(name)
+        })
+    }
+    /// The PV `name` as the watch cache holds it (`None`: not held).
+    async fn cached_volume(&self, name: &str) -> Option<PersistentVolume> {
+        let volumes = self.volumes().await.ok()?;
+        volumes
+            .into_iter()
+            .find(|v| v.metadata.name.as_deref() == Some(name))
+    }
+    /// One page of every PV in the cluster, read from the server now (for the rare sweeps that
+    /// must see PVs no cache holds): the page after `token` (`None`: the first) and the token of
+    /// the next (`None`: that was the last).
+    async fn volume_page(
+        &self,
+        token: Option<String>,
+    ) -> ApiResult<(Vec<PersistentVolume>, Option<String>)> {
+        let _ = token;
+        Ok((self.volumes().await?, None))
+    }
+    /// Adds `labels` to the PV `name` (a merge patch; the rest is kept).
+    async fn label_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> ApiResult<()>;
     /// One PV, read from the server now (`None`: not found).
     async fn get_volume(&self, name: &str) -> ApiResult<Option<PersistentVolume>>;
     /// One claim, read from the server now (`None`: not found).

@@ -1,34 +1,39 @@
-//! [`Cluster`] over kube-rs: claims and PVs from watch caches (reflectors), everything else read
-//! or written on the server directly, each call under [`DEADLINE`].
+//! [`Cluster`] over kube-rs: claims and PVs from this instance's watch caches ([`super::cache`]:
+//! only the objects it works on), everything else read or written on the server directly, each
+//! call under [`DEADLINE`].
 //!
 //! Only the `provisioner` subcommand reaches this module (it needs the async runtime).
 
 use super::api::{
     ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, RESIZE_CONDITIONS,
 };
+use super::cache::{Caches, Routes, Scope};
 use k8s_openapi::api::core::v1::{
     Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::ListParams;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
 };
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Deadline of every single API call (rule 5).
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// PVs per page of a full list (the sweeps): what one instance holds at once.
+const PAGE: u32 = 250;
+
 /// The kube-rs implementation.
+#[derive(Clone)]
 pub struct KubeCluster {
     client: kube::Client,
-    claims: Store<PersistentVolumeClaim>,
-    volumes: Store<PersistentVolume>,
+    caches: Arc<Caches>,
     /// Who records events (`source.host`).
     pub node: String,
 }
@@ -184,66 +189,34 @@ impl KubeCluster {
         .map_err(test_failed_is_conflict)
     }
 
-    /// Starts the watch caches; `wake` is notified whenever a claim or PV changes.
-    pub fn start(
-        client: kube::Client,
-        node: String,
-        wake: std::sync::Arc<tokio::sync::Notify>,
-    ) -> Self {
-        use futures::StreamExt;
-        let (claims, cw) = reflector::store();
-        let (volumes, vw) = reflector::store();
-        let w = wake.clone();
-        let s1 = reflector::reflector(
-            cw,
-            watcher::watcher(
-                Api::<PersistentVolumeClaim>::all(client.clone()),
-                watcher::Config::default(),
-            ),
-        );
-        tokio::spawn(async move {
-            let mut s = std::pin::pin!(s1);
-            while let Some(ev) = s.next().await {
-                if let Err(e) = ev {
-                    super::log(&format!("watch of claims: {e}; retrying"));
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                }
-                w.notify_one();
-            }
-        });
-        let w = wake;
-        let s2 = reflector::reflector(
-            vw,
-            watcher::watcher(
-                Api::<PersistentVolume>::all(client.clone()),
-                watcher::Config::default(),
-            ),
-        );
-        tokio::spawn(async move {
-            let mut s = std::pin::pin!(s2);
-            while let Some(ev) = s.next().await {
-                if let Err(e) = ev {
-                    super::log(&format!("watch of PVs: {e}; retrying"));
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                }
-                w.notify_one();
-            }
-        });
+    /// Starts the watches that fill the caches ([`Caches::start`]) for `scope`, sending the key
+    /// of every changed object along `routes`.
+    pub fn start(client: kube::Client, node: String, scope: Scope, routes: Routes) -> Self {
+        let caches = Arc::new(Caches::start(&client, scope, routes));
         Self {
             client,
-            claims,
-            volumes,
+            caches,
             node,
         }
     }
 
-    /// Waits (up to `limit`) until both caches hold a first full list.
+    /// The caches (for the lanes' resync and the readiness check).
+    pub fn caches(&self) -> &Caches {
+        &self.caches
+    }
+
+    /// Waits (up to `limit`) until every cache holds a first full list.
     pub async fn ready(&self, limit: Duration) -> bool {
-        let f = async {
-            let _ = self.claims.wait_until_ready().await;
-            let _ = self.volumes.wait_until_ready().await;
-        };
-        tokio::time::timeout(limit, f).await.is_ok()
+        let t0 = std::time::Instant::now();
+        loop {
+            if self.caches.ready() {
+                return true;
+            }
+            if t0.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
@@ -253,11 +226,63 @@ fn now() -> Time {
 
 impl Cluster for KubeCluster {
     async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>> {
-        Ok(self.claims.state().iter().map(|c| (**c).clone()).collect())
+        Ok(self
+            .caches
+            .claims
+            .values()
+            .iter()
+            .map(|c| (**c).clone())
+            .collect())
     }
 
     async fn volumes(&self) -> ApiResult<Vec<PersistentVolume>> {
-        Ok(self.volumes.state().iter().map(|c| (**c).clone()).collect())
+        let c = &self.caches;
+        Ok(c.local_volumes
+            .values()
+            .iter()
+            .chain(c.shared_volumes.values().iter())
+            .map(|v| (**v).clone())
+            .collect())
+    }
+
+    async fn cached_claim(&self, namespace: &str, name: &str) -> Option<PersistentVolumeClaim> {
+        self.caches
+            .claims
+            .get(&format!("{namespace}/{name}"))
+            .map(|c| (*c).clone())
+    }
+
+    async fn cached_volume(&self, name: &str) -> Option<PersistentVolume> {
+        let c = &self.caches;
+        c.local_volumes
+            .get(name)
+            .or_else(|| c.shared_volumes.get(name))
+            .map(|v| (*v).clone())
+    }
+
+    async fn volume_page(
+        &self,
+        token: Option<String>,
+    ) -> ApiResult<(Vec<PersistentVolume>, Option<String>)> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let mut lp = ListParams::default().limit(PAGE);
+        if let Some(t) = token {
+            lp = lp.continue_token(&t);
+        }
+        let list = call("list PersistentVolumes", api.list(&lp)).await?;
+        let next = list.metadata.continue_.filter(|t| !t.is_empty());
+        Ok((list.items, next))
+    }
+
+    async fn label_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> ApiResult<()> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        call(
+            format!("label PersistentVolume {name}"),
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn get_volume(&self, name: &str) -> ApiResult<Option<PersistentVolume>> {

@@ -25,12 +25,15 @@
 
 pub mod api;
 pub mod apiclient;
+pub mod cache;
 pub mod error;
 pub mod hostpath;
 pub mod kube;
+pub mod lanes;
 pub mod lvm;
 pub mod nfs;
 pub mod provisioner;
+pub mod queue;
 pub mod quota;
 pub mod reconcile;
 pub mod telemetry;
@@ -165,11 +168,11 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
     }
 }
 
-async fn serve(a: &ProvisionerArgs, shared: &telemetry::Shared) -> Result<(), String> {
+async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(), String> {
     let health = &shared.health;
-    // The installer container writes the config; until a valid one exists, wait (no pass on an
+    // The installer container writes the config; until a valid one exists, wait (no work on an
     // unknown config: it would send every claim picked for this node back).
-    let mut config = loop {
+    let config = loop {
         health.beat(Instant::now());
         match Config::load() {
             Ok(c) => break c,
@@ -178,8 +181,40 @@ async fn serve(a: &ProvisionerArgs, shared: &telemetry::Shared) -> Result<(), St
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
     let client = apiclient::client(a.kubeconfig.as_deref()).await?;
-    let wake = Arc::new(tokio::sync::Notify::new());
-    let cluster = kube::KubeCluster::start(client, a.node_name.clone(), wake.clone());
+    let id = identity(a);
+    let kinds: Vec<&'static provisioner::Kind> =
+        provisioners(&id).iter().map(|b| b.kind()).collect();
+    let names = |local: bool| -> Vec<String> {
+        kinds
+            .iter()
+            .filter(|k| k.node_local == local)
+            .map(|k| id.provisioner(k.name))
+            .collect()
+    };
+    // What this instance leads. Until leases decide it, every instance leads (the behaviour
+    // before leases): each serving instance does the shared work and the claim duty.
+    let (leads_tx, leads_rx) = tokio::sync::watch::channel(cache::Leads {
+        claims: true,
+        shared: true,
+    });
+    let scope = cache::Scope {
+        node: id.node.clone(),
+        local: names(true),
+        shared: names(false),
+        shared_kinds: kinds
+            .iter()
+            .filter(|k| !k.node_local)
+            .map(|k| k.name.to_owned())
+            .collect(),
+        leads: leads_rx.clone(),
+    };
+    let (local_tx, local_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (shared_tx, shared_rx) = tokio::sync::mpsc::unbounded_channel();
+    let routes = cache::Routes {
+        local: local_tx,
+        shared: shared_tx,
+    };
+    let cluster = kube::KubeCluster::start(client, a.node_name.clone(), scope, routes);
     if cluster.ready(Duration::from_secs(60)).await {
         health.synced();
     } else {
@@ -188,69 +223,48 @@ async fn serve(a: &ProvisionerArgs, shared: &telemetry::Shared) -> Result<(), St
             "the watches of claims and PVs have not listed yet after 60s; going on, will retry"
         );
     }
-    let id = identity(a);
-    let mut rec = reconcile::Reconciler::new(cluster, id.clone(), provisioners(&id));
     info!(
         target: LOG_TARGET,
         node = %id.node,
         "serving {} on node {} (hostPath roots here: {:?})",
-        rec.provisioners().join(", "),
+        kinds.iter().map(|k| id.provisioner(k.name)).collect::<Vec<_>>().join(", "),
         id.node,
         config.local_path.node_roots(&id.node)
     );
     let resync = Duration::from_secs(a.resync_seconds.max(1));
-    let lvm_driver = id.provisioner("lvm");
-    let mut capacity_at: Option<Instant> = None;
+    let serves_local = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let serves_shared = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut lanes = Vec::new();
+    for (lane, keys) in [
+        (cache::Lane::Local, local_rx),
+        (cache::Lane::Shared, shared_rx),
+    ] {
+        let args = lanes::LaneArgs {
+            lane,
+            cluster: cluster.clone(),
+            id: id.clone(),
+            keys,
+            shared: shared.clone(),
+            resync,
+            leads: leads_rx.clone(),
+            serves_local: serves_local.clone(),
+            serves_shared: serves_shared.clone(),
+        };
+        lanes.push(lanes::spawn(args).map_err(|e| format!("cannot start a lane: {e}"))?);
+    }
+    // The watches and the API calls run on this runtime; the lanes on their own threads. Keep
+    // the leadership sender alive and mark readiness once the caches are listed.
+    let _leads_tx = leads_tx;
     loop {
-        // The config may change (a ConfigMap update): the last valid one stays in force.
-        match Config::load() {
-            Ok(c) => config = c,
-            Err(e) => warn!(target: LOG_TARGET, "{e}; keeping the last valid config"),
-        }
-        if !health.is_synced() && rec.cluster.ready(Duration::ZERO).await {
+        if !health.is_synced() && cluster.ready(Duration::ZERO).await {
             health.synced();
         }
-        let t0 = Instant::now();
-        let r = rec.pass(&config).await;
-        let took = t0.elapsed();
-        for (pv, at) in &r.provisioned {
-            info!(target: LOG_TARGET, pv = %pv, "provisioned {pv} at {at}");
+        if lanes.iter().any(|l| l.is_finished()) {
+            return Err(
+                "a lane stopped; exiting so that the DaemonSet restarts the provisioner".into(),
+            );
         }
-        for (pv, done) in &r.deleted {
-            info!(target: LOG_TARGET, pv = %pv, "deleted {pv}: {done}");
-        }
-        for (pv, bytes) in &r.resized {
-            info!(target: LOG_TARGET, pv = %pv, bytes, "grew {pv} to {bytes} bytes");
-        }
-        for pv in &r.protected {
-            info!(target: LOG_TARGET, pv = %pv, "gave {pv} (made before the PV finalizer) the finalizer");
-        }
-        for pv in &r.released {
-            info!(target: LOG_TARGET, pv = %pv, "released {pv}: deleted with a reclaim policy other than Delete, its volume kept");
-        }
-        for c in &r.rescheduled {
-            info!(target: LOG_TARGET, claim = %c, "sent claim {c} back to the scheduler");
-        }
-        for a in &r.advice {
-            warn!(target: LOG_TARGET, "{a}");
-        }
-        for f in &r.failed {
-            warn!(target: LOG_TARGET, "{f}");
-        }
-        shared.metrics.record(&r, took);
-        // Capacity: after any volume work, else once a minute (statvfs per root, `lvm vgs` per VG).
-        if !r.ops.is_empty() || capacity_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            let (pools, failed) = telemetry::capacity(&config, &id.node, &lvm_driver);
-            shared.metrics.set_capacity(&pools);
-            for f in failed {
-                warn!(target: LOG_TARGET, "{f}");
-            }
-            capacity_at = Some(Instant::now());
-        }
-        health.passed(Instant::now());
-        // Changes seen by the watches come in bursts: let a burst settle, then pass again.
-        let _ = tokio::time::timeout(resync, wake.notified()).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

@@ -410,6 +410,19 @@ impl NfsProvisioner {
     }
 }
 
+/// What failed in [`NfsProvisioner::with_export`] for a provision: mounting or unmounting the
+/// export (the server's part, or this node's mount directory), or the work on it.
+enum ExportStep {
+    Server(String),
+    Work(String),
+}
+
+impl From<String> for ExportStep {
+    fn from(why: String) -> Self {
+        Self::Server(why)
+    }
+}
+
 /// `<runDir>/provisioner-nfs/<node>/<pv>`, created (0700) unless a leftover mount is there
 /// (never looked into: its server may be dead). The caller mounts on it. The node's name keeps
 /// instances that share a run directory (test clusters on one kernel) out of each other's way.
@@ -597,6 +610,10 @@ impl Provisioner for NfsProvisioner {
             .is_ok()
     }
 
+    fn fault_domain(&self, params: &BTreeMap<String, String>) -> Option<String> {
+        params.get("server").map(|s| format!("NFS server {s}"))
+    }
+
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
         NfsClass::parse(params, &NfsConfig::default())
             .map(|_| ())
@@ -642,13 +659,24 @@ impl Provisioner for NfsProvisioner {
         let own = class.dir.ownership;
         let label = format!("{}:{}", class.server, class.share);
         self.with_export(cfg, req.pv_name, &class.export_json(), |root| {
-            make_subdir(root, &rel, own, &marker).map_err(|e| relabel(&e, root, &label))
+            make_subdir(root, &rel, own, &marker)
+                .map_err(|e| ExportStep::Work(relabel(&e, root, &label)))
         })
-        .map_err(|why| {
-            Refusal::Fail(format!(
+        .map_err(|step| {
+            let (server_failed, why) = match step {
+                ExportStep::Server(why) => (true, why),
+                ExportStep::Work(why) => (false, why),
+            };
+            let why = format!(
                 "cannot create the volume's directory in {}:{}: {why}",
                 class.server, class.share
-            ))
+            );
+            // Only a failure to mount or unmount is the server's: it opens its breaker.
+            if server_failed {
+                Refusal::Unavailable(why)
+            } else {
+                Refusal::Fail(why)
+            }
         })?;
         let share = full_share(&class.share, &rel);
         let mut options = BTreeMap::from([

@@ -28,7 +28,8 @@
 //! - every external command and mount is bounded (the `sys::exec` deadlines), so a dead NFS server
 //!   or a stuck LVM command gives an error in bounded time.
 //!
-//! Calls are synchronous: a pass works on one claim at a time, and the watches buffer meanwhile.
+//! Calls are synchronous and run on their lane's own thread ([`super::lanes`]): a lane works on
+//! one object at a time; a slow call holds up only its lane, and the watches buffer meanwhile.
 
 pub use super::error::ProvisionError;
 use crate::node::config::Config;
@@ -97,6 +98,11 @@ pub enum Refusal {
     /// It cannot be provisioned as asked, or a step failed: a ProvisioningFailed event; the
     /// reconciler tries again on the next pass.
     Fail(String),
+    /// The backend's server did not answer or failed (a mount that timed out, a directory that
+    /// could not be made in the export): as [`Refusal::Fail`], and it opens the breaker of the
+    /// claim's [`Provisioner::fault_domain`], so other claims on that server wait instead of
+    /// each paying the same deadline.
+    Unavailable(String),
 }
 
 /// What a kind of volume is: fixed per provisioner, one constant each (`hostpath::KIND`, …).
@@ -126,6 +132,14 @@ pub trait Provisioner {
 
     /// Validates a class's `parameters` (unknown keys are errors). Called before anything exists.
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError>;
+
+    /// The fault domain of a class's parameters or a PV's flexVolume options (both name it the
+    /// same way): the server whose failure would fail every claim on it. Work for a domain whose
+    /// breaker is open fails fast ([`super::queue::Breakers`]). `None` (the default): node-local
+    /// work, which shares nothing that can fail for some claims and not others.
+    fn fault_domain(&self, _params: &BTreeMap<String, String>) -> Option<String> {
+        None
+    }
 
     /// Makes (or finds, made by an earlier pass for `req.pv_name`) the volume.
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal>;

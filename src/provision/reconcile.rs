@@ -37,7 +37,10 @@ use super::api::{
     ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, ApiError,
     ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, HOSTNAME_LABEL,
 };
-use super::provisioner::{ANN_NODE, ANN_SIZE, Provisioned, Provisioner, Refusal, Request};
+use super::provisioner::{
+    ANN_NODE, ANN_SIZE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+};
+use super::queue::{Backoff, Breakers};
 use crate::node::capability;
 use crate::node::config::Config;
 use crate::protocol::quantity::{self, parse_size};
@@ -51,6 +54,45 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
+
+/// Label on every PV we make: the kind that made it (`hostpath`, `lvm`, `nfs`), so an instance can
+/// watch only the shared kinds' PVs (a label selector: the API server filters).
+pub const LABEL_KIND: &str = "flexvol/kind";
+/// Label on every node-local PV we make: its node ([`node_label_value`]), so an instance watches
+/// only its own node's PVs. Only a filter: who made a PV is still decided by its annotations.
+pub const LABEL_NODE: &str = "flexvol/node";
+
+/// `node` as a label value: itself when it is one (at most 63 characters of `[A-Za-z0-9._-]`,
+/// alphanumeric at both ends), else `h-` and a 64-bit FNV-1a hash of it in hex (a node name may be
+/// 253 characters). A collision only makes two nodes watch each other's PVs.
+pub fn node_label_value(node: &str) -> String {
+    let ok = !node.is_empty()
+        && node.len() <= 63
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && node.as_bytes()[0].is_ascii_alphanumeric()
+        && node.as_bytes()[node.len() - 1].is_ascii_alphanumeric();
+    if ok {
+        return node.to_owned();
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in node.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("h-{h:016x}")
+}
+
+/// What a lane works on: a claim (`namespace/name`) or a PV (`name`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// A claim, `namespace/name`.
+    Claim(String),
+    /// A PV, by name.
+    Volume(String),
+}
 
 /// Who this provisioner is.
 #[derive(Debug, Clone)]
@@ -94,6 +136,8 @@ pub struct Report {
     pub ops: Vec<Op>,
     /// Claims and PVs in the watch caches when the pass read them.
     pub seen: (usize, usize),
+    /// PVs of ours made before the labels that were given them (the sweep).
+    pub labelled: Vec<String>,
 }
 
 /// What step 6 does with a PV of ours.
@@ -188,6 +232,20 @@ struct Mark {
 }
 
 impl Report {
+    /// Adds what `other` did to this report (`seen` is left as it is).
+    pub fn merge(&mut self, other: Report) {
+        self.provisioned.extend(other.provisioned);
+        self.deleted.extend(other.deleted);
+        self.resized.extend(other.resized);
+        self.rescheduled.extend(other.rescheduled);
+        self.failed.extend(other.failed);
+        self.advice.extend(other.advice);
+        self.protected.extend(other.protected);
+        self.released.extend(other.released);
+        self.ops.extend(other.ops);
+        self.labelled.extend(other.labelled);
+    }
+
     fn mark(&self, action: Action) -> Mark {
         Mark {
             done: match action {
@@ -289,6 +347,10 @@ pub struct Reconciler<C> {
     pass_classes: HashMap<String, Option<StorageClass>>,
     /// Per label key: the advice last given about it.
     advised: HashMap<String, String>,
+    /// What the last [`Reconciler::refresh`] read of this node.
+    here: Here,
+    /// One breaker per fault domain (an NFS server).
+    breakers: Breakers,
 }
 
 enum Step {
@@ -350,7 +412,34 @@ impl<C: Cluster> Reconciler<C> {
             told_wffc: HashSet::new(),
             pass_classes: HashMap::new(),
             advised: HashMap::new(),
+            here: Here::default(),
+            breakers: Breakers::new(Backoff {
+                base: std::time::Duration::from_secs(5),
+                max: std::time::Duration::from_secs(300),
+            }),
         }
+    }
+
+    /// Fault domains whose breaker is open (a metric).
+    pub fn breakers_open(&self) -> usize {
+        self.breakers.open_count()
+    }
+
+    /// Whether this instance serves any shared kind (it may then lead them).
+    pub fn serves_shared(&self) -> bool {
+        self.backends
+            .iter()
+            .zip(&self.serving)
+            .any(|(b, s)| *s && !b.kind().node_local)
+    }
+
+    /// Whether this instance serves any node-local kind (it may then take the cluster-wide duty
+    /// of telling claims of node-local classes with Immediate binding what is wrong).
+    pub fn serves_node_local(&self) -> bool {
+        self.backends
+            .iter()
+            .zip(&self.serving)
+            .any(|(b, s)| *s && b.kind().node_local)
     }
 
     /// The provisioner names served, `<vendor>/<kind>` each.
@@ -412,8 +501,9 @@ impl<C: Cluster> Reconciler<C> {
         }
     }
 
-    /// One pass over the cluster and this node, with the node config `cfg`.
-    pub async fn pass(&mut self, cfg: &Config) -> Report {
+    /// Before a batch of work: lets each backend finish what a kill left half done (steps 1), and
+    /// reads what this node serves and its Node (step 2), kept for the batch's [`Reconciler::sync`].
+    pub async fn refresh(&mut self, cfg: &Config) -> Report {
         let mut report = Report::default();
         let node = self.id.node.clone();
         for b in &mut self.backends {
@@ -425,8 +515,17 @@ impl<C: Cluster> Reconciler<C> {
             .map(|b| (self.id.provisioner(b.kind().name), b.serves(cfg, &node)))
             .collect();
         self.serving = serves.iter().map(|(_, s)| *s).collect();
-        let here = self.read_node(&serves, &mut report).await;
+        self.here = self.read_node(&serves, &mut report).await;
+        self.pass_classes.clear();
+        report
+    }
 
+    /// One pass over everything the cluster seam lists, with the node config `cfg`: a
+    /// [`Reconciler::refresh`], the legacy grants (step 3), then [`Reconciler::sync`] of every
+    /// claim and every PV. The lanes ([`super::lanes`]) instead sync only the keys that changed
+    /// or are due; this is the same work for a cluster seam that lists everything (the tests).
+    pub async fn pass(&mut self, cfg: &Config) -> Report {
+        let mut report = self.refresh(cfg).await;
         let volumes = match self.cluster.volumes().await {
             Ok(v) => v,
             Err(e) => {
@@ -438,69 +537,104 @@ impl<C: Cluster> Reconciler<C> {
             .iter()
             .filter_map(|v| v.metadata.name.clone())
             .collect();
-        self.legacy_grants(&volumes, &names, cfg, &mut report);
-        // The uids of the claims that exist (`None`: unknown, no claim counts as gone).
-        let mut claim_uids: Option<HashSet<String>> = None;
-        match self.cluster.claims().await {
-            Err(e) => report.failed.push(e.to_string()),
-            Ok(claims) => {
-                claim_uids = Some(
-                    claims
-                        .iter()
-                        .filter_map(|c| c.metadata.uid.clone())
-                        .collect(),
-                );
-                // Forget what was said about objects that are gone (bounded memory).
-                let live: HashSet<&str> = claims
-                    .iter()
-                    .map(|c| &c.metadata)
-                    .chain(volumes.iter().map(|v| &v.metadata))
-                    .filter_map(|m| m.uid.as_deref())
-                    .collect();
-                self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
-                self.told_wffc.retain(|uid| live.contains(uid.as_str()));
-                self.pass_classes.clear();
-                report.seen = (claims.len(), volumes.len());
-                for c in &claims {
-                    let (m, kind) = (report.mark(Action::Provision), self.claim_kind(c));
-                    self.claim(c, &names, cfg, &here, &mut report).await;
-                    report.op(Action::Provision, kind, m);
-                }
-                let by_name: HashMap<&str, &PersistentVolume> = volumes
-                    .iter()
-                    .filter_map(|v| Some((v.metadata.name.as_deref()?, v)))
-                    .collect();
-                for c in &claims {
-                    let pv = c
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.volume_name.as_deref())
-                        .and_then(|n| by_name.get(n));
-                    if let Some(pv) = pv {
-                        let (m, kind) = (report.mark(Action::Resize), self.pv_kind(pv));
-                        self.resize(c, pv, cfg, &mut report).await;
-                        report.op(Action::Resize, kind, m);
-                    }
-                }
+        self.legacy_grants(&volumes, cfg, &mut report);
+        report
+            .failed
+            .extend(sweep_legacy_grants(&cfg.state_dir, &names));
+        let claims = match self.cluster.claims().await {
+            Ok(c) => c,
+            Err(e) => {
+                report.failed.push(e.to_string());
+                return report;
             }
+        };
+        self.forget_gone(&claims, &volumes);
+        report.seen = (claims.len(), volumes.len());
+        for c in &claims {
+            self.sync_claim(c, cfg, &mut report).await;
         }
         for v in &volumes {
-            let Some(bi) = self.ours(v) else { continue };
-            let gone = claim_uids
-                .as_ref()
-                .is_some_and(|uids| !claim_uid(v).is_some_and(|u| uids.contains(u)));
-            match fate(v, gone) {
-                Fate::Keep => {}
-                Fate::Protect => self.protect(v, &mut report).await,
-                Fate::Release => self.release(v, &mut report).await,
-                Fate::Reclaim => {
-                    let (m, kind) = (report.mark(Action::Delete), self.pv_kind(v));
-                    self.delete(v, bi, cfg, &mut report).await;
-                    report.op(Action::Delete, kind, m);
+            self.sync_volume(v, cfg, &mut report).await;
+        }
+        report
+    }
+
+    /// Forgets what was said about objects that are gone (bounded memory): `claims` and `volumes`
+    /// are every object this instance looks after.
+    pub fn forget_gone(&mut self, claims: &[PersistentVolumeClaim], volumes: &[PersistentVolume]) {
+        let live: HashSet<&str> = claims
+            .iter()
+            .map(|c| &c.metadata)
+            .chain(volumes.iter().map(|v| &v.metadata))
+            .filter_map(|m| m.uid.as_deref())
+            .collect();
+        self.said.retain(|(uid, _), _| live.contains(uid.as_str()));
+        self.told_wffc.retain(|uid| live.contains(uid.as_str()));
+    }
+
+    /// The work for one key, on the objects as the watch caches hold them (after a
+    /// [`Reconciler::refresh`]): a claim is provisioned and, once bound, grown (steps 4, 5); a PV
+    /// is protected, released or reclaimed (step 6). A key whose object is gone is nothing to do.
+    pub async fn sync(&mut self, key: &Key, cfg: &Config) -> Report {
+        let mut report = Report::default();
+        match key {
+            Key::Claim(k) => {
+                let (ns, name) = k.split_once('/').unwrap_or(("", k));
+                if let Some(c) = self.cluster.cached_claim(ns, name).await {
+                    self.sync_claim(&c, cfg, &mut report).await;
+                }
+            }
+            Key::Volume(name) => {
+                if let Some(v) = self.cluster.cached_volume(name).await {
+                    self.sync_volume(&v, cfg, &mut report).await;
                 }
             }
         }
         report
+    }
+
+    /// Steps 4 and 5 for one claim.
+    async fn sync_claim(&mut self, c: &PersistentVolumeClaim, cfg: &Config, report: &mut Report) {
+        let (m, kind) = (report.mark(Action::Provision), self.claim_kind(c));
+        self.claim(c, cfg, report).await;
+        report.op(Action::Provision, kind, m);
+        let volume = c.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+        if let Some(name) = volume.filter(|n| !n.is_empty())
+            && let Some(pv) = self.cluster.cached_volume(name).await
+        {
+            let (m, kind) = (report.mark(Action::Resize), self.pv_kind(&pv));
+            self.resize(c, &pv, cfg, report).await;
+            report.op(Action::Resize, kind, m);
+        }
+    }
+
+    /// Step 6 for one PV: its claim counts as gone when the cache does not hold it (a
+    /// [`Fate::Reclaim`] that depends on that asks the server again before acting).
+    async fn sync_volume(&mut self, v: &PersistentVolume, cfg: &Config, report: &mut Report) {
+        let Some(bi) = self.ours(v) else { return };
+        let gone = match v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+            Some(r) => {
+                let (ns, name) = (
+                    r.namespace.as_deref().unwrap_or(""),
+                    r.name.as_deref().unwrap_or(""),
+                );
+                self.cluster
+                    .cached_claim(ns, name)
+                    .await
+                    .is_none_or(|c| c.metadata.uid.as_deref() != r.uid.as_deref())
+            }
+            None => true,
+        };
+        match fate(v, gone) {
+            Fate::Keep => {}
+            Fate::Protect => self.protect(v, report).await,
+            Fate::Release => self.release(v, report).await,
+            Fate::Reclaim => {
+                let (m, kind) = (report.mark(Action::Delete), self.pv_kind(v));
+                self.delete(v, bi, cfg, report).await;
+                report.op(Action::Delete, kind, m);
+            }
+        }
     }
 
     /// Step 6 for a PV made before the finalizer (and not being deleted): adds it, so that from
@@ -609,16 +743,9 @@ impl<C: Cluster> Reconciler<C> {
         }
     }
 
-    async fn claim(
-        &mut self,
-        c: &PersistentVolumeClaim,
-        volumes: &HashSet<String>,
-        cfg: &Config,
-        here: &Here,
-        report: &mut Report,
-    ) {
+    async fn claim(&mut self, c: &PersistentVolumeClaim, cfg: &Config, report: &mut Report) {
         self.immediate_binding(c, report).await;
-        let step = self.plan_claim(c, volumes, cfg, here).await;
+        let step = self.plan_claim(c, cfg).await;
         let who = claim_ref(c);
         match step {
             Step::Skip => {}
@@ -726,13 +853,7 @@ impl<C: Cluster> Reconciler<C> {
         self.told_wffc.insert(uid);
     }
 
-    async fn plan_claim(
-        &mut self,
-        c: &PersistentVolumeClaim,
-        volumes: &HashSet<String>,
-        cfg: &Config,
-        here: &Here,
-    ) -> Step {
+    async fn plan_claim(&mut self, c: &PersistentVolumeClaim, cfg: &Config) -> Step {
         let meta = &c.metadata;
         let Some(bi) = claim_provisioner(meta).and_then(|p| self.backend_for(p)) else {
             return Step::Skip;
@@ -758,7 +879,7 @@ impl<C: Cluster> Reconciler<C> {
             return Step::Skip;
         };
         let pv_name = format!("pvc-{uid}");
-        if volumes.contains(&pv_name) {
+        if self.cluster.cached_volume(&pv_name).await.is_some() {
             return Step::Skip; // made already; the PV controller binds it
         }
         let Some(class_name) = spec.storage_class_name.clone().filter(|s| !s.is_empty()) else {
@@ -774,6 +895,7 @@ impl<C: Cluster> Reconciler<C> {
             }
         };
         // A node-local volume only on a node the scheduler could have put the claim's pod on.
+        let here = self.here.clone();
         let hostname = match (&here.hostname, &here.unfit) {
             (_, Some(why)) if node_local => return Step::Reschedule(why.clone()),
             (None, _) if node_local => return Step::Skip, // the Node could not be read: next pass
@@ -835,10 +957,26 @@ impl<C: Cluster> Reconciler<C> {
             access_modes: &modes,
             node: &self.id.node,
         };
-        let made = match self.backends[bi].provision(cfg, &req) {
+        let domain = self.backends[bi].fault_domain(&params);
+        if let Some(d) = &domain
+            && let Err(open) = self.breakers.admit(d, Instant::now())
+        {
+            return Step::Fail(paused(d, &open));
+        }
+        let made = self.backends[bi].provision(cfg, &req);
+        if let Some(d) = &domain {
+            let failure = match &made {
+                Err(Refusal::Unavailable(why)) => Some(why.as_str()),
+                _ => None,
+            };
+            self.breakers.record(d, failure, Instant::now());
+        }
+        let made = match made {
             Ok(m) => m,
             Err(Refusal::Reschedule(why)) if node_local => return Step::Reschedule(why),
-            Err(Refusal::Reschedule(why) | Refusal::Fail(why)) => return Step::Fail(why),
+            Err(Refusal::Reschedule(why) | Refusal::Fail(why) | Refusal::Unavailable(why)) => {
+                return Step::Fail(why);
+            }
         };
         let location = made.location.clone();
         // The claim's own spelling when the backend made exactly what was asked.
@@ -894,10 +1032,16 @@ impl<C: Cluster> Reconciler<C> {
         let mut annotations = made.annotations;
         annotations.insert(ANN_PROVISIONED_BY.to_owned(), provisioner.to_owned());
         annotations.insert(ANN_NODE.to_owned(), self.id.node.clone());
+        let kind = provisioner.rsplit('/').next().unwrap_or_default();
+        let mut labels = BTreeMap::from([(LABEL_KIND.to_owned(), kind.to_owned())]);
+        if pin.is_some() {
+            labels.insert(LABEL_NODE.to_owned(), node_label_value(&self.id.node));
+        }
         PersistentVolume {
             metadata: ObjectMeta {
                 name: Some(pv_name.to_owned()),
                 annotations: Some(annotations),
+                labels: Some(labels),
                 finalizers: Some(vec![FINALIZER.to_owned()]),
                 ..Default::default()
             },
@@ -965,58 +1109,9 @@ impl<C: Cluster> Reconciler<C> {
     /// drivers serve such a volume without a token to that PV name in its claim's namespace
     /// only. Grants of PVs that no longer exist are removed. Costs an open and a read per
     /// legacy PV and a directory listing; nothing for PVs with a token.
-    fn legacy_grants(
-        &self,
-        volumes: &[PersistentVolume],
-        names: &HashSet<String>,
-        cfg: &Config,
-        report: &mut Report,
-    ) {
-        for v in volumes {
-            let Some(bi) = ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.backend_for(p))
-            else {
-                continue;
-            };
-            let b = &self.backends[bi];
-            if b.kind().node_local && ann(&v.metadata, ANN_NODE) != Some(self.id.node.as_str()) {
-                continue;
-            }
-            let spec = v.spec.as_ref();
-            let Some(options) = spec
-                .and_then(|s| s.flex_volume.as_ref())
-                .and_then(|f| f.options.as_ref())
-            else {
-                continue;
-            };
-            let namespace = spec
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|r| r.namespace.clone());
-            let (Some(pv), Some(namespace)) = (v.metadata.name.clone(), namespace) else {
-                continue;
-            };
-            if options.contains_key(capability::OPTION) {
-                continue;
-            }
-            let Some(loc) = capability::pv_location(b.kind().name, options) else {
-                continue;
-            };
-            if let Err(e) = capability::write_legacy_grant(
-                &cfg.state_dir,
-                &loc,
-                &capability::LegacyGrant {
-                    pv: pv.clone(),
-                    namespace,
-                },
-            ) {
-                report.failed.push(format!(
-                    "PV {pv}: cannot write its legacy grant in {}: {e}; pods of its claim cannot mount it on this node until it is written",
-                    cfg.state_dir.join(capability::LEGACY_DIR).display()
-                ));
-            }
-        }
-        report
-            .failed
-            .extend(sweep_legacy_grants(&cfg.state_dir, names));
+    pub fn legacy_grants(&self, volumes: &[PersistentVolume], cfg: &Config, report: &mut Report) {
+        let kinds: Vec<&'static Kind> = self.backends.iter().map(|b| b.kind()).collect();
+        legacy_grants(volumes, &self.id, &kinds, cfg, report);
     }
 
     /// Step 5: grows a Bound PV of ours whose claim asks for more than it has.
@@ -1077,7 +1172,11 @@ impl<C: Cluster> Reconciler<C> {
                     return;
                 }
             }
-            let grown = match self.backends[bi].expand(cfg, pv, want) {
+            let domain = self.pv_domain(bi, pv);
+            let grown = self
+                .guarded(domain.as_deref(), |b| b.expand(cfg, pv, want), bi)
+                .map_err(|e| e.to_string());
+            let grown = match grown {
                 Ok(b) => b,
                 Err(why) => {
                     let msg = format!(
@@ -1177,7 +1276,8 @@ impl<C: Cluster> Reconciler<C> {
             return;
         }
         let uid = v.metadata.uid.clone().unwrap_or_default();
-        let failure = match self.backends[bi].delete(cfg, &v) {
+        let domain = self.pv_domain(bi, &v);
+        let failure = match self.guarded(domain.as_deref(), |b| b.delete(cfg, &v), bi) {
             Err(why) => Err(why.to_string()),
             Ok(done) => {
                 // Best effort: a grant left behind is swept once the PV is gone.
@@ -1236,6 +1336,41 @@ impl<C: Cluster> Reconciler<C> {
 }
 
 impl<C: Cluster> Reconciler<C> {
+    /// The fault domain of a PV of backend `bi` (from its flexVolume options).
+    fn pv_domain(&self, bi: usize, v: &PersistentVolume) -> Option<String> {
+        let options = v
+            .spec
+            .as_ref()
+            .and_then(|s| s.flex_volume.as_ref())
+            .and_then(|f| f.options.as_ref())?;
+        self.backends[bi].fault_domain(options)
+    }
+
+    /// Runs a delete or an expand of backend `bi` under the breaker of `domain`: not at all while
+    /// it is open; a [`ProvisionError::Failed`] (a step on the server failed) opens it, anything
+    /// else closes it (a refusal is about the one volume, not the server).
+    fn guarded<T>(
+        &mut self,
+        domain: Option<&str>,
+        work: impl FnOnce(&mut dyn Provisioner) -> Result<T, ProvisionError>,
+        bi: usize,
+    ) -> Result<T, ProvisionError> {
+        if let Some(d) = domain
+            && let Err(open) = self.breakers.admit(d, Instant::now())
+        {
+            return Err(ProvisionError::Failed(paused(d, &open)));
+        }
+        let r = work(self.backends[bi].as_mut());
+        if let Some(d) = domain {
+            let failure = match &r {
+                Err(ProvisionError::Failed(why)) => Some(why.as_str()),
+                _ => None,
+            };
+            self.breakers.record(d, failure, Instant::now());
+        }
+        r
+    }
+
     /// Removes [`FINALIZER`] from the PV `name` if it is still the one with `uid` (read again:
     /// deleting it changed it). `Ok` when it is gone or does not carry it.
     async fn unguard(&self, name: &str, uid: &str) -> Result<(), ApiError> {
@@ -1259,17 +1394,71 @@ pub fn claim_provisioner(meta: &ObjectMeta) -> Option<&str> {
     ann(meta, ANN_PROVISIONER).or_else(|| ann(meta, ANN_PROVISIONER_BETA))
 }
 
-/// The uid of the claim a PV is bound or pre-bound to.
-fn claim_uid(v: &PersistentVolume) -> Option<&str> {
-    v.spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .and_then(|r| r.uid.as_deref())
+/// Step 3 for `volumes`, of the `kinds` given (see [`Reconciler::legacy_grants`]): writes the
+/// legacy grant of each PV of ours made before capabilities (node-local ones of `id`'s node).
+pub fn legacy_grants(
+    volumes: &[PersistentVolume],
+    id: &Identity,
+    kinds: &[&'static Kind],
+    cfg: &Config,
+    report: &mut Report,
+) {
+    for v in volumes {
+        let Some(kind) = ann(&v.metadata, ANN_PROVISIONED_BY)
+            .and_then(|p| kinds.iter().find(|k| id.provisioner(k.name) == p))
+        else {
+            continue;
+        };
+        if kind.node_local && ann(&v.metadata, ANN_NODE) != Some(id.node.as_str()) {
+            continue;
+        }
+        let spec = v.spec.as_ref();
+        let Some(options) = spec
+            .and_then(|s| s.flex_volume.as_ref())
+            .and_then(|f| f.options.as_ref())
+        else {
+            continue;
+        };
+        let namespace = spec
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.namespace.clone());
+        let (Some(pv), Some(namespace)) = (v.metadata.name.clone(), namespace) else {
+            continue;
+        };
+        if options.contains_key(capability::OPTION) {
+            continue;
+        }
+        let Some(loc) = capability::pv_location(kind.name, options) else {
+            continue;
+        };
+        if let Err(e) = capability::write_legacy_grant(
+            &cfg.state_dir,
+            &loc,
+            &capability::LegacyGrant {
+                pv: pv.clone(),
+                namespace,
+            },
+        ) {
+            report.failed.push(format!(
+                "PV {pv}: cannot write its legacy grant in {}: {e}; pods of its claim cannot mount it on this node until it is written",
+                cfg.state_dir.join(capability::LEGACY_DIR).display()
+            ));
+        }
+    }
+}
+
+/// Why work was not tried on a fault domain whose breaker is open. Without times in it, so the
+/// event saying it is recorded once, not once per retry.
+fn paused(domain: &str, open: &super::queue::Open) -> String {
+    format!(
+        "not tried: the last attempt on {domain} failed ({}), so work on it waits and is retried with a growing delay (at most 5 minutes) while other volumes go on; fix the server or the class",
+        open.last
+    )
 }
 
 /// Removes the legacy grants (in `<stateDir>/legacy-grants`) of PVs not in `names`, the PVs that
 /// exist; returns failures. Only files this provisioner wrote are there (root-only directory).
-fn sweep_legacy_grants(state_dir: &std::path::Path, names: &HashSet<String>) -> Vec<String> {
+pub fn sweep_legacy_grants(state_dir: &std::path::Path, names: &HashSet<String>) -> Vec<String> {
     let dir = state_dir.join(capability::LEGACY_DIR);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,

@@ -121,6 +121,9 @@ pub struct Metrics {
     pending: Family<[(&'static str, &'static str); 1], Gauge>,
     cached: Family<[(&'static str, &'static str); 1], Gauge>,
     last_pass: Gauge,
+    queue_depth: Family<[(&'static str, &'static str); 1], Gauge>,
+    retries: Family<[(&'static str, &'static str); 1], Gauge>,
+    breakers_open: Family<[(&'static str, &'static str); 1], Gauge>,
     size: Family<PoolLabels, Gauge>,
     free: Family<PoolLabels, Gauge>,
 }
@@ -148,6 +151,9 @@ impl Metrics {
             pending: Family::default(),
             cached: Family::default(),
             last_pass: Gauge::default(),
+            queue_depth: Family::default(),
+            retries: Family::default(),
+            breakers_open: Family::default(),
             size: Family::default(),
             free: Family::default(),
             registry: Registry::default(),
@@ -191,6 +197,21 @@ impl Metrics {
             "flexvol_provisioner_last_pass_timestamp_seconds",
             "Unix time the last pass ended",
             m.last_pass.clone(),
+        );
+        r.register(
+            "flexvol_provisioner_queue_depth",
+            "Keys in a lane's work queue: due now or waiting out a backoff after a failure, by lane",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "flexvol_provisioner_retries",
+            "Keys a lane has retried after a failure since start (per-object exponential backoff), by lane",
+            m.retries.clone(),
+        );
+        r.register(
+            "flexvol_provisioner_breakers_open",
+            "Servers (fault domains) whose work a lane holds back after a failure, by lane",
+            m.breakers_open.clone(),
         );
         r.register(
             "flexvol_provisioner_capacity_bytes",
@@ -253,6 +274,17 @@ impl Metrics {
             .unwrap_or_default();
         self.last_pass
             .set(i64::try_from(now.as_secs()).unwrap_or(i64::MAX));
+    }
+
+    /// Sets a lane's queue gauges: keys queued, retries so far, breakers open.
+    pub fn set_queue(&self, lane: &'static str, depth: usize, retries: u64, breakers: usize) {
+        let l = [("lane", lane)];
+        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.queue_depth.get_or_create(&l).set(g(depth));
+        self.retries
+            .get_or_create(&l)
+            .set(i64::try_from(retries).unwrap_or(i64::MAX));
+        self.breakers_open.get_or_create(&l).set(g(breakers));
     }
 
     /// Sets the capacity gauges to `pools` (kind, pool, size if known, free), forgetting pools no

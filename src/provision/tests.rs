@@ -82,6 +82,20 @@ impl Cluster for Fake {
             .into_iter()
             .find(|v| v.metadata.name.as_deref() == Some(name)))
     }
+    async fn label_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> ApiResult<()> {
+        let mut vs = self.volumes.borrow_mut();
+        let Some(v) = vs
+            .iter_mut()
+            .find(|v| v.metadata.name.as_deref() == Some(name))
+        else {
+            return Err(err(ApiErrorKind::NotFound));
+        };
+        v.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(labels.clone());
+        Ok(())
+    }
     async fn get_claim(
         &self,
         namespace: &str,
@@ -344,6 +358,15 @@ fn config(node: &str, roots: &[&Path]) -> Config {
     }
 }
 
+/// The advice about the hostPath label (whether this host can serve NFS, and so gets advice
+/// about that label too, depends on whether it has mount.nfs).
+fn hostpath_advice(r: &Report) -> Vec<&String> {
+    r.advice
+        .iter()
+        .filter(|a| a.contains("flexvol/hostpath"))
+        .collect()
+}
+
 fn setup(node_name: &str) -> Reconciler<Fake> {
     let f = Fake::default();
     f.nodes.borrow_mut().insert("node-a".into(), node("node-a"));
@@ -414,11 +437,12 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
     // The Node is only read (the Cluster seam has no Node write); the operator is told how to
     // label it, once.
     assert_eq!(rec.cluster.nodes.borrow()["node-a"], node("node-a"));
-    assert_eq!(r.advice.len(), 1, "{:?}", r.advice);
+    let advice = hostpath_advice(&r);
+    assert_eq!(advice.len(), 1, "{:?}", r.advice);
     assert!(
-        r.advice[0].contains("kubectl label node node-a flexvol/hostpath=true"),
+        advice[0].contains("kubectl label node node-a flexvol/hostpath=true"),
         "{}",
-        r.advice[0]
+        advice[0]
     );
     assert_eq!(block_on(rec.pass(&cfg)).advice, Vec::<String>::new());
 
@@ -441,7 +465,10 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
     let want = serde_json::json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": "pvc-u1", "uid": "uid-pvc-u1", "resourceVersion": "1",
-            "finalizers": [FINALIZER], "annotations": {
+            "finalizers": [FINALIZER],
+            // What this node's watch selects its PVs by.
+            "labels": {"flexvol/kind": "hostpath", "flexvol/node": "node-a"},
+            "annotations": {
             "pv.kubernetes.io/provisioned-by": PROV, "flexvol/node": "node-a",
             "flexvol/size-bytes": "1073741824", "flexvol/size-enforced": "false",
             "flexvol/size-note": match crate::provision::quota::detect(&dir) {
@@ -609,11 +636,12 @@ fn a_node_without_a_root_sends_claims_back_and_keeps_the_operators_label() {
         .push(claim("data", "u1", "c", Some("node-b")));
     // Roots for node-a only, no default entry: node-b has none.
     let r = block_on(rec.pass(&config("node-a", &[d.path()])));
-    assert_eq!(r.advice.len(), 1, "{:?}", r.advice);
+    let advice = hostpath_advice(&r);
+    assert_eq!(advice.len(), 1, "{:?}", r.advice);
     assert!(
-        r.advice[0].contains("kubectl label node node-b flexvol/hostpath-"),
+        advice[0].contains("kubectl label node node-b flexvol/hostpath-"),
         "{}",
-        r.advice[0]
+        advice[0]
     );
     assert_eq!(
         rec.cluster.nodes.borrow()["node-b"]
@@ -666,8 +694,9 @@ fn a_class_without_a_root_on_this_node_reschedules() {
         },
     );
     let r = block_on(rec.pass(&cfg));
+    let advice = hostpath_advice(&r);
     assert!(
-        r.advice.len() == 1 && r.advice[0].contains("serves flexvol/hostpath"),
+        advice.len() == 1 && advice[0].contains("serves flexvol/hostpath"),
         "node-a has a root for other classes: {:?}",
         r.advice
     );
@@ -1954,4 +1983,216 @@ fn a_pass_reports_each_attempt_with_its_kind_and_outcome() {
         ops(&r),
         vec![(Action::Provision, "hostpath", Outcome::Rescheduled)]
     );
+}
+
+/// A shared backend whose server `dead` never answers: every provision on it is
+/// [`Refusal::Unavailable`]; counts the attempts per server.
+struct Servers {
+    dead: &'static str,
+    attempts: std::rc::Rc<RefCell<BTreeMap<String, u32>>>,
+}
+
+impl super::provisioner::Provisioner for Servers {
+    fn kind(&self) -> &'static super::provisioner::Kind {
+        &super::nfs::KIND
+    }
+    fn serves(&self, _: &Config, _: &str) -> bool {
+        true
+    }
+    fn check_class(&self, _: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+        Ok(())
+    }
+    fn fault_domain(&self, params: &BTreeMap<String, String>) -> Option<String> {
+        params.get("server").cloned()
+    }
+    fn provision(
+        &mut self,
+        _: &Config,
+        req: &super::provisioner::Request<'_>,
+    ) -> Result<super::provisioner::Provisioned, super::provisioner::Refusal> {
+        let server = req.params["server"].clone();
+        *self
+            .attempts
+            .borrow_mut()
+            .entry(server.clone())
+            .or_default() += 1;
+        if server == self.dead {
+            return Err(super::provisioner::Refusal::Unavailable(format!(
+                "NFS server {server} did not answer within 30s"
+            )));
+        }
+        Ok(super::provisioner::Provisioned {
+            capacity_bytes: req.size_bytes,
+            location: format!("{server}:/x/{}", req.pv_name),
+            ..Default::default()
+        })
+    }
+    fn delete(&mut self, _: &Config, _: &PersistentVolume) -> Result<String, ProvisionError> {
+        Ok("gone".into())
+    }
+    fn expand(&mut self, _: &Config, _: &PersistentVolume, b: u64) -> Result<u64, ProvisionError> {
+        Ok(b)
+    }
+    fn recover(&mut self, _: &Config, _: &str) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+use super::provisioner::ProvisionError;
+
+#[test]
+fn a_dead_server_costs_one_attempt_and_holds_up_no_other_server() {
+    let d = tempfile::tempdir().unwrap();
+    let f = Fake::default();
+    f.nodes.borrow_mut().insert("node-a".into(), node("node-a"));
+    let id = Identity {
+        node: "node-a".into(),
+        vendor: "flexvol".into(),
+    };
+    let attempts = std::rc::Rc::new(RefCell::new(BTreeMap::new()));
+    let backend = Servers {
+        dead: "tarpit",
+        attempts: attempts.clone(),
+    };
+    let mut rec = Reconciler::new(f, id, vec![Box::new(backend)]);
+    for server in ["tarpit", "healthy"] {
+        let mut sc = class(server, &[("server", server)], "Delete");
+        sc.provisioner = "flexvol/nfs".into();
+        sc.volume_binding_mode = Some("Immediate".into());
+        rec.cluster.classes.borrow_mut().insert(server.into(), sc);
+    }
+    let nfs_claim = |name: &str, uid: &str, class: &str| {
+        let mut c = claim(name, uid, class, None);
+        c.metadata.annotations = Some(BTreeMap::from([(
+            ANN_PROVISIONER.to_owned(),
+            "flexvol/nfs".to_owned(),
+        )]));
+        c
+    };
+    for i in 0..5 {
+        rec.cluster.claims.borrow_mut().push(nfs_claim(
+            &format!("t{i}"),
+            &format!("t{i}"),
+            "tarpit",
+        ));
+    }
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(nfs_claim("h", "h", "healthy"));
+    let cfg = config("node-a", &[d.path()]);
+    let r = block_on(rec.pass(&cfg));
+    // One attempt on the dead server; the other four claims fail fast; the healthy server's
+    // claim is provisioned in the same pass.
+    assert_eq!(attempts.borrow()["tarpit"], 1, "{r:?}");
+    assert_eq!(attempts.borrow()["healthy"], 1);
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+    assert_eq!(r.provisioned[0].0, "pvc-h");
+    let paused: Vec<&String> = r
+        .failed
+        .iter()
+        .filter(|f| f.contains("not tried"))
+        .collect();
+    assert_eq!(paused.len(), 4, "{:?}", r.failed);
+    assert!(
+        paused[0].contains("did not answer within 30s"),
+        "{}",
+        paused[0]
+    );
+    assert_eq!(rec.breakers_open(), 1);
+    // Each claim is told why, once (the same message again is not a new event).
+    let events = |rec: &Reconciler<Fake>| {
+        rec.cluster
+            .events
+            .borrow()
+            .iter()
+            .filter(|e| e.reason == "ProvisioningFailed")
+            .count()
+    };
+    assert_eq!(events(&rec), 5);
+    // The next passes, within the breaker's delay: no new attempt; the first claim is told once
+    // that its server's work now waits, and nothing is said again after that.
+    let _ = block_on(rec.pass(&cfg));
+    assert_eq!(attempts.borrow()["tarpit"], 1);
+    assert_eq!(events(&rec), 6);
+    let _ = block_on(rec.pass(&cfg));
+    assert_eq!(attempts.borrow()["tarpit"], 1);
+    assert_eq!(events(&rec), 6);
+}
+
+#[test]
+fn a_key_is_synced_from_the_cache_and_a_gone_object_is_nothing_to_do() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rec = setup("node-a");
+    let cfg = config("node-a", &[d.path()]);
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    let _ = block_on(rec.refresh(&cfg));
+    let r = block_on(rec.sync(&Key::Claim("ns/gone".into()), &cfg));
+    assert_eq!(r, Report::default());
+    let r = block_on(rec.sync(&Key::Volume("pvc-gone".into()), &cfg));
+    assert_eq!(r, Report::default());
+    let r = block_on(rec.sync(&Key::Claim("ns/data".into()), &cfg));
+    assert_eq!(r.failed, Vec::<String>::new());
+    assert_eq!(r.provisioned.len(), 1);
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+}
+
+#[test]
+fn node_names_that_are_not_label_values_are_hashed() {
+    assert_eq!(node_label_value("node-a.example.com"), "node-a.example.com");
+    let long = "n".repeat(64);
+    let h = node_label_value(&long);
+    assert!(h.starts_with("h-") && h.len() == 18, "{h}");
+    assert_ne!(h, node_label_value(&"n".repeat(65)));
+    assert_eq!(h, node_label_value(&long));
+    assert!(node_label_value("-x").starts_with("h-"));
+}
+
+#[test]
+fn the_sweep_labels_our_old_pvs_and_only_this_nodes_node_local_ones() {
+    let d = tempfile::tempdir().unwrap();
+    let rec = setup("node-a");
+    let cfg = config("node-a", &[d.path()]);
+    let opts = serde_json::json!({"path": "/x", "capabilityToken": "t"});
+    let nfs = serde_json::json!({"server": "s", "share": "/e/x", "capabilityToken": "t"});
+    rec.cluster.volumes.borrow_mut().extend([
+        legacy_pv("pvc-mine", "hostpath", "node-a", opts.clone()),
+        legacy_pv("pvc-theirs", "hostpath", "node-b", opts),
+        legacy_pv("pvc-nfs", "nfs", "node-b", nfs),
+    ]);
+    let kinds: Vec<&'static super::provisioner::Kind> = super::provisioners(&rec.id)
+        .iter()
+        .map(|b| b.kind())
+        .collect();
+    let mut r = Report::default();
+    block_on(super::lanes::sweep(&rec, &kinds, &cfg, &mut r));
+    assert_eq!(r.failed, Vec::<String>::new());
+    assert_eq!(r.labelled, ["pvc-mine", "pvc-nfs"]);
+    let labels = |n: usize| rec.cluster.volumes.borrow()[n].metadata.labels.clone();
+    assert_eq!(
+        labels(0),
+        Some(BTreeMap::from([
+            ("flexvol/kind".to_owned(), "hostpath".to_owned()),
+            ("flexvol/node".to_owned(), "node-a".to_owned())
+        ]))
+    );
+    assert_eq!(labels(1), None);
+    assert_eq!(
+        labels(2),
+        Some(BTreeMap::from([(
+            "flexvol/kind".to_owned(),
+            "nfs".to_owned()
+        )]))
+    );
+    // Labelled ones are not labelled again.
+    let mut r = Report::default();
+    block_on(super::lanes::sweep(&rec, &kinds, &cfg, &mut r));
+    assert!(r.labelled.is_empty(), "{r:?}");
 }

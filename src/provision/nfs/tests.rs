@@ -437,7 +437,7 @@ fn a_dead_server_fails_and_creates_nothing() {
     let mut b = w.backend();
     let p = params(&[("server", "192.0.2.1")]);
     match provision(&mut b, &w.cfg, &p, "u1", "node-a") {
-        Err(Refusal::Fail(e)) => {
+        Err(Refusal::Unavailable(e)) => {
             assert!(e.contains("192.0.2.1:/srv/nfs"), "{e}");
             assert!(e.contains("unreachable"), "{e}");
         }

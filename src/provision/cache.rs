@@ -1,0 +1,612 @@
+//! The watch caches of one instance: only the claims and PVs it works on, so that what a node
+//! holds and does follows its own volumes, not the size of the cluster.
+//!
+//! - **PVs of this node** (node-local kinds): a watch with the label selector
+//!   `flexvol/node=<node>` ([`LABEL_NODE`], on every node-local PV we make): the API server
+//!   filters, other nodes' PVs never reach this instance.
+//! - **PVs of the shared kinds** (NFS): a watch with `flexvol/kind in (<kinds>)` ([`LABEL_KIND`]),
+//!   running only while this instance leads the shared work ([`Leads::shared`]); the others hold
+//!   none.
+//! - **Claims**: no selector can pick them (the node is an annotation the scheduler writes), so
+//!   every claim's events pass through, and only those this instance works on are kept
+//!   ([`Scope::keep_claim`]): node-local claims whose `selected-node` is this node, claims of the
+//!   shared kinds while leading them, and while leading the cluster-wide claim duty, pending
+//!   node-local claims without a node (to tell Immediate-binding ones what is wrong). A change to
+//!   another node's claim costs one decode and a comparison, and no work.
+//!
+//! Every change of a kept object (or an object that stops being kept) sends its [`Key`] to the
+//! lane that works on its kind ([`Routes`]). When what this instance leads changes, the claim
+//! watch lists again with the new filter.
+//!
+//! PVs made before the labels existed are labelled by the startup sweep of [`super::lanes`].
+
+use super::api::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
+use super::provisioner::ANN_NODE;
+use super::reconcile::{Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value};
+use super::telemetry::LOG_TARGET;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{mpsc::UnboundedSender, watch};
+use tracing::warn;
+
+/// Which lane works on a kind: the node-local kinds' or the shared kinds'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// hostPath, LVM: this node's volumes.
+    Local,
+    /// NFS: volumes any node may make, made by the one instance that leads them.
+    Shared,
+}
+
+/// What this instance leads right now (see [`super::lease`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Leads {
+    /// The cluster-wide claim duty: telling claims of node-local classes with Immediate binding.
+    pub claims: bool,
+    /// The shared kinds' work (NFS claims and PVs).
+    pub shared: bool,
+}
+
+/// Who this instance is and what it works on.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// This node's name.
+    pub node: String,
+    /// Provisioner names (`<vendor>/<kind>`) of the node-local kinds.
+    pub local: Vec<String>,
+    /// Provisioner names of the shared kinds.
+    pub shared: Vec<String>,
+    /// The shared kinds' names (`nfs`), the values of [`LABEL_KIND`] on their PVs.
+    pub shared_kinds: Vec<String>,
+    /// What this instance leads, as it changes.
+    pub leads: watch::Receiver<Leads>,
+}
+
+fn ann<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The cache key of a claim: `namespace/name`.
+pub fn claim_key(meta: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or("")
+    )
+}
+
+impl Scope {
+    fn lane_of(&self, provisioner: &str) -> Option<Lane> {
+        if self.local.iter().any(|p| p == provisioner) {
+            Some(Lane::Local)
+        } else if self.shared.iter().any(|p| p == provisioner) {
+            Some(Lane::Shared)
+        } else {
+            None
+        }
+    }
+
+    /// The lane of a claim's kind (`None`: not one of ours), kept or not.
+    pub fn claim_lane(&self, c: &PersistentVolumeClaim) -> Option<Lane> {
+        claim_provisioner(&c.metadata).and_then(|p| self.lane_of(p))
+    }
+
+    /// The lane of the kind that made a PV (`None`: not ours).
+    pub fn volume_lane(&self, v: &PersistentVolume) -> Option<Lane> {
+        ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.lane_of(p))
+    }
+
+    /// Whether this instance keeps claim `c` while leading `leads`.
+    pub fn keep_claim(&self, c: &PersistentVolumeClaim, leads: Leads) -> bool {
+        match self.claim_lane(c) {
+            None => false,
+            Some(Lane::Shared) => leads.shared,
+            Some(Lane::Local) => match ann(&c.metadata, ANN_SELECTED_NODE) {
+                Some(n) => n == self.node,
+                None => {
+                    leads.claims
+                        && c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+                        && c.spec
+                            .as_ref()
+                            .and_then(|s| s.volume_name.as_deref())
+                            .is_none_or(str::is_empty)
+                }
+            },
+        }
+    }
+
+    /// Whether this instance keeps PV `v` of the node-label watch: a node-local PV of this node.
+    pub fn keep_local_volume(&self, v: &PersistentVolume, _leads: Leads) -> bool {
+        self.volume_lane(v) == Some(Lane::Local)
+            && ann(&v.metadata, ANN_NODE) == Some(self.node.as_str())
+    }
+
+    /// Whether this instance keeps PV `v` of the shared-kind watch (only while leading them).
+    pub fn keep_shared_volume(&self, v: &PersistentVolume, leads: Leads) -> bool {
+        leads.shared && self.volume_lane(v) == Some(Lane::Shared)
+    }
+
+    /// The label selector of this node's node-local PVs.
+    pub fn local_selector(&self) -> String {
+        format!("{LABEL_NODE}={}", node_label_value(&self.node))
+    }
+
+    /// The label selector of the shared kinds' PVs (`None`: no shared kind).
+    pub fn shared_selector(&self) -> Option<String> {
+        (!self.shared_kinds.is_empty())
+            .then(|| format!("{LABEL_KIND} in ({})", self.shared_kinds.join(",")))
+    }
+}
+
+/// Where the keys of changed objects go: one channel per lane.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    /// The node-local lane's.
+    pub local: UnboundedSender<Key>,
+    /// The shared lane's.
+    pub shared: UnboundedSender<Key>,
+}
+
+impl Routes {
+    fn send(&self, lane: Option<Lane>, key: Key) {
+        // A lane that is gone (the process is ending) has nothing to be told.
+        let _ = match lane {
+            Some(Lane::Local) => self.local.send(key),
+            Some(Lane::Shared) => self.shared.send(key),
+            None => Ok(()),
+        };
+    }
+}
+
+/// One cache: the kept objects by key, and whether it holds a first full list.
+pub struct Cache<K> {
+    map: Mutex<HashMap<String, Arc<K>>>,
+    ready: AtomicBool,
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            ready: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<K> Cache<K> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<K>>> {
+        // A panic exits the process (the provisioner's hook), so a poisoned lock is never seen
+        // by a survivor; take the data either way.
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The object of `key`.
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.lock().get(key).cloned()
+    }
+
+    /// Every kept object.
+    pub fn values(&self) -> Vec<Arc<K>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// How many objects are kept.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether it holds a first full list.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// The three caches of an instance.
+pub struct Caches {
+    /// Claims this instance works on.
+    pub claims: Arc<Cache<PersistentVolumeClaim>>,
+    /// This node's node-local PVs.
+    pub local_volumes: Arc<Cache<PersistentVolume>>,
+    /// The shared kinds' PVs (empty unless leading them).
+    pub shared_volumes: Arc<Cache<PersistentVolume>>,
+    scope: Arc<Scope>,
+}
+
+/// How one watch keeps its cache: which objects, in which lane, under which key, and whether
+/// the watch runs at all for what this instance leads.
+struct Keeping<K> {
+    what: &'static str,
+    keep: fn(&Scope, &K, Leads) -> bool,
+    lane: fn(&Scope, &K) -> Option<Lane>,
+    key: fn(&K) -> (String, Key),
+    active: fn(Leads) -> bool,
+    /// List again when what this instance leads changes (the filter depends on it).
+    relist_on_lead_change: bool,
+}
+
+fn claim_keys(c: &PersistentVolumeClaim) -> (String, Key) {
+    let k = claim_key(&c.metadata);
+    (k.clone(), Key::Claim(k))
+}
+
+fn volume_keys(v: &PersistentVolume) -> (String, Key) {
+    let k = v.metadata.name.clone().unwrap_or_default();
+    (k.clone(), Key::Volume(k))
+}
+
+impl Caches {
+    /// Starts the watches (on the current runtime) that fill the caches and send changed keys
+    /// along `routes`.
+    pub fn start(client: &kube::Client, scope: Scope, routes: Routes) -> Self {
+        let scope = Arc::new(scope);
+        let caches = Self {
+            claims: Arc::new(Cache::default()),
+            local_volumes: Arc::new(Cache::default()),
+            shared_volumes: Arc::new(Cache::default()),
+            scope: scope.clone(),
+        };
+        tokio::spawn(watch_into(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+            caches.claims.clone(),
+            scope.clone(),
+            routes.clone(),
+            Keeping {
+                what: "claims",
+                keep: Scope::keep_claim,
+                lane: Scope::claim_lane,
+                key: claim_keys,
+                active: |_| true,
+                relist_on_lead_change: true,
+            },
+        ));
+        tokio::spawn(watch_into(
+            Api::<PersistentVolume>::all(client.clone()),
+            watcher::Config::default().labels(&scope.local_selector()),
+            caches.local_volumes.clone(),
+            scope.clone(),
+            routes.clone(),
+            Keeping {
+                what: "this node's PVs",
+                keep: Scope::keep_local_volume,
+                lane: Scope::volume_lane,
+                key: volume_keys,
+                active: |_| true,
+                relist_on_lead_change: false,
+            },
+        ));
+        match scope.shared_selector() {
+            Some(sel) => {
+                tokio::spawn(watch_into(
+                    Api::<PersistentVolume>::all(client.clone()),
+                    watcher::Config::default().labels(&sel),
+                    caches.shared_volumes.clone(),
+                    scope,
+                    routes,
+                    Keeping {
+                        what: "the shared kinds' PVs",
+                        keep: Scope::keep_shared_volume,
+                        lane: Scope::volume_lane,
+                        key: volume_keys,
+                        active: |l| l.shared,
+                        relist_on_lead_change: true,
+                    },
+                ));
+            }
+            None => caches.shared_volumes.ready.store(true, Ordering::Release),
+        }
+        caches
+    }
+
+    /// Whether every cache holds a first full list.
+    pub fn ready(&self) -> bool {
+        self.claims.is_ready() && self.local_volumes.is_ready() && self.shared_volumes.is_ready()
+    }
+
+    /// The keys of every kept object of `lane` (a resync).
+    pub fn keys(&self, lane: Lane) -> Vec<Key> {
+        let s = &self.scope;
+        let mut keys: Vec<Key> = self
+            .claims
+            .values()
+            .iter()
+            .filter(|c| s.claim_lane(c) == Some(lane))
+            .map(|c| claim_keys(c).1)
+            .collect();
+        let volumes = match lane {
+            Lane::Local => &self.local_volumes,
+            Lane::Shared => &self.shared_volumes,
+        };
+        keys.extend(volumes.values().iter().map(|v| volume_keys(v).1));
+        keys
+    }
+}
+
+/// Keeps `cache` filled from a watch of `api` (with `config`'s selector) as `how` says, until the
+/// process ends; lists again after a watch error (with a pause) and, where the filter depends on
+/// it, when what this instance leads changes.
+async fn watch_into<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    cache: Arc<Cache<K>>,
+    scope: Arc<Scope>,
+    routes: Routes,
+    how: Keeping<K>,
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut leads_rx = scope.leads.clone();
+    loop {
+        let leads = *leads_rx.borrow_and_update();
+        if !(how.active)(leads) {
+            cache.lock().clear();
+            cache.ready.store(true, Ordering::Release);
+            if leads_rx.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let stream = watcher::watcher(api.clone(), config.clone());
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let next = stream.next();
+            let change = async {
+                if how.relist_on_lead_change {
+                    if leads_rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let change = std::pin::pin!(change);
+            match futures::future::select(next, change).await {
+                futures::future::Either::Left((Some(Ok(ev)), _)) => {
+                    apply(&cache, &scope, &routes, &how, leads, ev);
+                }
+                futures::future::Either::Left((Some(Err(e)), _)) => {
+                    warn!(target: LOG_TARGET, "watch of {}: {e}; retrying", how.what);
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                futures::future::Either::Left((None, _)) | futures::future::Either::Right(_) => {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn apply<K>(
+    cache: &Cache<K>,
+    scope: &Scope,
+    routes: &Routes,
+    how: &Keeping<K>,
+    leads: Leads,
+    ev: Event<K>,
+) {
+    match ev {
+        Event::Applied(o) => {
+            let (k, key) = (how.key)(&o);
+            let lane = (how.lane)(scope, &o);
+            if (how.keep)(scope, &o, leads) {
+                cache.lock().insert(k, Arc::new(o));
+                routes.send(lane, key);
+            } else if cache.lock().remove(&k).is_some() {
+                routes.send(lane, key);
+            }
+        }
+        Event::Deleted(o) => {
+            let (k, key) = (how.key)(&o);
+            if cache.lock().remove(&k).is_some() {
+                routes.send((how.lane)(scope, &o), key);
+            }
+        }
+        Event::Restarted(list) => {
+            let mut kept = HashMap::new();
+            let mut changed = Vec::new();
+            for o in list {
+                if (how.keep)(scope, &o, leads) {
+                    let (k, key) = (how.key)(&o);
+                    changed.push(((how.lane)(scope, &o), key));
+                    kept.insert(k, Arc::new(o));
+                }
+            }
+            let old = std::mem::replace(&mut *cache.lock(), kept);
+            for (k, o) in old {
+                if cache.get(&k).is_none() {
+                    let (_, key) = (how.key)(&o);
+                    changed.push(((how.lane)(scope, &o), key));
+                }
+            }
+            cache.ready.store(true, Ordering::Release);
+            for (lane, key) in changed {
+                routes.send(lane, key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn scope(leads: Leads) -> (Scope, watch::Sender<Leads>) {
+        let (tx, rx) = watch::channel(leads);
+        (
+            Scope {
+                node: "node-a".into(),
+                local: vec!["flexvol/hostpath".into(), "flexvol/lvm".into()],
+                shared: vec!["flexvol/nfs".into()],
+                shared_kinds: vec!["nfs".into()],
+                leads: rx,
+            },
+            tx,
+        )
+    }
+
+    fn claim(prov: &str, node: Option<&str>, phase: &str) -> PersistentVolumeClaim {
+        let mut a = BTreeMap::from([(
+            "volume.beta.kubernetes.io/storage-provisioner".to_owned(),
+            prov.to_owned(),
+        )]);
+        if let Some(n) = node {
+            a.insert(ANN_SELECTED_NODE.into(), n.into());
+        }
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some("c".into()),
+                annotations: Some(a),
+                ..Default::default()
+            },
+            status: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_instance_keeps_only_the_claims_it_works_on() {
+        let (s, _tx) = scope(Leads::default());
+        let none = Leads::default();
+        let all = Leads {
+            claims: true,
+            shared: true,
+        };
+        let mine = claim("flexvol/hostpath", Some("node-a"), "Pending");
+        let theirs = claim("flexvol/hostpath", Some("node-b"), "Pending");
+        let unscheduled = claim("flexvol/lvm", None, "Pending");
+        let nfs = claim("flexvol/nfs", None, "Pending");
+        let other = claim("example.com/x", Some("node-a"), "Pending");
+        assert!(s.keep_claim(&mine, none));
+        assert!(!s.keep_claim(&theirs, all));
+        assert!(!s.keep_claim(&other, all));
+        // Unscheduled node-local claims: only for the instance with the claim duty.
+        assert!(!s.keep_claim(&unscheduled, none));
+        assert!(s.keep_claim(&unscheduled, all));
+        assert!(!s.keep_claim(&claim("flexvol/lvm", None, "Bound"), all));
+        // Shared claims: only for the instance leading the shared work.
+        assert!(!s.keep_claim(&nfs, none));
+        assert!(s.keep_claim(&nfs, all));
+        assert_eq!(s.claim_lane(&nfs), Some(Lane::Shared));
+        assert_eq!(s.claim_lane(&theirs), Some(Lane::Local));
+        assert_eq!(s.claim_lane(&other), None);
+    }
+
+    fn pv(prov: &str, node: &str) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some("pvc-1".into()),
+                annotations: Some(BTreeMap::from([
+                    (ANN_PROVISIONED_BY.to_owned(), prov.to_owned()),
+                    (ANN_NODE.to_owned(), node.to_owned()),
+                ])),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_instance_keeps_its_nodes_pvs_and_the_shared_ones_only_while_leading() {
+        let (s, _tx) = scope(Leads::default());
+        let lead = Leads {
+            claims: false,
+            shared: true,
+        };
+        assert!(s.keep_local_volume(&pv("flexvol/hostpath", "node-a"), Leads::default()));
+        // The label selector is only a filter: a PV of another node under a colliding label
+        // is still not kept.
+        assert!(!s.keep_local_volume(&pv("flexvol/hostpath", "node-b"), lead));
+        assert!(!s.keep_local_volume(&pv("flexvol/nfs", "node-a"), lead));
+        assert!(!s.keep_shared_volume(&pv("flexvol/nfs", "node-b"), Leads::default()));
+        assert!(s.keep_shared_volume(&pv("flexvol/nfs", "node-b"), lead));
+        assert_eq!(s.local_selector(), "flexvol/node=node-a");
+        assert_eq!(
+            s.shared_selector().as_deref(),
+            Some("flexvol/kind in (nfs)")
+        );
+    }
+
+    #[test]
+    fn events_keep_the_cache_and_route_the_keys() {
+        let (s, _tx) = scope(Leads::default());
+        let (ltx, mut lrx) = tokio::sync::mpsc::unbounded_channel();
+        let (stx, mut srx) = tokio::sync::mpsc::unbounded_channel();
+        let routes = Routes {
+            local: ltx,
+            shared: stx,
+        };
+        let cache = Cache::default();
+        let how = Keeping {
+            what: "claims",
+            keep: Scope::keep_claim,
+            lane: Scope::claim_lane,
+            key: claim_keys,
+            active: |_| true,
+            relist_on_lead_change: true,
+        };
+        let none = Leads::default();
+        let key = Key::Claim("ns/c".into());
+        apply(
+            &cache,
+            &s,
+            &routes,
+            &how,
+            none,
+            Event::Restarted(vec![claim("flexvol/hostpath", Some("node-b"), "Pending")]),
+        );
+        assert!(cache.is_ready() && cache.is_empty());
+        assert!(lrx.try_recv().is_err());
+        // Picked for this node: kept, and its lane told.
+        apply(
+            &cache,
+            &s,
+            &routes,
+            &how,
+            none,
+            Event::Applied(claim("flexvol/hostpath", Some("node-a"), "Pending")),
+        );
+        assert_eq!(cache.len(), 1);
+        assert_eq!(lrx.try_recv().unwrap(), key);
+        // Sent back to the scheduler (selected-node removed): dropped, lane told once.
+        apply(
+            &cache,
+            &s,
+            &routes,
+            &how,
+            none,
+            Event::Applied(claim("flexvol/hostpath", None, "Pending")),
+        );
+        assert!(cache.is_empty());
+        assert_eq!(lrx.try_recv().unwrap(), key);
+        apply(
+            &cache,
+            &s,
+            &routes,
+            &how,
+            none,
+            Event::Deleted(claim("flexvol/hostpath", None, "Pending")),
+        );
+        assert!(lrx.try_recv().is_err());
+        assert!(srx.try_recv().is_err());
+    }
+}

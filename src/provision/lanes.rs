@@ -1,0 +1,323 @@
+//! The provisioner's workers: one lane for the node-local kinds (hostPath, LVM) and one for the
+//! shared kinds (NFS), each on its own thread with its own [`Reconciler`], work queue and
+//! backends, so that no work of one waits on the other: a dead NFS server delays NFS claims,
+//! never a hostPath or LVM claim, a delete or a resize of this node.
+//!
+//! A lane ([`run`]) waits for keys from the watch caches ([`super::cache`]: only objects it works
+//! on), queues them ([`WorkQueue`]: each key once, per-key exponential backoff after a failure),
+//! and works through the due keys in batches: a [`Reconciler::refresh`] (tombstones, this node's
+//! Node), then [`Reconciler::sync`] per key. Every `resync` it queues every key it holds again
+//! (except those backing off). Within the shared lane, a server that fails opens its breaker
+//! ([`super::queue::Breakers`]): the next claims on it fail fast until a single attempt after the
+//! breaker's delay shows it back.
+//!
+//! Concurrency is bounded: two lanes, one object at a time in each. The volume work is
+//! synchronous (commands, mounts, each under its deadline) and holds only its own lane's thread.
+//!
+//! The node-local lane also runs the sweep, at start and every [`SWEEP_EVERY`]: a paged list of
+//! every PV (never held whole) that labels our PVs made before the labels existed (so the
+//! label-selected watches see them), writes the legacy grants of PVs made before capabilities, and
+//! removes grants of PVs that are gone.
+
+use super::api::{ANN_PROVISIONED_BY, Cluster};
+use super::cache::{Lane, Leads};
+use super::kube::KubeCluster;
+use super::provisioner::{ANN_NODE, Kind, Provisioner};
+use super::queue::{Backoff, WorkQueue};
+use super::reconcile::{
+    Identity, Key, LABEL_KIND, LABEL_NODE, Reconciler, Report, legacy_grants, node_label_value,
+    sweep_legacy_grants,
+};
+use super::telemetry::{self, LOG_TARGET};
+use crate::node::config::Config;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// How often the node-local lane runs the sweep (also once at start).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(30 * 60);
+
+/// After the first key of a burst, how long to wait for the rest before working (watch events of
+/// one claim come in quick succession).
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// A lane's name in logs and metrics.
+pub fn lane_name(lane: Lane) -> &'static str {
+    match lane {
+        Lane::Local => "node-local",
+        Lane::Shared => "shared",
+    }
+}
+
+/// What a lane needs.
+pub struct LaneArgs {
+    /// Which lane.
+    pub lane: Lane,
+    /// The cluster seam (its caches are this instance's).
+    pub cluster: KubeCluster,
+    /// Who we are.
+    pub id: Identity,
+    /// Keys of changed objects of this lane.
+    pub keys: UnboundedReceiver<Key>,
+    /// Metrics and health.
+    pub shared: Arc<telemetry::Shared>,
+    /// Every key again at least this often.
+    pub resync: Duration,
+    /// What this instance leads (the shared lane works only while it leads the shared kinds).
+    pub leads: watch::Receiver<Leads>,
+    /// Set by the node-local lane: whether this instance serves a node-local kind (it may then
+    /// take the cluster-wide claim duty).
+    pub serves_local: Arc<std::sync::atomic::AtomicBool>,
+    /// Set by the shared lane: whether this instance serves a shared kind (it may then lead them).
+    pub serves_shared: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Starts a lane on its own thread, with its own single-threaded runtime (the volume work blocks
+/// it, and only it).
+pub fn spawn(args: LaneArgs) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("lane-{}", lane_name(args.lane)))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    // Without its runtime the lane cannot work at all: a bug-level failure, and
+                    // the provisioner's panic hook exits so the DaemonSet restarts it.
+                    panic!(
+                        "cannot start the runtime of lane {}: {e}",
+                        lane_name(args.lane)
+                    )
+                }
+            };
+            rt.block_on(run(args));
+        })
+}
+
+/// The backends of `lane` (each lane owns its own: a backend's state and tombstone recovery are
+/// never shared between threads).
+fn backends(id: &Identity, lane: Lane) -> Vec<Box<dyn Provisioner>> {
+    super::provisioners(id)
+        .into_iter()
+        .filter(|b| b.kind().node_local == (lane == Lane::Local))
+        .collect()
+}
+
+/// Every kind there is (for the sweep, which looks at every PV).
+fn all_kinds(id: &Identity) -> Vec<&'static Kind> {
+    super::provisioners(id).iter().map(|b| b.kind()).collect()
+}
+
+/// Waits until the node config loads (the installer container writes it).
+async fn load_config(shared: &telemetry::Shared) -> Config {
+    loop {
+        shared.health.beat(Instant::now());
+        match Config::load() {
+            Ok(c) => return c,
+            Err(e) => warn!(target: LOG_TARGET, "{e}; waiting for a valid config"),
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+async fn run(mut a: LaneArgs) {
+    let lane = a.lane;
+    let name = lane_name(lane);
+    let mut config = load_config(&a.shared).await;
+    let mut rec = Reconciler::new(a.cluster.clone(), a.id.clone(), backends(&a.id, lane));
+    let kinds = all_kinds(&a.id);
+    let mut queue: WorkQueue<Key> = WorkQueue::new(Backoff::DEFAULT);
+    let mut resync_at = Instant::now();
+    let mut sweep_at = (lane == Lane::Local).then(Instant::now);
+    let mut capacity_at: Option<Instant> = None;
+    let lvm_driver = a.id.provisioner("lvm");
+    loop {
+        let now = Instant::now();
+        // The shared lane works only while leading; keys that come meanwhile are dropped (the
+        // cache holds nothing of the shared kinds then, and a new leader lists everything).
+        let leading = lane == Lane::Local || a.leads.borrow().shared;
+        while let Ok(k) = a.keys.try_recv() {
+            if leading {
+                queue.add(k);
+            }
+        }
+        let resync = now >= resync_at;
+        if resync && leading {
+            for k in a.cluster.caches().keys(lane) {
+                queue.add_unless_backing_off(k);
+            }
+            let claims = a.cluster.claims().await.unwrap_or_default();
+            let volumes = a.cluster.volumes().await.unwrap_or_default();
+            rec.forget_gone(&claims, &volumes);
+        }
+        let keys = queue.take(now);
+        if !keys.is_empty() || resync {
+            match Config::load() {
+                Ok(c) => config = c,
+                Err(e) => warn!(target: LOG_TARGET, "{e}; keeping the last valid config"),
+            }
+            let t0 = Instant::now();
+            let mut report = rec.refresh(&config).await;
+            match lane {
+                Lane::Local => &a.serves_local,
+                Lane::Shared => &a.serves_shared,
+            }
+            .store(
+                match lane {
+                    Lane::Local => rec.serves_node_local(),
+                    Lane::Shared => rec.serves_shared(),
+                },
+                std::sync::atomic::Ordering::Release,
+            );
+            for k in &keys {
+                let r = rec.sync(k, &config).await;
+                queue.done(k, r.failed.is_empty(), Instant::now());
+                report.merge(r);
+            }
+            if sweep_at.is_some_and(|t| Instant::now() >= t) {
+                sweep(&rec, &kinds, &config, &mut report).await;
+                sweep_at = Some(Instant::now() + SWEEP_EVERY);
+            }
+            report.seen = (
+                a.cluster.caches().claims.len(),
+                a.cluster.caches().local_volumes.len() + a.cluster.caches().shared_volumes.len(),
+            );
+            log_report(&report);
+            let m = &a.shared.metrics;
+            m.record(&report, t0.elapsed());
+            m.set_queue(name, queue.depth(), queue.retries(), rec.breakers_open());
+            if lane == Lane::Local
+                && (!report.ops.is_empty()
+                    || capacity_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)))
+            {
+                let (pools, failed) = telemetry::capacity(&config, &a.id.node, &lvm_driver);
+                m.set_capacity(&pools);
+                for f in failed {
+                    warn!(target: LOG_TARGET, "{f}");
+                }
+                capacity_at = Some(Instant::now());
+            }
+            a.shared.health.passed(Instant::now());
+        }
+        if resync {
+            resync_at = Instant::now() + a.resync;
+        }
+        // Wait for a key, the next retry or the next resync, whichever comes first.
+        let wake = queue.next_retry().map_or(resync_at, |t| t.min(resync_at));
+        let wait = wake.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(wait, a.keys.recv()).await {
+            Ok(Some(k)) => {
+                if lane == Lane::Local || a.leads.borrow().shared {
+                    queue.add(k);
+                }
+                tokio::time::sleep(SETTLE).await;
+            }
+            Ok(None) => return, // the process is ending
+            Err(_) => {}
+        }
+    }
+}
+
+/// Logs what a batch did, one levelled event per action.
+fn log_report(r: &Report) {
+    for (pv, at) in &r.provisioned {
+        info!(target: LOG_TARGET, pv = %pv, "provisioned {pv} at {at}");
+    }
+    for (pv, done) in &r.deleted {
+        info!(target: LOG_TARGET, pv = %pv, "deleted {pv}: {done}");
+    }
+    for (pv, bytes) in &r.resized {
+        info!(target: LOG_TARGET, pv = %pv, bytes, "grew {pv} to {bytes} bytes");
+    }
+    for pv in &r.protected {
+        info!(target: LOG_TARGET, pv = %pv, "gave {pv} (made before the PV finalizer) the finalizer");
+    }
+    for pv in &r.released {
+        info!(target: LOG_TARGET, pv = %pv, "released {pv}: deleted with a reclaim policy other than Delete, its volume kept");
+    }
+    for pv in &r.labelled {
+        info!(target: LOG_TARGET, pv = %pv, "labelled {pv} (made before the labels) so this instance's watch sees it");
+    }
+    for c in &r.rescheduled {
+        info!(target: LOG_TARGET, claim = %c, "sent claim {c} back to the scheduler");
+    }
+    for a in &r.advice {
+        warn!(target: LOG_TARGET, "{a}");
+    }
+    for f in &r.failed {
+        warn!(target: LOG_TARGET, "{f}");
+    }
+}
+
+/// The labels `v` lacks, if it is a PV of ours this node labels: every PV of a kind of ours gets
+/// [`LABEL_KIND`]; a node-local one, of this node only, also [`LABEL_NODE`].
+pub fn missing_labels(
+    v: &PersistentVolume,
+    id: &Identity,
+    kinds: &[&'static Kind],
+) -> Option<BTreeMap<String, String>> {
+    let ann = |k: &str| v.metadata.annotations.as_ref().and_then(|a| a.get(k));
+    let by = ann(ANN_PROVISIONED_BY)?;
+    let kind = kinds.iter().find(|k| &id.provisioner(k.name) == by)?;
+    let mut want = BTreeMap::from([(LABEL_KIND.to_owned(), kind.name.to_owned())]);
+    if kind.node_local {
+        if ann(ANN_NODE) != Some(&id.node) {
+            return None;
+        }
+        want.insert(LABEL_NODE.to_owned(), node_label_value(&id.node));
+    }
+    let have = v.metadata.labels.clone().unwrap_or_default();
+    want.retain(|k, val| have.get(k) != Some(val));
+    (!want.is_empty()).then_some(want)
+}
+
+/// The sweep: every PV, a page at a time, labelled where it lacks our labels, legacy grants
+/// written; then grants of PVs that are gone removed (only after a complete list).
+pub async fn sweep<C: Cluster>(
+    rec: &Reconciler<C>,
+    kinds: &[&'static Kind],
+    cfg: &Config,
+    report: &mut Report,
+) {
+    let mut names = HashSet::new();
+    let mut token = None;
+    loop {
+        let (page, next) = match rec.cluster.volume_page(token).await {
+            Ok(p) => p,
+            Err(e) => {
+                report
+                    .failed
+                    .push(format!("sweep of PVs: {e}; retrying later"));
+                return;
+            }
+        };
+        for v in &page {
+            let Some(name) = v.metadata.name.clone() else {
+                continue;
+            };
+            if let Some(labels) = missing_labels(v, &rec.id, kinds) {
+                match rec.cluster.label_volume(&name, &labels).await {
+                    Ok(()) => report.labelled.push(name.clone()),
+                    Err(e) => report
+                        .failed
+                        .push(format!("PV {name}: {e}; retrying later")),
+                }
+            }
+            names.insert(name);
+        }
+        legacy_grants(&page, &rec.id, kinds, cfg, report);
+        token = next;
+        if token.is_none() {
+            break;
+        }
+    }
+    report
+        .failed
+        .extend(sweep_legacy_grants(&cfg.state_dir, &names));
+}
