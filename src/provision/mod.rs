@@ -4,14 +4,17 @@
 //! [`provisioners`]: node-local ones (hostPath directories under the node's roots, [`hostpath`]; LVs
 //! in the volume groups the node config grants, [`lvm`]) for the claims the scheduler placed on
 //! its node (`volume.kubernetes.io/selected-node`, WaitForFirstConsumer), and shared ones (NFS
-//! subdirectories, [`nfs`]) for any claim of their class, by whichever serving instance gets there
-//! first; it makes the volume and the PV for it (with the PV finalizer
+//! subdirectories, [`nfs`]) for any claim of their class, by the one serving instance that leads
+//! them; it makes the volume and the PV for it (with the PV finalizer
 //! `external-provisioner.volume.kubernetes.io/finalizer`), grows both when the claim asks for more,
 //! and deletes both when a PV of reclaim policy Delete that it made is Released, or is deleted
 //! and its claim is gone; only then does its finalizer go. The decisions are in
 //! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam (the directory
 //! work of hostPath and NFS in the marked-directory library, [`volumedir`]), the API server behind
-//! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`]).
+//! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`], with watch caches of only
+//! what this instance works on, [`cache`]). The work runs in two lanes ([`lanes`]: node-local and
+//! shared, each on its own thread, with a work queue, per-object backoff and breakers from
+//! [`queue`]); docs/provisioner-controller.md describes the whole.
 //!
 //! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client,
 //! and the driver verbs reach no code under `provision/`: `cli::main` dispatches on `argv[0]`

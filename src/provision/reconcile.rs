@@ -1,7 +1,11 @@
-//! One reconcile pass: decide from what the API and the node say, then act idempotently.
+//! The decisions: from what the API and the node say, what to do for one claim or one PV, done
+//! idempotently.
 //!
-//! The pass is the same for every kind of volume; what differs is behind the
-//! [`Provisioner`](super::provisioner::Provisioner) seam (`hostpath`, `lvm`, `nfs`). A pass:
+//! The lanes ([`super::lanes`]) call [`Reconciler::refresh`] (steps 1 and 2) before each batch of
+//! work, then [`Reconciler::sync`] for each [`Key`] due (steps 4 to 6 for that object); the sweep
+//! does step 3. [`Reconciler::pass`] is all of it at once over everything the cluster seam lists
+//! (what the tests drive). The work is the same for every kind of volume; what differs is behind
+//! the [`Provisioner`](super::provisioner::Provisioner) seam (`hostpath`, `lvm`, `nfs`). The steps:
 //! 1. lets each backend finish what a kill left half done (tombstones);
 //! 2. reads this node's Node (never writes it: the token has no Node write): its hostname label,
 //!    which node-local PVs pin to, and whether it may make node-local volumes at all (not when
@@ -25,6 +29,11 @@
 //!    (it checks the ownership marks), delete the PV (with a uid precondition), then remove our
 //!    finalizer ([`FINALIZER`], on every PV we make); a deleted PV of another policy: remove the
 //!    finalizer only, the volume stays; a PV of an older version without the finalizer: add it.
+//!
+//! Work on a backend's fault domain (an NFS server, [`Provisioner::fault_domain`]) goes through
+//! its breaker ([`Breakers`]): after a failure that is the server's ([`Refusal::Unavailable`],
+//! [`ProvisionError::Failed`]), the next claims and PVs on that server fail fast, with an event
+//! that says so, until one attempt after the breaker's delay; other servers are not affected.
 //!
 //! Restart safety: every step is keyed by names derived from the claim (PV `pvc-<uid>`, the
 //! directory or LV named after it), so a pass after a kill at any point finds what the killed one

@@ -118,7 +118,6 @@ pub struct Metrics {
     passes: Counter,
     pass_seconds: Histogram,
     errors: Counter,
-    pending: Family<[(&'static str, &'static str); 1], Gauge>,
     cached: Family<[(&'static str, &'static str); 1], Gauge>,
     last_pass: Gauge,
     queue_depth: Family<[(&'static str, &'static str); 1], Gauge>,
@@ -148,7 +147,6 @@ impl Metrics {
             passes: Counter::default(),
             pass_seconds: hist(),
             errors: Counter::default(),
-            pending: Family::default(),
             cached: Family::default(),
             last_pass: Gauge::default(),
             queue_depth: Family::default(),
@@ -170,23 +168,18 @@ impl Metrics {
         );
         r.register(
             "flexvol_provisioner_passes",
-            "Reconcile passes run",
+            "Batches of work run by the lanes (a batch: the keys due, or a resync of all)",
             m.passes.clone(),
         );
         r.register(
             "flexvol_provisioner_pass_duration_seconds",
-            "Duration of reconcile passes",
+            "Duration of the lanes' batches",
             m.pass_seconds.clone(),
         );
         r.register(
             "flexvol_provisioner_errors",
             "Failures reported by passes (API errors, volume errors, events not recorded); each is retried",
             m.errors.clone(),
-        );
-        r.register(
-            "flexvol_provisioner_pending",
-            "Claims or PVs the last pass tried to work on and did not finish (retried next pass), by action",
-            m.pending.clone(),
         );
         r.register(
             "flexvol_provisioner_cached_objects",
@@ -232,7 +225,6 @@ impl Metrics {
         self.pass_seconds.observe(took.as_secs_f64());
         self.errors
             .inc_by(u64::try_from(r.failed.len()).unwrap_or(u64::MAX));
-        let mut pending = [0_i64; 3];
         for op in &r.ops {
             let l = [
                 ("action", action_name(op.action)),
@@ -243,22 +235,6 @@ impl Metrics {
             self.op_seconds
                 .get_or_create(&l)
                 .observe(op.took.as_secs_f64());
-            if op.outcome == Outcome::Failure {
-                let i = match op.action {
-                    Action::Provision => 0,
-                    Action::Delete => 1,
-                    Action::Resize => 2,
-                };
-                pending[i] += 1;
-            }
-        }
-        for (a, n) in [Action::Provision, Action::Delete, Action::Resize]
-            .iter()
-            .zip(pending)
-        {
-            self.pending
-                .get_or_create(&[("action", action_name(*a))])
-                .set(n);
         }
         let (claims, volumes) = r.seen;
         for (res, n) in [
