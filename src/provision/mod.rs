@@ -28,6 +28,7 @@ pub mod apiclient;
 pub mod error;
 pub mod hostpath;
 pub mod kube;
+pub mod lease;
 pub mod lvm;
 pub mod nfs;
 pub mod provisioner;
@@ -70,6 +71,11 @@ pub struct ProvisionerArgs {
     /// `RUST_LOG`, else this provisioner's info and nothing of the libraries).
     #[arg(long, value_name = "FILTER")]
     pub log_filter: Option<String>,
+    /// Namespace of the Leases that let one instance at a time do the shared work (`flexvol-claims`,
+    /// `flexvol-nfs`; drivers/deploy/rbac.yaml grants them in kube-system). Default: the client's
+    /// namespace (the pod's in a cluster, else the kubeconfig context's, else `default`).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub lease_namespace: Option<String>,
 }
 
 /// Exit code after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to fix.
@@ -178,6 +184,13 @@ async fn serve(a: &ProvisionerArgs, shared: &telemetry::Shared) -> Result<(), St
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
     let client = apiclient::client(a.kubeconfig.as_deref()).await?;
+    // Who does the shared work (one instance at a time): kept for the lanes to ask.
+    let _leadership = lease::Leadership::start(
+        &client,
+        a.lease_namespace.as_deref(),
+        &a.node_name,
+        &shared.metrics,
+    );
     let wake = Arc::new(tokio::sync::Notify::new());
     let cluster = kube::KubeCluster::start(client, a.node_name.clone(), wake.clone());
     if cluster.ready(Duration::from_secs(60)).await {

@@ -123,6 +123,7 @@ pub struct Metrics {
     last_pass: Gauge,
     size: Family<PoolLabels, Gauge>,
     free: Family<PoolLabels, Gauge>,
+    leader: Family<[(&'static str, String); 1], Gauge>,
 }
 
 impl Default for Metrics {
@@ -150,6 +151,7 @@ impl Metrics {
             last_pass: Gauge::default(),
             size: Family::default(),
             free: Family::default(),
+            leader: Family::default(),
             registry: Registry::default(),
         };
         r.register(
@@ -202,7 +204,19 @@ impl Metrics {
             "Free bytes of this node's hostPath roots (for unprivileged use) and allowed LVM volume groups (pool: root or VG)",
             m.free.clone(),
         );
+        r.register(
+            "flexvol_provisioner_leader",
+            "1 while this instance holds the Lease (label lease: flexvol-claims, flexvol-nfs), else 0",
+            m.leader.clone(),
+        );
         Self { registry: r, ..m }
+    }
+
+    /// The gauge of the Lease `lease` (1: this instance leads), shared with the registry.
+    pub fn leader(&self, lease: &str) -> Gauge {
+        self.leader
+            .get_or_create(&[("lease", lease.to_owned())])
+            .clone()
     }
 
     /// Counts what a pass did, which took `took`.
