@@ -55,8 +55,28 @@ pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// holder's last renewal, plus the API calls (a candidate reads it again right when the record
 /// it saw expires).
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
-/// Deadline of each API call of an elector (a leader's calls also end at its renew deadline).
+/// Deadline of each API call of an elector (a leader's calls also end at its renew deadline): its
+/// renew deadline.
 pub const CALL_DEADLINE: Duration = RENEW_DEADLINE;
+
+/// An elector's periods: [`TIMING`], or shorter ones in tests. `renew_deadline` must be less than
+/// `lease_duration` (whole seconds: it is written in the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Written as `leaseDurationSeconds`.
+    pub lease_duration: Duration,
+    /// A leader stops this long after it sent its last successful write; also each call's deadline.
+    pub renew_deadline: Duration,
+    /// Between two rounds.
+    pub retry_period: Duration,
+}
+
+/// The periods every elector of the provisioner uses (client-go's defaults).
+pub const TIMING: Timing = Timing {
+    lease_duration: LEASE_DURATION,
+    renew_deadline: RENEW_DEADLINE,
+    retry_period: RETRY_PERIOD,
+};
 
 /// The Lease of the shared claim work (one instance at a time).
 pub const CLAIMS_LEASE: &str = "flexvol-claims";
@@ -158,16 +178,18 @@ pub fn decide(read: Option<&Observed>, now: Instant, me: &str, eligible: bool) -
     }
 }
 
-/// The record to write for `step` over the one read (`read`), at wall-clock time `wall` (only
-/// written, for people: never compared). `None` for [`Step::Wait`].
+/// The record to write for `step` over the one read (`read`), with `lease_duration` (whole
+/// seconds), at wall-clock time `wall` (only written, for people: never compared). `None` for
+/// [`Step::Wait`].
 pub fn spec_for(
     step: Step,
     read: Option<&LeaseSpec>,
     me: &str,
+    lease_duration: Duration,
     wall: MicroTime,
 ) -> Option<LeaseSpec> {
     let transitions = read.and_then(|s| s.lease_transitions).unwrap_or(0);
-    let seconds = i32::try_from(LEASE_DURATION.as_secs()).unwrap_or(i32::MAX);
+    let seconds = i32::try_from(lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
     match step {
         Step::Wait => None,
         Step::Create => Some(LeaseSpec {
@@ -205,10 +227,10 @@ pub fn spec_for(
 }
 
 /// Whether an instance whose last successful write as the holder was sent at `renewed` leads at
-/// `now`: only within [`RENEW_DEADLINE`] of it.
-pub fn leading(renewed: Option<Instant>, now: Instant) -> bool {
+/// `now`: only within `renew_deadline` ([`RENEW_DEADLINE`]) of it.
+pub fn leading(renewed: Option<Instant>, renew_deadline: Duration, now: Instant) -> bool {
     renewed
-        .and_then(|t| t.checked_add(RENEW_DEADLINE))
+        .and_then(|t| t.checked_add(renew_deadline))
         .is_some_and(|end| now < end)
 }
 
@@ -216,8 +238,8 @@ pub fn leading(renewed: Option<Instant>, now: Instant) -> bool {
 #[derive(Debug, Clone)]
 pub struct Leader {
     rx: watch::Receiver<bool>,
-    /// When the last successful write as the holder was sent (`None`: not holding).
-    renewed: Arc<Mutex<Option<Instant>>>,
+    /// Until when the last successful write as the holder lets it lead (`None`: not holding).
+    until: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Leader {
@@ -225,8 +247,8 @@ impl Leader {
     /// the renew deadline even when the elector's task could not run (a runtime stalled by
     /// blocking work). Ask it before each piece of shared work.
     pub fn is_leading(&self) -> bool {
-        let r = *self.renewed.lock().unwrap_or_else(PoisonError::into_inner);
-        leading(r, Instant::now()) && *self.rx.borrow()
+        let until = *self.until.lock().unwrap_or_else(PoisonError::into_inner);
+        until.is_some_and(|u| Instant::now() < u) && *self.rx.borrow()
     }
 
     /// The elector's reports (`true`: leading), to wait for a change (`changed().await`).
@@ -246,7 +268,7 @@ pub fn spawn(
     holder: String,
     eligible: Arc<AtomicBool>,
 ) -> Leader {
-    start(client, namespace, name, holder, eligible, None)
+    start(client, namespace, name, holder, eligible, TIMING, None)
 }
 
 /// [`spawn`], also setting `gauge` to 1 while leading and 0 otherwise.
@@ -256,10 +278,11 @@ fn start(
     name: String,
     holder: String,
     eligible: Arc<AtomicBool>,
+    timing: Timing,
     gauge: Option<Gauge>,
 ) -> Leader {
     let (tx, rx) = watch::channel(false);
-    let renewed = Arc::new(Mutex::new(None));
+    let until = Arc::new(Mutex::new(None));
     let e = Elector {
         api: Api::namespaced(client, &namespace),
         what: format!("Lease {namespace}/{name}"),
@@ -267,7 +290,8 @@ fn start(
         me: holder,
         seen: None,
         renewed: None,
-        shared: renewed.clone(),
+        shared: until.clone(),
+        timing,
         tx,
         gauge,
         failing: None,
@@ -277,7 +301,7 @@ fn start(
         g.set(0);
     }
     tokio::spawn(e.run(eligible));
-    Leader { rx, renewed }
+    Leader { rx, until }
 }
 
 /// This instance's elections, started by `serve()`.
@@ -305,6 +329,7 @@ impl Leadership {
                 name.to_owned(),
                 node.to_owned(),
                 eligible,
+                TIMING,
                 Some(metrics.leader(name)),
             )
         };
@@ -326,6 +351,7 @@ enum Failed {
 async fn call<T>(
     what: String,
     limit: Instant,
+    deadline: Duration,
     fut: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, Failed> {
     let wait = limit.saturating_duration_since(Instant::now());
@@ -333,7 +359,7 @@ async fn call<T>(
         Err(_) => Err(Failed::Other(format!(
             "{what}: no answer from the API server in time (at most {}s, and a leader's calls \
              end at its renew deadline)",
-            CALL_DEADLINE.as_secs()
+            deadline.as_secs_f64()
         ))),
         Ok(Ok(v)) => Ok(v),
         Ok(Err(kube::Error::Api(e))) if e.code == 409 => Err(Failed::Conflict),
@@ -358,8 +384,9 @@ struct Elector {
     seen: Option<Observed>,
     /// When the last successful write as the holder was sent (`None`: not holding).
     renewed: Option<Instant>,
-    /// The same, for the [`Leader`] handles.
+    /// Until when that lets it lead, for the [`Leader`] handles.
     shared: Arc<Mutex<Option<Instant>>>,
+    timing: Timing,
     tx: watch::Sender<bool>,
     /// `flexvol_provisioner_leader{lease=...}`, when metrics are kept.
     gauge: Option<Gauge>,
@@ -391,8 +418,8 @@ impl Elector {
     /// expires as observed here (so a takeover comes at most `RETRY_PERIOD` after the expiry
     /// would have been seen, not two).
     fn pause(&self, now: Instant) -> Duration {
-        let mut pause = RETRY_PERIOD;
-        if let Some(end) = self.renewed.and_then(|t| t.checked_add(RENEW_DEADLINE)) {
+        let mut pause = self.timing.retry_period;
+        if let Some(end) = self.until() {
             pause = pause.min(end.saturating_duration_since(now));
         }
         let expiry = self.seen.as_ref().and_then(|o| {
@@ -414,11 +441,17 @@ impl Elector {
             .is_some_and(|h| h == self.me)
     }
 
+    /// Until when this instance leads (`None`: it does not).
+    fn until(&self) -> Option<Instant> {
+        self.renewed
+            .and_then(|t| t.checked_add(self.timing.renew_deadline))
+    }
+
     /// The end of the next call: [`CALL_DEADLINE`] from now, and no later than a leader's renew
     /// deadline.
     fn limit(&self, now: Instant) -> Instant {
-        let end = now.checked_add(CALL_DEADLINE).unwrap_or(now);
-        match self.renewed.and_then(|t| t.checked_add(RENEW_DEADLINE)) {
+        let end = now.checked_add(self.timing.renew_deadline).unwrap_or(now);
+        match self.until() {
             Some(d) => end.min(d),
             None => end,
         }
@@ -426,10 +459,10 @@ impl Elector {
 
     /// Publishes whether this instance leads now; `why` says why it stops, when it does.
     fn report(&mut self, why: &str) {
-        if !leading(self.renewed, Instant::now()) {
+        if !leading(self.renewed, self.timing.renew_deadline, Instant::now()) {
             self.renewed = None;
         }
-        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = self.renewed;
+        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = self.until();
         let now = self.renewed.is_some();
         if now != *self.tx.borrow() {
             self.tx.send_replace(now);
@@ -453,7 +486,7 @@ impl Elector {
 
     fn failed(&mut self, msg: String) {
         if self.failing.as_deref() != Some(msg.as_str()) {
-            warn!(target: LOG_TARGET, lease = %self.name, "{msg}; retrying every {}s", RETRY_PERIOD.as_secs());
+            warn!(target: LOG_TARGET, lease = %self.name, "{msg}; retrying every {:?}", self.timing.retry_period);
             self.failing = Some(msg);
         }
     }
@@ -484,6 +517,7 @@ impl Elector {
         let read = match call(
             format!("get {}", self.what),
             limit,
+            self.timing.renew_deadline,
             self.api.get_opt(&self.name),
         )
         .await
@@ -513,7 +547,13 @@ impl Elector {
         }
         let step = decide(self.seen.as_ref(), now, &self.me, eligible);
         let wall = MicroTime(k8s_openapi::chrono::Utc::now());
-        let Some(spec) = spec_for(step, self.seen.as_ref().map(|o| &o.spec), &self.me, wall) else {
+        let Some(spec) = spec_for(
+            step,
+            self.seen.as_ref().map(|o| &o.spec),
+            &self.me,
+            self.timing.lease_duration,
+            wall,
+        ) else {
             return;
         };
         if step == Step::Release {
@@ -534,6 +574,7 @@ impl Elector {
                 call(
                     format!("create {}", self.what),
                     limit,
+                    self.timing.renew_deadline,
                     self.api.create(&PostParams::default(), &lease),
                 )
                 .await
@@ -544,6 +585,7 @@ impl Elector {
                 call(
                     format!("update {}", self.what),
                     limit,
+                    self.timing.renew_deadline,
                     self.api.replace(&self.name, &PostParams::default(), &lease),
                 )
                 .await
@@ -608,7 +650,7 @@ mod tests {
         let t = Instant::now();
         assert_eq!(decide(None, t, "node-a", true), Step::Create);
         assert_eq!(decide(None, t, "node-a", false), Step::Wait);
-        let spec = spec_for(Step::Create, None, "node-a", at(2026)).unwrap();
+        let spec = spec_for(Step::Create, None, "node-a", LEASE_DURATION, at(2026)).unwrap();
         assert_eq!(spec.holder_identity.as_deref(), Some("node-a"));
         assert_eq!(spec.lease_duration_seconds, Some(15));
         assert_eq!(spec.lease_transitions, Some(0));
@@ -623,7 +665,7 @@ mod tests {
         assert_eq!(decide(Some(&o), t, "node-a", true), Step::Renew);
         // Long unchanged (this process restarted, its last renewal long ago): still ours.
         assert_eq!(decide(Some(&o), t + s(3600), "node-a", true), Step::Renew);
-        let spec = spec_for(Step::Renew, Some(&read), "node-a", at(2026)).unwrap();
+        let spec = spec_for(Step::Renew, Some(&read), "node-a", LEASE_DURATION, at(2026)).unwrap();
         assert_eq!(spec.acquire_time, Some(at(2020)));
         assert_eq!(spec.renew_time, Some(at(2026)));
         assert_eq!(spec.lease_transitions, Some(3));
@@ -661,7 +703,14 @@ mod tests {
         assert_eq!(o.since, t0);
         assert_eq!(decide(Some(&o), t0 + s(14), "node-a", true), Step::Wait);
         assert_eq!(decide(Some(&o), t0 + s(15), "node-a", true), Step::TakeOver);
-        let spec = spec_for(Step::TakeOver, Some(&read), "node-a", at(2026)).unwrap();
+        let spec = spec_for(
+            Step::TakeOver,
+            Some(&read),
+            "node-a",
+            LEASE_DURATION,
+            at(2026),
+        )
+        .unwrap();
         assert_eq!(spec.holder_identity.as_deref(), Some("node-a"));
         assert_eq!(spec.acquire_time, Some(at(2026)));
         assert_eq!(spec.lease_transitions, Some(4));
@@ -695,7 +744,14 @@ mod tests {
     fn a_released_lease_is_taken_at_once() {
         let t0 = Instant::now();
         let held = held_by("node-b", at(2026));
-        let released = spec_for(Step::Release, Some(&held), "node-b", at(2026)).unwrap();
+        let released = spec_for(
+            Step::Release,
+            Some(&held),
+            "node-b",
+            LEASE_DURATION,
+            at(2026),
+        )
+        .unwrap();
         assert_eq!(released.holder_identity.as_deref(), Some(""));
         assert_eq!(released.lease_transitions, Some(3));
         let o = seen(&released, t0);
@@ -711,7 +767,13 @@ mod tests {
         let o = seen(&held_by("node-a", at(2026)), t);
         assert_eq!(decide(Some(&o), t, "node-a", false), Step::Release);
         assert_eq!(
-            spec_for(Step::Wait, Some(&o.spec), "node-a", at(2026)),
+            spec_for(
+                Step::Wait,
+                Some(&o.spec),
+                "node-a",
+                LEASE_DURATION,
+                at(2026)
+            ),
             None
         );
     }
@@ -752,10 +814,10 @@ mod tests {
     #[test]
     fn the_leader_stops_at_the_renew_deadline_before_anyone_can_take_over() {
         let sent = Instant::now();
-        assert!(leading(Some(sent), sent));
-        assert!(leading(Some(sent), sent + s(9)));
-        assert!(!leading(Some(sent), sent + s(10)));
-        assert!(!leading(None, sent));
+        assert!(leading(Some(sent), RENEW_DEADLINE, sent));
+        assert!(leading(Some(sent), RENEW_DEADLINE, sent + s(9)));
+        assert!(!leading(Some(sent), RENEW_DEADLINE, sent + s(10)));
+        assert!(!leading(None, RENEW_DEADLINE, sent));
         // Another instance receives that write no earlier than it was sent: it may take over from
         // received + 15 s, after the holder stopped leading (sent + 10 s).
         let received = sent;
@@ -766,8 +828,284 @@ mod tests {
             .unwrap();
         let last_leading = (0..60)
             .map(|n| sent + s(n))
-            .rfind(|t| leading(Some(sent), *t))
+            .rfind(|t| leading(Some(sent), RENEW_DEADLINE, *t))
             .unwrap();
         assert_eq!(first_takeover - last_leading, s(6));
+    }
+
+    // --- The elector's task against an API server that keeps one Lease the way kube-apiserver does
+    // (resourceVersion per write, 409 on a stale update or an existing name), with real HTTP and
+    // kube-rs, on shortened periods.
+
+    /// The fake server's Lease (`None`: none) and how many writes it refused with 409.
+    #[derive(Default)]
+    struct FakeApi {
+        lease: Mutex<Option<serde_json::Value>>,
+        version: std::sync::atomic::AtomicU64,
+        conflicts: std::sync::atomic::AtomicU64,
+    }
+
+    const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
+
+    fn status(code: u16, reason: &str) -> hyper::Response<hyper::Body> {
+        let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": reason, "reason": reason, "code": code});
+        hyper::Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(hyper::Body::from(body.to_string()))
+            .unwrap()
+    }
+
+    fn ok(code: u16, v: &serde_json::Value) -> hyper::Response<hyper::Body> {
+        hyper::Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(hyper::Body::from(v.to_string()))
+            .unwrap()
+    }
+
+    async fn serve_fake(
+        api: Arc<FakeApi>,
+        req: hyper::Request<hyper::Body>,
+    ) -> Result<hyper::Response<hyper::Body>, std::convert::Infallible> {
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let body = hyper::body::to_bytes(req.into_body()).await.unwrap();
+        let mut lease = api.lease.lock().unwrap();
+        let next = || (api.version.fetch_add(1, Ordering::SeqCst) + 1).to_string();
+        Ok(match (method.as_str(), path.strip_prefix(PATH)) {
+            ("GET", Some("/lease")) => match &*lease {
+                Some(l) => ok(200, l),
+                None => status(404, "NotFound"),
+            },
+            ("POST", Some("")) => {
+                if lease.is_some() {
+                    api.conflicts.fetch_add(1, Ordering::SeqCst);
+                    status(409, "AlreadyExists")
+                } else {
+                    let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    v["metadata"]["resourceVersion"] = next().into();
+                    v["metadata"]["namespace"] = "ns".into();
+                    *lease = Some(v.clone());
+                    ok(201, &v)
+                }
+            }
+            ("PUT", Some("/lease")) => {
+                let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                match &*lease {
+                    None => status(404, "NotFound"),
+                    Some(cur)
+                        if cur["metadata"]["resourceVersion"]
+                            != v["metadata"]["resourceVersion"] =>
+                    {
+                        api.conflicts.fetch_add(1, Ordering::SeqCst);
+                        status(409, "Conflict")
+                    }
+                    Some(_) => {
+                        v["metadata"]["resourceVersion"] = next().into();
+                        *lease = Some(v.clone());
+                        ok(200, &v)
+                    }
+                }
+            }
+            _ => status(405, "MethodNotAllowed"),
+        })
+    }
+
+    /// Starts the fake API server on a thread of its own; its URL.
+    fn start_fake(api: Arc<FakeApi>) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        l.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                use hyper::service::{make_service_fn, service_fn};
+                let make = make_service_fn(move |_| {
+                    let api = api.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(service_fn(move |r| {
+                            serve_fake(api.clone(), r)
+                        }))
+                    }
+                });
+                hyper::Server::from_tcp(l)
+                    .unwrap()
+                    .serve(make)
+                    .await
+                    .unwrap();
+            });
+        });
+        url
+    }
+
+    /// 2 s lease, 1.2 s renew deadline, rounds every 250 ms.
+    const FAST: Timing = Timing {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1200),
+        retry_period: Duration::from_millis(250),
+    };
+
+    /// An instance named `me` on a runtime of its own (its own client, as a process has); the
+    /// sender kills it: the runtime is dropped with the elector in whatever state, as kill -9
+    /// leaves it (no release).
+    fn instance(
+        url: &str,
+        me: &str,
+        eligible: Arc<AtomicBool>,
+    ) -> (Leader, tokio::sync::oneshot::Sender<()>) {
+        let (url, me) = (url.to_owned(), me.to_owned());
+        let (give, take) = std::sync::mpsc::channel();
+        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let mut config = kube::Config::new(url.parse().unwrap());
+                crate::provision::apiclient::trust(&mut config, "test").unwrap();
+                let client = kube::Client::try_from(config).unwrap();
+                let leader = start(
+                    client,
+                    "ns".into(),
+                    "lease".into(),
+                    me,
+                    eligible,
+                    FAST,
+                    None,
+                );
+                give.send(leader).unwrap();
+                let _ = killed.await;
+            });
+        });
+        (take.recv().unwrap(), kill)
+    }
+
+    fn holder_on(api: &FakeApi) -> Option<String> {
+        api.lease.lock().unwrap().as_ref().and_then(|l| {
+            l.pointer("/spec/holderIdentity")
+                .and_then(serde_json::Value::as_str)
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned)
+        })
+    }
+
+    /// Watches `leaders` for `d`, every 10 ms: never two leading at once; when one leads, the
+    /// server names it. Returns the index of the one leading at the end, if any.
+    fn watch_exclusive(api: &FakeApi, leaders: &[(&str, &Leader)], d: Duration) -> Option<usize> {
+        let end = Instant::now() + d;
+        loop {
+            let now_leading: Vec<usize> = (0..leaders.len())
+                .filter(|i| leaders[*i].1.is_leading())
+                .collect();
+            assert!(
+                now_leading.len() <= 1,
+                "two leaders at once: {now_leading:?}"
+            );
+            if let Some(i) = now_leading.first() {
+                assert_eq!(holder_on(api).as_deref(), Some(leaders[*i].0));
+            }
+            if Instant::now() >= end {
+                return now_leading.first().copied();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
+        let t0 = Instant::now();
+        while !f() {
+            assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        t0.elapsed()
+    }
+
+    #[test]
+    fn electors_over_http_one_leads_a_dead_one_is_replaced_a_released_one_at_once() {
+        let api = Arc::new(FakeApi::default());
+        let url = start_fake(api.clone());
+        let names = ["node-a", "node-b"];
+        let eligible = [
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(true)),
+        ];
+        let (a, kill_a) = instance(&url, names[0], eligible[0].clone());
+        let (b, kill_b) = instance(&url, names[1], eligible[1].clone());
+        let mut kills = [Some(kill_a), Some(kill_b)];
+
+        // Both race for it: exactly one leads, and keeps leading (it renews).
+        wait_for("a leader", Duration::from_secs(3), || {
+            a.is_leading() || b.is_leading()
+        });
+        let both = [(names[0], &a), (names[1], &b)];
+        let h = watch_exclusive(&api, &both, Duration::from_secs(3)).expect("a leader after 3 s");
+        let o = 1 - h;
+        let versions = api.version.load(Ordering::SeqCst);
+        assert!(versions >= 6, "only {versions} writes in 3 s: no renewals?");
+
+        // The holder dies without releasing: the other takes over once the record it sees has
+        // not changed for the lease duration (2 s), not before; the dead one's handle said `false`
+        // from its renew deadline on, although its task is gone (checked against the clock).
+        let handles = [&a, &b];
+        let t0 = Instant::now();
+        let _ = kills[h].take().unwrap().send(());
+        let took = wait_for("the takeover", Duration::from_secs(4), || {
+            handles[o].is_leading()
+        });
+        assert!(!handles[h].is_leading());
+        assert!(
+            took >= Duration::from_millis(1500),
+            "taken over after {took:?}, before the 2 s lease could expire as observed"
+        );
+        assert!(
+            took <= Duration::from_millis(2250 + 500),
+            "taken over after {took:?}"
+        );
+        assert_eq!(holder_on(&api).as_deref(), Some(names[o]));
+        assert_eq!(
+            api.lease.lock().unwrap().as_ref().unwrap()["spec"]["leaseTransitions"],
+            1
+        );
+        let _ = t0;
+
+        // The dead one back (same name, a new process): the live holder keeps it, also after the
+        // newcomer has watched it for longer than the lease duration.
+        let (back, kill_back) = instance(&url, names[h], eligible[h].clone());
+        let pair = [(names[h], &back), (names[o], handles[o])];
+        let end = watch_exclusive(&api, &pair, Duration::from_secs(3));
+        assert_eq!(
+            end,
+            Some(1),
+            "the holder changed after the dead one came back"
+        );
+
+        // The holder no longer eligible: it reports `false`, releases the Lease, and the other
+        // takes it over at its next round, without waiting for the lease duration.
+        eligible[o].store(false, Ordering::SeqCst);
+        let gone = wait_for("the release", Duration::from_secs(1), || {
+            !handles[o].is_leading()
+        });
+        let took = wait_for(
+            "the takeover after the release",
+            Duration::from_secs(2),
+            || back.is_leading(),
+        );
+        assert!(
+            took < Duration::from_millis(1000),
+            "taken over {took:?} after the holder stopped (released after {gone:?}): waited for expiry?"
+        );
+        let end = watch_exclusive(&api, &pair, Duration::from_secs(1));
+        assert_eq!(end, Some(0));
+        assert_eq!(holder_on(&api).as_deref(), Some(names[h]));
+        let _ = kill_back.send(());
+        if let Some(k) = kills[o].take() {
+            let _ = k.send(());
+        }
     }
 }
