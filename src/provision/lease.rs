@@ -365,7 +365,9 @@ async fn call<T>(
         Ok(Err(kube::Error::Api(e))) if e.code == 409 => Err(Failed::Conflict),
         Ok(Err(kube::Error::Api(e))) => {
             let hint = if e.code == 403 {
-                " (a missing RBAC rule: apply drivers/deploy/rbac.yaml)"
+                " (a missing RBAC rule: drivers/deploy/rbac.yaml grants these Leases in \
+                 kube-system only: apply it, and run with --lease-namespace kube-system where the \
+                 client's namespace is another)"
             } else {
                 ""
             };
