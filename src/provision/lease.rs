@@ -1055,9 +1055,8 @@ mod tests {
         // not changed for the lease duration (2 s), not before; the dead one's handle said `false`
         // from its renew deadline on, although its task is gone (checked against the clock).
         let handles = [&a, &b];
-        let t0 = Instant::now();
         let _ = kills[h].take().unwrap().send(());
-        let took = wait_for("the takeover", Duration::from_secs(4), || {
+        let took = wait_for("the takeover", Duration::from_secs(5), || {
             handles[o].is_leading()
         });
         assert!(!handles[h].is_leading());
@@ -1065,8 +1064,9 @@ mod tests {
             took >= Duration::from_millis(1500),
             "taken over after {took:?}, before the 2 s lease could expire as observed"
         );
+        // At most a lease plus a round after the last renewal it saw, and slack for a busy machine.
         assert!(
-            took <= Duration::from_millis(2250 + 500),
+            took <= Duration::from_millis(2250 + 1000),
             "taken over after {took:?}"
         );
         assert_eq!(holder_on(&api).as_deref(), Some(names[o]));
@@ -1074,7 +1074,6 @@ mod tests {
             api.lease.lock().unwrap().as_ref().unwrap()["spec"]["leaseTransitions"],
             1
         );
-        let _ = t0;
 
         // The dead one back (same name, a new process): the live holder keeps it, also after the
         // newcomer has watched it for longer than the lease duration.
@@ -1099,7 +1098,7 @@ mod tests {
             || back.is_leading(),
         );
         assert!(
-            took < Duration::from_millis(1000),
+            took < Duration::from_millis(1500),
             "taken over {took:?} after the holder stopped (released after {gone:?}): waited for expiry?"
         );
         let end = watch_exclusive(&api, &pair, Duration::from_secs(1));
