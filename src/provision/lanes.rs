@@ -176,6 +176,11 @@ async fn run(mut a: LaneArgs) {
                 std::sync::atomic::Ordering::Release,
             );
             for k in &keys {
+                // A lead lost mid-batch: stop at once (the new leader lists everything); the
+                // object worked on when it was lost is finished within its deadlines.
+                if lane == Lane::Shared && !a.leads.borrow().shared {
+                    break;
+                }
                 let r = rec.sync(k, &config).await;
                 queue.done(k, r.failed.is_empty(), Instant::now());
                 report.merge(r);

@@ -33,6 +33,7 @@ pub mod error;
 pub mod hostpath;
 pub mod kube;
 pub mod lanes;
+pub mod lease;
 pub mod lvm;
 pub mod nfs;
 pub mod provisioner;
@@ -76,6 +77,11 @@ pub struct ProvisionerArgs {
     /// `RUST_LOG`, else this provisioner's info and nothing of the libraries).
     #[arg(long, value_name = "FILTER")]
     pub log_filter: Option<String>,
+    /// Namespace of the Leases that let one instance at a time do the shared work (`flexvol-claims`,
+    /// `flexvol-nfs`; drivers/deploy/rbac.yaml grants them in kube-system). Default: the client's
+    /// namespace (the pod's in a cluster, else the kubeconfig context's, else `default`).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub lease_namespace: Option<String>,
 }
 
 /// Exit code after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to fix.
@@ -194,12 +200,19 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
             .map(|k| id.provisioner(k.name))
             .collect()
     };
-    // What this instance leads. Until leases decide it, every instance leads (the behaviour
-    // before leases): each serving instance does the shared work and the claim duty.
-    let (leads_tx, leads_rx) = tokio::sync::watch::channel(cache::Leads {
-        claims: true,
-        shared: true,
-    });
+    // What this instance leads (the Leases decide; nothing until they do). The lanes say what
+    // this node serves, which makes it eligible.
+    let serves_local = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let serves_shared = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let leadership = lease::Leadership::start(
+        &client,
+        a.lease_namespace.as_deref(),
+        &a.node_name,
+        &shared.metrics,
+        serves_local.clone(),
+        serves_shared.clone(),
+    );
+    let (leads_tx, leads_rx) = tokio::sync::watch::channel(leadership.leads());
     let scope = cache::Scope {
         node: id.node.clone(),
         local: names(true),
@@ -235,8 +248,6 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
         config.local_path.node_roots(&id.node)
     );
     let resync = Duration::from_secs(a.resync_seconds.max(1));
-    let serves_local = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let serves_shared = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut lanes = Vec::new();
     for (lane, keys) in [
         (cache::Lane::Local, local_rx),
@@ -255,10 +266,14 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
         };
         lanes.push(lanes::spawn(args).map_err(|e| format!("cannot start a lane: {e}"))?);
     }
-    // The watches and the API calls run on this runtime; the lanes on their own threads. Keep
-    // the leadership sender alive and mark readiness once the caches are listed.
-    let _leads_tx = leads_tx;
+    // The watches, the electors and the API calls run on this runtime; the lanes on their own
+    // threads. Every 200 ms: what this instance leads (a lead lost at its renew deadline shows
+    // here even if the elector's reports are late), and readiness once the caches are listed.
     loop {
+        leads_tx.send_if_modified(|l| {
+            let now = leadership.leads();
+            std::mem::replace(l, now) != now
+        });
         if !health.is_synced() && cluster.ready(Duration::ZERO).await {
             health.synced();
         }
@@ -267,7 +282,7 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
                 "a lane stopped; exiting so that the DaemonSet restarts the provisioner".into(),
             );
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -125,6 +125,7 @@ pub struct Metrics {
     breakers_open: Family<[(&'static str, &'static str); 1], Gauge>,
     size: Family<PoolLabels, Gauge>,
     free: Family<PoolLabels, Gauge>,
+    leader: Family<[(&'static str, String); 1], Gauge>,
 }
 
 impl Default for Metrics {
@@ -154,11 +155,12 @@ impl Metrics {
             breakers_open: Family::default(),
             size: Family::default(),
             free: Family::default(),
+            leader: Family::default(),
             registry: Registry::default(),
         };
         r.register(
             "flexvol_provisioner_operations",
-            "Provision, delete and resize attempts by kind and outcome (a failure is retried next pass)",
+            "Provision, delete and resize attempts by kind and outcome (a failure is retried after a backoff)",
             m.ops.clone(),
         );
         r.register(
@@ -216,7 +218,19 @@ impl Metrics {
             "Free bytes of this node's hostPath roots (for unprivileged use) and allowed LVM volume groups (pool: root or VG)",
             m.free.clone(),
         );
+        r.register(
+            "flexvol_provisioner_leader",
+            "1 while this instance holds the Lease (label lease: flexvol-claims, flexvol-nfs), else 0",
+            m.leader.clone(),
+        );
         Self { registry: r, ..m }
+    }
+
+    /// The gauge of the Lease `lease` (1: this instance leads), shared with the registry.
+    pub fn leader(&self, lease: &str) -> Gauge {
+        self.leader
+            .get_or_create(&[("lease", lease.to_owned())])
+            .clone()
     }
 
     /// Counts what a pass did, which took `took`.

@@ -382,8 +382,8 @@ fn docs_of(p: &Path) -> usize {
 }
 
 /// Issue #20, 8: the provisioner's token grants exactly what src/provision/kube.rs calls (no
-/// Node write, no claim create/delete, nothing on pods or secrets), and only the provisioner
-/// container holds it.
+/// Node write, no claim create/delete, nothing on pods or secrets) and what its leader election
+/// needs (two Leases in its namespace), and only the provisioner container holds it.
 #[test]
 fn contract_manifests_provisioner_token_is_least_privilege() {
     let dir = repo().join("drivers/deploy");
@@ -454,6 +454,34 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
         .expect("its ClusterRoleBinding");
     let subject = &binding["subjects"][0];
     assert_eq!(binding["subjects"].as_array().unwrap().len(), 1);
+
+    // Leader election (src/provision/lease.rs): a Role in the DaemonSet's namespace, get/update of
+    // exactly the two Leases, create (which RBAC cannot limit by name), nothing else.
+    let ns = subject["namespace"].as_str().unwrap();
+    let leases = of_kind(&docs, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "flexvol-provisioner-leases")
+        .expect("Role flexvol-provisioner-leases");
+    assert_eq!(leases["metadata"]["namespace"], ns);
+    let names = [
+        flexvol::provision::lease::CLAIMS_LEASE,
+        flexvol::provision::lease::NFS_LEASE,
+    ];
+    let expected: Value = serde_json::json!([
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": names, "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]);
+    assert_eq!(leases["rules"], expected);
+    let lb = of_kind(&docs, "RoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == "flexvol-provisioner-leases")
+        .expect("its RoleBinding");
+    assert_eq!(lb["metadata"]["namespace"], ns);
+    assert_eq!(lb["roleRef"]["kind"], "Role");
+    assert_eq!(lb["subjects"], binding["subjects"]);
+    assert_eq!(of_kind(&docs, "Role").len(), 1);
+    assert_eq!(of_kind(&docs, "RoleBinding").len(), 1);
 
     // The pod gets no token; the provisioner container alone mounts a projected one where
     // kube-rs's in-cluster config reads it.

@@ -95,14 +95,18 @@ fn a_pass_is_counted_by_action_kind_and_outcome() {
         Some(1.0)
     );
     assert_eq!(sample(&t, "flexvol_provisioner_errors_total"), Some(2.0));
-    let p = "flexvol_provisioner_pending";
-    assert_eq!(
-        sample(&t, &format!("{p}{{action=\"provision\"}}")),
-        Some(1.0),
-        "{t}"
-    );
-    assert_eq!(sample(&t, &format!("{p}{{action=\"delete\"}}")), Some(1.0));
-    assert_eq!(sample(&t, &format!("{p}{{action=\"resize\"}}")), Some(0.0));
+    // A lane's queue: keys queued, retries, open breakers.
+    m.set_queue("shared", 3, 5, 1);
+    let t = m.encode().unwrap();
+    let q = |name: &str| {
+        sample(
+            &t,
+            &format!("flexvol_provisioner_{name}{{lane=\"shared\"}}"),
+        )
+    };
+    assert_eq!(q("queue_depth"), Some(3.0), "{t}");
+    assert_eq!(q("retries"), Some(5.0), "{t}");
+    assert_eq!(q("breakers_open"), Some(1.0), "{t}");
     let c = "flexvol_provisioner_cached_objects";
     assert_eq!(
         sample(&t, &format!("{c}{{resource=\"persistentvolumeclaims\"}}")),
@@ -136,13 +140,14 @@ fn a_pass_is_counted_by_action_kind_and_outcome() {
     );
     assert!(t.ends_with("# EOF\n"), "{t}");
 
-    // The next pass: counters add up, the pending gauges are replaced, a root gone is forgotten.
+    // The next batch: counters add up, the queue gauges are replaced, a root gone is forgotten.
     m.record(&Report::default(), Duration::from_millis(1));
+    m.set_queue("shared", 0, 5, 0);
     m.set_capacity(&[]);
     let t = m.encode().unwrap();
     assert_eq!(sample(&t, "flexvol_provisioner_passes_total"), Some(2.0));
     assert_eq!(
-        sample(&t, "flexvol_provisioner_pending{action=\"provision\"}"),
+        sample(&t, "flexvol_provisioner_queue_depth{lane=\"shared\"}"),
         Some(0.0)
     );
     assert_eq!(
