@@ -69,9 +69,6 @@ pub struct LaneArgs {
     pub resync: Duration,
     /// What this instance leads (the shared lane works only while it leads the shared kinds).
     pub leads: watch::Receiver<Leads>,
-    /// Set by the node-local lane: whether this instance serves a node-local kind (it may then
-    /// take the cluster-wide claim duty).
-    pub serves_local: Arc<std::sync::atomic::AtomicBool>,
     /// Set by the shared lane: whether this instance serves a shared kind (it may then lead them).
     pub serves_shared: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -164,17 +161,10 @@ async fn run(mut a: LaneArgs) {
             }
             let t0 = Instant::now();
             let mut report = rec.refresh(&config).await;
-            match lane {
-                Lane::Local => &a.serves_local,
-                Lane::Shared => &a.serves_shared,
+            if lane == Lane::Shared {
+                a.serves_shared
+                    .store(rec.serves_shared(), std::sync::atomic::Ordering::Release);
             }
-            .store(
-                match lane {
-                    Lane::Local => rec.serves_node_local(),
-                    Lane::Shared => rec.serves_shared(),
-                },
-                std::sync::atomic::Ordering::Release,
-            );
             for k in &keys {
                 // A lead lost mid-batch: stop at once (the new leader lists everything); the
                 // object worked on when it was lost is finished within its deadlines.

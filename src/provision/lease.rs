@@ -307,7 +307,7 @@ fn start(
 /// This instance's elections, started by `serve()`.
 #[derive(Debug, Clone)]
 pub struct Leadership {
-    /// [`CLAIMS_LEASE`]: instances that serve a node-local kind are eligible.
+    /// [`CLAIMS_LEASE`]: every instance is eligible.
     pub claims: Leader,
     /// [`NFS_LEASE`]: instances that serve a shared kind are eligible.
     pub nfs: Leader,
@@ -316,13 +316,12 @@ pub struct Leadership {
 impl Leadership {
     /// Starts the electors in `namespace` (`None`: the client's default namespace: the pod's in a
     /// cluster, else the kubeconfig context's, else `default`) as `node`, each with its gauge in
-    /// `metrics`; eligible while `serves_local` / `serves_shared` (set by the lanes) say so.
+    /// `metrics`; for [`NFS_LEASE`] only while `serves_shared` (set by the shared lane) says so.
     pub fn start(
         client: &kube::Client,
         namespace: Option<&str>,
         node: &str,
         metrics: &super::telemetry::Metrics,
-        serves_local: Arc<AtomicBool>,
         serves_shared: Arc<AtomicBool>,
     ) -> Self {
         let ns = namespace.unwrap_or(client.default_namespace()).to_owned();
@@ -338,7 +337,7 @@ impl Leadership {
             )
         };
         Self {
-            claims: elect(CLAIMS_LEASE, serves_local),
+            claims: elect(CLAIMS_LEASE, Arc::new(AtomicBool::new(true))),
             nfs: elect(NFS_LEASE, serves_shared),
         }
     }

@@ -200,16 +200,14 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
             .map(|k| id.provisioner(k.name))
             .collect()
     };
-    // What this instance leads (the Leases decide; nothing until they do). The lanes say what
-    // this node serves, which makes it eligible.
-    let serves_local = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // What this instance leads (the Leases decide; nothing until they do). The shared lane says
+    // whether this node serves a shared kind, which makes it eligible for that Lease.
     let serves_shared = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let leadership = lease::Leadership::start(
         &client,
         a.lease_namespace.as_deref(),
         &a.node_name,
         &shared.metrics,
-        serves_local.clone(),
         serves_shared.clone(),
     );
     let (leads_tx, leads_rx) = tokio::sync::watch::channel(leadership.leads());
@@ -261,7 +259,6 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
             shared: shared.clone(),
             resync,
             leads: leads_rx.clone(),
-            serves_local: serves_local.clone(),
             serves_shared: serves_shared.clone(),
         };
         lanes.push(lanes::spawn(args).map_err(|e| format!("cannot start a lane: {e}"))?);

@@ -442,15 +442,6 @@ impl<C: Cluster> Reconciler<C> {
             .any(|(b, s)| *s && !b.kind().node_local)
     }
 
-    /// Whether this instance serves any node-local kind (it may then take the cluster-wide duty
-    /// of telling claims of node-local classes with Immediate binding what is wrong).
-    pub fn serves_node_local(&self) -> bool {
-        self.backends
-            .iter()
-            .zip(&self.serving)
-            .any(|(b, s)| *s && b.kind().node_local)
-    }
-
     /// The provisioner names served, `<vendor>/<kind>` each.
     pub fn provisioners(&self) -> Vec<String> {
         self.backends
@@ -804,8 +795,10 @@ impl<C: Cluster> Reconciler<C> {
     /// A pending claim of a node-local class whose `volumeBindingMode` is `Immediate` (or unset,
     /// which is `Immediate`): the scheduler never gives it a node (`selected-node`), so no
     /// instance would ever make its volume. Tells the claim's author, with a ProvisioningFailed
-    /// event, once per claim (per instance that serves the kind, and once more after a restart).
-    /// Costs one read of each such class per pass, and nothing once said.
+    /// event, once per claim: only the instance that holds the `flexvol-claims` Lease keeps such
+    /// claims in its cache ([`super::cache::Scope::keep_claim`]), so one instance says it (once
+    /// more after a restart or a change of holder). Costs one read of each such class per batch,
+    /// and nothing once said.
     async fn immediate_binding(&mut self, c: &PersistentVolumeClaim, report: &mut Report) {
         let meta = &c.metadata;
         let Some(bi) = claim_provisioner(meta).and_then(|p| self.backend_for(p)) else {
@@ -814,7 +807,6 @@ impl<C: Cluster> Reconciler<C> {
         let Some(uid) = meta.uid.clone() else { return };
         let spec = c.spec.as_ref();
         if !self.backends[bi].kind().node_local
-            || !self.serving[bi]
             || ann(meta, ANN_SELECTED_NODE).is_some()
             || meta.deletion_timestamp.is_some()
             || spec
