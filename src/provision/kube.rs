@@ -200,6 +200,18 @@ impl KubeCluster {
         }
     }
 
+    /// The same caches with API calls made through `client`. Each lane has a client of its own,
+    /// made on its own runtime: hyper runs a connection on the runtime that opened it, so a
+    /// connection shared with a lane whose thread is blocked (a mount that hangs) would hold up
+    /// every other lane's calls on it.
+    pub fn with_client(&self, client: kube::Client) -> Self {
+        Self {
+            client,
+            caches: self.caches.clone(),
+            node: self.node.clone(),
+        }
+    }
+
     /// The caches (for the lanes' resync and the readiness check).
     pub fn caches(&self) -> &Caches {
         &self.caches

@@ -57,8 +57,11 @@ pub fn lane_name(lane: Lane) -> &'static str {
 pub struct LaneArgs {
     /// Which lane.
     pub lane: Lane,
-    /// The cluster seam (its caches are this instance's).
+    /// The cluster seam (its caches are this instance's; its API client is replaced by the
+    /// lane's own, see [`KubeCluster::with_client`]).
     pub cluster: KubeCluster,
+    /// The kubeconfig the lane's own API client is made from (`None`: the pod's service account).
+    pub kubeconfig: Option<std::path::PathBuf>,
     /// Who we are.
     pub id: Identity,
     /// Keys of changed objects of this lane.
@@ -127,6 +130,17 @@ async fn run(mut a: LaneArgs) {
     let lane = a.lane;
     let name = lane_name(lane);
     let mut config = load_config(&a.shared).await;
+    // A client of the lane's own, on this runtime (see KubeCluster::with_client).
+    let client = loop {
+        match super::apiclient::client(a.kubeconfig.as_deref()).await {
+            Ok(c) => break c,
+            Err(e) => {
+                warn!(target: LOG_TARGET, "lane {name}: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    };
+    a.cluster = a.cluster.with_client(client);
     let mut rec = Reconciler::new(a.cluster.clone(), a.id.clone(), backends(&a.id, lane));
     let kinds = all_kinds(&a.id);
     let mut queue: WorkQueue<Key> = WorkQueue::new(Backoff::DEFAULT);

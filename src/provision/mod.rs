@@ -254,6 +254,7 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
         let args = lanes::LaneArgs {
             lane,
             cluster: cluster.clone(),
+            kubeconfig: a.kubeconfig.clone(),
             id: id.clone(),
             keys,
             shared: shared.clone(),
