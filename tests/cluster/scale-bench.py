@@ -357,7 +357,7 @@ def cmd_table(a):
     rows = read_lines(a.results)
     if not rows:
         die(f"no results in {a.results}")
-    head = ["", *[f"{r['nodes']} nodes, {r['claims']} claims" for r in rows], "target"]
+    head = ["", *[f"{r['nodes']} nodes, {r['claims']:,} claims" for r in rows], "target"]
     mib = 1024 * 1024
     lines = [
         ("claims -> Bound, static PVs (control plane alone)", [fmt(r["static"]["seconds"], " s") for r in rows], ""),
