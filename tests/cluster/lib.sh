@@ -252,23 +252,11 @@ kc_resolve_flexvol() {
 
 # kc_up DIR NODE...: start the cluster; returns when every node is Ready.
 kc_up() {
-	KC_DIR="$1"
+	[ "$#" -ge 2 ] || kc_fail "kc_up needs a directory and at least one node name"
+	[ "$(id -u)" = 0 ] || kc_fail "must run as root (kubelets, mounts)"
+	kc_init_dir "$1" kubelet kube-scheduler flexvol-fakeruntime
 	shift
 	KC_NODES=("$@")
-	[ "${#KC_NODES[@]}" -ge 1 ] || kc_fail "kc_up needs at least one node name"
-	[ "$(id -u)" = 0 ] || kc_fail "must run as root (kubelets, mounts)"
-	if [ -z "${KC_BIN:-}" ]; then
-		KC_BIN="$("$KC_REPO/tests/kubelet/setup" | tail -n1)/bin"
-	fi
-	local b
-	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet flexvol-fakeruntime flexvol-pki; do
-		[ -x "$KC_BIN/$b" ] || kc_fail "no $b in $KC_BIN (run tests/kubelet/setup)"
-	done
-	kc_resolve_flexvol
-	[ ! -e "$KC_DIR/state" ] || kc_fail "$KC_DIR already holds a cluster (tests/cluster/down $KC_DIR)"
-	mkdir -p "$KC_DIR"/{logs,etcd,controller/plugins}
-	chmod 755 "$KC_DIR"
-	: >"$KC_DIR/pids"
 	local t0 node i
 	t0="$(kl_now)"
 
@@ -284,12 +272,81 @@ kc_up() {
 	# Host fix-ups (cpuinfo, cgroup2, sysctls kubelet rewrites), recorded for kc_down.
 	KL_TMP="$KC_DIR"
 	kl_host_prepare
+	kc_write_state
+	kc_start_control_plane 1
+
+	i=0
+	for node in "${KC_NODES[@]}"; do
+		local nd
+		nd="$(kc_node_dir "$node")"
+		mkdir -p "$nd/root" "$nd/plugins" "$nd/pki"
+		kc_flexvol_config "$nd"
+		kc_install_drivers "$nd/plugins"
+		kc_start_runtime "$node"
+		kc_start_kubelet "$node" "$i"
+		i=$((i + 1))
+	done
+	for node in "${KC_NODES[@]}"; do
+		kc_wait_for "node $node to be Ready" 300 kc_node_ready "$node"
+	done
+	# Pods need their namespace's default service account (the ServiceAccount admission plugin).
+	kc_wait_for "the default service account" 180 kc_kubectl -n default get serviceaccount default
+	KC_UP_SECONDS="$(kl_since "$t0")"
+	kc_log "cluster up in $KC_UP_SECONDS s: nodes ${KC_NODES[*]}; KUBECONFIG=$KC_DIR/admin.kubeconfig"
+}
+
+# kc_up_control_plane DIR: etcd, kube-apiserver and kube-controller-manager only: no scheduler, no
+# kubelets, so neither the kubelet lock nor host fix-ups (use a KC_PORT_BASE other than CI's
+# 17000). Node objects, if wanted, are the caller's to create. kc_down stops it.
+kc_up_control_plane() {
+	[ "$#" = 1 ] || kc_fail "kc_up_control_plane needs a directory"
+	kc_init_dir "$1"
+	KC_NODES=()
+	local t0
+	t0="$(kl_now)"
+	KL_SYSCTL_SAVED=() KL_CPUINFO_BOUND=0 KL_CGROUP_MOUNTED=0 KL_CREATED_HOST_DIRS=()
+	kc_write_state
+	kc_start_control_plane 0
+	kc_wait_for "the default service account" 180 kc_kubectl -n default get serviceaccount default
+	KC_UP_SECONDS="$(kl_since "$t0")"
+	kc_log "control plane up in $KC_UP_SECONDS s (no kubelets); KUBECONFIG=$KC_DIR/admin.kubeconfig"
+}
+
+# kc_init_dir DIR [BINARY...]: KC_DIR, KC_BIN (the cache, built on demand by tests/kubelet/setup),
+# KC_FLEXVOL and the directory layout; fails unless the control plane's binaries and the named
+# ones are in KC_BIN.
+kc_init_dir() {
+	KC_DIR="$1"
+	shift
+	if [ -z "${KC_BIN:-}" ]; then
+		KC_BIN="$("$KC_REPO/tests/kubelet/setup" | tail -n1)/bin"
+	fi
+	local b
+	for b in etcd kube-apiserver kube-controller-manager kubectl flexvol-pki "$@"; do
+		[ -x "$KC_BIN/$b" ] || kc_fail "no $b in $KC_BIN (run tests/kubelet/setup)"
+	done
+	kc_resolve_flexvol
+	[ ! -e "$KC_DIR/state" ] || kc_fail "$KC_DIR already holds a cluster (tests/cluster/down $KC_DIR)"
+	mkdir -p "$KC_DIR"/{logs,etcd,controller/plugins}
+	chmod 755 "$KC_DIR"
+	: >"$KC_DIR/pids"
+}
+
+# kc_write_state: DIR/state, what kc_load (and so kc_down) reads back.
+kc_write_state() {
 	{
 		declare -p KC_BIN KC_FLEXVOL KC_NODES
 		declare -p KL_SYSCTL_SAVED KL_CPUINFO_BOUND KL_CGROUP_MOUNTED KL_CREATED_HOST_DIRS
 		echo "KC_PORT_BASE=${KC_PORT_BASE:-17000}"
 	} | sed 's/^declare /declare -g /' >"$KC_DIR/state" # (-g: kc_load sources it in a function)
+}
 
+# kc_start_control_plane WITH_SCHEDULER: the PKI (a client certificate per KC_NODES entry), etcd
+# (which alone inherits KC_LOCKFD, when set; closed here afterwards), kube-apiserver (until
+# ready), kube-controller-manager with flexvol in its plugin dir, kube-scheduler when
+# WITH_SCHEDULER is 1.
+kc_start_control_plane() {
+	local with_scheduler="$1" node
 	# PKI: a CA, serving certificates, one client certificate per identity.
 	local clients=(admin=flexvol-admin/system:masters kcm=system:kube-controller-manager
 		scheduler=system:kube-scheduler etcd-client=kube-apiserver-etcd-client)
@@ -320,7 +377,7 @@ EOF
 		--cert-file "$pki/apiserver.crt" --key-file "$pki/apiserver.key" \
 		--client-cert-auth --trusted-ca-file "$pki/ca.crt" \
 		--log-level warn --logger zap
-	exec {KC_LOCKFD}>&-
+	if [ -n "${KC_LOCKFD:-}" ]; then exec {KC_LOCKFD}>&-; fi
 	KC_LOCKFD=""
 
 	kc_spawn kube-apiserver "$KC_DIR/logs/kube-apiserver.log" "$KC_BIN/kube-apiserver" \
@@ -344,30 +401,13 @@ EOF
 		--flex-volume-plugin-dir="$KC_DIR/controller/plugins" \
 		--leader-elect=false --port=0 --secure-port=0 --profiling=false \
 		--controllers='*,-bootstrapsigner,-tokencleaner' --v=2
-	kc_spawn kube-scheduler "$KC_DIR/logs/kube-scheduler.log" "$KC_BIN/kube-scheduler" \
-		--kubeconfig="$KC_DIR/scheduler.kubeconfig" --leader-elect=false --port=0 --secure-port=0 \
-		--profiling=false --v=1
+	if [ "$with_scheduler" = 1 ]; then
+		kc_spawn kube-scheduler "$KC_DIR/logs/kube-scheduler.log" "$KC_BIN/kube-scheduler" \
+			--kubeconfig="$KC_DIR/scheduler.kubeconfig" --leader-elect=false --port=0 --secure-port=0 \
+			--profiling=false --v=1
+	fi
 	kc_flexvol_config "$KC_DIR/controller"
 	kc_install_drivers "$KC_DIR/controller/plugins"
-
-	i=0
-	for node in "${KC_NODES[@]}"; do
-		local nd
-		nd="$(kc_node_dir "$node")"
-		mkdir -p "$nd/root" "$nd/plugins" "$nd/pki"
-		kc_flexvol_config "$nd"
-		kc_install_drivers "$nd/plugins"
-		kc_start_runtime "$node"
-		kc_start_kubelet "$node" "$i"
-		i=$((i + 1))
-	done
-	for node in "${KC_NODES[@]}"; do
-		kc_wait_for "node $node to be Ready" 300 kc_node_ready "$node"
-	done
-	# Pods need their namespace's default service account (the ServiceAccount admission plugin).
-	kc_wait_for "the default service account" 180 kc_kubectl -n default get serviceaccount default
-	KC_UP_SECONDS="$(kl_since "$t0")"
-	kc_log "cluster up in $KC_UP_SECONDS s: nodes ${KC_NODES[*]}; KUBECONFIG=$KC_DIR/admin.kubeconfig"
 }
 
 # kc_down [DIR]: stop everything kc_up started, unmount everything under DIR, undo the host
