@@ -92,19 +92,24 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
             format!("the service account at {SERVICE_ACCOUNT_DIR}"),
         ),
     };
-    match trust(&mut config, &source)? {
-        Trust::Ca(_) => {}
-        Trust::Insecure => super::log(&format!(
+    // Each lane makes a client of its own: the warnings are said once per process.
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let trust = trust(&mut config, &source)?;
+    if matches!(trust, Trust::Ca(_)) || WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        // Nothing to say, or said already.
+    } else if let Trust::Insecure = trust {
+        super::log(&format!(
             "warning: {source} sets insecure-skip-tls-verify: the API server's certificate is \
              not checked, so whoever can intercept the connection to {} gets this node's \
              credentials; give the cluster's CA (certificate-authority-data) instead",
             config.cluster_url
-        )),
-        Trust::PlainHttp => super::log(&format!(
+        ));
+    } else {
+        super::log(&format!(
             "warning: {source} points at {} over plain HTTP: neither the server nor the \
              credentials are protected",
             config.cluster_url
-        )),
+        ));
     }
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     let client =

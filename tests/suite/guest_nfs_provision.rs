@@ -400,7 +400,8 @@ fn guest_nfs_provision_dead_server_fails_within_the_probe_deadline() {
         let e = provision(&mut a, &p, "u1").unwrap_err();
         let took = t.elapsed();
         eprintln!("dead server {server}: failed after {took:?}: {e:?}");
-        let Refusal::Fail(why) = e else {
+        // The server's failure: it opens the server's breaker in the reconciler.
+        let Refusal::Unavailable(why) = e else {
             panic!("{e:?}")
         };
         assert!(why.contains("unreachable"), "{why}");
