@@ -566,46 +566,27 @@ mod tests {
         };
         let none = Leads::default();
         let key = Key::Claim("ns/c".into());
-        apply(
-            &cache,
-            &s,
-            &routes,
-            &how,
-            none,
-            Event::Restarted(vec![claim("flexvol/hostpath", Some("node-b"), "Pending")]),
-        );
+        let apply = |ev| apply(&cache, &s, &routes, &how, none, ev);
+        apply(Event::Restarted(vec![claim(
+            "flexvol/hostpath",
+            Some("node-b"),
+            "Pending",
+        )]));
         assert!(cache.is_ready() && cache.is_empty());
         assert!(lrx.try_recv().is_err());
         // Picked for this node: kept, and its lane told.
-        apply(
-            &cache,
-            &s,
-            &routes,
-            &how,
-            none,
-            Event::Applied(claim("flexvol/hostpath", Some("node-a"), "Pending")),
-        );
+        apply(Event::Applied(claim(
+            "flexvol/hostpath",
+            Some("node-a"),
+            "Pending",
+        )));
         assert_eq!(cache.len(), 1);
         assert_eq!(lrx.try_recv().unwrap(), key);
         // Sent back to the scheduler (selected-node removed): dropped, lane told once.
-        apply(
-            &cache,
-            &s,
-            &routes,
-            &how,
-            none,
-            Event::Applied(claim("flexvol/hostpath", None, "Pending")),
-        );
+        apply(Event::Applied(claim("flexvol/hostpath", None, "Pending")));
         assert!(cache.is_empty());
         assert_eq!(lrx.try_recv().unwrap(), key);
-        apply(
-            &cache,
-            &s,
-            &routes,
-            &how,
-            none,
-            Event::Deleted(claim("flexvol/hostpath", None, "Pending")),
-        );
+        apply(Event::Deleted(claim("flexvol/hostpath", None, "Pending")));
         assert!(lrx.try_recv().is_err());
         assert!(srx.try_recv().is_err());
     }

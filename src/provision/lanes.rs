@@ -109,8 +109,8 @@ fn backends(id: &Identity, lane: Lane) -> Vec<Box<dyn Provisioner>> {
         .collect()
 }
 
-/// Every kind there is (for the sweep, which looks at every PV).
-fn all_kinds(id: &Identity) -> Vec<&'static Kind> {
+/// Every kind there is (the sweep looks at every PV; the watches route by kind).
+pub fn all_kinds(id: &Identity) -> Vec<&'static Kind> {
     super::provisioners(id).iter().map(|b| b.kind()).collect()
 }
 

@@ -191,8 +191,7 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
     };
     let client = apiclient::client(a.kubeconfig.as_deref()).await?;
     let id = identity(a);
-    let kinds: Vec<&'static provisioner::Kind> =
-        provisioners(&id).iter().map(|b| b.kind()).collect();
+    let kinds = lanes::all_kinds(&id);
     let names = |local: bool| -> Vec<String> {
         kinds
             .iter()

@@ -2169,10 +2169,7 @@ fn the_sweep_labels_our_old_pvs_and_only_this_nodes_node_local_ones() {
         legacy_pv("pvc-theirs", "hostpath", "node-b", opts),
         legacy_pv("pvc-nfs", "nfs", "node-b", nfs),
     ]);
-    let kinds: Vec<&'static super::provisioner::Kind> = super::provisioners(&rec.id)
-        .iter()
-        .map(|b| b.kind())
-        .collect();
+    let kinds = super::lanes::all_kinds(&rec.id);
     let mut r = Report::default();
     block_on(super::lanes::sweep(&rec, &kinds, &cfg, &mut r));
     assert_eq!(r.failed, Vec::<String>::new());
