@@ -39,6 +39,9 @@
 //! AppArmor profile that forbids them. drivers/deploy/daemonset.yaml runs the container
 //! `privileged: true` for that reason (drivers/deploy/README.md says why not fewer capabilities).
 //!
+//! **A flag, not a node-config key**: which config file is read (the container's or the host's)
+//! depends on it, and so does whether the tools can be found at all.
+//!
 //! **What it trusts and allows.** The process is then root in the node's filesystem with every
 //! capability, like the systemd unit it replaces: whoever controls this container's image,
 //! arguments or process controls the node. docs/security.md compares it with the systemd unit.
