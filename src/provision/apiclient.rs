@@ -74,7 +74,16 @@ pub fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, String> {
 
 /// The client: from a kubeconfig file, or the in-cluster service account without one. Every
 /// problem of the environment is an error that says what to fix (never a panic).
-pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
+///
+/// `service_account_dir`: where the in-cluster service account is read when there is no
+/// kubeconfig; `None` is [`SERVICE_ACCOUNT_DIR`] (kube-rs's own reading). After
+/// `--host-mount-namespace` it is `/proc/self/fd/N`, the container's directory held open across
+/// the switch (crate::sys::hostns): `token`, `ca.crt` and `namespace` are read through it, the
+/// token again on every refresh, as kube-rs reads its fixed path.
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    service_account_dir: Option<&Path>,
+) -> Result<kube::Client, String> {
     let (mut config, source) = match kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
@@ -87,10 +96,19 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
             .map_err(|e| format!("kubeconfig {} is not usable: {e}", p.display()))?;
             (config, format!("kubeconfig {}", p.display()))
         }
-        None => (
-            incluster()?,
-            format!("the service account at {SERVICE_ACCOUNT_DIR}"),
-        ),
+        None => match service_account_dir {
+            None => (
+                incluster()?,
+                format!("the service account at {SERVICE_ACCOUNT_DIR}"),
+            ),
+            Some(dir) => (
+                incluster_at(dir).await?,
+                format!(
+                    "the service account at {SERVICE_ACCOUNT_DIR} (in the container's view, {})",
+                    dir.display()
+                ),
+            ),
+        },
     };
     // Each lane makes a client of its own: the warnings are said once per process.
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -120,6 +138,65 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
         tokio::spawn(async { panic!("FLEXVOL_TEST_PANIC_AT=provisioner-task") });
     }
     Ok(client)
+}
+
+/// The API server's URL from `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`, as
+/// kube-rs's in-cluster config makes it (an IPv6 address in brackets).
+fn service_url() -> Result<String, String> {
+    let var = |n: &str| {
+        std::env::var(n).map_err(|e| {
+            format!(
+                "not running in a pod with a service account ({n}: {e}); pass --kubeconfig FILE"
+            )
+        })
+    };
+    let host = var("KUBERNETES_SERVICE_HOST")?;
+    let port: u16 = var("KUBERNETES_SERVICE_PORT")?
+        .parse()
+        .map_err(|e| format!("KUBERNETES_SERVICE_PORT is not a port: {e}"))?;
+    Ok(match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(ip)) => format!("https://[{ip}]:{port}"),
+        _ => format!("https://{host}:{port}"),
+    })
+}
+
+/// The in-cluster config with the service account read in `dir` instead of kube-rs's fixed path:
+/// the same server URL, CA (`ca.crt`), namespace and token file (`token`, re-read by kube-rs like
+/// the in-cluster one: both are an `AuthInfo` with a `tokenFile`).
+async fn incluster_at(dir: &Path) -> Result<kube::Config, String> {
+    let ns_file = dir.join("namespace");
+    let namespace = std::fs::read_to_string(&ns_file).map_err(|e| {
+        format!(
+            "the service account at {SERVICE_ACCOUNT_DIR} is not usable: cannot read its \
+             namespace ({}): {e}",
+            ns_file.display()
+        )
+    })?;
+    let ca = dir.join("ca.crt");
+    let kc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "incluster", "cluster": {
+            "server": service_url()?,
+            "certificate-authority": ca,
+        }}],
+        "users": [{"name": "serviceaccount", "user": {"tokenFile": dir.join("token")}}],
+        "contexts": [{"name": "incluster", "context": {
+            "cluster": "incluster", "user": "serviceaccount", "namespace": namespace.trim(),
+        }}],
+        "current-context": "incluster",
+    });
+    let kc: kube::config::Kubeconfig = serde_json::from_value(kc)
+        .map_err(|e| format!("cannot make the in-cluster config: {e}"))?;
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| {
+            format!(
+                "the service account at {SERVICE_ACCOUNT_DIR} (in the container's view, {}) is \
+                 not usable: {e}; it needs token, ca.crt (from kube-root-ca.crt) and namespace",
+                dir.display()
+            )
+        })
 }
 
 fn incluster() -> Result<kube::Config, String> {
@@ -248,10 +325,10 @@ mod tests {
             ),
         )
         .unwrap();
-        block_on(client(Some(&k))).unwrap();
+        block_on(client(Some(&k), None)).unwrap();
         let none = d.path().join("none");
         std::fs::write(&none, kubeconfig("https://127.0.0.1:1", "")).unwrap();
-        let Err(e) = block_on(client(Some(&none))) else {
+        let Err(e) = block_on(client(Some(&none), None)) else {
             panic!("a kubeconfig without a CA gave a client")
         };
         assert!(e.contains("names no certificate authority"), "{e}");

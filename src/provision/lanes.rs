@@ -62,6 +62,9 @@ pub struct LaneArgs {
     pub cluster: KubeCluster,
     /// The kubeconfig the lane's own API client is made from (`None`: the pod's service account).
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// Where the service account is read without a kubeconfig (`None`: kube-rs's fixed path;
+    /// `/proc/self/fd/N` after `--host-mount-namespace`, see `apiclient::client`).
+    pub service_account_dir: Option<std::path::PathBuf>,
     /// Who we are.
     pub id: Identity,
     /// Keys of changed objects of this lane.
@@ -132,7 +135,9 @@ async fn run(mut a: LaneArgs) {
     let mut config = load_config(&a.shared).await;
     // A client of the lane's own, on this runtime (see KubeCluster::with_client).
     let client = loop {
-        match super::apiclient::client(a.kubeconfig.as_deref()).await {
+        match super::apiclient::client(a.kubeconfig.as_deref(), a.service_account_dir.as_deref())
+            .await
+        {
             Ok(c) => break c,
             Err(e) => {
                 warn!(target: LOG_TARGET, "lane {name}: {e}; retrying");

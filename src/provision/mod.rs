@@ -82,6 +82,16 @@ pub struct ProvisionerArgs {
     /// namespace (the pod's in a cluster, else the kubeconfig context's, else `default`).
     #[arg(long, value_name = "NAMESPACE")]
     pub lease_namespace: Option<String>,
+    /// Run in the host's mount namespace (PID 1's; the pod needs hostPID: true and privileged:
+    /// true): the host's lvm, mount.nfs, mkfs and xfs_quota, its /dev, hostPath roots and
+    /// /etc/flexvol; the ServiceAccount token is still read from this container's volume.
+    /// Every other path (--kubeconfig, FLEXVOL_CONFIG) is then the host's.
+    #[arg(long)]
+    pub host_mount_namespace: bool,
+    /// Where the in-cluster service account is read (set by `run`, not on the command line):
+    /// `/proc/self/fd/N` after `--host-mount-namespace`, else kube-rs's fixed path.
+    #[arg(skip)]
+    pub service_account_dir: Option<PathBuf>,
 }
 
 /// Exit code after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to fix.
@@ -144,6 +154,40 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         }
         return 2;
     }
+    // Before any thread exists (the runtime, the metrics thread): setns(CLONE_NEWNS) refuses a
+    // multi-threaded process (crate::sys::hostns).
+    let mut a = a.clone();
+    if a.host_mount_namespace {
+        let sa = std::path::Path::new(apiclient::SERVICE_ACCOUNT_DIR);
+        match crate::sys::hostns::enter(
+            std::path::Path::new(crate::sys::hostns::HOST_MOUNT_NAMESPACE),
+            &[sa],
+        ) {
+            Ok(e) => {
+                let kept = e.kept.into_iter().next().flatten();
+                info!(target: LOG_TARGET,
+                "entered the host's mount namespace ({}, PID 1: {}); the service account is read in the container's view at {}",
+                crate::sys::hostns::HOST_MOUNT_NAMESPACE,
+                e.pid1,
+                kept.as_deref().map_or_else(
+                    || format!("{} (absent before the switch: only --kubeconfig can work)", sa.display()),
+                    |p| format!("{} ({})", p.display(), sa.display()),
+                ));
+                if a.kubeconfig.is_none() && kept.is_none() {
+                    error!(target: LOG_TARGET,
+                        "no service account at {} in this container and no --kubeconfig: mount the projected token there (drivers/deploy/daemonset.yaml) or pass --kubeconfig (a path on the host)",
+                        sa.display());
+                    return 1;
+                }
+                a.service_account_dir = kept;
+            }
+            Err(e) => {
+                error!(target: LOG_TARGET, "{e}");
+                return 1;
+            }
+        }
+    }
+    let a = &a;
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -189,7 +233,8 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
-    let client = apiclient::client(a.kubeconfig.as_deref()).await?;
+    let client =
+        apiclient::client(a.kubeconfig.as_deref(), a.service_account_dir.as_deref()).await?;
     let id = identity(a);
     let kinds = lanes::all_kinds(&id);
     let names = |local: bool| -> Vec<String> {
@@ -254,6 +299,7 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
             lane,
             cluster: cluster.clone(),
             kubeconfig: a.kubeconfig.clone(),
+            service_account_dir: a.service_account_dir.clone(),
             id: id.clone(),
             keys,
             shared: shared.clone(),

@@ -17,6 +17,7 @@ mod guest_lvmprov;
 mod guest_nfs;
 mod guest_nfs_provision;
 mod guest_quota;
+mod hostns;
 mod install;
 mod lints;
 mod manifests;

@@ -601,3 +601,86 @@ fn contract_manifests_provisioner_probes_use_its_metrics_port() {
     let ann = &ds[0]["spec"]["template"]["metadata"]["annotations"];
     assert_eq!(ann["prometheus.io/port"], port.to_string());
 }
+
+/// Issue #23, 2: the provisioner container serves LVM, NFS and enforced sizes without a host
+/// service: it runs `--host-mount-namespace` (src/sys/hostns.rs), so the pod shares the host's
+/// PID namespace (PID 1 is the node's init, whose mount namespace it enters) and the container is
+/// privileged (setns, block devices, mount(2): drivers/deploy/README.md section 6); it mounts no
+/// host path (it works in the host's namespace) and reads the host's config at its host path.
+#[test]
+fn contract_manifests_provisioner_runs_in_the_hosts_mount_namespace() {
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        a: flexvol::provision::ProvisionerArgs,
+    }
+    let docs = docs(&repo().join("drivers/deploy"));
+    let ds = of_kind(&docs, "DaemonSet");
+    let spec = &ds[0]["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["hostPID"],
+        Value::Bool(true),
+        "PID 1 must be the node's init"
+    );
+    let c = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "provisioner")
+        .expect("the provisioner container");
+    let cmd: Vec<String> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().replace("$(NODE_NAME)", "node-a"))
+        .collect();
+    let args = <Cmd as clap::Parser>::try_parse_from(&cmd[1..])
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+        .a;
+    assert!(args.host_mount_namespace, "{cmd:?}");
+    assert!(
+        args.kubeconfig.is_none(),
+        "the projected token, not a kubeconfig"
+    );
+    assert_eq!(c["securityContext"]["privileged"], Value::Bool(true));
+    assert!(
+        c["securityContext"]["allowPrivilegeEscalation"].is_null(),
+        "the API server refuses allowPrivilegeEscalation: false with privileged: true"
+    );
+    let vols = spec["volumes"].as_array().unwrap();
+    for m in c["volumeMounts"].as_array().unwrap() {
+        let v = vols.iter().find(|v| v["name"] == m["name"]).unwrap();
+        assert!(
+            v["hostPath"].is_null(),
+            "the provisioner mounts host path {v}: it sees the host's paths after the switch"
+        );
+    }
+    let config = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "FLEXVOL_CONFIG")
+        .map(|e| e["value"].as_str().unwrap().to_owned());
+    assert!(
+        config
+            .as_deref()
+            .is_none_or(|p| p == "/etc/flexvol/config.json"),
+        "the config the installer writes is the host's /etc/flexvol/config.json: {config:?}"
+    );
+    // Every hostPath volume of the pod is still used (by the installer).
+    for v in vols.iter().filter(|v| v["hostPath"].is_object()) {
+        assert!(
+            spec["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["volumeMounts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["name"] == v["name"])),
+            "volume {} is mounted by no container",
+            v["name"]
+        );
+    }
+}
