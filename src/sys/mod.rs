@@ -2,7 +2,8 @@
 //! [`mountinfo`]), locks ([`lock`], [`names`]), symlink-safe paths ([`paths`]), our own process
 //! (start-up, signals, deadlines: [`process`]) and the file system calls made through directory
 //! descriptors — opening beneath a root without symlinks, renames that never replace, links,
-//! `statx`/`statfs`, the flags ioctl ([`dirfd`]) — live here, behind small traits
+//! `statx`/`statfs`, the flags ioctl ([`dirfd`]), a pod's fsGroup applied to a tree
+//! ([`ownership`]) — live here, behind small traits
 //! ([`exec::Runner`], [`mount::Mounter`]) that tests can replace, or small functions.
 //!
 //! Not here: plain `std::fs`/`std::net` use elsewhere, and a few one-line kernel reads and flags
@@ -16,6 +17,7 @@ pub mod lock;
 pub mod mount;
 pub mod mountinfo;
 pub mod names;
+pub mod ownership;
 pub mod paths;
 pub mod process;
 #[cfg(test)]
