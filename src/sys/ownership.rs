@@ -232,7 +232,7 @@ impl Walk<'_> {
         }
         for name in names {
             self.out.visited += 1;
-            if self.out.visited % 64 == 0 && self.deadline.remaining() <= self.margin {
+            if self.out.visited.is_multiple_of(64) && self.deadline.remaining() <= self.margin {
                 return Err(OwnershipError::Deadline {
                     visited: self.out.visited,
                 });

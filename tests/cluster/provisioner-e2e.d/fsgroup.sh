@@ -12,7 +12,9 @@
 #                 hostPath PV with the same pod security context: FsGroup reaches the driver, the
 #                 directory's ownership is untouched, uid 1000 cannot write.
 #   nfs-fsgroup   guest (NFS server). The same on a provisioned NFS claim (class nfs-retain):
-#                 group 2000 and set-gid on the claim's directory on the server, uid 1000 writes.
+#                 group 2000 and set-gid on the claim's directory on the server, uid 1000 with
+#                 primary group 2000 writes (the guest's server ignores supplementary groups:
+#                 manage-gids; see fsg_write_as).
 #   lvm-fsgroup   guest (LVM). A provisioned LV: kubelet applies the fsGroup itself (flexvol/lvm
 #                 reports capability fsGroup): the LV's root has group 2000 and set-gid.
 
@@ -39,8 +41,13 @@ fsg_mount_line() {
 # fsg_write_as POD PV DRIVER: uid 1000, gid 1000, groups 2000/3000 write into the pod's volume (the
 # container's processes, without a container: the fake runtime runs none). cd as root first:
 # kubelet's pod directories above the volume are root's.
+# The guest's NFS server runs rpc.mountd --manage-gids (Debian's nfs.conf): it replaces the
+# client's supplementary groups with the uid's groups in the server's own user database, where
+# uid 1000 has none. So on NFS the writer's *primary* group is the fsGroup (a pod with
+# runAsGroup equal to its fsGroup); docs/fsgroup.md says what that means for users. FSG_GID: the
+# writer's primary group (default 1000).
 fsg_write_as() {
-	(cd "$(fsg_voldir "$1" "$2" "$3")" && setpriv --reuid 1000 --regid 1000 --groups 2000,3000 -- sh -c "echo by-uid-1000 >written-by-$1") 2>/dev/null
+	(cd "$(fsg_voldir "$1" "$2" "$3")" && setpriv --reuid 1000 --regid "${FSG_GID:-1000}" --groups 2000,3000 -- sh -c "echo by-uid-1000 >written-by-$1") 2>/dev/null
 }
 fsg_ms() { grep -o '"durationMs":[0-9.]*' | cut -d: -f2; }
 
@@ -120,7 +127,7 @@ scenario_nfs_fsgroup() {
 	dir="$(jp pv "$pv" '{.spec.flexVolume.options.share}')" # the server is this guest
 	[ "$(stat -c %g "$dir")" = 2000 ] && [ "$(($(stat -c '0%a' "$dir") & 02070))" = $((02070)) ] ||
 		fail "$dir on the server is $(stat -c '%g %a' "$dir"), want group 2000, set-gid, group rwx"
-	fsg_write_as p-nfs-fsg "$pv" nfs || fail "uid 1000 (group 2000) cannot write into the provisioned NFS volume"
+	FSG_GID=2000 fsg_write_as p-nfs-fsg "$pv" nfs || fail "uid 1000 (primary group 2000) cannot write into the provisioned NFS volume"
 	[ "$(stat -c %g "$dir/written-by-p-nfs-fsg")" = 2000 ] || fail "the new file on the server has group $(stat -c %g "$dir/written-by-p-nfs-fsg")"
 	echo "provisioner-e2e: TIME nfs-fsgroup-pvc-to-running $(kl_since "$t0")s mount $(fsg_ms <<<"$line")ms"
 	pass "nfs-fsgroup: provisioned NFS claim, pod (uid 1000, fsGroup 2000): $dir on the server is $(stat -c '%g %a' "$dir"); uid 1000 wrote and the file is group 2000 ($(kl_since "$t0") s)"
