@@ -16,6 +16,10 @@
 //!    per-volume `pathPattern` directory), never following symlinks;
 //! 4. open the source `O_PATH` without following symlinks and check its type against kubelet's
 //!    HostPathType rules;
+//!    Then, for a provisioned volume (the token or legacy grant of step 1) mounted read-write,
+//!    the pod's fsGroup, applied to the pinned directory as kubelet does for an emptyDir, before
+//!    the bind (`backend::apply_fs_group`, `sys::ownership`; docs/fsgroup.md); never for any
+//!    other source;
 //! 5. if the pod directory already shows this source (same device and inode at a mount root),
 //!    answer Success when the access matches the record (finishing a read-only or slave remount
 //!    a crash interrupted); a different access mode is refused, so the record never disagrees

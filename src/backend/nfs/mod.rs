@@ -13,7 +13,10 @@
 //!    seconds with "NFS server X is unreachable", and `mount.nfs` never starts;
 //! 5. record the mount (state, before mounting), then run `mount.nfs SERVER:SHARE DIR -o OPTS`
 //!    with its output captured and a timeout (`mountTimeoutSeconds`, within the verb deadline);
-//! 6. check mountinfo: the export must now be mounted there.
+//! 6. check mountinfo: the export must now be mounted there;
+//! 7. a provisioned volume (the capability check passed) mounted read-write gets the pod's fsGroup
+//!    (`backend::apply_fs_group`; docs/fsgroup.md); a walk that fails unmounts again. An export
+//!    that squashes root is left as it is, and the Success message says so.
 //!
 //! `unmount <podDir>` (no options):
 //! 1. resolve the parent as above; never stat, open or canonicalize the pod directory itself;
