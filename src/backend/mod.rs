@@ -176,6 +176,47 @@ pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
     }
 }
 
+/// What `mount` does with the pod's fsGroup on a volume flexvol provisioner made (hostPath, NFS;
+/// LVM leaves it to kubelet, capability `fsGroup`): applies it to the tree at `root` (an open
+/// directory) as kubelet does for an emptyDir, with `OnRootMismatch` ([`crate::sys::ownership`]).
+/// Caller contract: only for a volume the backend proved provisioned (capability token or legacy
+/// grant), only when the pod asked for a group (`gid`) and mounts it read-write. `Ok(Some(note))`
+/// for the Success message when something was walked; an NFS export that squashes root is
+/// `Ok(Some(note))` too, with nothing changed (the mount still works; the note says why the group
+/// was not applied). `Err` (deadline, a tree too deep, a system error) is the call's Failure: the
+/// root was left unchanged, so kubelet's retry walks again.
+pub fn apply_fs_group(
+    root: &std::os::fd::OwnedFd,
+    gid: u32,
+    deadline: &Deadline,
+    what: &Path,
+) -> Result<Option<String>> {
+    use crate::sys::ownership::{self, OwnershipError};
+    match ownership::apply(root, gid, deadline) {
+        Ok(o) if !o.walked => Ok(None),
+        Ok(o) => Ok(Some(format!(
+            "fsGroup {gid} applied: group and group-write set on {} of {} files and directories{}",
+            o.changed,
+            o.visited,
+            if o.refused > 0 {
+                format!(
+                    ", {} refused by the kernel (immutable or append-only) and left as they were",
+                    o.refused
+                )
+            } else {
+                String::new()
+            }
+        ))),
+        Err(OwnershipError::Squashed) => Ok(Some(format!(
+            "fsGroup {gid} not applied: the server squashes root (root_squash), so root on this node cannot change group ownership; ownership left as it is. Give the class a gid/mode the pods can use, or export with no_root_squash"
+        ))),
+        Err(e) => Err(Error::refused(format!(
+            "cannot apply the pod's fsGroup {gid} to {}: {e}; nothing was mounted and kubelet will retry",
+            what.display()
+        ))),
+    }
+}
+
 /// A state record of `backend`'s `verb` on `target`, stamped now, with what every backend fills
 /// the same way; `pod` (the call's options) adds the volume and the pod kubelet named. Callers
 /// add the rest (mount point, `extra`) with struct update syntax.

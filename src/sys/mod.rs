@@ -3,7 +3,8 @@
 //! (start-up, signals, deadlines: [`process`]) and the file system calls made through directory
 //! descriptors — opening beneath a root without symlinks, renames that never replace, links,
 //! `statx`/`statfs`, the flags ioctl ([`dirfd`]), entering the host's mount namespace ([`hostns`],
-//! the provisioner's `--host-mount-namespace`) — live here, behind small traits
+//! the provisioner's `--host-mount-namespace`), a pod's fsGroup applied to a tree ([`ownership`])
+//! — live here, behind small traits
 //! ([`exec::Runner`], [`mount::Mounter`]) that tests can replace, or small functions.
 //!
 //! Not here: plain `std::fs`/`std::net` use elsewhere, and a few one-line kernel reads and flags
@@ -18,6 +19,7 @@ pub mod lock;
 pub mod mount;
 pub mod mountinfo;
 pub mod names;
+pub mod ownership;
 pub mod paths;
 pub mod process;
 #[cfg(test)]

@@ -576,3 +576,113 @@ fn guest_nfs_provision_inline_volumes_cannot_reach_provisioned_directories() {
     assert!(nfs_mounts_below(&tmp).is_empty());
     a.backend.delete(&a.cfg, &pv_of("u1", &got)).unwrap();
 }
+
+/// fsGroup (issue #24) on the guest's real NFS server: a provisioned volume (its PV's token under
+/// the shared key) of a `no_root_squash` export gets the pod's group, group-write and set-gid on
+/// the server, once (the next mount walks nothing); on a `root_squash` export root on the node
+/// cannot chown: the volume is mounted with its ownership unchanged and the Success message says
+/// why.
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_fs_group_applies_on_provisioned_volumes_and_not_through_root_squash() {
+    use flexvol::node::capability::{Key, Location};
+    require_server();
+    let env = crate::util::Env::with_config(serde_json::json!({}));
+    let tmp = env.root();
+    let key_file = tmp.join("nfs.key");
+    std::fs::write(&key_file, b"the guest's shared NFS key......").unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o400)).unwrap();
+    env.reconfigure(serde_json::json!({ "nfs": {
+        "provisionedExports": ["127.0.0.1:/srv/nfs/fsg-plain", "127.0.0.1:/srv/nfs/fsg-squash"],
+        "capabilityKeyFile": key_file,
+    }}));
+    let key = Key::load(&key_file, "test").unwrap();
+    let plain = export("fsg-plain").join("pvc-p_ns_c");
+    // The squashing export is a filesystem of its own (a tmpfs), so that NFSv4 uses its export
+    // options, not those of the guest's /srv/nfs above it.
+    let squash_fs = export("fsg-squash");
+    nix::mount::mount(
+        Some("tmpfs"),
+        &squash_fs,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=64m"),
+    )
+    .unwrap();
+    let squash = squash_fs.join("pvc-s_ns_c");
+    for d in [&plain, &squash] {
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        for i in 0..1000 {
+            std::fs::write(d.join("sub").join(format!("f{i}")), b"x").unwrap();
+        }
+    }
+    // A second export, below the guest's /srv/nfs one, that squashes root.
+    let exportfs = |args: &[&str]| {
+        let out = std::process::Command::new("/usr/sbin/exportfs")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "exportfs {args:?}: {out:?}");
+    };
+    exportfs(&[
+        "-o",
+        "rw,root_squash,no_subtree_check,insecure,fsid=77",
+        "127.0.0.1:/srv/nfs/fsg-squash",
+    ]);
+    let payload = |pv: &str, share: &Path, uid: &str| {
+        let share = share.to_str().unwrap();
+        serde_json::json!({
+            "kubernetes.io/fsType": "nfs",
+            "kubernetes.io/pod.name": "p",
+            "kubernetes.io/pod.namespace": "ns",
+            "kubernetes.io/pod.uid": uid,
+            "kubernetes.io/pvOrVolumeName": pv,
+            "kubernetes.io/readwrite": "rw",
+            "kubernetes.io/mounterArgs.FsGroup": "2345",
+            "server": "127.0.0.1",
+            "share": share,
+            "capabilityToken": key.sign(pv, &Location::Nfs { server: "127.0.0.1", share }),
+        })
+        .to_string()
+    };
+    let gid_mode = |p: &Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.gid(), m.mode() & 0o7777)
+    };
+    let mount = |pv: &str, share: &Path, uid: &str| {
+        let pod = env.mkdir(&format!("kubelet/pods/{uid}/volumes/flexvol~nfs/{pv}"));
+        let t = Instant::now();
+        let r = env.call(
+            "nfs",
+            &["mount", pod.to_str().unwrap(), &payload(pv, share, uid)],
+        );
+        let took = t.elapsed();
+        r.ok();
+        (pod, r.message().to_owned(), took)
+    };
+
+    // no_root_squash: applied, on the server.
+    let (pod1, said, first) = mount("pvc-p", &plain, "u1");
+    assert!(said.contains("fsGroup 2345 applied"), "{said}");
+    assert_eq!(gid_mode(&plain), (2345, 0o2777));
+    assert_eq!(gid_mode(&plain.join("sub")).0, 2345);
+    assert_eq!(gid_mode(&plain.join("sub/f999")), (2345, 0o664));
+    let (pod2, said, second) = mount("pvc-p", &plain, "u2");
+    assert_eq!(said, "", "the second mount walked again");
+    eprintln!("NFS mount with fsGroup, 1,002 files: walked {first:?}, root matching {second:?}");
+
+    // root_squash: mounted, nothing changed, the message says why.
+    let (pod3, said, _) = mount("pvc-s", &squash, "u3");
+    assert!(said.contains("squashes root"), "{said}");
+    assert_eq!(gid_mode(&squash), (0, 0o777));
+    assert_eq!(gid_mode(&squash.join("sub/f0")).0, 0);
+    assert_eq!(nfs_mounts_below(&tmp).len(), 3);
+
+    for p in [&pod1, &pod2, &pod3] {
+        env.call("nfs", &["unmount", p.to_str().unwrap()]).ok();
+    }
+    exportfs(&["-u", "127.0.0.1:/srv/nfs/fsg-squash"]);
+    nix::mount::umount2(&squash_fs, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    assert!(nfs_mounts_below(&tmp).is_empty());
+}

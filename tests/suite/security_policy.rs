@@ -733,3 +733,139 @@ fn root_a_legacy_grant_serves_its_pv_in_its_namespace_only() {
         .ok();
     assert!(env.mounts().is_empty());
 }
+
+/// fsGroup (issue #24): a provisioned volume (its PV's token) gets the pod's group the way kubelet
+/// gives it to an emptyDir — group, group-write, set-gid directories — and only once (the next
+/// mount finds the root matching and walks nothing); a static hostPath, a forged token and a
+/// read-only mount keep their ownership, and a symlink in the volume never carries the chown out.
+#[test]
+fn root_fs_group_is_applied_to_provisioned_volumes_only() {
+    use flexvol::node::capability::{Key, Location, node_key_path};
+    use std::os::unix::fs::MetadataExt;
+    require_root!();
+    let (env, root, vol) = provisioning_env();
+    let gid_mode = |p: &Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.gid(), m.mode() & 0o7777)
+    };
+    let with_group = |j: String, gid: &str| {
+        let mut v: Value = serde_json::from_str(&j).unwrap();
+        v["kubernetes.io/mounterArgs.FsGroup"] = gid.into();
+        v.to_string()
+    };
+    let host = env.mkdir("host-only");
+    std::fs::write(host.join("shadow"), b"x").unwrap();
+    std::fs::set_permissions(host.join("shadow"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir_all(vol.join("sub/deeper")).unwrap();
+    std::fs::write(vol.join("sub/deeper/f"), b"x").unwrap();
+    std::os::unix::fs::symlink(host.join("shadow"), vol.join("sub/link")).unwrap();
+    std::os::unix::fs::symlink(&host, vol.join("dirlink")).unwrap();
+    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
+    let token = key.sign("pvc-v", &Location::HostPath(vol.to_str().unwrap()));
+    let good = json!({"type": "Directory", "capabilityToken": token});
+
+    // Read-only: untouched, as kubelet does.
+    let pod = env.pod_dir("ro", "v");
+    let mut ro: Value =
+        serde_json::from_str(&pv_opts(&vol, "pvc-v", "team-b", good.clone())).unwrap();
+    ro["kubernetes.io/readwrite"] = "ro".into();
+    mount(&env, &pod, &with_group(ro.to_string(), "2345")).ok();
+    assert_eq!(gid_mode(&vol).0, 0);
+    env.call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
+
+    // A forged token with an fsGroup: refused, nothing changed.
+    let forged = json!({"type": "Directory", "capabilityToken": key.sign("pvc-x", &Location::HostPath(vol.to_str().unwrap()))});
+    let pod = env.pod_dir("forged", "v");
+    mount(
+        &env,
+        &pod,
+        &with_group(pv_opts(&vol, "pvc-v", "team-b", forged), "2345"),
+    )
+    .failed("PersistentVolumeClaim");
+    assert_eq!(gid_mode(&vol).0, 0);
+
+    // The PV: applied, through the pod's view too.
+    let pod = env.pod_dir("u1", "v");
+    let r = mount(
+        &env,
+        &pod,
+        &with_group(pv_opts(&vol, "pvc-v", "team-b", good.clone()), "2345"),
+    );
+    r.ok();
+    assert!(
+        r.message().contains("fsGroup 2345 applied"),
+        "{}",
+        r.message()
+    );
+    for d in [&vol, &vol.join("sub"), &vol.join("sub/deeper"), &pod] {
+        let (g, m) = gid_mode(d);
+        assert_eq!(g, 2345, "{}", d.display());
+        assert_eq!(m & 0o2770, 0o2770, "{}: {m:o}", d.display());
+    }
+    assert_eq!(gid_mode(&vol.join("sub/deeper/f")), (2345, 0o664));
+    assert_eq!(gid_mode(&vol.join("secret")).0, 2345);
+    // Nothing outside through the symlinks; the symlinks themselves untouched.
+    assert_eq!(gid_mode(&host.join("shadow")), (0, 0o600));
+    assert_eq!(gid_mode(&host).0, 0);
+    assert_eq!(gid_mode(&vol.join("sub/link")).0, 0);
+    // OnRootMismatch: a second pod's mount walks nothing (a file the pod re-grouped stays so).
+    std::fs::write(vol.join("later"), b"x").unwrap();
+    nix::unistd::chown(
+        &vol.join("later"),
+        None,
+        Some(nix::unistd::Gid::from_raw(0)),
+    )
+    .unwrap();
+    let pod2 = env.pod_dir("u2", "v");
+    let r = mount(
+        &env,
+        &pod2,
+        &with_group(pv_opts(&vol, "pvc-v", "team-b", good.clone()), "2345"),
+    );
+    r.ok();
+    assert_eq!(r.message(), "", "no walk the second time");
+    assert_eq!(gid_mode(&vol.join("later")).0, 0);
+    // Another fsGroup on the same volume: the root mismatches, so it is walked again.
+    let pod3 = env.pod_dir("u3", "v");
+    mount(
+        &env,
+        &pod3,
+        &with_group(pv_opts(&vol, "pvc-v", "team-b", good), "3456"),
+    )
+    .ok();
+    assert_eq!(gid_mode(&vol.join("later")).0, 3456);
+    for p in [&pod, &pod2, &pod3] {
+        env.call("hostpath", &["unmount", p.to_str().unwrap()]).ok();
+    }
+
+    // A static hostPath in an allowed root, with an fsGroup: mounted, ownership left alone.
+    let stat = env.mkdir("data/static");
+    std::fs::write(stat.join("f"), b"x").unwrap();
+    let pod = env.pod_dir("s", "v");
+    let r = mount(
+        &env,
+        &pod,
+        &with_group(
+            pv_opts(&stat, "static-pv", "team-b", json!({"type": "Directory"})),
+            "2345",
+        ),
+    );
+    r.ok();
+    assert_eq!(r.message(), "");
+    assert_eq!(gid_mode(&stat).0, 0);
+    assert_eq!(gid_mode(&stat.join("f")).0, 0);
+    env.call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
+    // An fsGroup that is not a group id, on a provisioned volume: refused, nothing mounted.
+    let pod = env.pod_dir("bad", "v");
+    let good = json!({"type": "Directory", "capabilityToken": key.sign("pvc-v", &Location::HostPath(vol.to_str().unwrap()))});
+    mount(
+        &env,
+        &pod,
+        &with_group(pv_opts(&vol, "pvc-v", "team-b", good), "-1"),
+    )
+    .failed("FsGroup");
+    assert!(env.mounts().is_empty());
+    assert!(root.join("pvc-v_team-b_db").is_dir());
+}

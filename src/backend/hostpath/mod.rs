@@ -16,6 +16,10 @@
 //!    per-volume `pathPattern` directory), never following symlinks;
 //! 4. open the source `O_PATH` without following symlinks and check its type against kubelet's
 //!    HostPathType rules;
+//!    Then, for a provisioned volume (the token or legacy grant of step 1) mounted read-write,
+//!    the pod's fsGroup, applied to the pinned directory as kubelet does for an emptyDir, before
+//!    the bind (`backend::apply_fs_group`, `sys::ownership`; docs/fsgroup.md); never for any
+//!    other source;
 //! 5. if the pod directory already shows this source (same device and inode at a mount root),
 //!    answer Success when the access matches the record (finishing a read-only or slave remount
 //!    a crash interrupted); a different access mode is refused, so the record never disagrees
@@ -539,6 +543,14 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     if provisioning {
         authorize_provisioned(ctx, &opts, o, &root, &existing, &missing)?;
     }
+    // fsGroup only for a provisioned volume, proved by its token or legacy grant just now; a
+    // static or inline hostPath keeps the ownership the node gave it (a recursive chown there
+    // would hand host files to the pod's group).
+    let fs_group = if provisioning && !opts.read_only {
+        o.fs_group()?
+    } else {
+        None
+    };
     if opts.patterned {
         let (base_real, base_missing) = paths::resolve_existing(&opts.base)
             .map_err(|e| Error::io("resolve host path", &opts.base, e))?;
@@ -624,6 +636,14 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         )));
     }
 
+    // Before the bind: a walk that fails leaves nothing mounted, and the root unchanged.
+    let mut note = None;
+    if let Some(gid) = fs_group {
+        let dir = crate::sys::dirfd::open_child_dir(&fd, ".")
+            .map_err(|e| nix_io("open", &resolved, e))?;
+        note = super::apply_fs_group(&dir, gid, &ctx.deadline, &resolved)?;
+    }
+
     // Where the bind goes: the pod dir itself, or a same-named file inside it.
     let mount_point = mount_point_for(&pod_dir, &resolved, kind)?;
     let file_like = mount_point != pod_dir;
@@ -681,7 +701,10 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         return Err(e.into());
     }
     crate::sys::process::checkpoint("hostpath-mount-after-bind");
-    Ok(Reply::success())
+    Ok(match note {
+        Some(n) => Reply::success().with_message(n),
+        None => Reply::success(),
+    })
 }
 
 /// Starts the guard thread unless the pod directory and `paths` (everything of the volume's that

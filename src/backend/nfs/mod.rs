@@ -13,7 +13,10 @@
 //!    seconds with "NFS server X is unreachable", and `mount.nfs` never starts;
 //! 5. record the mount (state, before mounting), then run `mount.nfs SERVER:SHARE DIR -o OPTS`
 //!    with its output captured and a timeout (`mountTimeoutSeconds`, within the verb deadline);
-//! 6. check mountinfo: the export must now be mounted there.
+//! 6. check mountinfo: the export must now be mounted there;
+//! 7. a provisioned volume (the capability check passed) mounted read-write gets the pod's fsGroup
+//!    (`backend::apply_fs_group`; docs/fsgroup.md); a walk that fails unmounts again. An export
+//!    that squashes root is left as it is, and the Success message says so.
 //!
 //! `unmount <podDir>` (no options):
 //! 1. resolve the parent as above; never stat, open or canonicalize the pod directory itself;
@@ -187,10 +190,13 @@ fn provisioned_server<'c>(ctx: &'c Context, server: &str) -> Result<Option<&'c E
 
 /// The capability check (module doc): a share of a provisioned export's server, or any call with
 /// a token, goes through [`authorize`] with the shared key. Runs nothing but name lookups.
-fn check_capability(ctx: &Context, opts: &NfsOptions, o: &Options) -> Result<()> {
+/// `Ok(true)`: the volume is one flexvol provisioner made (a valid token or a legacy grant), the
+/// only kind whose tree gets the pod's fsGroup; `Ok(false)`: a static or inline volume of a
+/// server no export is provisioned on.
+fn check_capability(ctx: &Context, opts: &NfsOptions, o: &Options) -> Result<bool> {
     let token = o.non_empty(capability::OPTION);
     if provisioned_server(ctx, &opts.server)?.is_none() && token.is_none() {
-        return Ok(());
+        return Ok(false);
     }
     let key = shared_key(&ctx.config.nfs);
     authorize(
@@ -204,15 +210,21 @@ fn check_capability(ctx: &Context, opts: &NfsOptions, o: &Options) -> Result<()>
         o.non_empty(keys::POD_NAMESPACE),
         token,
     )
-    .map(|_| ())
+    .map(|_| true)
     .map_err(|why| Error::refused(format!("{why}. Nothing was mounted")))
 }
 
 /// `mount <podDir> <json>`.
 fn mount(ctx: &Context, prober: &dyn Prober, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = NfsOptions::parse(o, &ctx.config.nfs)?;
-    check_capability(ctx, &opts, o)?;
-    mount_parsed(ctx, prober, pod_dir, o, &opts)
+    let provisioned = check_capability(ctx, &opts, o)?;
+    // fsGroup only for a provisioned volume (a static export's tree is the server owner's).
+    let fs_group = if provisioned && !opts.read_only {
+        o.fs_group()?
+    } else {
+        None
+    };
+    mount_parsed(ctx, prober, pod_dir, o, &opts, fs_group)
 }
 
 /// The provisioner's own mount of an export root (`provision::nfs`), which no capability
@@ -225,7 +237,7 @@ pub(crate) fn mount_for_provisioner(
 ) -> Result<Reply> {
     let o = Options::parse(options)?;
     let opts = NfsOptions::parse(&o, &ctx.config.nfs)?;
-    mount_parsed(ctx, prober, dir, &o, &opts)
+    mount_parsed(ctx, prober, dir, &o, &opts, None)
 }
 
 fn mount_parsed(
@@ -234,6 +246,7 @@ fn mount_parsed(
     pod_dir: &Path,
     o: &Options,
     opts: &NfsOptions,
+    fs_group: Option<u32>,
 ) -> Result<Reply> {
     let source = opts.source();
     let target = target_path(pod_dir)?.ok_or_else(|| {
@@ -307,7 +320,10 @@ fn mount_parsed(
         .is_some_and(|m| is_nfs(m) && same_source(&m.source, &opts.server, &opts.share));
     match result {
         // Killed by the timeout right after the kernel mounted it: it is mounted all the same.
-        _ if mounted => Ok(Reply::success()),
+        _ if mounted => match fs_group {
+            None => Ok(Reply::success()),
+            Some(gid) => apply_fs_group(ctx, &target, &source, gid),
+        },
         Ok(_) => {
             state.remove(&target)?;
             Err(Error::refused(format!(
@@ -318,6 +334,24 @@ fn mount_parsed(
         Err(e) => {
             state.remove(&target)?;
             Err(mount_failed(opts, &target, e))
+        }
+    }
+}
+
+/// The pod's fsGroup on the tree just mounted at `target` (`backend::apply_fs_group`). A walk
+/// that fails unmounts it again, so the Failure leaves nothing mounted: kubelet skips `mount` for
+/// a directory that is already a mount point, and would start the pod on a half-walked tree.
+fn apply_fs_group(ctx: &Context, target: &Path, source: &str, gid: u32) -> Result<Reply> {
+    let walked = paths::open_dir_nofollow(target)
+        .map_err(|e| Error::io("open", target, std::io::Error::from(e)))
+        .and_then(|root| super::apply_fs_group(&root, gid, &ctx.deadline, target));
+    match walked {
+        Ok(None) => Ok(Reply::success()),
+        Ok(Some(note)) => Ok(Reply::success().with_message(note)),
+        Err(e) => {
+            unmount_one(ctx, target, source, true)?;
+            ctx.state(BACKEND).remove(target)?;
+            Err(e)
         }
     }
 }
