@@ -21,7 +21,7 @@
 #               ...-to-claim-gone); the claim recreated under the same name with a new pod -> PV
 #               on node-a, pod Running there (TIME ...-to-running).
 #               Cleanup: node-b's kubelet and provisioner started again (the Node re-registers),
-#               configs restored.
+#               configs restored. Prints the controller's log.
 
 NL_GRACE="${NL_GRACE:-20}"
 CTL_USER=system:serviceaccount:kube-system:flexvol-controller
@@ -141,7 +141,11 @@ EOF
 		fail "PV $pv is not pinned to node-b"
 	dirs="$(find "$CLUSTER_DIR/roots/nl-b" -mindepth 1 -maxdepth 1 -name "${pv}_*" | wc -l)"
 	[ "$dirs" = 1 ] || fail "no directory of $pv under node-b's root"
-	pass "nodeloss: claim nl-data bound to $pv on node-b, pod Running there"
+	# With the node provisioner's token, deleting this very claim is Forbidden.
+	if out="$(as_sa delete pvc nl-data -n default --wait=false 2>&1)"; then fail "the provisioner's token deleted claim nl-data: $out"; fi
+	grep -q Forbidden <<<"$out" || fail "deleting claim nl-data with the provisioner's token failed otherwise than Forbidden: $out"
+	[ -z "$(jp pvc nl-data '{.metadata.deletionTimestamp}')" ] || fail "claim nl-data is being deleted after the provisioner's attempt"
+	pass "nodeloss: claim nl-data bound to $pv on node-b, pod Running there; the provisioner's token is Forbidden to delete it"
 
 	# node-b down but its Node still there: nothing is touched, however long.
 	stop_provisioner node-b
@@ -156,6 +160,7 @@ EOF
 	[ -z "$(jp pvc nl-data '{.metadata.deletionTimestamp}')" ] || fail "claim nl-data deleted while node-b is only NotReady"
 	[ -z "$(pv_ann "$pv")" ] || fail "PV $pv marked while node-b is only NotReady: $(pv_ann "$pv")"
 	! has_event nl-data 'NodeMissing|NodeLost' || fail "events on nl-data while node-b is only NotReady: $(events_of nl-data)"
+	! grep -q 'node-b' "$KC_DIR/logs/controller.log" || fail "the controller acted on node-b while it is only NotReady: $(grep node-b "$KC_DIR/logs/controller.log")"
 	pass "nodeloss: node-b NotReady for more than the grace (${NL_GRACE} s): PV unmarked, claim Bound, no event"
 
 	# The Node object deleted: marked, then after the grace the claim and PV are deleted.
@@ -194,6 +199,8 @@ EOF
 	pass "nodeloss: claim nl-data recreated -> $pv on node-a, pod Running there"
 	out="$(grep -Ei 'forbidden|controller.yaml|internal error' "$KC_DIR/logs/controller.log" || true)"
 	[ -z "$out" ] || fail "the controller hit a refusal or a bug: $out"
+	echo "provisioner-e2e: nodeloss: the controller's log:"
+	grep -E ' (INFO|WARN|ERROR) ' "$KC_DIR/logs/controller.log" | cut -c1-400 | sed 's/^/    /'
 
 	# Cleanup: node-b back, the workload and the class gone, configs restored.
 	delete_pod nl-pod2
