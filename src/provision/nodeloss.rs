@@ -33,7 +33,8 @@
 //! PV (uid precondition) when its reclaim policy is Delete (a Retain PV is kept for its admin, its
 //! claim is still deleted); then the provisioner's finalizer
 //! (`external-provisioner.volume.kubernetes.io/finalizer`), and only it, is removed from a PV
-//! being deleted, since the instance that would remove it ran on the lost node.
+//! being deleted, since the instance that would remove it ran on the lost node. A Retain PV whose
+//! claim is gone (Released) and that nobody deletes needs nothing more ([`Decision::Nothing`]).
 
 use super::api::{ANN_PROVISIONED_BY, FINALIZER, HOSTNAME_LABEL};
 use super::provisioner::ANN_NODE;
@@ -195,6 +196,8 @@ pub struct Target {
     pub deleting: bool,
     /// Carries the provisioner's finalizer.
     pub finalizer: bool,
+    /// Released (its claim is gone).
+    pub released: bool,
 }
 
 fn ann<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
@@ -265,6 +268,7 @@ pub fn target(pv: &PersistentVolume, vendor: &str, local_kinds: &[&str]) -> Opti
             .unwrap_or_default()
             .iter()
             .any(|f| f == FINALIZER),
+        released: pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released"),
     })
 }
 
@@ -357,7 +361,10 @@ pub fn decide(t: &Target, nodes: &Nodes, class: &ClassGrace, now: DateTime<Utc>)
             Decision::Mark(stamp(now))
         };
     };
-    if elapsed >= grace {
+    if elapsed >= grace && t.released && !t.reclaim_delete && !t.deleting {
+        // Done already: the claim is gone and a Retain PV stays its admin's.
+        Decision::Nothing
+    } else if elapsed >= grace {
         Decision::Act {
             since: stamp(since),
             grace,
@@ -693,6 +700,32 @@ mod tests {
         .unwrap();
         assert!(matches!(
             decide(&t, &nodes, &grace, at(601)),
+            Decision::Act { .. }
+        ));
+    }
+
+    #[test]
+    fn a_retained_pv_whose_claim_is_gone_is_left_to_its_admin() {
+        let nodes = Nodes::default();
+        let grace = ClassGrace::Grace(TEN_MIN);
+        let mut v = marked(pv("hostpath", "node-b"), "2026-11-26T09:00:00Z");
+        v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Retain".into());
+        let t = target(&v, "flexvol", &LOCAL).unwrap();
+        assert!(matches!(
+            decide(&t, &nodes, &grace, at(600)),
+            Decision::Act { .. }
+        ));
+        v.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+            phase: Some("Released".into()),
+            ..Default::default()
+        });
+        let t = target(&v, "flexvol", &LOCAL).unwrap();
+        assert_eq!(decide(&t, &nodes, &grace, at(600)), Decision::Nothing);
+        // Deleted by its admin: the provisioner's finalizer still has to go.
+        v.metadata.deletion_timestamp = Some(Time(at(599)));
+        let t = target(&v, "flexvol", &LOCAL).unwrap();
+        assert!(matches!(
+            decide(&t, &nodes, &grace, at(600)),
             Decision::Act { .. }
         ));
     }
