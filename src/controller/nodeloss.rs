@@ -323,6 +323,8 @@ impl NodeLoss {
             self.event("PersistentVolume", "", &t.pv, &t.uid, REASON_LOST, &msg)
                 .await;
         }
+        // Whether this call issued anything (the log says what was done, not every look).
+        let mut did = claim_delete.is_some() || pv_delete;
         if let Some((api, ns, name, uid)) = claim_delete {
             let dp = precondition(&uid);
             match call(
@@ -369,6 +371,7 @@ impl NodeLoss {
             return Ok(());
         }
         if let Some(p) = remove_finalizer_patch(&pv.metadata) {
+            did = true;
             let p: json_patch::Patch = serde_json::from_value(p).map_err(|e| {
                 ApiError::new("build a JSON patch", ApiErrorKind::Other, e.to_string())
             })?;
@@ -385,7 +388,9 @@ impl NodeLoss {
                 .map_err(ours),
             )?;
         }
-        info!(target: LOG_TARGET, pv = %t.pv, "PV {}: node {} lost; claim and PV deleted (or left to their owners as the events say)", t.pv, t.node);
+        if did {
+            info!(target: LOG_TARGET, pv = %t.pv, "PV {}: node {} lost; deletes issued and the provisioner's finalizer removed (Kubernetes removes the claim once no pod uses it, then the PV)", t.pv, t.node);
+        }
         Ok(())
     }
 

@@ -43,8 +43,10 @@ nl_config() { # add | remove: the class's roots in both nodes' configs (both the
 	done
 }
 
-start_controller() {
-	kc_spawn controller "$KC_DIR/logs/controller.log" "$KC_FLEXVOL" controller \
+NL_STARTS=0
+start_controller() { # each start logs to a file of its own: controller-1.log, controller-2.log, ...
+	NL_STARTS=$((NL_STARTS + 1))
+	kc_spawn controller "$KC_DIR/logs/controller-$NL_STARTS.log" "$KC_FLEXVOL" controller \
 		--kubeconfig "$KC_DIR/controller.kubeconfig" --resync-seconds 2
 }
 
@@ -104,7 +106,7 @@ EOF
 	[ "$(can_i_as "$SA_USER" delete persistentvolumeclaims -n default)" = no ] ||
 		fail "the provisioner's ServiceAccount may delete claims"
 	start_controller
-	wait_until "the controller to start its passes" 30 grep -q "node loss: watching" "$KC_DIR/logs/controller.log"
+	wait_until "the controller to start its passes" 30 grep -q "node loss: watching" "$KC_DIR/logs/controller-1.log"
 	pass "nodeloss: controller.yaml applied; $n can-i answers as the controller's ServiceAccount as expected; the provisioner's may not delete claims; controller running with its own token"
 }
 
@@ -160,7 +162,7 @@ EOF
 	[ -z "$(jp pvc nl-data '{.metadata.deletionTimestamp}')" ] || fail "claim nl-data deleted while node-b is only NotReady"
 	[ -z "$(pv_ann "$pv")" ] || fail "PV $pv marked while node-b is only NotReady: $(pv_ann "$pv")"
 	! has_event nl-data 'NodeMissing|NodeLost' || fail "events on nl-data while node-b is only NotReady: $(events_of nl-data)"
-	! grep -q 'node-b' "$KC_DIR/logs/controller.log" || fail "the controller acted on node-b while it is only NotReady: $(grep node-b "$KC_DIR/logs/controller.log")"
+	! grep -q 'node-b' "$KC_DIR"/logs/controller-*.log || fail "the controller acted on node-b while it is only NotReady: $(grep node-b "$KC_DIR"/logs/controller-*.log)"
 	pass "nodeloss: node-b NotReady for more than the grace (${NL_GRACE} s): PV unmarked, claim Bound, no event"
 
 	# The Node object deleted: marked, then after the grace the claim and PV are deleted.
@@ -178,6 +180,9 @@ EOF
 	awk -v a="$t_act" -v g="$NL_GRACE" 'BEGIN { exit !(a >= g - 1 && a <= g + 8) }' ||
 		fail "claim nl-data deleted $t_act s after Node node-b, not within [${NL_GRACE}-1, ${NL_GRACE}+8] s (a restart 10 s after the mark must neither reset nor skip the grace)"
 	echo "provisioner-e2e: TIME nodeloss node-deleted-to-claim-deleted $t_act s (grace ${NL_GRACE} s, marked at $t_mark s, controller restarted at 10 s)"
+	grep -q 'has no Node object (since' "$KC_DIR/logs/controller-1.log" || fail "the first controller did not log the mark"
+	! grep -q 'has no Node object (since' "$KC_DIR/logs/controller-2.log" || fail "the restarted controller marked the PV again: $(grep 'since' "$KC_DIR/logs/controller-2.log")"
+	grep -q 'has had no Node object since' "$KC_DIR/logs/controller-2.log" || fail "the restarted controller did not log the deletion"
 	wait_until "a NodeLost event on nl-data" 10 has_event nl-data '^NodeLost: node node-b has had no Node object since'
 	wait_until "a NodeLost event on $pv" 10 has_event "$pv" '^NodeLost: .*the PV '"$pv"' is deleted'
 	wait_until "claim nl-data to be gone (pod GC removes the pod of the deleted node first)" 150 gone pvc nl-data
@@ -197,10 +202,10 @@ EOF
 		fail "the recreated claim's PV $pv is not pinned to node-a"
 	echo "provisioner-e2e: TIME nodeloss recreated-claim-to-running $(kl_since "$t0") s"
 	pass "nodeloss: claim nl-data recreated -> $pv on node-a, pod Running there"
-	out="$(grep -Ei 'forbidden|controller.yaml|internal error' "$KC_DIR/logs/controller.log" || true)"
+	out="$(grep -Ei 'forbidden|controller.yaml|internal error' "$KC_DIR"/logs/controller-*.log || true)"
 	[ -z "$out" ] || fail "the controller hit a refusal or a bug: $out"
 	echo "provisioner-e2e: nodeloss: the controller's log:"
-	grep -E ' (INFO|WARN|ERROR) ' "$KC_DIR/logs/controller.log" | cut -c1-400 | sed 's/^/    /'
+	grep -E ' (INFO|WARN|ERROR) ' "$KC_DIR"/logs/controller-*.log | sed "s#^$KC_DIR/logs/##" | cut -c1-420 | sed 's/^/    /'
 
 	# Cleanup: node-b back, the workload and the class gone, configs restored.
 	delete_pod nl-pod2
