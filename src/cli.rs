@@ -85,6 +85,11 @@ enum Command {
         after_help = "hostPath directories and LVs are made on this node for the claims scheduled to it; NFS subdirectories for any claim of an nfs class. What each may use comes from the node config: hostPath roots from the local-path keys (nodePathMap, storageClassConfigs), volume groups from lvm.allowedVolumeGroups, exports from nfs.provisionedExports.\n\nExample:\n  flexvol provisioner --node-name $(hostname)                        # in the DaemonSet (service account)\n  flexvol provisioner --node-name node-a --kubeconfig ~/.kube/config"
     )]
     Provisioner(crate::provision::ProvisionerArgs),
+    /// The cluster-wide controller (one replica): deletes the claims and PVs of nodes that are gone, for classes that opt in.
+    #[command(
+        after_help = "A class of a node-local kind opts in with the parameter nodeLossGracePeriod (e.g. \"10m\"): once a PV's node has had no Node object for that long, its claim and PV are deleted, with events, so that the claim's owner recreates it on another node. A node that exists (NotReady, cordoned, unreachable) is never acted on. See docs/node-loss.md.\n\nExample:\n  flexvol controller                                  # in the Deployment of drivers/deploy/controller.yaml\n  flexvol controller --kubeconfig ~/.kube/config --resync-seconds 5"
+    )]
+    Controller(crate::controller::ControllerArgs),
 }
 
 #[derive(Args)]
@@ -165,6 +170,7 @@ pub fn main(args: &[String]) -> i32 {
         Command::Gc(a) => ops::gc::run(&a),
         Command::Conformance(a) => ops::conformance::run(&a),
         Command::Provisioner(a) => crate::provision::run(&a),
+        Command::Controller(a) => crate::controller::run(&a),
     }
 }
 

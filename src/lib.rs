@@ -13,6 +13,8 @@
 //!   per-node daemon that makes volumes and PVs for claims (the only user of the async runtime and
 //!   the Kubernetes client); [`ops`]: the commands for operators (`install`, `doctor`, `status`,
 //!   `gc`, `conformance`, and the inventories of mounted and provisioned volumes they share);
+//!   [`controller`]: `flexvol controller`, the one cluster-wide replica (node loss), above
+//!   `provision`, whose API client and decisions it uses;
 //! - [`cli`]: how the binary is invoked: a driver verb by its name (`argv[0]`), else the commands for people.
 //!
 //! **Dependencies point one way.** No file of `src/` imports, through the `crate::` and `super::`
@@ -26,6 +28,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod controller;
 pub mod driver;
 pub mod error;
 pub mod node;

@@ -13,6 +13,7 @@
 //! the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //! `flexvol/size-enforced: "false"` and why.
 
+use super::nodeloss;
 use super::provisioner::{
     ANN_NODE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
 };
@@ -135,13 +136,21 @@ impl Provisioner for HostPathProvisioner {
     }
 
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
-        DirParams::parse(params)
+        // nodeLossGracePeriod is the cluster controller's (super::nodeloss), checked here too.
+        nodeloss::split_param(params)
+            .and_then(|rest| DirParams::parse(&rest))
             .map(|_| ())
+            .map_err(|e| match e.starts_with("unknown class parameter") {
+                true => format!("{e}, {}", nodeloss::PARAM),
+                false => e,
+            })
             .map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
-        let params = DirParams::parse(req.params).map_err(Refusal::Fail)?;
+        let params = nodeloss::split_param(req.params)
+            .and_then(|rest| DirParams::parse(&rest))
+            .map_err(Refusal::Fail)?;
         let rel = match &params.path_pattern {
             Some(p) => expand_pattern(p, req.pv_name, req.namespace, req.name)
                 .map_err(|why| Refusal::Fail(format!("StorageClass {}: {why}", req.class_name)))?,

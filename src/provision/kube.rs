@@ -38,7 +38,8 @@ pub struct KubeCluster {
     pub node: String,
 }
 
-async fn call<T>(
+/// One API call under [`DEADLINE`], its failure as an [`ApiError`] (also for `flexvol controller`).
+pub async fn call<T>(
     what: impl Into<String>,
     fut: impl Future<Output = Result<T, kube::Error>>,
 ) -> ApiResult<T> {

@@ -100,10 +100,13 @@ pub struct ClassParams {
 impl ClassParams {
     /// Validates a StorageClass's `parameters`; unknown keys are errors.
     pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, String> {
+        // nodeLossGracePeriod is the cluster controller's (super::nodeloss), checked here too.
+        let params = &super::nodeloss::split_param(params)?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
-                "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}",
-                PARAMS.join(", ")
+                "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}",
+                PARAMS.join(", "),
+                super::nodeloss::PARAM
             ));
         }
         let mut o = serde_json::Map::new();

@@ -36,6 +36,7 @@ pub mod lanes;
 pub mod lease;
 pub mod lvm;
 pub mod nfs;
+pub mod nodeloss;
 pub mod provisioner;
 pub mod queue;
 pub mod quota;

@@ -11,6 +11,7 @@
 
 mod conformance;
 mod contract;
+mod controller_manifests;
 mod faults;
 mod guest_lvm;
 mod guest_lvmprov;

@@ -1,0 +1,186 @@
+//! `flexvol controller`: the cluster-wide part of flexvol, one replica per cluster
+//! (drivers/deploy/controller.yaml), with a credential of its own (ServiceAccount
+//! `kube-system/flexvol-controller`), never on the nodes.
+//!
+//! Today it does one job, node loss ([`nodeloss`]; the decisions are
+//! [`crate::provision::nodeloss`]'s): for a class of a node-local kind that opts in
+//! (`nodeLossGracePeriod`), the claims and PVs flexvol made on a node whose Node object has been
+//! deleted for that long are deleted, with events, so that their owners recreate them elsewhere.
+//!
+//! **Why not in the node provisioner.** Deleting claims must not be a power of the node
+//! credential: every node runs `flexvol provisioner` with the token of drivers/deploy/rbac.yaml,
+//! and root on any node can read it; a token that could delete claims would let one stolen node
+//! destroy every tenant's claims. This component's token can, and so it runs once, as a
+//! Deployment whose pod can be kept off tenant workloads' nodes (docs/security.md).
+//!
+//! Contract of the loop ([`run`]): a pass every `--resync-seconds` (sooner when a grace ends
+//! before that) lists every Node and every PV labelled `flexvol/kind` of a node-local kind, each
+//! list complete or the pass decides nothing; every API call has [`crate::provision::kube::DEADLINE`];
+//! a PV whose work failed is retried after a per-PV backoff (1 s doubling to 5 min,
+//! [`crate::provision::queue::WorkQueue`]); every write is conditional (resourceVersion or uid
+//! preconditions), so two replicas running by mistake (a rollout) do the same work once.
+//! It reuses the provisioner's API client ([`crate::provision::apiclient`]: the cluster's CA only,
+//! re-read tokens, connect timeout) and its log format.
+
+pub mod nodeloss;
+
+use crate::provision::telemetry::{self, LogFormat};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+use tracing::{error, info};
+
+/// The target of the controller's log events.
+pub const LOG_TARGET: &str = "flexvol-controller";
+
+/// Arguments of `flexvol controller`.
+#[derive(Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// Talk to the API server with this kubeconfig instead of the pod's service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
+    #[arg(long, default_value = "flexvol", value_name = "NAME")]
+    pub vendor: String,
+    /// A pass at least this often (sooner when a grace period ends earlier).
+    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
+    pub resync_seconds: u64,
+    /// Log lines as `text` (`<time> <LEVEL> flexvol-controller: <message>`) or `json`.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Which events to log, e.g. `flexvol-controller=debug,kube=info` (default: `RUST_LOG`,
+    /// else this controller's info and nothing of the libraries).
+    #[arg(long, value_name = "FILTER")]
+    pub log_filter: Option<String>,
+}
+
+/// Runs the controller until killed; returns the exit code on a fatal error.
+pub fn run(a: &ControllerArgs) -> i32 {
+    // As the provisioner: a panic is a log line and exit 70 (the Deployment restarts it; every
+    // step is restart-safe); SIGTERM ends it at once.
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(target: LOG_TARGET, "internal error ({info}); exiting, please report it with this log");
+        #[allow(clippy::exit)]
+        std::process::exit(crate::provision::PANIC_EXIT_CODE)
+    }));
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            set.add(s);
+        }
+        let _ = set.thread_unblock();
+    }
+    let env = std::env::var("RUST_LOG").ok();
+    let filter = a
+        .log_filter
+        .clone()
+        .or(env)
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| format!("{LOG_TARGET}=info"));
+    if let Err(e) = telemetry::init_logs(a.log_format, Some(&filter)) {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("{LOG_TARGET}: {e}");
+        }
+        return 2;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(target: LOG_TARGET, "cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(serve(a)) {
+        Ok(()) => 0,
+        Err(e) => {
+            error!(target: LOG_TARGET, "error: {e}");
+            1
+        }
+    }
+}
+
+async fn serve(a: &ControllerArgs) -> Result<(), String> {
+    let client = crate::provision::apiclient::client(a.kubeconfig.as_deref()).await?;
+    let id = crate::provision::reconcile::Identity {
+        node: String::new(),
+        vendor: a.vendor.clone(),
+    };
+    let local_kinds: Vec<&'static str> = crate::provision::provisioners(&id)
+        .iter()
+        .map(|b| b.kind())
+        .filter(|k| k.node_local)
+        .map(|k| k.name)
+        .collect();
+    let resync = Duration::from_secs(a.resync_seconds.max(1));
+    info!(
+        target: LOG_TARGET,
+        "node loss: watching the PVs of {} (classes opt in with {}); a pass every {}s",
+        local_kinds
+            .iter()
+            .map(|k| id.provisioner(k))
+            .collect::<Vec<_>>()
+            .join(", "),
+        crate::provision::nodeloss::PARAM,
+        resync.as_secs()
+    );
+    let mut nl = nodeloss::NodeLoss::new(client, a.vendor.clone(), local_kinds);
+    loop {
+        let next = nl.pass().await;
+        let wait = next.map_or(resync, |d| d.min(resync));
+        tokio::time::sleep(wait.max(Duration::from_millis(500))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::provision::nodeloss::PARAM;
+    use std::collections::BTreeMap;
+
+    /// The node-local kinds accept the parameter (and check its value); NFS refuses it, saying why.
+    #[test]
+    fn classes_accept_the_grace_only_for_node_local_kinds() {
+        let id = crate::provision::reconcile::Identity {
+            node: "n".into(),
+            vendor: "flexvol".into(),
+        };
+        let p = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let mut seen = Vec::new();
+        for b in crate::provision::provisioners(&id) {
+            let k = b.kind();
+            seen.push(k.name);
+            let base: &[(&str, &str)] = match k.name {
+                "hostpath" => &[("mode", "0770")],
+                "lvm" => &[("volumegroup", "vg0")],
+                _ => &[("server", "10.0.0.5"), ("share", "/export")],
+            };
+            assert!(b.check_class(&p(base)).is_ok(), "{}", k.name);
+            let mut with = base.to_vec();
+            with.push((PARAM, "10m"));
+            let r = b.check_class(&p(&with));
+            if k.node_local {
+                assert!(r.is_ok(), "{}: {r:?}", k.name);
+                let mut bad = base.to_vec();
+                bad.push((PARAM, "10 minutes"));
+                let e = b.check_class(&p(&bad)).unwrap_err().to_string();
+                assert!(e.contains(PARAM) && e.contains("10 minutes"), "{e}");
+                let mut typo = base.to_vec();
+                typo.push(("nodeLossGrace", "10m"));
+                let e = b.check_class(&p(&typo)).unwrap_err().to_string();
+                assert!(e.contains(PARAM), "the unknown-key error lists it: {e}");
+            } else {
+                let e = r.unwrap_err().to_string();
+                assert!(e.contains("node-local kinds (hostpath, lvm) only"), "{e}");
+            }
+        }
+        assert_eq!(seen, ["hostpath", "lvm", "nfs"]);
+    }
+}

@@ -1,0 +1,159 @@
+//! drivers/deploy/controller.yaml (`flexvol controller`, issue #24): its ClusterRole grants exactly
+//! the calls of src/controller/nodeloss.rs, the claim delete it needs is granted to it and never to
+//! the node provisioner's ServiceAccount (rbac.yaml), and the Deployment runs one replica as
+//! `flexvol controller` with the token in its one container.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use yaml_rust2::{Yaml, YamlLoader};
+
+fn to_json(y: &Yaml) -> Value {
+    match y {
+        Yaml::Integer(i) => Value::from(*i),
+        Yaml::String(s) => Value::from(s.as_str()),
+        Yaml::Boolean(b) => Value::from(*b),
+        Yaml::Array(a) => Value::Array(a.iter().map(to_json).collect()),
+        Yaml::Hash(h) => Value::Object(
+            h.iter()
+                .map(|(k, v)| (k.as_str().expect("string keys").to_owned(), to_json(v)))
+                .collect(),
+        ),
+        Yaml::Null => Value::Null,
+        other => panic!("unsupported YAML node {other:?}"),
+    }
+}
+
+fn docs(file: &str) -> Vec<Value> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("drivers/deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&p).unwrap();
+    YamlLoader::load_from_str(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .iter()
+        .filter(|y| !matches!(y, Yaml::Null))
+        .map(to_json)
+        .collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let found: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "{kind} {name}");
+    found[0]
+}
+
+fn granted(role: &Value) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(rule.get("resourceNames").is_none(), "{rule}");
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for r in rule["resources"].as_array().unwrap() {
+                for v in rule["verbs"].as_array().unwrap() {
+                    let t = (
+                        g.as_str().unwrap().to_owned(),
+                        r.as_str().unwrap().to_owned(),
+                        v.as_str().unwrap().to_owned(),
+                    );
+                    assert!(!format!("{t:?}").contains('*'), "a wildcard in {rule}");
+                    out.insert(t);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn contract_controller_token_is_exactly_its_calls_and_claim_delete_is_not_the_nodes() {
+    let d = docs("controller.yaml");
+    // Every call of src/controller/nodeloss.rs, nothing else.
+    let needed: BTreeSet<(String, String, String)> = [
+        ("", "nodes", "list"),                       // list_nodes
+        ("", "nodes", "get"),                        // act: the node read again
+        ("", "persistentvolumes", "list"),           // list_volumes
+        ("", "persistentvolumes", "get"),            // act: the PV read again
+        ("", "persistentvolumes", "patch"),          // annotate, finalizer removal
+        ("", "persistentvolumes", "delete"),         // act
+        ("", "persistentvolumeclaims", "get"),       // act: claim_step
+        ("", "persistentvolumeclaims", "delete"),    // act
+        ("storage.k8s.io", "storageclasses", "get"), // class
+        ("", "events", "create"),                    // event
+    ]
+    .iter()
+    .map(|(g, r, v)| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))
+    .collect();
+    let role = one(&d, "ClusterRole", "flexvol-controller");
+    assert_eq!(
+        granted(role),
+        needed,
+        "controller.yaml's ClusterRole vs the calls"
+    );
+    let b = one(&d, "ClusterRoleBinding", "flexvol-controller");
+    assert_eq!(b["roleRef"]["name"], "flexvol-controller");
+    assert_eq!(
+        b["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "flexvol-controller", "namespace": "kube-system"}])
+    );
+    one(&d, "ServiceAccount", "flexvol-controller");
+
+    // The node credential may not delete claims (the reason this component exists).
+    let rbac = docs("rbac.yaml");
+    let node = granted(one(&rbac, "ClusterRole", "flexvol-provisioner"));
+    assert!(!node.contains(&("".into(), "persistentvolumeclaims".into(), "delete".into())));
+
+    // One replica, never two at once, as `flexvol controller`, the token in its one container,
+    // not root.
+    let dep = one(&d, "Deployment", "flexvol-controller");
+    assert_eq!(dep["metadata"]["namespace"], "kube-system");
+    assert_eq!(dep["spec"]["replicas"], 1);
+    assert_eq!(dep["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(
+        dep["spec"]["selector"]["matchLabels"],
+        dep["spec"]["template"]["metadata"]["labels"]
+    );
+    let spec = &dep["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], "flexvol-controller");
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    let cs = spec["containers"].as_array().unwrap();
+    assert_eq!(cs.len(), 1);
+    let cmd: Vec<String> = cs[0]["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(cmd[..2], ["/flexvol".to_owned(), "controller".to_owned()]);
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        _a: flexvol::controller::ControllerArgs,
+    }
+    <Cmd as clap::Parser>::try_parse_from(&cmd[1..]).unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let m = &cs[0]["volumeMounts"][0];
+    assert_eq!(
+        m["mountPath"],
+        "/var/run/secrets/kubernetes.io/serviceaccount"
+    );
+    let v = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == m["name"])
+        .unwrap();
+    let sources = v["projected"]["sources"].as_array().unwrap();
+    assert!(
+        sources
+            .iter()
+            .any(|s| s.get("serviceAccountToken").is_some())
+    );
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["configMap"]["name"] == "kube-root-ca.crt")
+    );
+}
