@@ -105,7 +105,7 @@ pub fn run(a: &ControllerArgs) -> i32 {
 }
 
 async fn serve(a: &ControllerArgs) -> Result<(), String> {
-    let client = crate::provision::apiclient::client(a.kubeconfig.as_deref()).await?;
+    let client = crate::provision::apiclient::client(a.kubeconfig.as_deref(), None).await?;
     let id = crate::provision::reconcile::Identity {
         node: String::new(),
         vendor: a.vendor.clone(),
