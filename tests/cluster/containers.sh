@@ -30,7 +30,7 @@
 # unmounts and removes the pods' network namespaces (from runc's state), deletes the bridge.
 
 KCC_CACHE="${FLEXVOL_CACHE:-/var/tmp/flexvol-cache}/images"
-KCC_API_HOST=10.88.10.1 # node-a's bridge gateway: an address of this machine every pod can reach
+KCC_API_HOST=10.88.10.1 # node-a's bridge gateway: an address of this machine every pod reaches (in the API server's certificate)
 KCC_BRIDGES=()
 KCC_IMAGE_PAUSE="" KCC_IMAGE_BUSYBOX="" KCC_IMAGE_FLEXVOL=""
 KCC_IMAGE_TARS=()
@@ -122,6 +122,22 @@ kcc_images() {
 	KCC_IMAGE_FLEXVOL="flexvol-test/flexvol:$tag"
 	kcc_image flexvol-test/flexvol "$tag" --containerfile "$KC_REPO/drivers/deploy/Containerfile.prebuilt" \
 		--context "$ctx" # (the tag is the binary's hash: the cache key covers it)
+}
+
+# kcc_api_cert: re-issue the API server's serving certificate (same key, same CA) with
+# KCC_API_HOST added to its addresses, so that pods reach the API server by that IP and check it
+# (flexvol-pki gives 127.0.0.1 and the kubernetes.default.svc names only; pods have no DNS, and the
+# provisioner resolves names in the host's mount namespace when it works there). openssl comes with
+# ca-certificates.
+kcc_api_cert() {
+	local pki="$KC_DIR/pki"
+	printf 'subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:::1,IP:%s\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' \
+		"$KCC_API_HOST" >"$pki/apiserver.ext"
+	timeout 30 openssl req -new -key "$pki/apiserver.key" -subj /CN=kube-apiserver -out "$pki/apiserver.csr" 2>>"$KC_DIR/logs/openssl.log" &&
+		timeout 30 openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+			-days 7 -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt.new" 2>>"$KC_DIR/logs/openssl.log" &&
+		mv -f "$pki/apiserver.crt.new" "$pki/apiserver.crt" ||
+		kc_fail "cannot re-issue the API server certificate with $KCC_API_HOST: $(tail -n 3 "$KC_DIR/logs/openssl.log")"
 }
 
 # kcc_wrapper: DIR/bin/runc-oom-wrapper (see the top of this file).

@@ -392,6 +392,7 @@ kc_start_control_plane() {
 		clients+=("$node=system:node:$node/system:nodes")
 	done
 	"$KC_BIN/flexvol-pki" "$KC_DIR/pki" "${clients[@]}" || kc_fail "flexvol-pki failed"
+	if [ "${KC_RUNTIME:-fake}" = containerd ]; then kcc_api_cert; fi
 	kc_write_kubeconfig "$KC_DIR/admin.kubeconfig" admin
 	kc_write_kubeconfig "$KC_DIR/kcm.kubeconfig" kcm
 	kc_write_kubeconfig "$KC_DIR/scheduler.kubeconfig" scheduler
