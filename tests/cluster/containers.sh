@@ -32,6 +32,7 @@
 KCC_CACHE="${FLEXVOL_CACHE:-/var/tmp/flexvol-cache}/images"
 KCC_API_HOST=10.88.10.1 # node-a's bridge gateway: an address of this machine every pod reaches (in the API server's certificate)
 KCC_BRIDGES=()
+KCC_CGROUP_DIRS=() # the cgroup parents (<controller>/k8s.io) containerd made: kc_down removes them
 KCC_IMAGE_PAUSE="" KCC_IMAGE_BUSYBOX="" KCC_IMAGE_FLEXVOL=""
 KCC_IMAGE_TARS=()
 
@@ -181,6 +182,12 @@ kcc_start_node() {
 		ip link add "$br" type bridge || kc_fail "ip link add $br type bridge failed"
 	fi
 	KCC_BRIDGES+=("$br")
+	# Containers without a cgroup parent from kubelet (--cgroups-per-qos=false) go under
+	# <controller>/k8s.io/<id>: note the parents that do not exist yet, to remove them at the end.
+	local cg
+	for cg in /sys/fs/cgroup/*/; do
+		[ -d "${cg}k8s.io" ] || [[ " ${KCC_CGROUP_DIRS[*]} " == *" ${cg}k8s.io "* ]] || KCC_CGROUP_DIRS+=("${cg}k8s.io")
+	done
 	kc_write_state
 	ip addr replace "10.88.$((10 + i)).1/24" dev "$br" || kc_fail "cannot address bridge $br"
 	ip link set "$br" up || kc_fail "cannot bring up bridge $br"
@@ -303,9 +310,13 @@ kcc_node_down() {
 	done
 }
 
-# kcc_down_bridges: delete the bridges kc_up made (recorded in the state as KCC_BRIDGES).
+# kcc_down_bridges: delete the bridges kc_up made (recorded in the state as KCC_BRIDGES), and
+# the cgroup parents containerd made (rmdir: only when empty).
 kcc_down_bridges() {
-	local br
+	local br cg
+	for cg in "${KCC_CGROUP_DIRS[@]}"; do
+		[ ! -d "$cg" ] || rmdir "$cg" 2>/dev/null || kcc_log "could not remove $cg (not empty?)"
+	done
 	for br in "${KCC_BRIDGES[@]}"; do
 		if ip link show "$br" >/dev/null 2>&1; then
 			ip link del "$br" || kcc_log "could not delete bridge $br"
@@ -322,6 +333,9 @@ kcc_leftovers() {
 	done
 	for br in "${KCC_BRIDGES[@]}"; do
 		ip link show "$br" >/dev/null 2>&1 && echo "bridge $br"
+	done
+	for br in "${KCC_CGROUP_DIRS[@]}"; do
+		[ -d "$br" ] && echo "cgroup $br"
 	done
 	grep -F " $dir" /proc/self/mountinfo | awk '{ print "mount " $5 }'
 	return 0

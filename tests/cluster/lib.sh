@@ -373,7 +373,7 @@ kc_init_dir() {
 # kc_write_state: DIR/state, what kc_load (and so kc_down) reads back.
 kc_write_state() {
 	{
-		declare -p KC_BIN KC_FLEXVOL KC_NODES KC_RUNTIME KCC_BRIDGES
+		declare -p KC_BIN KC_FLEXVOL KC_NODES KC_RUNTIME KCC_BRIDGES KCC_CGROUP_DIRS
 		declare -p KL_SYSCTL_SAVED KL_CPUINFO_BOUND KL_CGROUP_MOUNTED KL_CREATED_HOST_DIRS
 		echo "KC_PORT_BASE=${KC_PORT_BASE:-17000}"
 	} | sed 's/^declare /declare -g /' >"$KC_DIR/state" # (-g: kc_load sources it in a function)
