@@ -113,6 +113,7 @@ kcc_images() {
 	KCC_IMAGE_PAUSE=flexvol-test/pause:1
 	kcc_image flexvol-test/pause 1 --file "$bb:/bin/busybox" \
 		--entrypoint '["/bin/busybox","sleep","2147483647"]'
+	# shellcheck disable=SC2034 # the scenarios' workload image
 	KCC_IMAGE_BUSYBOX=flexvol-test/busybox:1
 	kcc_image flexvol-test/busybox 1 --file "$bb:/bin/busybox" "${links[@]}" --cmd '["sh"]'
 	# flexvol: drivers/deploy/Containerfile.prebuilt over KC_FLEXVOL, as a user builds it.
@@ -120,6 +121,7 @@ kcc_images() {
 	mkdir -p "$ctx/target/x86_64-unknown-linux-gnu/release"
 	cp "$KC_FLEXVOL" "$ctx/target/x86_64-unknown-linux-gnu/release/flexvol"
 	tag="$(sha256sum "$KC_FLEXVOL" | cut -c1-12)"
+	# shellcheck disable=SC2034 # the image the scenarios deploy
 	KCC_IMAGE_FLEXVOL="flexvol-test/flexvol:$tag"
 	kcc_image flexvol-test/flexvol "$tag" --containerfile "$KC_REPO/drivers/deploy/Containerfile.prebuilt" \
 		--context "$ctx" # (the tag is the binary's hash: the cache key covers it)
@@ -287,11 +289,14 @@ kcc_node_down() {
 	[ -d "$c" ] || return 0
 	netns="$(kcc_netns_of_node "$node")"
 	if [ -d "$c/runc/k8s.io" ]; then
-		for id in $(ls "$c/runc/k8s.io"); do
+		for id in "$c"/runc/k8s.io/*/; do
+			id="$(basename "$id")"
 			timeout 30 /usr/sbin/runc --root "$c/runc/k8s.io" kill "$id" KILL 2>/dev/null || true
 		done
 		sleep 0.5
-		for id in $(ls "$c/runc/k8s.io"); do
+		for id in "$c"/runc/k8s.io/*/; do
+			id="$(basename "$id")"
+			[ "$id" != "*" ] || continue
 			timeout 30 /usr/sbin/runc --root "$c/runc/k8s.io" delete --force "$id" 2>/dev/null ||
 				kcc_log "runc delete --force $id ($node) failed"
 		done
