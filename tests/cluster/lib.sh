@@ -27,12 +27,22 @@
 #   KC_KUBELET_FLAGS  array of extra flags for every kubelet
 #   KC_NODE_CONFIG    extra JSON members for each node's flexvol config (e.g. '"lvm":{...}')
 #   KC_KEEP=1         kc_down keeps DIR (logs)
+#   KC_RUNTIME        fake (default: kubelet's fake CRI runtime, flexvol-fakeruntime: pods run no
+#                     process) | containerd (real containers: one containerd per node, CNI bridge,
+#                     images built locally; see containers.sh; the API server then also listens on
+#                     KCC_API_HOST so pods reach it)
+#   KC_INSTALL_DRIVERS=0  install.sh does not install flexvol on the nodes (a DaemonSet will); the
+#                     controller-manager still gets it
+#   KC_NODE_CONFIG_FILE  the flexvol config kubelet hands the drivers, relative to the node's dir
+#                     (default flexvol-config.json, written by kc_up)
 
 KC_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KC_REPO="$(cd "$KC_HERE/../.." && pwd)"
 # kl_host_prepare, kl_mounts_under, kl_unmount_all_under, kl_is_mounted, kl_now, kl_since
 # shellcheck source=../kubelet/lib.sh
 source "$KC_HERE/../kubelet/lib.sh"
+# shellcheck source=containers.sh
+source "$KC_HERE/containers.sh"
 
 KC_DIR=""
 KC_NODES=()
@@ -205,13 +215,22 @@ kc_start_kubelet() { # NODE INDEX
 		--volume-stats-agg-period=0
 	)
 	# The flags every kubelet of the test tiers shares (tests/kubelet/lib.sh, sourced above).
-	kl_kubelet_flags flags "$nd/root" "$nd/pki" "$nd/seccomp" "$nd/plugins" "$nd/runtime.sock"
+	kl_kubelet_flags flags "$nd/root" "$nd/pki" "$nd/seccomp" "$nd/plugins" "$(kc_runtime_sock "$node")"
 	if [ -n "${KC_KUBELET_FLAGS+x}" ]; then
 		flags+=("${KC_KUBELET_FLAGS[@]}")
 	fi
 	# The kubelet passes its environment to the drivers: FLEXVOL_CONFIG names this node's config.
 	kc_spawn "kubelet-$node" "$KC_DIR/logs/kubelet-$node.log" \
-		env FLEXVOL_CONFIG="$nd/flexvol-config.json" "$KC_BIN/kubelet" "${flags[@]}"
+		env FLEXVOL_CONFIG="$nd/${KC_NODE_CONFIG_FILE:-flexvol-config.json}" "$KC_BIN/kubelet" "${flags[@]}"
+}
+
+# kc_runtime_sock NODE: the CRI socket NODE's kubelet talks to.
+kc_runtime_sock() {
+	if [ "${KC_RUNTIME:-fake}" = containerd ]; then
+		kcc_sock "$1"
+	else
+		echo "$(kc_node_dir "$1")/runtime.sock"
+	fi
 }
 
 kc_start_runtime() { # NODE
@@ -254,7 +273,14 @@ kc_resolve_flexvol() {
 kc_up() {
 	[ "$#" -ge 2 ] || kc_fail "kc_up needs a directory and at least one node name"
 	[ "$(id -u)" = 0 ] || kc_fail "must run as root (kubelets, mounts)"
-	kc_init_dir "$1" kubelet kube-scheduler flexvol-fakeruntime
+	case "${KC_RUNTIME:=fake}" in
+	fake) kc_init_dir "$1" kubelet kube-scheduler flexvol-fakeruntime ;;
+	containerd)
+		kcc_packages
+		kc_init_dir "$1" kubelet kube-scheduler
+		;;
+	*) kc_fail "KC_RUNTIME must be fake or containerd, not $KC_RUNTIME" ;;
+	esac
 	shift
 	KC_NODES=("$@")
 	local t0 node i
@@ -273,6 +299,13 @@ kc_up() {
 	KL_TMP="$KC_DIR"
 	kl_host_prepare
 	kc_write_state
+	if [ "$KC_RUNTIME" = containerd ]; then
+		local t1
+		t1="$(kl_now)"
+		kcc_images
+		kcc_wrapper
+		kc_log "images ready in $(kl_since "$t1") s: $KCC_IMAGE_PAUSE $KCC_IMAGE_BUSYBOX $KCC_IMAGE_FLEXVOL"
+	fi
 	kc_start_control_plane 1
 
 	i=0
@@ -281,8 +314,12 @@ kc_up() {
 		nd="$(kc_node_dir "$node")"
 		mkdir -p "$nd/root" "$nd/plugins" "$nd/pki"
 		kc_flexvol_config "$nd"
-		kc_install_drivers "$nd/plugins"
-		kc_start_runtime "$node"
+		[ "${KC_INSTALL_DRIVERS:-1}" = 0 ] || kc_install_drivers "$nd/plugins"
+		if [ "$KC_RUNTIME" = containerd ]; then
+			kcc_start_node "$node" "$i"
+		else
+			kc_start_runtime "$node"
+		fi
 		kc_start_kubelet "$node" "$i"
 		i=$((i + 1))
 	done
@@ -305,6 +342,7 @@ kc_up_control_plane() {
 	local t0
 	t0="$(kl_now)"
 	KL_SYSCTL_SAVED=() KL_CPUINFO_BOUND=0 KL_CGROUP_MOUNTED=0 KL_CREATED_HOST_DIRS=()
+	KC_RUNTIME=none
 	kc_write_state
 	kc_start_control_plane 0
 	kc_wait_for "the default service account" 180 kc_kubectl -n default get serviceaccount default
@@ -335,7 +373,7 @@ kc_init_dir() {
 # kc_write_state: DIR/state, what kc_load (and so kc_down) reads back.
 kc_write_state() {
 	{
-		declare -p KC_BIN KC_FLEXVOL KC_NODES
+		declare -p KC_BIN KC_FLEXVOL KC_NODES KC_RUNTIME KCC_BRIDGES KCC_CGROUP_DIRS
 		declare -p KL_SYSCTL_SAVED KL_CPUINFO_BOUND KL_CGROUP_MOUNTED KL_CREATED_HOST_DIRS
 		echo "KC_PORT_BASE=${KC_PORT_BASE:-17000}"
 	} | sed 's/^declare /declare -g /' >"$KC_DIR/state" # (-g: kc_load sources it in a function)
@@ -354,6 +392,7 @@ kc_start_control_plane() {
 		clients+=("$node=system:node:$node/system:nodes")
 	done
 	"$KC_BIN/flexvol-pki" "$KC_DIR/pki" "${clients[@]}" || kc_fail "flexvol-pki failed"
+	if [ "${KC_RUNTIME:-fake}" = containerd ]; then kcc_api_cert; fi
 	kc_write_kubeconfig "$KC_DIR/admin.kubeconfig" admin
 	kc_write_kubeconfig "$KC_DIR/kcm.kubeconfig" kcm
 	kc_write_kubeconfig "$KC_DIR/scheduler.kubeconfig" scheduler
@@ -367,7 +406,10 @@ export PATH="$KC_BIN:\$PATH"
 EOF
 
 	# etcd, TLS for clients (mutual) and peers, on loopback.
-	local pki="$KC_DIR/pki" etcd_url
+	local pki="$KC_DIR/pki" etcd_url bind=127.0.0.1
+	# Pods (real containers) reach the API server through their node's bridge at KCC_API_HOST, an
+	# address of this machine (no kube-proxy here): then it listens on every address, as usual.
+	if [ "${KC_RUNTIME:-fake}" = containerd ]; then bind=0.0.0.0; fi
 	etcd_url="https://127.0.0.1:$(kc_port etcd)"
 	kc_spawn etcd "$KC_DIR/logs/etcd.log" "$KC_BIN/etcd" --name flexvol --data-dir "$KC_DIR/etcd" \
 		--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
@@ -383,7 +425,7 @@ EOF
 	kc_spawn kube-apiserver "$KC_DIR/logs/kube-apiserver.log" "$KC_BIN/kube-apiserver" \
 		--etcd-servers="$etcd_url" --etcd-cafile="$pki/ca.crt" \
 		--etcd-certfile="$pki/etcd-client.crt" --etcd-keyfile="$pki/etcd-client.key" \
-		--bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+		--bind-address="$bind" --advertise-address=127.0.0.1 \
 		--secure-port="$(kc_port apiserver)" --insecure-port=0 \
 		--tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
 		--client-ca-file="$pki/ca.crt" --anonymous-auth=false \
@@ -418,6 +460,10 @@ kc_down() {
 	kc_load "$dir" || return 0
 	# Kubelets first (they call the drivers), then the controllers, etcd last.
 	for name in $(awk '$1 ~ /^kubelet-/ { print $1 }' "$KC_DIR/pids"); do kc_stop_name "$name" 10; done
+	if [ "${KC_RUNTIME:-fake}" = containerd ]; then
+		for node in "${KC_NODES[@]}"; do kcc_node_down "$node"; done
+		kcc_down_bridges
+	fi
 	for name in kube-controller-manager kube-scheduler kube-apiserver etcd; do kc_stop_name "$name" 10; done
 	while read -r name pid; do kc_stop_name "$name" 5; done < <(cat "$KC_DIR/pids")
 	for node in "${KC_NODES[@]}"; do

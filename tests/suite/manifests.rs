@@ -39,7 +39,10 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let p = e.unwrap().path();
         if p.is_dir() {
             yaml_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
+        } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml")
+            // kustomize's file, not an API object (contract_manifests_kustomization_lists_every_manifest)
+            && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+        {
             out.push(p);
         }
     }
@@ -683,4 +686,50 @@ fn contract_manifests_provisioner_runs_in_the_hosts_mount_namespace() {
             v["name"]
         );
     }
+}
+
+/// Issue #23: `kubectl apply -k drivers/deploy` is the documented install. Its kustomization lists
+/// every object manifest of the directory (not the kube-controller-manager static-pod snippet) and
+/// names the DaemonSet's image, the one place a user sets it. (tests/cluster/e2e `manifests`
+/// checks with kubectl's own kustomize that `apply -k` gives exactly these objects.)
+#[test]
+fn contract_manifests_kustomization_lists_every_manifest() {
+    let dir = repo().join("drivers/deploy");
+    let text = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+    let k = to_json(&YamlLoader::load_from_str(&text).unwrap()[0]);
+    assert_eq!(k["kind"], "Kustomization");
+    let listed: std::collections::BTreeSet<String> = k["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    let mut files = Vec::new();
+    yaml_files(&dir, &mut files);
+    let want: std::collections::BTreeSet<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_str().unwrap().to_owned())
+        .filter(|n| n != "kube-controller-manager.yaml")
+        .collect();
+    assert_eq!(
+        listed, want,
+        "kustomization.yaml resources vs the manifests in drivers/deploy"
+    );
+    let docs = docs(&dir);
+    let ds = of_kind(&docs, "DaemonSet");
+    let images: std::collections::BTreeSet<String> =
+        ds[0]["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["image"].as_str().unwrap().to_owned())
+            .collect();
+    assert_eq!(images.len(), 1, "one image for every container: {images:?}");
+    let image = images.into_iter().next().unwrap();
+    let name = image.rsplit_once(':').map_or(image.as_str(), |(n, _)| n);
+    let set = k["images"].as_array().expect("images");
+    assert!(
+        set.iter().any(|i| i["name"] == name),
+        "kustomization.yaml images: does not name {name}"
+    );
 }
