@@ -7,7 +7,7 @@
 //! (`pthread_getattr_np`, which reads and parses `/proc/self/maps`), maps an alternate signal
 //! stack and installs SIGSEGV/SIGBUS handlers to report a stack overflow, ignores SIGPIPE and
 //! polls the standard descriptors: 0.07–0.11x of the hostPath mount+unmount pair, measured
-//! against the floor (README "Performance"). So `main` here is the C `main` (`#![no_main]`), and
+//! against the floor (docs/performance.md). So `main` here is the C `main` (`#![no_main]`), and
 //! [`flexvol::sys::process::start`] does the two parts a driver needs, in safe code: descriptors
 //! 0–2 open, SIGPIPE blocked rather than ignored. What is given up is std's "stack overflow"
 //! message: an overflow still ends the process (SIGSEGV) without a reply, as it did with it.

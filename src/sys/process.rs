@@ -25,7 +25,7 @@
 //! a thread cannot end a process stuck in an uninterruptible wait. Without the guard, SIGTERM
 //! stays blocked and pending: the call finishes its local work and answers normally.
 //! flexvol's own config, state, lock and log locations are, like the config file, read without
-//! the guard: they must be on local filesystems (README "Node configuration").
+//! the guard: they must be on local filesystems (docs/configuration.md, "The node config file").
 //!
 //! Children run in their own process groups (see `exec`), so killing the group also reaches the
 //! grandchildren a tool may fork.
