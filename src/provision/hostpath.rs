@@ -127,6 +127,23 @@ fn locate_pv(
     }
 }
 
+/// The pod (`namespace/name`) that has the hostPath volume `pv` mounted on this node, by the
+/// hostpath driver's records (written before a mount, removed after its unmount; the provisioner
+/// and the driver share the node's `stateDir`); `Err` when a record cannot be read.
+fn mounted_by(cfg: &Config, pv: &str) -> Result<Option<String>, String> {
+    let store = crate::node::state::StateStore::new(&cfg.state_dir, "hostpath");
+    for (_, rec) in store.list() {
+        match rec {
+            Ok(r) if r.volume.as_deref() == Some(pv) => {
+                return Ok(Some(r.pod.unwrap_or_else(|| "?".into())));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(None)
+}
+
 impl HostPathProvisioner {
     /// The source of a clone: its root, relative and full path, and the device and inode its
     /// record names (`None` for an old volume without a record) — only when its directory is
@@ -152,22 +169,14 @@ impl HostPathProvisioner {
             DirState::Owned(r) => Some((r.dev, r.ino)),
             _ => None,
         };
-        let store = crate::node::state::StateStore::new(&cfg.state_dir, "hostpath");
-        for (_, rec) in store.list() {
-            match rec {
-                Ok(r) if r.volume.as_deref() == Some(name.as_str()) => {
-                    return Err(Refusal::Fail(format!(
-                        "waiting: its source volume {name} is mounted on this node (by pod {}); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)",
-                        r.pod.as_deref().unwrap_or("?")
-                    )));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    return Err(Refusal::Fail(format!(
-                        "cannot tell whether its source is in use: {e}; retrying"
-                    )));
-                }
-            }
+        if let Some(pod) = mounted_by(cfg, &name).map_err(|e| {
+            Refusal::Fail(format!(
+                "cannot tell whether its source is in use: {e}; retrying"
+            ))
+        })? {
+            return Err(Refusal::Fail(format!(
+                "waiting: its source volume {name} is mounted on this node (by pod {pod}); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)"
+            )));
         }
         Ok((root, rel, path, expect))
     }
@@ -287,8 +296,19 @@ impl Provisioner for HostPathProvisioner {
         };
         let runner = (self.runner)(cfg);
         if source.is_some() && matches!(read_record(root, req.pv_name), Ok(Some(_))) {
-            // A clone an earlier pass made but may not have finished copying (no PV exists for
-            // it yet, so nothing has mounted it): removed, and copied again from the start.
+            // A clone an earlier pass made but may not have finished copying (the reconciler
+            // read from the server that no PV exists for it, so no pod can use it; the driver's
+            // records are asked too): removed, and copied again from the start.
+            match mounted_by(cfg, req.pv_name) {
+                Ok(None) => {}
+                Ok(Some(pod)) => {
+                    return Err(Refusal::Fail(format!(
+                        "{} is mounted by pod {pod} although it has no PV; left alone",
+                        req.pv_name
+                    )));
+                }
+                Err(e) => return Err(Refusal::Fail(format!("{e}; retrying"))),
+            }
             self.discard(&*runner, root, &rel, req)?;
         }
         let path =
@@ -462,5 +482,112 @@ mod tests {
         let done = p.delete(&cfg, &pv).unwrap();
         assert!(done.starts_with("removed "), "{done}");
         assert!(!dir.exists());
+    }
+
+    /// A clone through the provisioner: the data of a provisioned source, a source the driver
+    /// has mounted waits, a directory that is not the source PV's is refused, nothing left.
+    #[test]
+    fn a_clone_copies_its_source_and_waits_while_it_is_mounted() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        let mut cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Default::default()
+        };
+        cfg.local_path = serde_json::from_value(serde_json::json!({
+            "nodePathMap": [{"node": "n", "paths": [root]}]
+        }))
+        .unwrap();
+        let fake = Arc::new(FakeRunner::new());
+        let mut p = HostPathProvisioner::with_runner("flexvol/hostpath".into(), fake);
+        let claim = PersistentVolumeClaim::default();
+        let params = BTreeMap::new();
+        let modes = ["ReadWriteOnce".to_owned()];
+        let req = |pv: &'static str, uid: &'static str, source| Request {
+            pv_name: pv,
+            claim: &claim,
+            namespace: "ns",
+            name: uid,
+            uid,
+            class_name: "local",
+            params: &params,
+            size_bytes: 1 << 20,
+            access_modes: &modes,
+            node: "n",
+            source,
+        };
+        let made = p.provision(&cfg, &req("pvc-u1", "u1", None)).unwrap();
+        let src = PathBuf::from(&made.location);
+        std::fs::create_dir(src.join("d")).unwrap();
+        std::fs::write(src.join("d/f"), b"hello").unwrap();
+        let src_pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-u1", "annotations": {ANN_NODE: "n"}},
+            "spec": {"claimRef": {"uid": "u1"},
+                     "flexVolume": {"driver": "flexvol/hostpath", "options": made.options}}
+        }))
+        .unwrap();
+
+        // Mounted by a pod on this node (the driver's record): waits, nothing made.
+        let store = crate::node::state::StateStore::new(&cfg.state_dir, "hostpath");
+        let rec = crate::node::state::VolumeRecord {
+            backend: "hostpath".into(),
+            verb: "mount".into(),
+            target: d.path().join("pod-target"),
+            mount_point: None,
+            source: made.location.clone(),
+            read_only: false,
+            volume: Some("pvc-u1".into()),
+            pod: Some("ns/writer".into()),
+            pod_uid: None,
+            since: 0,
+            extra: BTreeMap::new(),
+        };
+        store.save(&rec).unwrap();
+        let e = p
+            .provision(&cfg, &req("pvc-u2", "u2", Some(&src_pv)))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Fail(w) if w.starts_with("waiting: its source volume pvc-u1 is mounted") && w.contains("ns/writer")),
+            "{e:?}"
+        );
+        let clone_dir = root.canonicalize().unwrap().join("pvc-u2_ns_u2");
+        assert!(!clone_dir.exists());
+        store.remove(&rec.target).unwrap();
+
+        // Not mounted: copied.
+        let made2 = p
+            .provision(&cfg, &req("pvc-u2", "u2", Some(&src_pv)))
+            .unwrap();
+        assert_eq!(made2.location, clone_dir.display().to_string());
+        assert_eq!(std::fs::read(clone_dir.join("d/f")).unwrap(), b"hello");
+        let note = &made2.annotations[ANN_CLONED_FROM];
+        assert!(note.starts_with("pvc-u1 (1 files"), "{note}");
+        // Again (a pass killed after the copy, before the PV): made over, same data.
+        std::fs::write(clone_dir.join("stray"), b"half").unwrap();
+        let again = p
+            .provision(&cfg, &req("pvc-u2", "u2", Some(&src_pv)))
+            .unwrap();
+        assert_eq!(again.location, made2.location);
+        assert!(!clone_dir.join("stray").exists());
+        assert_eq!(std::fs::read(clone_dir.join("d/f")).unwrap(), b"hello");
+
+        // A PV whose claim uid is not the one the directory was made for: not ours, refused.
+        let mut forged = src_pv.clone();
+        forged
+            .spec
+            .as_mut()
+            .unwrap()
+            .claim_ref
+            .as_mut()
+            .unwrap()
+            .uid = Some("u9".into());
+        let e = p
+            .provision(&cfg, &req("pvc-u3", "u3", Some(&forged)))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Fail(w) if w.starts_with("its source:")),
+            "{e:?}"
+        );
+        assert!(!root.join("pvc-u3_ns_u3").exists());
     }
 }

@@ -338,6 +338,7 @@ mod clone_tests {
         .unwrap()
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn pv(
         name: &str,
         ns: &str,

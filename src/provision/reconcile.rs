@@ -971,6 +971,16 @@ impl<C: Cluster> Reconciler<C> {
                     },
                     None => None,
                 };
+                // A clone's backend may remove and redo a copy an earlier pass left (it cannot
+                // tell a finished copy from a half one): only while its PV does not exist, which
+                // is read from the server, not the cache, which may lag behind our own create.
+                match self.cluster.get_volume(&pv_name).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Step::Skip,
+                    Err(e) => {
+                        return Step::Fail(format!("cannot read PV {pv_name}: {e}; retrying"));
+                    }
+                }
                 if let Err(why) = check_clone_source(
                     ns,
                     &class_name,

@@ -134,12 +134,13 @@ fn copy_dir(
             let from = open_file(src, name.as_os_str()).map_err(|e| fail("open", e))?;
             let to =
                 create_new_file(dst, name.as_os_str(), 0o600).map_err(|e| fail("create", e))?;
-            if copy_file(&from, &to, st.st_size as u64).map_err(|e| fail("copy", e))? {
+            let size = u64::try_from(st.st_size).unwrap_or(0);
+            if copy_file(&from, &to, size).map_err(|e| fail("copy", e))? {
                 out.reflinked += 1;
             }
             own(&to, &st).map_err(|e| fail("set the owner and mode of", e))?;
             out.files += 1;
-            out.bytes += st.st_size as u64;
+            out.bytes += size;
         } else if kind == SFlag::S_IFLNK {
             let target = rustix::fs::readlinkat(src, name.as_os_str(), Vec::new())
                 .map_err(|e| fail("read the link", rx(e)))?;
@@ -199,9 +200,15 @@ fn copy_file(from: &OwnedFd, to: &OwnedFd, size: u64) -> nix::Result<bool> {
     let mut left = size;
     let mut fallback = false;
     while left > 0 {
-        match rustix::fs::copy_file_range(from, None, to, None, left.min(1 << 30) as usize) {
+        match rustix::fs::copy_file_range(
+            from,
+            None,
+            to,
+            None,
+            usize::try_from(left.min(1 << 30)).unwrap_or(1 << 20),
+        ) {
             Ok(0) => break, // the file shrank meanwhile
-            Ok(n) => left -= n as u64,
+            Ok(n) => left = left.saturating_sub(u64::try_from(n).unwrap_or(u64::MAX)),
             Err(rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS)
                 if left == size =>
             {
@@ -225,4 +232,179 @@ fn copy_file(from: &OwnedFd, to: &OwnedFd, size: u64) -> nix::Result<bool> {
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::dirfd::open_dir;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    use std::path::Path;
+
+    fn copy(src: &Path, dst: &Path) -> Result<Copied, String> {
+        std::fs::create_dir_all(dst).unwrap();
+        copy_tree(
+            &open_dir(src).unwrap(),
+            &open_dir(dst).unwrap(),
+            &[".marker"],
+        )
+    }
+
+    #[test]
+    fn an_unprivileged_tree_is_copied_with_modes_and_links_as_links() {
+        let d = tempfile::tempdir().unwrap();
+        let d = d.path().canonicalize().unwrap();
+        let (src, dst) = (d.join("src"), d.join("dst"));
+        std::fs::create_dir_all(src.join("a/b")).unwrap();
+        std::fs::write(src.join(".marker"), b"ours").unwrap();
+        std::fs::write(src.join("a/b/data"), vec![7u8; 300_000]).unwrap();
+        std::fs::write(src.join("empty"), b"").unwrap();
+        std::fs::set_permissions(src.join("a/b/data"), PermissionsExt::from_mode(0o640)).unwrap();
+        std::fs::set_permissions(src.join("a"), PermissionsExt::from_mode(0o2750)).unwrap();
+        std::fs::write(d.join("secret"), b"not the volume's").unwrap();
+        std::os::unix::fs::symlink(d.join("secret"), src.join("out-abs")).unwrap();
+        std::os::unix::fs::symlink("../../../secret", src.join("a/b/out-rel")).unwrap();
+        // A directory that cannot be written once made still gets its contents.
+        std::fs::create_dir(src.join("ro")).unwrap();
+        std::fs::write(src.join("ro/f"), b"x").unwrap();
+        std::fs::set_permissions(src.join("ro"), PermissionsExt::from_mode(0o500)).unwrap();
+        nix::unistd::mkfifo(&src.join("fifo"), Mode::from_bits_truncate(0o620)).unwrap();
+        std::fs::set_permissions(src.join("fifo"), PermissionsExt::from_mode(0o620)).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+
+        let c = copy(&src, &dst).unwrap();
+        assert_eq!(
+            (c.files, c.dirs, c.symlinks, c.fifos, c.skipped, c.bytes),
+            (3, 3, 2, 1, 1, 300_001),
+            "{c:?}"
+        );
+        assert!(
+            !dst.join(".marker").exists(),
+            "the source's marker is not copied"
+        );
+        assert_eq!(
+            std::fs::read(dst.join("a/b/data")).unwrap(),
+            vec![7u8; 300_000]
+        );
+        assert_eq!(std::fs::read(dst.join("ro/f")).unwrap(), b"x");
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        assert_eq!(mode(&dst.join("a/b/data")), 0o640);
+        assert_eq!(mode(&dst.join("a")), 0o2750);
+        assert_eq!(mode(&dst.join("ro")), 0o500);
+        assert_eq!(mode(&dst.join("fifo")), 0o620);
+        assert!(
+            std::fs::symlink_metadata(dst.join("fifo"))
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+        assert!(!dst.join("sock").exists(), "a socket is not copied");
+        // Links stay links with the same text; no byte of what they point at is copied.
+        for (l, t) in [
+            ("out-abs", d.join("secret")),
+            ("a/b/out-rel", "../../../secret".into()),
+        ] {
+            assert!(
+                std::fs::symlink_metadata(dst.join(l))
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
+            assert_eq!(std::fs::read_link(dst.join(l)).unwrap(), t);
+        }
+        let total: u64 = walk(&dst);
+        assert_eq!(total, 300_001, "only the volume's own bytes");
+        // The copy is a copy: writing it leaves the source alone (reflinked or not).
+        std::fs::write(dst.join("a/b/data"), b"changed").unwrap();
+        assert_eq!(std::fs::read(src.join("a/b/data")).unwrap().len(), 300_000);
+        std::fs::set_permissions(src.join("ro"), PermissionsExt::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(dst.join("ro"), PermissionsExt::from_mode(0o700)).unwrap();
+    }
+
+    /// Bytes of the regular files below `p`, no link followed.
+    fn walk(p: &Path) -> u64 {
+        let mut n = 0;
+        for e in std::fs::read_dir(p).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                n += walk(&e.path());
+            } else if t.is_file() {
+                n += e.metadata().unwrap().len();
+            }
+        }
+        n
+    }
+
+    #[test]
+    #[allow(clippy::print_stderr)] // says why it is skipped
+    fn root_owners_are_kept_devices_are_not_minted_and_a_mount_inside_fails_the_copy() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root (chown, mknod, mount)");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let d = d.path().canonicalize().unwrap();
+        let (src, dst) = (d.join("src"), d.join("dst"));
+        std::fs::create_dir_all(src.join("sub/mnt")).unwrap();
+        std::fs::write(src.join("sub/f"), b"owned").unwrap();
+        std::fs::set_permissions(src.join("sub/f"), PermissionsExt::from_mode(0o4755)).unwrap();
+        nix::unistd::chown(
+            &src.join("sub/f"),
+            Some(Uid::from_raw(1234)),
+            Some(Gid::from_raw(5678)),
+        )
+        .unwrap();
+        std::fs::set_permissions(src.join("sub/f"), PermissionsExt::from_mode(0o4755)).unwrap();
+        nix::unistd::chown(
+            &src.join("sub"),
+            Some(Uid::from_raw(1234)),
+            Some(Gid::from_raw(5678)),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", src.join("sub/shadow")).unwrap();
+        nix::unistd::fchownat(
+            nix::fcntl::AT_FDCWD,
+            &src.join("sub/shadow"),
+            Some(Uid::from_raw(1234)),
+            None,
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+        // A device node (as /dev/null): never recreated in a tenant's copy.
+        mknodat(
+            nix::fcntl::AT_FDCWD,
+            &src.join("null"),
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        let c = copy(&src, &dst).unwrap();
+        assert_eq!((c.files, c.skipped, c.symlinks), (1, 1, 1), "{c:?}");
+        assert!(std::fs::symlink_metadata(dst.join("null")).is_err());
+        let m = std::fs::metadata(dst.join("sub/f")).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1234, 5678, 0o4755));
+        let m = std::fs::metadata(dst.join("sub")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (1234, 5678));
+        let m = std::fs::symlink_metadata(dst.join("sub/shadow")).unwrap();
+        assert!(m.file_type().is_symlink());
+        assert_eq!(m.uid(), 1234);
+
+        // A mount inside the source: the copy fails and says where.
+        nix::mount::mount(
+            Some("tmpfs"),
+            &src.join("sub/mnt"),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .unwrap();
+        std::fs::write(src.join("sub/mnt/other-fs"), b"not the volume").unwrap();
+        let e = copy(&src, &d.join("dst2"));
+        nix::mount::umount2(&src.join("sub/mnt"), nix::mount::MntFlags::MNT_DETACH).unwrap();
+        let e = e.unwrap_err();
+        assert!(e.contains("sub/mnt is a mount point"), "{e}");
+        assert!(!d.join("dst2/sub/mnt/other-fs").exists());
+    }
 }
