@@ -57,11 +57,11 @@ scenario_clone() {
 		fail "the API server dropped c-clone's dataSource: '$(jp pvc c-clone '{.spec.dataSource}')'"
 	pod p-clone c-clone
 	wait_until "c-clone to wait for its mounted source" 90 has_event c-clone \
-		"ProvisioningFailed: waiting: its source volume $src_pv is mounted on this node \\(by pod default/p-src\\)"
+		"ProvisioningFailed: .*waiting: its source volume $src_pv is mounted on this node \\(by pod default/p-src\\)"
 	clone_pv="$(pv_of c-clone)"
 	gone pv "$clone_pv" || fail "a PV for c-clone while its source is mounted"
 	[ "$(dirs_in_root)" = 1 ] || fail "something was made beside the source: $(ls -A "$ROOT_A")"
-	pass "clone: the API server kept dataSource PersistentVolumeClaim/c-src; while p-src runs: '$(first_event c-clone 'ProvisioningFailed: waiting.*' 160)...'; no PV, nothing made"
+	pass "clone: the API server kept dataSource PersistentVolumeClaim/c-src; while p-src runs: '$(first_event c-clone 'waiting: its source.*' 160)...'; no PV, nothing made"
 
 	# The source released: copied.
 	delete_pod p-src
@@ -90,7 +90,7 @@ scenario_clone() {
 	clone_claim tenant-b c-steal c-src 1Gi
 	ns_pod tenant-b p-steal c-steal
 	wait_until "ProvisioningFailed on tenant-b/c-steal" 90 has_event c-steal \
-		'ProvisioningFailed: its source claim tenant-b/c-src does not exist'
+		'ProvisioningFailed: .*its source claim tenant-b/c-src does not exist'
 	sleep 4 # more than a resync
 	n="$(kc_kubectl get pv -o name | grep -c "pvc-$(ns_jp tenant-b pvc c-steal '{.metadata.uid}')" || true)"
 	[ "$n" = 0 ] || fail "a PV was made for tenant-b/c-steal"
@@ -100,7 +100,7 @@ scenario_clone() {
 	# Smaller than the source: refused.
 	clone_claim default c-small c-src 1Mi
 	pod p-small c-small
-	wait_until "ProvisioningFailed on c-small" 90 has_event c-small 'ProvisioningFailed: it requests 1048576 bytes, less than its source default/c-src'
+	wait_until "ProvisioningFailed on c-small" 90 has_event c-small 'ProvisioningFailed: .*it requests 1048576 bytes, less than its source default/c-src'
 	gone pv "$(pv_of c-small)" || fail "a PV for c-small"
 	[ "$(dirs_in_root)" = 2 ] || fail "something was made for c-small: $(ls -A "$ROOT_A")"
 	pass "clone: a 1Mi clone of a 1Gi source -> '$(first_event c-small 'ProvisioningFailed: .*' 120)...'; nothing made"
