@@ -18,8 +18,9 @@ use super::provisioner::{
     ANN_NODE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
 };
 use super::volumedir::{
-    Deleted, DirParams, Marker, Root, create_volume_dir, default_rel_path, delete_volume_dir,
-    expand_pattern, finish_deletes, locate, read_record, usable_roots,
+    Deleted, DirParams, DirState, MARKER, Marker, Root, check_ours, create_volume_dir,
+    default_rel_path, delete_volume_dir, expand_pattern, finish_deletes, locate, read_record,
+    usable_roots,
 };
 use crate::node::capability::{self, Key, Location, node_key_path};
 use crate::node::config::Config;
@@ -30,6 +31,11 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+pub mod copy;
+
+/// PV annotation of a clone: the PV it was copied from, and what the copy did.
+pub const ANN_CLONED_FROM: &str = "flexvol/cloned-from";
 
 /// The hostPath kind: node-local, one writer node.
 pub const KIND: Kind = Kind {
@@ -122,6 +128,101 @@ fn locate_pv(
     }
 }
 
+/// The pod (`namespace/name`) that has the hostPath volume `pv` mounted on this node, by the
+/// hostpath driver's records (written before a mount, removed after its unmount; the provisioner
+/// and the driver share the node's `stateDir`); `Err` when a record cannot be read.
+fn mounted_by(cfg: &Config, pv: &str) -> Result<Option<String>, String> {
+    let store = crate::node::state::StateStore::new(&cfg.state_dir, "hostpath");
+    for (_, rec) in store.list() {
+        match rec {
+            Ok(r) if r.volume.as_deref() == Some(pv) => {
+                return Ok(Some(r.pod.unwrap_or_else(|| "?".into())));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(None)
+}
+
+impl HostPathProvisioner {
+    /// The source of a clone: its root, relative and full path, and the device and inode its
+    /// record names (`None` for an old volume without a record) — only when its directory is
+    /// that PV's by our own marks (as delete checks) and no pod on this node has it mounted.
+    ///
+    /// In use: a file-by-file copy of a directory a pod is writing is neither a point-in-time
+    /// nor a crash-consistent image (files are copied at different moments), so the claim waits,
+    /// with an event, while the hostpath driver's records on this node say a pod has the source
+    /// mounted (they are written before the mount and removed after the unmount). The
+    /// provisioner and the driver share the node's `stateDir`.
+    #[allow(clippy::type_complexity)]
+    fn clone_source(
+        &self,
+        cfg: &Config,
+        pv: &PersistentVolume,
+    ) -> Result<(Root, PathBuf, PathBuf, Option<(u64, u64)>), Refusal> {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let (root, rel, path) =
+            locate_pv(cfg, pv, "it cannot be copied").map_err(|e| Refusal::Fail(e.to_string()))?;
+        let state = check_ours(&root, &rel, &name, &claim_uid_of(pv), "nothing was created")
+            .map_err(|e| Refusal::Fail(format!("its source: {e}")))?;
+        let expect = match state {
+            DirState::Owned(r) => Some((r.dev, r.ino)),
+            _ => None,
+        };
+        if let Some(pod) = mounted_by(cfg, &name).map_err(|e| {
+            Refusal::Fail(format!(
+                "cannot tell whether its source is in use: {e}; retrying"
+            ))
+        })? {
+            return Err(Refusal::Fail(format!(
+                "waiting: its source volume {name} is mounted on this node (by pod {pod}); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)"
+            )));
+        }
+        Ok((root, rel, path, expect))
+    }
+
+    /// Copies the source directory `spath` (the very inode `expect`, when recorded) into the new
+    /// volume directory `dst`.
+    fn copy_from(
+        spath: &std::path::Path,
+        expect: Option<&(u64, u64)>,
+        dst: &std::path::Path,
+    ) -> Result<copy::Copied, String> {
+        let src = crate::sys::dirfd::open_dir(spath)
+            .map_err(|e| format!("cannot open {}: {e}", spath.display()))?;
+        if let Some(want) = expect {
+            let got = crate::sys::dirfd::dev_ino(&src).map_err(|e| e.to_string())?;
+            if got != *want {
+                return Err(format!(
+                    "{} is not the directory its record names (replaced meanwhile)",
+                    spath.display()
+                ));
+            }
+        }
+        let dst = crate::sys::dirfd::open_dir(dst)
+            .map_err(|e| format!("cannot open {}: {e}", dst.display()))?;
+        copy::copy_tree(&src, &dst, &[MARKER])
+    }
+
+    /// Removes this request's own directory (a clone not finished), with its project quota.
+    fn discard(
+        &self,
+        runner: &dyn crate::sys::exec::Runner,
+        root: &Root,
+        rel: &std::path::Path,
+        req: &Request<'_>,
+    ) -> Result<(), Refusal> {
+        let project = super::quota::project_of_volume(runner, root, rel, req.pv_name);
+        delete_volume_dir(root, rel, req.pv_name, req.uid)
+            .map_err(|e| Refusal::Fail(format!("{e}; retrying")))?;
+        if let Ok(id) = project {
+            super::quota::release(runner, root, id);
+        }
+        Ok(())
+    }
+}
+
 impl Provisioner for HostPathProvisioner {
     fn kind(&self) -> &'static Kind {
         &KIND
@@ -165,10 +266,20 @@ impl Provisioner for HostPathProvisioner {
             )));
         }
         let (roots, bad) = usable_roots(&configured, true);
-        // A directory made for this PV by an earlier (killed) pass wins; else the most free space.
+        // A clone's source, checked before anything exists (ownership marks, not in use).
+        let source = match req.source {
+            Some(pv) => Some(self.clone_source(cfg, pv)?),
+            None => None,
+        };
+        // A directory made for this PV by an earlier (killed) pass wins; then, for a clone, the
+        // source's root (a reflink needs the same filesystem); else the most free space.
         let chosen = roots
             .iter()
             .find(|r| matches!(read_record(r, req.pv_name), Ok(Some(_))))
+            .or_else(|| {
+                let (sroot, _, _, _) = source.as_ref()?;
+                roots.iter().find(|r| r.real == sroot.real)
+            })
             .or_else(|| {
                 roots
                     .iter()
@@ -192,12 +303,69 @@ impl Provisioner for HostPathProvisioner {
             node: req.node.to_owned(),
             project_id: None,
         };
+        let runner = (self.runner)(cfg);
+        if source.is_some() && matches!(read_record(root, req.pv_name), Ok(Some(_))) {
+            // A clone an earlier pass made but may not have finished copying (the reconciler
+            // read from the server that no PV exists for it, so no pod can use it; the driver's
+            // records are asked too): removed, and copied again from the start.
+            match mounted_by(cfg, req.pv_name) {
+                Ok(None) => {}
+                Ok(Some(pod)) => {
+                    return Err(Refusal::Fail(format!(
+                        "{} is mounted by pod {pod} although it has no PV; left alone",
+                        req.pv_name
+                    )));
+                }
+                Err(e) => return Err(Refusal::Fail(format!("{e}; retrying"))),
+            }
+            self.discard(&*runner, root, &rel, req)?;
+        }
         let path =
             create_volume_dir(root, &rel, params.ownership, &marker).map_err(Refusal::Fail)?;
         checkpoint("provisioner-after-directory");
-        let runner = (self.runner)(cfg);
         let size = super::quota::enforce_volume(&*runner, root, &rel, req.size_bytes)
             .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
+        let mut annotations = size.annotations(req.size_bytes);
+        if let Some((_, _, spath, expect)) = &source {
+            let copied = Self::copy_from(spath, expect.as_ref(), &path);
+            checkpoint("provisioner-after-clone-copy");
+            match copied {
+                Ok(c) => {
+                    let src = req.source.and_then(|v| v.metadata.name.clone());
+                    annotations.insert(
+                        ANN_CLONED_FROM.to_owned(),
+                        format!(
+                            "{} ({} files, {} reflinked, {} bytes, {} dirs, {} symlinks, {} fifos, {} device nodes/sockets not copied)",
+                            src.unwrap_or_default(),
+                            c.files,
+                            c.reflinked,
+                            c.bytes,
+                            c.dirs,
+                            c.symlinks,
+                            c.fifos,
+                            c.skipped
+                        ),
+                    );
+                }
+                Err(why) => {
+                    // A Failure changes nothing: the half copy goes.
+                    let undo = match self.discard(&*runner, root, &rel, req) {
+                        Ok(()) => String::new(),
+                        Err(
+                            Refusal::Fail(e) | Refusal::Reschedule(e) | Refusal::Unavailable(e),
+                        ) => {
+                            format!(
+                                " (and removing the half copy failed: {e}; the next pass retries)"
+                            )
+                        }
+                    };
+                    return Err(Refusal::Fail(format!(
+                        "copying its source {} failed: {why}{undo}",
+                        spath.display()
+                    )));
+                }
+            }
+        }
         let location = path.display().to_string();
         // The PV alone may use the directory: the driver serves a path inside a provisioning
         // root only with this token for this PV and exactly this path.
@@ -209,7 +377,7 @@ impl Provisioner for HostPathProvisioner {
                 (capability::OPTION.to_owned(), token),
             ]),
             capacity_bytes: req.size_bytes,
-            annotations: size.annotations(req.size_bytes),
+            annotations,
             location,
             fs_type: None,
         })
@@ -294,6 +462,7 @@ mod tests {
             size_bytes: 1 << 20,
             access_modes: &modes,
             node: "n",
+            source: None,
         };
         let made = p.provision(&cfg, &req).unwrap();
         let dir = root.canonicalize().unwrap().join("pvc-u1_ns_c");
@@ -322,5 +491,112 @@ mod tests {
         let done = p.delete(&cfg, &pv).unwrap();
         assert!(done.starts_with("removed "), "{done}");
         assert!(!dir.exists());
+    }
+
+    /// A clone through the provisioner: the data of a provisioned source, a source the driver
+    /// has mounted waits, a directory that is not the source PV's is refused, nothing left.
+    #[test]
+    fn a_clone_copies_its_source_and_waits_while_it_is_mounted() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        let mut cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Default::default()
+        };
+        cfg.local_path = serde_json::from_value(serde_json::json!({
+            "nodePathMap": [{"node": "n", "paths": [root]}]
+        }))
+        .unwrap();
+        let fake = Arc::new(FakeRunner::new());
+        let mut p = HostPathProvisioner::with_runner("flexvol/hostpath".into(), fake);
+        let claim = PersistentVolumeClaim::default();
+        let params = BTreeMap::new();
+        let modes = ["ReadWriteOnce".to_owned()];
+        let req = |pv: &'static str, uid: &'static str, source| Request {
+            pv_name: pv,
+            claim: &claim,
+            namespace: "ns",
+            name: uid,
+            uid,
+            class_name: "local",
+            params: &params,
+            size_bytes: 1 << 20,
+            access_modes: &modes,
+            node: "n",
+            source,
+        };
+        let made = p.provision(&cfg, &req("pvc-u1", "u1", None)).unwrap();
+        let src = PathBuf::from(&made.location);
+        std::fs::create_dir(src.join("d")).unwrap();
+        std::fs::write(src.join("d/f"), b"hello").unwrap();
+        let src_pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-u1", "annotations": {ANN_NODE: "n"}},
+            "spec": {"claimRef": {"uid": "u1"},
+                     "flexVolume": {"driver": "flexvol/hostpath", "options": made.options}}
+        }))
+        .unwrap();
+
+        // Mounted by a pod on this node (the driver's record): waits, nothing made.
+        let store = crate::node::state::StateStore::new(&cfg.state_dir, "hostpath");
+        let rec = crate::node::state::VolumeRecord {
+            backend: "hostpath".into(),
+            verb: "mount".into(),
+            target: d.path().join("pod-target"),
+            mount_point: None,
+            source: made.location.clone(),
+            read_only: false,
+            volume: Some("pvc-u1".into()),
+            pod: Some("ns/writer".into()),
+            pod_uid: None,
+            since: 0,
+            extra: BTreeMap::new(),
+        };
+        store.save(&rec).unwrap();
+        let e = p
+            .provision(&cfg, &req("pvc-u2", "u2", Some(&src_pv)))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Fail(w) if w.starts_with("waiting: its source volume pvc-u1 is mounted") && w.contains("ns/writer")),
+            "{e:?}"
+        );
+        let clone_dir = root.canonicalize().unwrap().join("pvc-u2_ns_u2");
+        assert!(!clone_dir.exists());
+        store.remove(&rec.target).unwrap();
+
+        // Not mounted: copied.
+        let made2 = p
+            .provision(&cfg, &req("pvc-u2", "u2", Some(&src_pv)))
+            .unwrap();
+        assert_eq!(made2.location, clone_dir.display().to_string());
+        assert_eq!(std::fs::read(clone_dir.join("d/f")).unwrap(), b"hello");
+        let note = &made2.annotations[ANN_CLONED_FROM];
+        assert!(note.starts_with("pvc-u1 (1 files"), "{note}");
+        // Again (a pass killed after the copy, before the PV): made over, same data.
+        std::fs::write(clone_dir.join("stray"), b"half").unwrap();
+        let again = p
+            .provision(&cfg, &req("pvc-u2", "u2", Some(&src_pv)))
+            .unwrap();
+        assert_eq!(again.location, made2.location);
+        assert!(!clone_dir.join("stray").exists());
+        assert_eq!(std::fs::read(clone_dir.join("d/f")).unwrap(), b"hello");
+
+        // A PV whose claim uid is not the one the directory was made for: not ours, refused.
+        let mut forged = src_pv.clone();
+        forged
+            .spec
+            .as_mut()
+            .unwrap()
+            .claim_ref
+            .as_mut()
+            .unwrap()
+            .uid = Some("u9".into());
+        let e = p
+            .provision(&cfg, &req("pvc-u3", "u3", Some(&forged)))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Refusal::Fail(w) if w.starts_with("its source:")),
+            "{e:?}"
+        );
+        assert!(!root.join("pvc-u3_ns_u3").exists());
     }
 }

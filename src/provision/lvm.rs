@@ -215,6 +215,13 @@ impl Provisioner for LvmProvisioner {
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+        if req.source.is_some() {
+            // Not yet: a thin snapshot (crash-consistent by itself) is the plan; until then the
+            // claim is refused before anything exists.
+            return Err(Refusal::Fail(
+                "clones (dataSource) of lvm volumes are not supported by this flexvol version; remove spec.dataSource; nothing was created".into(),
+            ));
+        }
         self.with_ctx(cfg, |ctx, seams| provision(ctx, seams, req))
     }
 

@@ -622,6 +622,11 @@ impl Provisioner for NfsProvisioner {
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
+        if req.source.is_some() {
+            return Err(Refusal::Fail(
+                "clones (dataSource) of nfs volumes are not supported by this flexvol version; remove spec.dataSource; nothing was created".into(),
+            ));
+        }
         req.node.clone_into(&mut self.node);
         let class = NfsClass::parse(req.params, &cfg.nfs).map_err(Refusal::Fail)?;
         if cfg

@@ -71,6 +71,10 @@ pub struct Request<'a> {
     pub access_modes: &'a [String],
     /// This instance's node.
     pub node: &'a str,
+    /// The volume to copy (`dataSource: {kind: PersistentVolumeClaim}`), as [`check_clone_source`]
+    /// accepted it: a PV of this provisioner and class, bound to a claim of the same namespace,
+    /// no larger than the request and (node-local kinds) made on this node. `None`: an empty volume.
+    pub source: Option<&'a PersistentVolume>,
 }
 
 /// What a backend made for a claim: the PV is built from it.
@@ -160,4 +164,337 @@ pub trait Provisioner {
 
     /// Finishes work a kill left half done (tombstones); returns failures for the log.
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String>;
+}
+
+/// The claim name a claim's `dataSource` asks to copy (`None`: no data source). Only
+/// `{kind: PersistentVolumeClaim}` of the core group is taken (a clone of a claim of the same
+/// namespace: a `dataSource` has no namespace field), and its name must be a DNS-1123 subdomain,
+/// as a claim's name is, before it is used in any API path (the API server checks only that it
+/// is not empty: `other-ns/x` or `../x` would otherwise reach the URL).
+pub fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<String>, String> {
+    let Some(ds) = claim.spec.as_ref().and_then(|s| s.data_source.as_ref()) else {
+        return Ok(None);
+    };
+    let group = ds.api_group.as_deref().unwrap_or("");
+    if ds.kind != "PersistentVolumeClaim" || !group.is_empty() {
+        let kind = if group.is_empty() {
+            ds.kind.clone()
+        } else {
+            format!("{}/{}", group, ds.kind)
+        };
+        return Err(format!(
+            "its dataSource is a {kind:?}; flexvol copies only a PersistentVolumeClaim of the same namespace and class; nothing was created"
+        ));
+    }
+    let n = ds.name.as_str();
+    let valid = !n.is_empty()
+        && n.len() <= 253
+        && n.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    if !valid {
+        return Err(format!(
+            "its dataSource names {n:?}, which is not a claim name (a source must be a claim of the claim's own namespace, named by its name alone); nothing was created"
+        ));
+    }
+    Ok(Some(n.to_owned()))
+}
+
+/// Whether the claim `namespace/source_name` may be copied into a new volume of `class_name`
+/// made by `provisioner` of at least `size_bytes`, on `node` for a node-local kind (`None` for a
+/// shared kind); `Err` says why not, for the claim's event. `source_claim` is the source claim as
+/// read from the server in the new claim's own namespace (so another tenant's claim is never
+/// even read), `source_pv` the PV it is bound to. The rules (tenant isolation first):
+/// - the source is a claim of the same namespace, Bound, and the PV's `claimRef` names that very
+///   claim (namespace, name and uid): a claim never copies another tenant's volume;
+/// - the PV was provisioned by `provisioner` (the same ownership annotation delete checks; the
+///   backend checks its own marks again before reading a byte) and has the same StorageClass;
+/// - a node-local source lives on `node` (the copy is made where the data is);
+/// - the request is at least the source's size ([`ANN_SIZE`], else its capacity).
+#[allow(clippy::too_many_arguments)]
+pub fn check_clone_source(
+    namespace: &str,
+    class_name: &str,
+    provisioner: &str,
+    node: Option<&str>,
+    size_bytes: u64,
+    source_name: &str,
+    source_claim: Option<&PersistentVolumeClaim>,
+    source_pv: Option<&PersistentVolume>,
+) -> Result<(), String> {
+    let what = format!("its source claim {namespace}/{source_name}");
+    let Some(sc) = source_claim else {
+        return Err(format!(
+            "{what} does not exist (a source must be a claim of the same namespace); nothing was created"
+        ));
+    };
+    if sc.metadata.namespace.as_deref() != Some(namespace)
+        || sc.metadata.name.as_deref() != Some(source_name)
+    {
+        return Err(format!("{what} is not the claim read; nothing was created"));
+    }
+    let bound_to = sc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|v| !v.is_empty());
+    let phase = sc.status.as_ref().and_then(|s| s.phase.as_deref());
+    let (Some(pv_name), Some("Bound")) = (bound_to, phase) else {
+        return Err(format!(
+            "{what} is not Bound yet; waiting (a clone copies a provisioned volume)"
+        ));
+    };
+    let Some(pv) = source_pv.filter(|v| v.metadata.name.as_deref() == Some(pv_name)) else {
+        return Err(format!(
+            "{what} is bound to PV {pv_name}, which cannot be read; retrying"
+        ));
+    };
+    let ann = |k: &str| {
+        pv.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+    };
+    let spec = pv.spec.as_ref();
+    let cref = spec.and_then(|s| s.claim_ref.as_ref());
+    if cref.and_then(|r| r.namespace.as_deref()) != Some(namespace)
+        || cref.and_then(|r| r.name.as_deref()) != Some(source_name)
+        || cref.and_then(|r| r.uid.as_deref()).is_none()
+        || cref.and_then(|r| r.uid.as_deref()) != sc.metadata.uid.as_deref()
+    {
+        return Err(format!(
+            "{what}: PV {pv_name} is not bound to that claim; nothing was created"
+        ));
+    }
+    if ann(super::api::ANN_PROVISIONED_BY) != Some(provisioner) {
+        return Err(format!(
+            "{what}: PV {pv_name} was not provisioned by {provisioner}; flexvol copies only volumes it made, of the same class; nothing was created"
+        ));
+    }
+    let src_class = spec
+        .and_then(|s| s.storage_class_name.as_deref())
+        .unwrap_or("");
+    if src_class != class_name {
+        return Err(format!(
+            "{what} is of StorageClass {src_class:?}, not {class_name:?}; a clone must be of its source's class; nothing was created"
+        ));
+    }
+    if pv.metadata.deletion_timestamp.is_some() {
+        return Err(format!(
+            "{what}: PV {pv_name} is being deleted; nothing was created"
+        ));
+    }
+    if let Some(node) = node {
+        let src_node = ann(ANN_NODE).unwrap_or("");
+        if src_node != node {
+            return Err(format!(
+                "{what} lives on node {src_node:?}, and this claim's pod was scheduled to {node:?}: a node-local volume is copied on the node that holds it; schedule the pod to {src_node:?} (nodeAffinity/nodeSelector) and recreate the claim; nothing was created"
+            ));
+        }
+    }
+    let src_size = ann(ANN_SIZE)
+        .and_then(|s| s.parse::<u64>().ok())
+        .or_else(|| {
+            spec.and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage"))
+                .and_then(|q| crate::protocol::quantity::parse_size(&q.0).ok())
+        });
+    let Some(src_size) = src_size else {
+        return Err(format!(
+            "{what}: PV {pv_name} has no size; nothing was created"
+        ));
+    };
+    if size_bytes < src_size {
+        return Err(format!(
+            "it requests {size_bytes} bytes, less than its source {namespace}/{source_name} ({src_size} bytes); a clone is at least as large as its source: request {src_size} or more; nothing was created"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod clone_tests {
+    use super::*;
+
+    const P: &str = "flexvol/hostpath";
+
+    fn claim(
+        ns: &str,
+        name: &str,
+        uid: &str,
+        volume: Option<&str>,
+        phase: &str,
+    ) -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": ns, "name": name, "uid": uid},
+            "spec": {"volumeName": volume, "storageClassName": "local"},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pv(
+        name: &str,
+        ns: &str,
+        claim: &str,
+        uid: &str,
+        by: &str,
+        class: &str,
+        node: &str,
+        size: u64,
+    ) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "annotations": {
+                "pv.kubernetes.io/provisioned-by": by, ANN_NODE: node, ANN_SIZE: size.to_string()}},
+            "spec": {"storageClassName": class,
+                     "claimRef": {"namespace": ns, "name": claim, "uid": uid}}
+        }))
+        .unwrap()
+    }
+
+    /// The source `a/src` (uid u1) bound to `pvc-u1`, ours, class `local`, on node `n`, 1 MiB.
+    fn fixture() -> (PersistentVolumeClaim, PersistentVolume) {
+        (
+            claim("a", "src", "u1", Some("pvc-u1"), "Bound"),
+            pv("pvc-u1", "a", "src", "u1", P, "local", "n", 1 << 20),
+        )
+    }
+
+    fn check(
+        ns: &str,
+        node: Option<&str>,
+        size: u64,
+        sc: Option<&PersistentVolumeClaim>,
+        v: Option<&PersistentVolume>,
+    ) -> Result<(), String> {
+        check_clone_source(ns, "local", P, node, size, "src", sc, v)
+    }
+
+    #[test]
+    fn same_namespace_class_node_and_size_is_accepted() {
+        let (sc, v) = fixture();
+        assert_eq!(check("a", Some("n"), 1 << 20, Some(&sc), Some(&v)), Ok(()));
+        assert_eq!(check("a", Some("n"), 2 << 20, Some(&sc), Some(&v)), Ok(()));
+        // A shared kind (NFS): any node.
+        assert_eq!(check("a", None, 1 << 20, Some(&sc), Some(&v)), Ok(()));
+    }
+
+    #[test]
+    fn another_namespace_is_refused() {
+        let (sc, v) = fixture();
+        // The reconciler reads the source in the new claim's namespace: another tenant's claim
+        // of that name is not found, and nothing else is read.
+        let e = check("b", Some("n"), 1 << 20, None, None).unwrap_err();
+        assert!(e.contains("b/src does not exist"), "{e}");
+        // Were a claim of another namespace handed in anyway, it is refused.
+        let e = check("b", Some("n"), 1 << 20, Some(&sc), Some(&v)).unwrap_err();
+        assert!(e.contains("not the claim read"), "{e}");
+        // A PV whose claimRef names another namespace's claim (or another uid) is refused.
+        let other = pv("pvc-u1", "b", "src", "u1", P, "local", "n", 1 << 20);
+        let e = check("a", Some("n"), 1 << 20, Some(&sc), Some(&other)).unwrap_err();
+        assert!(e.contains("not bound to that claim"), "{e}");
+        let other = pv("pvc-u1", "a", "src", "u9", P, "local", "n", 1 << 20);
+        assert!(check("a", Some("n"), 1 << 20, Some(&sc), Some(&other)).is_err());
+    }
+
+    #[test]
+    fn another_class_or_not_ours_is_refused() {
+        let (sc, _) = fixture();
+        let v = pv("pvc-u1", "a", "src", "u1", P, "other", "n", 1 << 20);
+        let e = check("a", Some("n"), 1 << 20, Some(&sc), Some(&v)).unwrap_err();
+        assert!(e.contains("StorageClass \"other\""), "{e}");
+        let v = pv(
+            "pvc-u1",
+            "a",
+            "src",
+            "u1",
+            "someone/else",
+            "local",
+            "n",
+            1 << 20,
+        );
+        let e = check("a", Some("n"), 1 << 20, Some(&sc), Some(&v)).unwrap_err();
+        assert!(e.contains("not provisioned by flexvol/hostpath"), "{e}");
+        let v = pv(
+            "pvc-u1",
+            "a",
+            "src",
+            "u1",
+            "flexvol/lvm",
+            "local",
+            "n",
+            1 << 20,
+        );
+        assert!(check("a", Some("n"), 1 << 20, Some(&sc), Some(&v)).is_err());
+    }
+
+    #[test]
+    fn another_node_is_refused() {
+        let (sc, v) = fixture();
+        let e = check("a", Some("m"), 1 << 20, Some(&sc), Some(&v)).unwrap_err();
+        assert!(e.contains("lives on node \"n\""), "{e}");
+    }
+
+    #[test]
+    fn a_smaller_request_is_refused() {
+        let (sc, v) = fixture();
+        let e = check("a", Some("n"), (1 << 20) - 1, Some(&sc), Some(&v)).unwrap_err();
+        assert!(e.contains("less than its source"), "{e}");
+    }
+
+    #[test]
+    fn an_unbound_source_waits() {
+        let sc = claim("a", "src", "u1", None, "Pending");
+        let e = check("a", Some("n"), 1 << 20, Some(&sc), None).unwrap_err();
+        assert!(e.contains("not Bound"), "{e}");
+        let (sc, _) = fixture();
+        let e = check("a", Some("n"), 1 << 20, Some(&sc), None).unwrap_err();
+        assert!(e.contains("cannot be read"), "{e}");
+    }
+
+    #[test]
+    fn only_a_claim_named_by_a_plain_name_is_a_source() {
+        let with = |ds: serde_json::Value| -> PersistentVolumeClaim {
+            serde_json::from_value(serde_json::json!({"spec": {"dataSource": ds}})).unwrap()
+        };
+        assert_eq!(
+            data_source_name(&PersistentVolumeClaim::default()),
+            Ok(None)
+        );
+        assert_eq!(
+            data_source_name(&with(
+                serde_json::json!({"kind": "PersistentVolumeClaim", "name": "src"})
+            )),
+            Ok(Some("src".into()))
+        );
+        for bad in [
+            "other-ns/src",
+            "../src",
+            "Src",
+            "",
+            "a..b",
+            "-a",
+            &"x".repeat(254),
+        ] {
+            let e = data_source_name(&with(
+                serde_json::json!({"kind": "PersistentVolumeClaim", "name": bad}),
+            ));
+            assert!(e.is_err(), "{bad:?} was taken");
+        }
+        let e = data_source_name(&with(serde_json::json!({
+            "apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "s"})))
+        .unwrap_err();
+        assert!(e.contains("snapshot.storage.k8s.io/VolumeSnapshot"), "{e}");
+        assert!(
+            data_source_name(&with(serde_json::json!({
+            "apiGroup": "x.io", "kind": "PersistentVolumeClaim", "name": "s"})))
+            .is_err()
+        );
+    }
 }

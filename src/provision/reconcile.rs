@@ -48,6 +48,7 @@ use super::api::{
 };
 use super::provisioner::{
     ANN_NODE, ANN_SIZE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    check_clone_source, data_source_name,
 };
 use super::queue::{Backoff, Breakers};
 use crate::node::capability;
@@ -946,6 +947,55 @@ impl<C: Cluster> Reconciler<C> {
                 return Step::Fail(format!("the claim's storage request {:?} {why}", size.0));
             }
         };
+        // A clone: its source is checked (same namespace, ours, same class, this node, not
+        // larger) before anything exists; the backend checks its own marks again.
+        let source = match data_source_name(c) {
+            Err(why) => return Step::Fail(why),
+            Ok(None) => None,
+            Ok(Some(src)) => {
+                let sc = match self.cluster.get_claim(ns, &src).await {
+                    Ok(sc) => sc,
+                    Err(e) => {
+                        return Step::Fail(format!("cannot read claim {ns}/{src}: {e}; retrying"));
+                    }
+                };
+                let bound = sc
+                    .as_ref()
+                    .and_then(|x| x.spec.as_ref())
+                    .and_then(|x| x.volume_name.clone())
+                    .filter(|v| !v.is_empty());
+                let pv = match bound {
+                    Some(v) => match self.cluster.get_volume(&v).await {
+                        Ok(pv) => pv,
+                        Err(e) => return Step::Fail(format!("cannot read PV {v}: {e}; retrying")),
+                    },
+                    None => None,
+                };
+                // A clone's backend may remove and redo a copy an earlier pass left (it cannot
+                // tell a finished copy from a half one): only while its PV does not exist, which
+                // is read from the server, not the cache, which may lag behind our own create.
+                match self.cluster.get_volume(&pv_name).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Step::Skip,
+                    Err(e) => {
+                        return Step::Fail(format!("cannot read PV {pv_name}: {e}; retrying"));
+                    }
+                }
+                if let Err(why) = check_clone_source(
+                    ns,
+                    &class_name,
+                    &provisioner,
+                    node_local.then_some(self.id.node.as_str()),
+                    size_bytes,
+                    &src,
+                    sc.as_ref(),
+                    pv.as_ref(),
+                ) {
+                    return Step::Fail(why);
+                }
+                pv
+            }
+        };
         let req = Request {
             pv_name: &pv_name,
             claim: c,
@@ -957,6 +1007,7 @@ impl<C: Cluster> Reconciler<C> {
             size_bytes,
             access_modes: &modes,
             node: &self.id.node,
+            source: source.as_ref(),
         };
         let domain = self.backends[bi].fault_domain(&params);
         if let Some(d) = &domain

@@ -2195,3 +2195,94 @@ fn the_sweep_labels_our_old_pvs_and_only_this_nodes_node_local_ones() {
     block_on(super::lanes::sweep(&rec, &kinds, &cfg, &mut r));
     assert!(r.labelled.is_empty(), "{r:?}");
 }
+
+/// Issue #24, 4: a claim with `dataSource` naming a provisioned claim of its namespace gets a
+/// copy; one of another namespace naming it gets an event and nothing (its source is looked up
+/// in its own namespace only); one asking less than the source's size too.
+#[test]
+fn a_clone_copies_a_claim_of_its_namespace_and_never_another_tenants() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("src", "u1", "c", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+    std::fs::write(root.join("pvc-u1_ns_src/data"), b"tenant a's").unwrap();
+    // The PV controller binds it.
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        c.spec.as_mut().unwrap().volume_name = Some("pvc-u1".into());
+        c.status.as_mut().unwrap().phase = Some("Bound".into());
+    }
+    let with_source = |name: &str, uid: &str, ns: &str, size: &str| {
+        let mut c = claim(name, uid, "c", Some("node-a"));
+        c.metadata.namespace = Some(ns.into());
+        let spec = c.spec.as_mut().unwrap();
+        spec.data_source = Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: None,
+            kind: "PersistentVolumeClaim".into(),
+            name: "src".into(),
+        });
+        spec.resources.as_mut().unwrap().requests = Some(BTreeMap::from([(
+            "storage".to_owned(),
+            Quantity(size.into()),
+        )]));
+        c
+    };
+    {
+        let mut claims = rec.cluster.claims.borrow_mut();
+        claims.push(with_source("copy", "u2", "ns", "1Gi"));
+        claims.push(with_source("steal", "u3", "other", "1Gi"));
+        claims.push(with_source("small", "u4", "ns", "1Mi"));
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(
+        r.provisioned,
+        vec![(
+            "pvc-u2".to_owned(),
+            root.join("pvc-u2_ns_copy").display().to_string()
+        )],
+        "{r:?}"
+    );
+    assert_eq!(
+        std::fs::read(root.join("pvc-u2_ns_copy/data")).unwrap(),
+        b"tenant a's"
+    );
+    assert_eq!(entries(&root), vec!["pvc-u1_ns_src", "pvc-u2_ns_copy"]);
+    let names: Vec<String> = rec
+        .cluster
+        .volumes
+        .borrow()
+        .iter()
+        .filter_map(|v| v.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["pvc-u1", "pvc-u2"]);
+    let events = rec.cluster.events.borrow().clone();
+    let failed = |name: &str| {
+        events
+            .iter()
+            .filter(|e| e.name == name && e.reason == "ProvisioningFailed")
+            .map(|e| e.message.clone())
+            .collect::<Vec<_>>()
+    };
+    let steal = failed("steal");
+    assert!(
+        steal.len() == 1 && steal[0].contains("its source claim other/src does not exist"),
+        "{steal:?}"
+    );
+    let small = failed("small");
+    assert!(
+        small.len() == 1 && small[0].contains("less than its source ns/src"),
+        "{small:?}"
+    );
+    let pv2 = rec.cluster.volumes.borrow()[1].clone();
+    let note = pv2.metadata.annotations.unwrap()["flexvol/cloned-from"].clone();
+    assert!(note.starts_with("pvc-u1 (1 files"), "{note}");
+}

@@ -49,6 +49,7 @@ fn provision(
             size_bytes: size,
             access_modes: &modes,
             node: "node-a",
+            source: None,
         },
     )
 }

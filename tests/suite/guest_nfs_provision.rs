@@ -115,6 +115,7 @@ fn provision(
         size_bytes: 64 << 20,
         access_modes: &modes,
         node: &n.name,
+        source: None,
     };
     n.backend.provision(&n.cfg, &req)
 }

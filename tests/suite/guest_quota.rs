@@ -370,6 +370,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
         size_bytes: bytes,
         access_modes: &modes,
         node: "n1",
+        source: None,
     };
 
     // On the prjquota root: enforced, and the same answer again (a retried pass).
@@ -486,6 +487,7 @@ fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
         size_bytes: 16 << 20,
         access_modes: &modes,
         node: "n1",
+        source: None,
     };
     let runner = SystemRunner::default();
     let fs = enforced(&disk.mnt);

@@ -75,6 +75,7 @@ fn provision_on(
         size_bytes: size,
         access_modes: &modes,
         node: "node-a",
+        source: None,
     };
     match lvm {
         None => w.with_lvm(|ctx, s| provision(ctx, s, &req)),

@@ -164,6 +164,7 @@ fn provision(
         size_bytes: 1 << 30,
         access_modes: &modes,
         node,
+        source: None,
     };
     b.provision(cfg, &req)
 }
