@@ -89,6 +89,13 @@ pub struct ProvisionerArgs {
     /// Every other path (--kubeconfig, FLEXVOL_CONFIG) is then the host's.
     #[arg(long)]
     pub host_mount_namespace: bool,
+    /// With --host-mount-namespace: the process whose mount namespace is the node's (default 1,
+    /// the node's init under hostPID). Only for nodes where PID 1 cannot be read (the test
+    /// machine, whose PID 1 is a sandbox supervisor: tests/cluster/deploy-e2e points it at a
+    /// process of the node); the DaemonSet leaves it at 1.
+    #[arg(long, value_name = "PID", default_value_t = 1, requires = "host_mount_namespace",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub host_mount_namespace_pid: u32,
     /// Where the in-cluster service account is read (set by `run`, not on the command line):
     /// `/proc/self/fd/N` after `--host-mount-namespace`, else kube-rs's fixed path.
     #[arg(skip)]
@@ -160,15 +167,17 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
     let mut a = a.clone();
     if a.host_mount_namespace {
         let sa = std::path::Path::new(apiclient::SERVICE_ACCOUNT_DIR);
-        match crate::sys::hostns::enter(
-            std::path::Path::new(crate::sys::hostns::HOST_MOUNT_NAMESPACE),
-            &[sa],
-        ) {
+        let target = if a.host_mount_namespace_pid == 1 {
+            std::path::PathBuf::from(crate::sys::hostns::HOST_MOUNT_NAMESPACE)
+        } else {
+            std::path::PathBuf::from(format!("/proc/{}/ns/mnt", a.host_mount_namespace_pid))
+        };
+        match crate::sys::hostns::enter(&target, &[sa]) {
             Ok(e) => {
                 let kept = e.kept.into_iter().next().flatten();
                 info!(target: LOG_TARGET,
-                "entered the host's mount namespace ({}, PID 1: {}); the service account is read in the container's view at {}",
-                crate::sys::hostns::HOST_MOUNT_NAMESPACE,
+                "entered the host's mount namespace ({}, whose process is: {}); the service account is read in the container's view at {}",
+                target.display(),
                 e.pid1,
                 kept.as_deref().map_or_else(
                     || format!("{} (absent before the switch: only --kubeconfig can work)", sa.display()),
