@@ -32,6 +32,7 @@ pub mod cache;
 pub mod error;
 pub mod hostpath;
 pub mod kube;
+pub mod labeller;
 pub mod lanes;
 pub mod lease;
 pub mod lvm;
@@ -227,7 +228,25 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
         local: local_tx,
         shared: shared_tx,
     };
-    let cluster = kube::KubeCluster::start(client, a.node_name.clone(), scope, routes);
+    // The holder of flexvol-claims labels every claim with where its work is done
+    // (labeller), so that every other instance watches only its own.
+    let (label_tx, label_rx) = tokio::sync::mpsc::unbounded_channel();
+    let relabel = Arc::new(labeller::Relabel::new(Arc::new(scope.clone()), label_tx));
+    tokio::spawn(labeller::run(
+        client.clone(),
+        relabel.clone(),
+        label_rx,
+        leads_rx.clone(),
+        shared.clone(),
+    ));
+    let cluster = kube::KubeCluster::start(
+        client,
+        a.node_name.clone(),
+        scope,
+        routes,
+        Some(relabel),
+        shared.metrics.watch_events(),
+    );
     if cluster.ready(Duration::from_secs(60)).await {
         health.synced();
     } else {
