@@ -127,15 +127,21 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         std::process::exit(PANIC_EXIT_CODE)
     }));
     // main() blocks the termination signals for the driver verbs (and every thread inherits the
-    // mask). The provisioner may stop anywhere (every step is restart-safe), so SIGTERM from
-    // kubelet stopping the pod ends it at once, like the default action.
+    // mask). They stay blocked here too: one thread takes them (sigwait) and asks the runtime to
+    // stop, which lets go of the Leases this instance holds, so that another instance takes the
+    // shared work over at its next read rather than after the lease expires (a rolling update).
+    // Every step is restart-safe, so nothing else needs finishing. A second signal, or a stop
+    // that takes longer than STOP_LIMIT, ends the process at once.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Err(e) = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || take_signals(&stop_tx))
     {
-        use nix::sys::signal::{SigSet, Signal};
-        let mut set = SigSet::empty();
-        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-            set.add(s);
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("flexvol-provisioner: cannot start the signal thread: {e}");
         }
-        let _ = set.thread_unblock();
+        return 1;
     }
     if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref()) {
         // No logger yet: the one place this command writes stderr itself.
@@ -169,7 +175,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
             return 1;
         }
     }
-    match rt.block_on(serve(a, &shared)) {
+    match rt.block_on(serve(a, &shared, stop_rx)) {
         Ok(()) => 0,
         Err(e) => {
             error!(target: LOG_TARGET, "error: {e}");
@@ -178,7 +184,40 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
     }
 }
 
-async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(), String> {
+/// How long a stop may take (releasing the Leases) before the process ends regardless: well within
+/// the DaemonSet's termination grace period (30 s) and a test's patience (5 s).
+pub const STOP_LIMIT: Duration = Duration::from_secs(3);
+
+/// The signal thread: the first termination signal asks `serve` to stop (`stop`); a second one, or
+/// [`STOP_LIMIT`] plus a second passing, ends the process with `128 + signal`, its children killed.
+fn take_signals(stop: &tokio::sync::watch::Sender<bool>) {
+    use nix::sys::signal::Signal;
+    let Some(sig) = crate::sys::process::wait_for_termination() else {
+        return;
+    };
+    stop.send_replace(true);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(crate::sys::process::wait_for_termination());
+    });
+    // Either a second signal or the limit: the stop did not end the process in time.
+    let _ = rx.recv_timeout(STOP_LIMIT + Duration::from_secs(1));
+    warn!(target: LOG_TARGET, "not stopped in time after {sig}: exiting now");
+    crate::sys::process::kill_children();
+    let code = match sig {
+        Signal::SIGHUP => 129,
+        Signal::SIGINT => 130,
+        _ => 143,
+    };
+    #[allow(clippy::exit)]
+    std::process::exit(code)
+}
+
+async fn serve(
+    a: &ProvisionerArgs,
+    shared: &Arc<telemetry::Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
     let health = &shared.health;
     // The installer container writes the config; until a valid one exists, wait (no work on an
     // unknown config: it would send every claim picked for this node back).
@@ -298,7 +337,21 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
                 "a lane stopped; exiting so that the DaemonSet restarts the provisioner".into(),
             );
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = tokio::time::timeout(Duration::from_millis(200), stop.changed()).await;
+        if *stop.borrow() {
+            // Stop leading first (the lanes' shared work stops at its next key), then let go.
+            leads_tx.send_replace(cache::Leads::default());
+            info!(target: LOG_TARGET, "stopping (signal): releasing the Leases this instance holds");
+            if leadership.release(STOP_LIMIT).await {
+                info!(target: LOG_TARGET, "stopped: no Lease held");
+            } else {
+                warn!(target: LOG_TARGET, "stopped without releasing every Lease within {STOP_LIMIT:?}: another instance takes over when it expires");
+            }
+            crate::sys::process::kill_children();
+            // A requested stop is a clean end (systemd and kubelet expect 0 or death by SIGTERM).
+            #[allow(clippy::exit)]
+            std::process::exit(0);
+        }
     }
 }
 
