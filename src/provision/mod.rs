@@ -337,7 +337,10 @@ async fn serve(
                 "a lane stopped; exiting so that the DaemonSet restarts the provisioner".into(),
             );
         }
-        let _ = tokio::time::timeout(Duration::from_millis(200), stop.changed()).await;
+        if let Ok(Err(_)) = tokio::time::timeout(Duration::from_millis(200), stop.changed()).await {
+            // The signal thread is gone (it could not wait): no stop will come, just the pace.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         if *stop.borrow() {
             // Stop leading first (the lanes' shared work stops at its next key), then let go.
             leads_tx.send_replace(cache::Leads::default());
