@@ -433,7 +433,8 @@ async fn call<T>(
             let hint = if e.code == 403 {
                 " (a missing RBAC rule: drivers/deploy/rbac.yaml grants these Leases in \
                  kube-system only: apply it, and run with --lease-namespace kube-system where the \
-                 client's namespace is another)"
+                 client's namespace is another; until an instance holds flexvol-claims, no claim \
+                 is labelled for its node and no node-local claim is provisioned)"
             } else {
                 ""
             };
