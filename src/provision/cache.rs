@@ -23,7 +23,7 @@
 use super::api::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
 use super::provisioner::ANN_NODE;
 use super::reconcile::{Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value};
-use super::telemetry::LOG_TARGET;
+use super::telemetry::{LOG_TARGET, WatchEvents};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -244,6 +244,10 @@ pub struct Caches {
     scope: Arc<Scope>,
 }
 
+/// The claim watch's observer while leading the claim duty (the labeller's
+/// [`super::labeller::Relabel`]; this module does not depend on it).
+pub type ClaimObserver = Arc<dyn Observer<PersistentVolumeClaim>>;
+
 /// Sees every event of a watch, kept or not (the claim labeller, [`super::labeller::Relabel`]).
 pub trait Observer<K>: Send + Sync {
     /// An object as it is now.
@@ -252,18 +256,6 @@ pub trait Observer<K>: Send + Sync {
     fn deleted(&self, o: &K);
     /// Every object there is (a new list).
     fn restarted(&self, list: &[K]);
-}
-
-impl Observer<PersistentVolumeClaim> for super::labeller::Relabel {
-    fn applied(&self, o: &PersistentVolumeClaim) {
-        Self::applied(self, o);
-    }
-    fn deleted(&self, o: &PersistentVolumeClaim) {
-        Self::deleted(self, o);
-    }
-    fn restarted(&self, list: &[PersistentVolumeClaim]) {
-        Self::restarted(self, list);
-    }
 }
 
 /// How one watch keeps its cache: which objects, in which lane, under which key, with which
@@ -304,9 +296,7 @@ fn volume_keys(v: &PersistentVolume) -> (String, Key) {
 
 /// The claim watch: every claim while leading the claim duty (and labelling them), else this
 /// node's.
-fn claims_keeping(
-    relabel: Option<Arc<super::labeller::Relabel>>,
-) -> Keeping<PersistentVolumeClaim> {
+fn claims_keeping(relabel: Option<ClaimObserver>) -> Keeping<PersistentVolumeClaim> {
     Keeping {
         what: "claims",
         keep: Scope::keep_claim,
@@ -325,12 +315,9 @@ fn claims_keeping(
                 "claims-node"
             }
         },
-        observer: relabel.map(|r| {
-            let observer: Arc<dyn Observer<PersistentVolumeClaim>> = r;
-            Observing {
-                observer,
-                when: |l| l.claims,
-            }
+        observer: relabel.map(|observer| Observing {
+            observer,
+            when: |l| l.claims,
         }),
     }
 }
@@ -361,7 +348,7 @@ impl Caches {
         client: &kube::Client,
         scope: Scope,
         routes: Routes,
-        relabel: Option<Arc<super::labeller::Relabel>>,
+        relabel: Option<ClaimObserver>,
         events: WatchEvents,
     ) -> Self {
         let scope = Arc::new(scope);
@@ -480,13 +467,6 @@ impl Caches {
         keys
     }
 }
-
-/// `flexvol_provisioner_watch_events_total{watch=...}`: objects each watch received (the items
-/// of a list and every event), shared with the metrics registry.
-pub type WatchEvents = prometheus_client::metrics::family::Family<
-    [(&'static str, &'static str); 1],
-    prometheus_client::metrics::counter::Counter,
->;
 
 /// Keeps `cache` filled from a watch of `api` as `how` says (its selector for what this instance
 /// leads), until the process ends; lists again after a watch error (with a pause) and, where the

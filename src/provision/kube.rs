@@ -7,7 +7,8 @@
 use super::api::{
     ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, RESIZE_CONDITIONS,
 };
-use super::cache::{Caches, Routes, Scope, WatchEvents};
+use super::cache::{Caches, ClaimObserver, Routes, Scope};
+use super::telemetry::WatchEvents;
 use k8s_openapi::api::core::v1::{
     Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
@@ -191,14 +192,14 @@ impl KubeCluster {
 
     /// Starts the watches that fill the caches ([`Caches::start`]) for `scope`, sending the key
     /// of every changed object along `routes`.
-    /// `relabel` is told every claim while this instance leads the claim duty
-    /// ([`super::labeller`]); `events` counts what each watch receives.
+    /// `relabel` is told every claim while this instance leads the claim duty (the labeller's
+    /// `Relabel`); `events` counts what each watch receives.
     pub fn start(
         client: kube::Client,
         node: String,
         scope: Scope,
         routes: Routes,
-        relabel: Option<Arc<super::labeller::Relabel>>,
+        relabel: Option<ClaimObserver>,
         events: WatchEvents,
     ) -> Self {
         let caches = Arc::new(Caches::start(&client, scope, routes, relabel, events));

@@ -210,6 +210,18 @@ impl Relabel {
     }
 }
 
+impl super::cache::Observer<PersistentVolumeClaim> for Relabel {
+    fn applied(&self, o: &PersistentVolumeClaim) {
+        Self::applied(self, o);
+    }
+    fn deleted(&self, o: &PersistentVolumeClaim) {
+        Self::deleted(self, o);
+    }
+    fn restarted(&self, list: &[PersistentVolumeClaim]) {
+        Self::restarted(self, list);
+    }
+}
+
 /// Labels the claims `relabel` holds while this instance leads the claim duty (`leads`), through
 /// `client`: each key once, a failed one again after its backoff; runs until the process ends.
 pub async fn run(

@@ -188,6 +188,10 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
 /// the DaemonSet's termination grace period (30 s) and a test's patience (5 s).
 pub const STOP_LIMIT: Duration = Duration::from_secs(3);
 
+/// Set when `serve` runs its main loop, which handles a stop (before that, a signal ends the
+/// process at once).
+static SERVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The signal thread: the first termination signal asks `serve` to stop (`stop`); a second one, or
 /// [`STOP_LIMIT`] plus a second passing, ends the process with `128 + signal`, its children killed.
 fn take_signals(stop: &tokio::sync::watch::Sender<bool>) {
@@ -195,6 +199,18 @@ fn take_signals(stop: &tokio::sync::watch::Sender<bool>) {
     let Some(sig) = crate::sys::process::wait_for_termination() else {
         return;
     };
+    let code = match sig {
+        Signal::SIGHUP => 129,
+        Signal::SIGINT => 130,
+        _ => 143,
+    };
+    if !SERVING.load(std::sync::atomic::Ordering::Acquire) {
+        // Still starting (waiting for its config or its first lists): nothing to hand over that
+        // a restart would not; stop at once, as before the handover existed.
+        crate::sys::process::kill_children();
+        #[allow(clippy::exit)]
+        std::process::exit(code)
+    }
     stop.send_replace(true);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -204,11 +220,6 @@ fn take_signals(stop: &tokio::sync::watch::Sender<bool>) {
     let _ = rx.recv_timeout(STOP_LIMIT + Duration::from_secs(1));
     warn!(target: LOG_TARGET, "not stopped in time after {sig}: exiting now");
     crate::sys::process::kill_children();
-    let code = match sig {
-        Signal::SIGHUP => 129,
-        Signal::SIGINT => 130,
-        _ => 143,
-    };
     #[allow(clippy::exit)]
     std::process::exit(code)
 }
@@ -278,12 +289,13 @@ async fn serve(
         leads_rx.clone(),
         shared.clone(),
     ));
+    let observer: cache::ClaimObserver = relabel;
     let cluster = kube::KubeCluster::start(
         client,
         a.node_name.clone(),
         scope,
         routes,
-        Some(relabel),
+        Some(observer),
         shared.metrics.watch_events(),
     );
     if cluster.ready(Duration::from_secs(60)).await {
@@ -324,6 +336,7 @@ async fn serve(
     // The watches, the electors and the API calls run on this runtime; the lanes on their own
     // threads. Every 200 ms: what this instance leads (a lead lost at its renew deadline shows
     // here even if the elector's reports are late), and readiness once the caches are listed.
+    SERVING.store(true, std::sync::atomic::Ordering::Release);
     loop {
         leads_tx.send_if_modified(|l| {
             let now = leadership.leads();

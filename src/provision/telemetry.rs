@@ -109,6 +109,10 @@ fn gauge_bytes(b: u64) -> i64 {
     i64::try_from(b).unwrap_or(i64::MAX)
 }
 
+/// `flexvol_provisioner_watch_events_total{watch=...}`: objects each watch received (the items
+/// of a list and every event), shared with the metrics registry.
+pub type WatchEvents = Family<[(&'static str, &'static str); 1], Counter>;
+
 /// The provisioner's metrics; the handles are cheap to update and shared with the registry.
 #[derive(Debug)]
 pub struct Metrics {
@@ -126,7 +130,7 @@ pub struct Metrics {
     size: Family<PoolLabels, Gauge>,
     free: Family<PoolLabels, Gauge>,
     leader: Family<[(&'static str, String); 1], Gauge>,
-    watch_events: super::cache::WatchEvents,
+    watch_events: WatchEvents,
     claim_labels: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
@@ -247,8 +251,8 @@ impl Metrics {
             .clone()
     }
 
-    /// The watch event counters, shared with the registry (for [`super::cache::Caches::start`]).
-    pub fn watch_events(&self) -> super::cache::WatchEvents {
+    /// The watch event counters, shared with the registry (for the watch caches).
+    pub fn watch_events(&self) -> WatchEvents {
         self.watch_events.clone()
     }
 
