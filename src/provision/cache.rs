@@ -23,7 +23,7 @@
 use super::api::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
 use super::provisioner::ANN_NODE;
 use super::reconcile::{Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value};
-use super::telemetry::LOG_TARGET;
+use super::telemetry::{LOG_TARGET, WatchEvents};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -106,11 +106,11 @@ impl Scope {
         ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.lane_of(p))
     }
 
-    /// Whether this instance keeps claim `c` while leading `leads`.
+    /// Whether this instance keeps claim `c` of the claim watch (node-local claims) while
+    /// leading `leads`. Decided by the annotations alone: a claim's labels only route it here.
     pub fn keep_claim(&self, c: &PersistentVolumeClaim, leads: Leads) -> bool {
         match self.claim_lane(c) {
-            None => false,
-            Some(Lane::Shared) => leads.shared,
+            None | Some(Lane::Shared) => false,
             Some(Lane::Local) => match ann(&c.metadata, ANN_SELECTED_NODE) {
                 Some(n) => n == self.node,
                 None => {
@@ -123,6 +123,20 @@ impl Scope {
                 }
             },
         }
+    }
+
+    /// Whether this instance keeps claim `c` of the shared-kind claim watch: a claim of a shared
+    /// kind, only while leading them.
+    pub fn keep_shared_claim(&self, c: &PersistentVolumeClaim, leads: Leads) -> bool {
+        leads.shared && self.claim_lane(c) == Some(Lane::Shared)
+    }
+
+    /// The label selector of the claim watch while leading `leads`: none (every claim) for the
+    /// holder of the claim duty, which labels them all ([`super::labeller`]); this node's
+    /// claims (`flexvol/node=<node>`, the label the holder writes from `selected-node`) for the
+    /// others.
+    pub fn claim_selector(&self, leads: Leads) -> Option<String> {
+        (!leads.claims).then(|| self.local_selector())
     }
 
     /// Whether this instance keeps PV `v` of the node-label watch: a node-local PV of this node.
@@ -216,10 +230,13 @@ impl<K> Cache<K> {
     }
 }
 
-/// The three caches of an instance.
+/// The caches of an instance.
 pub struct Caches {
-    /// Claims this instance works on.
+    /// Node-local claims this instance works on (and, while leading the claim duty, pending ones
+    /// without a node).
     pub claims: Arc<Cache<PersistentVolumeClaim>>,
+    /// The shared kinds' claims (empty unless leading them).
+    pub shared_claims: Arc<Cache<PersistentVolumeClaim>>,
     /// This node's node-local PVs.
     pub local_volumes: Arc<Cache<PersistentVolume>>,
     /// The shared kinds' PVs (empty unless leading them).
@@ -227,16 +244,44 @@ pub struct Caches {
     scope: Arc<Scope>,
 }
 
-/// How one watch keeps its cache: which objects, in which lane, under which key, and whether
-/// the watch runs at all for what this instance leads.
+/// The claim watch's observer while leading the claim duty (the labeller's
+/// [`super::labeller::Relabel`]; this module does not depend on it).
+pub type ClaimObserver = Arc<dyn Observer<PersistentVolumeClaim>>;
+
+/// Sees every event of a watch, kept or not (the claim labeller, [`super::labeller::Relabel`]).
+pub trait Observer<K>: Send + Sync {
+    /// An object as it is now.
+    fn applied(&self, o: &K);
+    /// An object is gone.
+    fn deleted(&self, o: &K);
+    /// Every object there is (a new list).
+    fn restarted(&self, list: &[K]);
+}
+
+/// How one watch keeps its cache: which objects, in which lane, under which key, with which
+/// label selector, and whether the watch runs at all for what this instance leads.
 struct Keeping<K> {
     what: &'static str,
     keep: fn(&Scope, &K, Leads) -> bool,
     lane: fn(&Scope, &K) -> Option<Lane>,
     key: fn(&K) -> (String, Key),
     active: fn(Leads) -> bool,
-    /// List again when what this instance leads changes (the filter depends on it).
-    relist_on_lead_change: bool,
+    /// The label selector for what this instance leads (`None`: every object).
+    select: fn(&Scope, Leads) -> Option<String>,
+    /// The part of what this instance leads that the filter depends on: the watch lists again
+    /// when it changes.
+    depends: fn(Leads) -> Leads,
+    /// The watch's name in `flexvol_provisioner_watch_events_total{watch=...}`, for what this
+    /// instance leads.
+    metric: fn(Leads) -> &'static str,
+    /// Told every event, while it says so.
+    observer: Option<Observing<K>>,
+}
+
+/// An [`Observer`] and when it is told: for what this instance leads.
+struct Observing<K> {
+    observer: Arc<dyn Observer<K>>,
+    when: fn(Leads) -> bool,
 }
 
 fn claim_keys(c: &PersistentVolumeClaim) -> (String, Key) {
@@ -249,81 +294,167 @@ fn volume_keys(v: &PersistentVolume) -> (String, Key) {
     (k.clone(), Key::Volume(k))
 }
 
+/// The claim watch: every claim while leading the claim duty (and labelling them), else this
+/// node's.
+fn claims_keeping(relabel: Option<ClaimObserver>) -> Keeping<PersistentVolumeClaim> {
+    Keeping {
+        what: "claims",
+        keep: Scope::keep_claim,
+        lane: Scope::claim_lane,
+        key: claim_keys,
+        active: |_| true,
+        select: Scope::claim_selector,
+        depends: |l| Leads {
+            claims: l.claims,
+            shared: false,
+        },
+        metric: |l| {
+            if l.claims {
+                "claims-all"
+            } else {
+                "claims-node"
+            }
+        },
+        observer: relabel.map(|observer| Observing {
+            observer,
+            when: |l| l.claims,
+        }),
+    }
+}
+
+fn shared_claims_keeping() -> Keeping<PersistentVolumeClaim> {
+    Keeping {
+        what: "the shared kinds' claims",
+        keep: Scope::keep_shared_claim,
+        lane: Scope::claim_lane,
+        key: claim_keys,
+        active: |l| l.shared,
+        select: |s, _| s.shared_selector(),
+        depends: |l| Leads {
+            claims: false,
+            shared: l.shared,
+        },
+        metric: |_| "claims-shared",
+        observer: None,
+    }
+}
+
 impl Caches {
     /// Starts the watches (on the current runtime) that fill the caches and send changed keys
-    /// along `routes`.
-    pub fn start(client: &kube::Client, scope: Scope, routes: Routes) -> Self {
+    /// along `routes`; the claim watch tells `relabel` every claim while this instance leads the
+    /// claim duty. Each object received is counted in `events`
+    /// (`flexvol_provisioner_watch_events_total`).
+    pub fn start(
+        client: &kube::Client,
+        scope: Scope,
+        routes: Routes,
+        relabel: Option<ClaimObserver>,
+        events: WatchEvents,
+    ) -> Self {
         let scope = Arc::new(scope);
         let caches = Self {
             claims: Arc::new(Cache::default()),
+            shared_claims: Arc::new(Cache::default()),
             local_volumes: Arc::new(Cache::default()),
             shared_volumes: Arc::new(Cache::default()),
             scope: scope.clone(),
         };
-        tokio::spawn(watch_into(
+        let spawn = |api, cache, keeping| {
+            tokio::spawn(watch_into(
+                api,
+                cache,
+                scope.clone(),
+                routes.clone(),
+                events.clone(),
+                keeping,
+            ));
+        };
+        let spawn_pv = |api, cache, keeping| {
+            tokio::spawn(watch_into(
+                api,
+                cache,
+                scope.clone(),
+                routes.clone(),
+                events.clone(),
+                keeping,
+            ));
+        };
+        spawn(
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            watcher::Config::default(),
             caches.claims.clone(),
-            scope.clone(),
-            routes.clone(),
-            Keeping {
-                what: "claims",
-                keep: Scope::keep_claim,
-                lane: Scope::claim_lane,
-                key: claim_keys,
-                active: |_| true,
-                relist_on_lead_change: true,
-            },
-        ));
-        tokio::spawn(watch_into(
+            claims_keeping(relabel),
+        );
+        spawn_pv(
             Api::<PersistentVolume>::all(client.clone()),
-            watcher::Config::default().labels(&scope.local_selector()),
             caches.local_volumes.clone(),
-            scope.clone(),
-            routes.clone(),
             Keeping {
                 what: "this node's PVs",
                 keep: Scope::keep_local_volume,
                 lane: Scope::volume_lane,
                 key: volume_keys,
                 active: |_| true,
-                relist_on_lead_change: false,
+                select: |s, _| Some(s.local_selector()),
+                depends: |_| Leads::default(),
+                metric: |_| "pvs-node",
+                observer: None,
             },
-        ));
-        match scope.shared_selector() {
-            Some(sel) => {
-                tokio::spawn(watch_into(
-                    Api::<PersistentVolume>::all(client.clone()),
-                    watcher::Config::default().labels(&sel),
-                    caches.shared_volumes.clone(),
-                    scope,
-                    routes,
-                    Keeping {
-                        what: "the shared kinds' PVs",
-                        keep: Scope::keep_shared_volume,
-                        lane: Scope::volume_lane,
-                        key: volume_keys,
-                        active: |l| l.shared,
-                        relist_on_lead_change: true,
+        );
+        if scope.shared_selector().is_some() {
+            spawn(
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                caches.shared_claims.clone(),
+                shared_claims_keeping(),
+            );
+            spawn_pv(
+                Api::<PersistentVolume>::all(client.clone()),
+                caches.shared_volumes.clone(),
+                Keeping {
+                    what: "the shared kinds' PVs",
+                    keep: Scope::keep_shared_volume,
+                    lane: Scope::volume_lane,
+                    key: volume_keys,
+                    active: |l| l.shared,
+                    select: |s, _| s.shared_selector(),
+                    depends: |l| Leads {
+                        claims: false,
+                        shared: l.shared,
                     },
-                ));
-            }
-            None => caches.shared_volumes.ready.store(true, Ordering::Release),
+                    metric: |_| "pvs-shared",
+                    observer: None,
+                },
+            );
+        } else {
+            caches.shared_claims.ready.store(true, Ordering::Release);
+            caches.shared_volumes.ready.store(true, Ordering::Release);
         }
         caches
     }
 
     /// Whether every cache holds a first full list.
     pub fn ready(&self) -> bool {
-        self.claims.is_ready() && self.local_volumes.is_ready() && self.shared_volumes.is_ready()
+        self.claims.is_ready()
+            && self.shared_claims.is_ready()
+            && self.local_volumes.is_ready()
+            && self.shared_volumes.is_ready()
+    }
+
+    /// The claim `key` (`namespace/name`), of either claim cache.
+    pub fn claim(&self, key: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.claims.get(key).or_else(|| self.shared_claims.get(key))
+    }
+
+    /// Every claim kept, of both claim caches.
+    pub fn all_claims(&self) -> Vec<Arc<PersistentVolumeClaim>> {
+        let mut v = self.claims.values();
+        v.extend(self.shared_claims.values());
+        v
     }
 
     /// The keys of every kept object of `lane` (a resync).
     pub fn keys(&self, lane: Lane) -> Vec<Key> {
         let s = &self.scope;
         let mut keys: Vec<Key> = self
-            .claims
-            .values()
+            .all_claims()
             .iter()
             .filter(|c| s.claim_lane(c) == Some(lane))
             .map(|c| claim_keys(c).1)
@@ -337,15 +468,15 @@ impl Caches {
     }
 }
 
-/// Keeps `cache` filled from a watch of `api` (with `config`'s selector) as `how` says, until the
-/// process ends; lists again after a watch error (with a pause) and, where the filter depends on
-/// it, when what this instance leads changes.
+/// Keeps `cache` filled from a watch of `api` as `how` says (its selector for what this instance
+/// leads), until the process ends; lists again after a watch error (with a pause) and, where the
+/// filter depends on it, when what this instance leads changes.
 async fn watch_into<K>(
     api: Api<K>,
-    config: watcher::Config,
     cache: Arc<Cache<K>>,
     scope: Arc<Scope>,
     routes: Routes,
+    events: WatchEvents,
     how: Keeping<K>,
 ) where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
@@ -361,23 +492,43 @@ async fn watch_into<K>(
             }
             continue;
         }
-        let stream = watcher::watcher(api.clone(), config.clone());
+        let mut config = watcher::Config::default();
+        if let Some(sel) = (how.select)(&scope, leads) {
+            config = config.labels(&sel);
+        }
+        let counter = events
+            .get_or_create(&[("watch", (how.metric)(leads))])
+            .clone();
+        let stream = watcher::watcher(api.clone(), config);
         let mut stream = std::pin::pin!(stream);
+        let mine = (how.depends)(leads);
         loop {
             let next = stream.next();
+            let rx = &mut leads_rx;
             let change = async {
-                if how.relist_on_lead_change {
-                    if leads_rx.changed().await.is_err() {
+                // Only a change of what the filter depends on lists again.
+                loop {
+                    if rx.changed().await.is_err() {
                         std::future::pending::<()>().await;
                     }
-                } else {
-                    std::future::pending::<()>().await;
+                    if (how.depends)(*rx.borrow()) != mine {
+                        return;
+                    }
                 }
             };
             let change = std::pin::pin!(change);
             match futures::future::select(next, change).await {
                 futures::future::Either::Left((Some(Ok(ev)), _)) => {
-                    apply(&cache, &scope, &routes, &how, leads, ev);
+                    counter.inc_by(match &ev {
+                        Event::Restarted(list) => u64::try_from(list.len()).unwrap_or(u64::MAX),
+                        _ => 1,
+                    });
+                    let observer = how
+                        .observer
+                        .as_ref()
+                        .filter(|o| (o.when)(leads))
+                        .map(|o| o.observer.as_ref());
+                    apply(&cache, &scope, &routes, &how, leads, observer, ev);
                 }
                 futures::future::Either::Left((Some(Err(e)), _)) => {
                     warn!(target: LOG_TARGET, "watch of {}: {e}; retrying", how.what);
@@ -397,10 +548,14 @@ fn apply<K>(
     routes: &Routes,
     how: &Keeping<K>,
     leads: Leads,
+    observer: Option<&dyn Observer<K>>,
     ev: Event<K>,
 ) {
     match ev {
         Event::Applied(o) => {
+            if let Some(obs) = observer {
+                obs.applied(&o);
+            }
             let (k, key) = (how.key)(&o);
             let lane = (how.lane)(scope, &o);
             if (how.keep)(scope, &o, leads) {
@@ -411,12 +566,18 @@ fn apply<K>(
             }
         }
         Event::Deleted(o) => {
+            if let Some(obs) = observer {
+                obs.deleted(&o);
+            }
             let (k, key) = (how.key)(&o);
             if cache.lock().remove(&k).is_some() {
                 routes.send((how.lane)(scope, &o), key);
             }
         }
         Event::Restarted(list) => {
+            if let Some(obs) = observer {
+                obs.restarted(&list);
+            }
             let mut kept = HashMap::new();
             let mut changed = Vec::new();
             for o in list {
@@ -503,9 +664,22 @@ mod tests {
         assert!(!s.keep_claim(&unscheduled, none));
         assert!(s.keep_claim(&unscheduled, all));
         assert!(!s.keep_claim(&claim("flexvol/lvm", None, "Bound"), all));
-        // Shared claims: only for the instance leading the shared work.
-        assert!(!s.keep_claim(&nfs, none));
-        assert!(s.keep_claim(&nfs, all));
+        // Shared claims: only in the shared-kind claim cache, only while leading them.
+        assert!(!s.keep_claim(&nfs, all));
+        assert!(!s.keep_shared_claim(&nfs, none));
+        assert!(s.keep_shared_claim(&nfs, all));
+        assert!(!s.keep_shared_claim(&mine, all));
+        // Labels do not decide: a tenant's flexvol/node=node-a on another node's claim, or on
+        // a claim of another provisioner, makes this instance receive it, not keep it.
+        let mut forged = theirs.clone();
+        forged.metadata.labels = Some(BTreeMap::from([(
+            LABEL_NODE.to_owned(),
+            "node-a".to_owned(),
+        )]));
+        assert!(!s.keep_claim(&forged, all));
+        let mut forged = other.clone();
+        forged.metadata.labels = Some(BTreeMap::from([(LABEL_KIND.to_owned(), "nfs".to_owned())]));
+        assert!(!s.keep_claim(&forged, all) && !s.keep_shared_claim(&forged, all));
         assert_eq!(s.claim_lane(&nfs), Some(Lane::Shared));
         assert_eq!(s.claim_lane(&theirs), Some(Lane::Local));
         assert_eq!(s.claim_lane(&other), None);
@@ -540,6 +714,28 @@ mod tests {
         assert!(!s.keep_shared_volume(&pv("flexvol/nfs", "node-b"), Leads::default()));
         assert!(s.keep_shared_volume(&pv("flexvol/nfs", "node-b"), lead));
         assert_eq!(s.local_selector(), "flexvol/node=node-a");
+        // Claims: this node's label, except for the holder of the claim duty (every claim).
+        assert_eq!(
+            s.claim_selector(Leads::default()).as_deref(),
+            Some("flexvol/node=node-a")
+        );
+        assert_eq!(
+            s.claim_selector(lead).as_deref(),
+            Some("flexvol/node=node-a")
+        );
+        assert_eq!(
+            s.claim_selector(Leads {
+                claims: true,
+                shared: false
+            }),
+            None
+        );
+        let mut long = s.clone();
+        long.node = "n".repeat(100);
+        assert_eq!(
+            long.claim_selector(Leads::default()),
+            Some(format!("flexvol/node={}", node_label_value(&long.node)))
+        );
         assert_eq!(
             s.shared_selector().as_deref(),
             Some("flexvol/kind in (nfs)")
@@ -556,17 +752,10 @@ mod tests {
             shared: stx,
         };
         let cache = Cache::default();
-        let how = Keeping {
-            what: "claims",
-            keep: Scope::keep_claim,
-            lane: Scope::claim_lane,
-            key: claim_keys,
-            active: |_| true,
-            relist_on_lead_change: true,
-        };
+        let how = claims_keeping(None);
         let none = Leads::default();
         let key = Key::Claim("ns/c".into());
-        let apply = |ev| apply(&cache, &s, &routes, &how, none, ev);
+        let apply = |ev| apply(&cache, &s, &routes, &how, none, None, ev);
         apply(Event::Restarted(vec![claim(
             "flexvol/hostpath",
             Some("node-b"),

@@ -7,7 +7,8 @@
 use super::api::{
     ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, RESIZE_CONDITIONS,
 };
-use super::cache::{Caches, Routes, Scope};
+use super::cache::{Caches, ClaimObserver, Routes, Scope};
+use super::telemetry::WatchEvents;
 use k8s_openapi::api::core::v1::{
     Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
@@ -192,8 +193,17 @@ impl KubeCluster {
 
     /// Starts the watches that fill the caches ([`Caches::start`]) for `scope`, sending the key
     /// of every changed object along `routes`.
-    pub fn start(client: kube::Client, node: String, scope: Scope, routes: Routes) -> Self {
-        let caches = Arc::new(Caches::start(&client, scope, routes));
+    /// `relabel` is told every claim while this instance leads the claim duty (the labeller's
+    /// `Relabel`); `events` counts what each watch receives.
+    pub fn start(
+        client: kube::Client,
+        node: String,
+        scope: Scope,
+        routes: Routes,
+        relabel: Option<ClaimObserver>,
+        events: WatchEvents,
+    ) -> Self {
+        let caches = Arc::new(Caches::start(&client, scope, routes, relabel, events));
         Self {
             client,
             caches,
@@ -241,8 +251,7 @@ impl Cluster for KubeCluster {
     async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>> {
         Ok(self
             .caches
-            .claims
-            .values()
+            .all_claims()
             .iter()
             .map(|c| (**c).clone())
             .collect())
@@ -260,8 +269,7 @@ impl Cluster for KubeCluster {
 
     async fn cached_claim(&self, namespace: &str, name: &str) -> Option<PersistentVolumeClaim> {
         self.caches
-            .claims
-            .get(&format!("{namespace}/{name}"))
+            .claim(&format!("{namespace}/{name}"))
             .map(|c| (*c).clone())
     }
 

@@ -199,7 +199,7 @@ async fn run(mut a: LaneArgs) {
                 sweep_at = Some(Instant::now() + SWEEP_EVERY);
             }
             report.seen = (
-                a.cluster.caches().claims.len(),
+                a.cluster.caches().claims.len() + a.cluster.caches().shared_claims.len(),
                 a.cluster.caches().local_volumes.len() + a.cluster.caches().shared_volumes.len(),
             );
             log_report(&report);

@@ -242,6 +242,9 @@ pub struct Leader {
     rx: watch::Receiver<bool>,
     /// Until when the last successful write as the holder lets it lead (`None`: not holding).
     until: Arc<Mutex<Option<Instant>>>,
+    /// Whether the record as last read or written names this instance (it may hold the Lease
+    /// without leading: past its renew deadline, or after a stop before the release is written).
+    holds: Arc<AtomicBool>,
 }
 
 impl Leader {
@@ -257,6 +260,11 @@ impl Leader {
     pub fn watch(&self) -> watch::Receiver<bool> {
         self.rx.clone()
     }
+
+    /// Whether the Lease, as this elector last read or wrote it, names this instance.
+    pub fn holds(&self) -> bool {
+        self.holds.load(Ordering::Acquire)
+    }
 }
 
 /// Starts an elector for the Lease `namespace/name` as `holder` on the caller's runtime: it runs
@@ -270,7 +278,23 @@ pub fn spawn(
     holder: String,
     eligible: Arc<AtomicBool>,
 ) -> Leader {
-    start(client, namespace, name, holder, eligible, TIMING, None)
+    let (_stop, stopping) = watch::channel(false);
+    start(
+        client,
+        namespace,
+        name,
+        holder,
+        Part { eligible, stopping },
+        TIMING,
+        None,
+    )
+}
+
+/// When an elector takes part: while `eligible`, and until `stopping` turns true (the process
+/// stops: from then on it releases what it holds and takes nothing).
+struct Part {
+    eligible: Arc<AtomicBool>,
+    stopping: watch::Receiver<bool>,
 }
 
 /// [`spawn`], also setting `gauge` to 1 while leading and 0 otherwise.
@@ -279,12 +303,13 @@ fn start(
     namespace: String,
     name: String,
     holder: String,
-    eligible: Arc<AtomicBool>,
+    part: Part,
     timing: Timing,
     gauge: Option<Gauge>,
 ) -> Leader {
     let (tx, rx) = watch::channel(false);
     let until = Arc::new(Mutex::new(None));
+    let holds = Arc::new(AtomicBool::new(false));
     let e = Elector {
         api: Api::namespaced(client, &namespace),
         what: format!("Lease {namespace}/{name}"),
@@ -298,12 +323,13 @@ fn start(
         gauge,
         failing: None,
         shown_holder: None,
+        holds: holds.clone(),
     };
     if let Some(g) = &e.gauge {
         g.set(0);
     }
-    tokio::spawn(e.run(eligible));
-    Leader { rx, until }
+    tokio::spawn(e.run(part.eligible, part.stopping));
+    Leader { rx, until, holds }
 }
 
 /// This instance's elections, started by `serve()`.
@@ -313,6 +339,8 @@ pub struct Leadership {
     pub claims: Leader,
     /// [`NFS_LEASE`]: instances that serve a shared kind are eligible.
     pub nfs: Leader,
+    /// Set when the process stops: no elector is eligible any more (each releases what it holds).
+    stop: Arc<watch::Sender<bool>>,
 }
 
 impl Leadership {
@@ -327,13 +355,17 @@ impl Leadership {
         serves_shared: Arc<AtomicBool>,
     ) -> Self {
         let ns = namespace.unwrap_or(client.default_namespace()).to_owned();
+        let (stop, stopping) = watch::channel(false);
         let elect = |name: &str, eligible: Arc<AtomicBool>| {
             start(
                 client.clone(),
                 ns.clone(),
                 name.to_owned(),
                 node.to_owned(),
-                eligible,
+                Part {
+                    eligible,
+                    stopping: stopping.clone(),
+                },
                 TIMING,
                 Some(metrics.leader(name)),
             )
@@ -341,6 +373,26 @@ impl Leadership {
         Self {
             claims: elect(CLAIMS_LEASE, Arc::new(AtomicBool::new(true))),
             nfs: elect(NFS_LEASE, serves_shared),
+            stop: Arc::new(stop),
+        }
+    }
+
+    /// Stops taking part (the process is stopping): each elector stops leading at once and
+    /// releases a Lease it holds (holderIdentity emptied, by an update conditional on the
+    /// resourceVersion read, as any write of the elector), so another instance takes over at its
+    /// next read instead of after the lease expires. Waits at most `limit` for the releases;
+    /// whether every Lease was let go.
+    pub async fn release(&self, limit: Duration) -> bool {
+        self.stop.send_replace(true);
+        let end = Instant::now() + limit;
+        loop {
+            if !self.claims.holds() && !self.nfs.holds() {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -381,7 +433,8 @@ async fn call<T>(
             let hint = if e.code == 403 {
                 " (a missing RBAC rule: drivers/deploy/rbac.yaml grants these Leases in \
                  kube-system only: apply it, and run with --lease-namespace kube-system where the \
-                 client's namespace is another)"
+                 client's namespace is another; until an instance holds flexvol-claims, no claim \
+                 is labelled for its node and no node-local claim is provisioned)"
             } else {
                 ""
             };
@@ -410,21 +463,37 @@ struct Elector {
     failing: Option<String>,
     /// The holder last logged.
     shown_holder: Option<String>,
+    /// Whether the record names this instance, for [`Leader::holds`].
+    holds: Arc<AtomicBool>,
 }
 
 impl Elector {
-    async fn run(mut self, eligible: Arc<AtomicBool>) {
+    async fn run(mut self, eligible: Arc<AtomicBool>, mut stopping: watch::Receiver<bool>) {
         loop {
-            // No handle left: nobody acts on the answer; let go of the Lease and stop.
+            // No handle left: nobody acts on the answer; let go of the Lease and stop. The
+            // process stopping: the same, at once.
             let closed = self.tx.is_closed();
-            let may = eligible.load(Ordering::Relaxed) && !closed;
+            let stop = *stopping.borrow_and_update();
+            if stop {
+                self.drop_lead("this instance is stopping");
+            }
+            let may = eligible.load(Ordering::Relaxed) && !closed && !stop;
             self.tick(may).await;
+            self.holds.store(self.holds_record(), Ordering::Release);
             self.report("not renewed within the renew deadline");
             if closed && self.renewed.is_none() && !self.holds_record() {
                 debug!(target: LOG_TARGET, "elector of {} stopped", self.what);
                 return;
             }
-            tokio::time::sleep(self.pause(Instant::now())).await;
+            let sleep = std::pin::pin!(tokio::time::sleep(self.pause(Instant::now())));
+            let stopped = std::pin::pin!(stopping.changed());
+            // A stop wakes it at once (an error: the sender is gone, nothing will wake it but
+            // the time).
+            if let futures::future::Either::Right((Err(_), sleep)) =
+                futures::future::select(sleep, stopped).await
+            {
+                sleep.await;
+            }
             self.report("not renewed within the renew deadline");
         }
     }
@@ -979,6 +1048,21 @@ mod tests {
         me: &str,
         eligible: Arc<AtomicBool>,
     ) -> (Leader, tokio::sync::oneshot::Sender<()>) {
+        let (leader, kill, _stop) = stoppable(url, me, eligible);
+        (leader, kill)
+    }
+
+    /// [`instance`], and the sender that stops it as a signal does ([`Leadership::release`]).
+    fn stoppable(
+        url: &str,
+        me: &str,
+        eligible: Arc<AtomicBool>,
+    ) -> (
+        Leader,
+        tokio::sync::oneshot::Sender<()>,
+        watch::Sender<bool>,
+    ) {
+        let (stop, stopping) = watch::channel(false);
         let (url, me) = (url.to_owned(), me.to_owned());
         let (give, take) = std::sync::mpsc::channel();
         let (kill, killed) = tokio::sync::oneshot::channel::<()>();
@@ -996,7 +1080,7 @@ mod tests {
                     "ns".into(),
                     "lease".into(),
                     me,
-                    eligible,
+                    Part { eligible, stopping },
                     FAST,
                     None,
                 );
@@ -1004,7 +1088,7 @@ mod tests {
                 let _ = killed.await;
             });
         });
-        (take.recv().unwrap(), kill)
+        (take.recv().unwrap(), kill, stop)
     }
 
     fn holder_on(api: &FakeApi) -> Option<String> {
@@ -1129,5 +1213,48 @@ mod tests {
         if let Some(k) = kills[o].take() {
             let _ = k.send(());
         }
+    }
+
+    #[test]
+    fn a_stopping_holder_releases_at_once_and_the_other_takes_over_at_its_next_read() {
+        let api = Arc::new(FakeApi::default());
+        let url = start_fake(api.clone());
+        let names = ["node-a", "node-b"];
+        let (a, kill_a, stop_a) = stoppable(&url, names[0], Arc::new(AtomicBool::new(true)));
+        let (b, kill_b, stop_b) = stoppable(&url, names[1], Arc::new(AtomicBool::new(true)));
+        wait_for("a leader", Duration::from_secs(3), || {
+            a.is_leading() || b.is_leading()
+        });
+        let both = [(names[0], &a), (names[1], &b)];
+        let h = watch_exclusive(&api, &both, Duration::from_secs(1)).expect("a leader");
+        let o = 1 - h;
+        let handles = [&a, &b];
+        assert!(handles[h].holds() && !handles[o].holds());
+        // The holder stops (SIGTERM): it stops leading and the record names nobody, both at once
+        // (not at its next round, 250 ms away, nor at its renew deadline).
+        let t0 = Instant::now();
+        [&stop_a, &stop_b][h].send_replace(true);
+        let released = wait_for("the release", Duration::from_secs(1), || {
+            holder_on(&api).is_none() && !handles[h].holds()
+        });
+        assert!(!handles[h].is_leading());
+        assert!(
+            released < Duration::from_millis(200),
+            "released {released:?} after the stop"
+        );
+        // The other takes over at its next read (at most the 2 s lease after the record it saw
+        // changed), not after the released record has aged a lease duration; the stopped one
+        // never again.
+        wait_for(
+            "the takeover",
+            Duration::from_millis(2 * 2000 + 500),
+            || handles[o].is_leading(),
+        );
+        let took = t0.elapsed();
+        let end = watch_exclusive(&api, &both, Duration::from_secs(1));
+        assert_eq!(end, Some(o), "after {took:?}");
+        assert_eq!(holder_on(&api).as_deref(), Some(names[o]));
+        let _ = kill_a.send(());
+        let _ = kill_b.send(());
     }
 }

@@ -32,6 +32,7 @@ pub mod cache;
 pub mod error;
 pub mod hostpath;
 pub mod kube;
+pub mod labeller;
 pub mod lanes;
 pub mod lease;
 pub mod lvm;
@@ -144,15 +145,21 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         std::process::exit(PANIC_EXIT_CODE)
     }));
     // main() blocks the termination signals for the driver verbs (and every thread inherits the
-    // mask). The provisioner may stop anywhere (every step is restart-safe), so SIGTERM from
-    // kubelet stopping the pod ends it at once, like the default action.
+    // mask). They stay blocked here too: one thread takes them (sigwait) and asks the runtime to
+    // stop, which lets go of the Leases this instance holds, so that another instance takes the
+    // shared work over at its next read rather than after the lease expires (a rolling update).
+    // Every step is restart-safe, so nothing else needs finishing. A second signal, or a stop
+    // that takes longer than STOP_LIMIT, ends the process at once.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Err(e) = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || take_signals(&stop_tx))
     {
-        use nix::sys::signal::{SigSet, Signal};
-        let mut set = SigSet::empty();
-        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-            set.add(s);
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("flexvol-provisioner: cannot start the signal thread: {e}");
         }
-        let _ = set.thread_unblock();
+        return 1;
     }
     if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref()) {
         // No logger yet: the one place this command writes stderr itself.
@@ -222,7 +229,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
             return 1;
         }
     }
-    match rt.block_on(serve(a, &shared)) {
+    match rt.block_on(serve(a, &shared, stop_rx)) {
         Ok(()) => 0,
         Err(e) => {
             error!(target: LOG_TARGET, "error: {e}");
@@ -231,7 +238,51 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
     }
 }
 
-async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(), String> {
+/// How long a stop may take (releasing the Leases) before the process ends regardless: well within
+/// the DaemonSet's termination grace period (30 s) and a test's patience (5 s).
+pub const STOP_LIMIT: Duration = Duration::from_secs(3);
+
+/// Set when `serve` runs its main loop, which handles a stop (before that, a signal ends the
+/// process at once).
+static SERVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The signal thread: the first termination signal asks `serve` to stop (`stop`); a second one, or
+/// [`STOP_LIMIT`] plus a second passing, ends the process with `128 + signal`, its children killed.
+fn take_signals(stop: &tokio::sync::watch::Sender<bool>) {
+    use nix::sys::signal::Signal;
+    let Some(sig) = crate::sys::process::wait_for_termination() else {
+        return;
+    };
+    let code = match sig {
+        Signal::SIGHUP => 129,
+        Signal::SIGINT => 130,
+        _ => 143,
+    };
+    if !SERVING.load(std::sync::atomic::Ordering::Acquire) {
+        // Still starting (waiting for its config or its first lists): nothing to hand over that
+        // a restart would not; stop at once, as before the handover existed.
+        crate::sys::process::kill_children();
+        #[allow(clippy::exit)]
+        std::process::exit(code)
+    }
+    stop.send_replace(true);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(crate::sys::process::wait_for_termination());
+    });
+    // Either a second signal or the limit: the stop did not end the process in time.
+    let _ = rx.recv_timeout(STOP_LIMIT + Duration::from_secs(1));
+    warn!(target: LOG_TARGET, "not stopped in time after {sig}: exiting now");
+    crate::sys::process::kill_children();
+    #[allow(clippy::exit)]
+    std::process::exit(code)
+}
+
+async fn serve(
+    a: &ProvisionerArgs,
+    shared: &Arc<telemetry::Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
     let health = &shared.health;
     // The installer container writes the config; until a valid one exists, wait (no work on an
     // unknown config: it would send every claim picked for this node back).
@@ -282,7 +333,26 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
         local: local_tx,
         shared: shared_tx,
     };
-    let cluster = kube::KubeCluster::start(client, a.node_name.clone(), scope, routes);
+    // The holder of flexvol-claims labels every claim with where its work is done
+    // (labeller), so that every other instance watches only its own.
+    let (label_tx, label_rx) = tokio::sync::mpsc::unbounded_channel();
+    let relabel = Arc::new(labeller::Relabel::new(Arc::new(scope.clone()), label_tx));
+    tokio::spawn(labeller::run(
+        client.clone(),
+        relabel.clone(),
+        label_rx,
+        leads_rx.clone(),
+        shared.clone(),
+    ));
+    let observer: cache::ClaimObserver = relabel;
+    let cluster = kube::KubeCluster::start(
+        client,
+        a.node_name.clone(),
+        scope,
+        routes,
+        Some(observer),
+        shared.metrics.watch_events(),
+    );
     if cluster.ready(Duration::from_secs(60)).await {
         health.synced();
     } else {
@@ -322,6 +392,7 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
     // The watches, the electors and the API calls run on this runtime; the lanes on their own
     // threads. Every 200 ms: what this instance leads (a lead lost at its renew deadline shows
     // here even if the elector's reports are late), and readiness once the caches are listed.
+    SERVING.store(true, std::sync::atomic::Ordering::Release);
     loop {
         leads_tx.send_if_modified(|l| {
             let now = leadership.leads();
@@ -335,7 +406,24 @@ async fn serve(a: &ProvisionerArgs, shared: &Arc<telemetry::Shared>) -> Result<(
                 "a lane stopped; exiting so that the DaemonSet restarts the provisioner".into(),
             );
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Ok(Err(_)) = tokio::time::timeout(Duration::from_millis(200), stop.changed()).await {
+            // The signal thread is gone (it could not wait): no stop will come, just the pace.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if *stop.borrow() {
+            // Stop leading first (the lanes' shared work stops at its next key), then let go.
+            leads_tx.send_replace(cache::Leads::default());
+            info!(target: LOG_TARGET, "stopping (signal): releasing the Leases this instance holds");
+            if leadership.release(STOP_LIMIT).await {
+                info!(target: LOG_TARGET, "stopped: no Lease held");
+            } else {
+                warn!(target: LOG_TARGET, "stopped without releasing every Lease within {STOP_LIMIT:?}: another instance takes over when it expires");
+            }
+            crate::sys::process::kill_children();
+            // A requested stop is a clean end (systemd and kubelet expect 0 or death by SIGTERM).
+            #[allow(clippy::exit)]
+            std::process::exit(0);
+        }
     }
 }
 

@@ -109,6 +109,10 @@ fn gauge_bytes(b: u64) -> i64 {
     i64::try_from(b).unwrap_or(i64::MAX)
 }
 
+/// `flexvol_provisioner_watch_events_total{watch=...}`: objects each watch received (the items
+/// of a list and every event), shared with the metrics registry.
+pub type WatchEvents = Family<[(&'static str, &'static str); 1], Counter>;
+
 /// The provisioner's metrics; the handles are cheap to update and shared with the registry.
 #[derive(Debug)]
 pub struct Metrics {
@@ -126,6 +130,8 @@ pub struct Metrics {
     size: Family<PoolLabels, Gauge>,
     free: Family<PoolLabels, Gauge>,
     leader: Family<[(&'static str, String); 1], Gauge>,
+    watch_events: WatchEvents,
+    claim_labels: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 impl Default for Metrics {
@@ -156,6 +162,8 @@ impl Metrics {
             size: Family::default(),
             free: Family::default(),
             leader: Family::default(),
+            watch_events: Family::default(),
+            claim_labels: Family::default(),
             registry: Registry::default(),
         };
         r.register(
@@ -223,6 +231,16 @@ impl Metrics {
             "1 while this instance holds the Lease (label lease: flexvol-claims, flexvol-nfs), else 0",
             m.leader.clone(),
         );
+        r.register(
+            "flexvol_provisioner_watch_events",
+            "Objects this instance's watches received (list items and events), by watch: claims-node (claims labelled flexvol/node=<this node>), claims-all (every claim, while holding flexvol-claims), claims-shared and pvs-shared (the shared kinds', while leading them), pvs-node",
+            m.watch_events.clone(),
+        );
+        r.register(
+            "flexvol_provisioner_claim_labels",
+            "Label writes on claims by the holder of flexvol-claims (flexvol/node, flexvol/kind), by outcome",
+            m.claim_labels.clone(),
+        );
         Self { registry: r, ..m }
     }
 
@@ -231,6 +249,18 @@ impl Metrics {
         self.leader
             .get_or_create(&[("lease", lease.to_owned())])
             .clone()
+    }
+
+    /// The watch event counters, shared with the registry (for the watch caches).
+    pub fn watch_events(&self) -> WatchEvents {
+        self.watch_events.clone()
+    }
+
+    /// Counts one label write on a claim (`outcome`: success, failure).
+    pub fn claim_labelled(&self, outcome: &'static str) {
+        self.claim_labels
+            .get_or_create(&[("outcome", outcome)])
+            .inc();
     }
 
     /// Counts what a pass did, which took `took`.

@@ -10,7 +10,7 @@
 //! Not here: plain `std::fs`/`std::net` use elsewhere, and a few one-line kernel reads and flags
 //! made where they are needed — the effective uid (`geteuid`, to check who owns a file),
 //! `O_NOFOLLOW` on std's `OpenOptions` (`node::capability`, `ops::install`), `access(2)` in
-//! `ops::doctor`, and the provisioner daemon's signal unmask (`provision::run`).
+//! `ops::doctor`, and the provisioner daemon's signal thread (`provision::run`).
 
 pub mod dirfd;
 pub mod exec;

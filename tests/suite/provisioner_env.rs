@@ -41,7 +41,10 @@ fn spawn(dir: &Path, kubeconfig: &Path, cert_file: &Path, extra_env: &[(&str, &s
     let certs = dir.join("certs");
     std::fs::create_dir_all(&certs).unwrap();
     let mut c = Command::new(binary());
-    c.args(["provisioner", "--node-name", "node-x", "--kubeconfig"])
+    // Any free port for /metrics: the tests run in parallel (and beside other provisioners on a
+    // shared machine), and the default 9479 would make all but one fail to listen.
+    c.args(["provisioner", "--node-name", "node-x"])
+        .args(["--metrics-address", "127.0.0.1:0", "--kubeconfig"])
         .arg(kubeconfig)
         .env("FLEXVOL_CONFIG", &config)
         .env("SSL_CERT_FILE", cert_file)
