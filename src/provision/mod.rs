@@ -144,23 +144,6 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         #[allow(clippy::exit)]
         std::process::exit(PANIC_EXIT_CODE)
     }));
-    // main() blocks the termination signals for the driver verbs (and every thread inherits the
-    // mask). They stay blocked here too: one thread takes them (sigwait) and asks the runtime to
-    // stop, which lets go of the Leases this instance holds, so that another instance takes the
-    // shared work over at its next read rather than after the lease expires (a rolling update).
-    // Every step is restart-safe, so nothing else needs finishing. A second signal, or a stop
-    // that takes longer than STOP_LIMIT, ends the process at once.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    if let Err(e) = std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || take_signals(&stop_tx))
-    {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("flexvol-provisioner: cannot start the signal thread: {e}");
-        }
-        return 1;
-    }
     if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref()) {
         // No logger yet: the one place this command writes stderr itself.
         #[allow(clippy::print_stderr)]
@@ -205,6 +188,24 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         }
     }
     let a = &a;
+    // Started after --host-mount-namespace, which needs a single-threaded process; until then a
+    // termination signal stays pending. main() blocks the termination signals for the driver
+    // verbs (and every thread inherits the mask). They stay blocked here too: one thread takes
+    // them (sigwait) and asks the runtime to stop, which lets go of the Leases this instance holds, so that another instance takes the
+    // shared work over at its next read rather than after the lease expires (a rolling update).
+    // Every step is restart-safe, so nothing else needs finishing. A second signal, or a stop
+    // that takes longer than STOP_LIMIT, ends the process at once.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Err(e) = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || take_signals(&stop_tx))
+    {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("flexvol-provisioner: cannot start the signal thread: {e}");
+        }
+        return 1;
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
