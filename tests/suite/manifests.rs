@@ -11,7 +11,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn to_json(y: &Yaml) -> Value {
+pub(crate) fn to_json(y: &Yaml) -> Value {
     match y {
         Yaml::Real(s) => s.parse::<f64>().map(Value::from).unwrap_or(Value::Null),
         Yaml::Integer(i) => Value::from(*i),
@@ -79,6 +79,36 @@ fn of_kind<'a>(docs: &'a [(PathBuf, Value)], kind: &str) -> Vec<&'a Value> {
         .filter(|(_, d)| d["kind"] == kind)
         .map(|(_, d)| d)
         .collect()
+}
+
+/// Every (apiGroup, resource, verb) a Role or ClusterRole grants; panics on a wildcard, a
+/// `resourceNames` or a `nonResourceURLs` rule (none of our roles may have one). Also used by
+/// controller_manifests.rs.
+pub(crate) fn granted(role: &Value) -> std::collections::BTreeSet<(String, String, String)> {
+    let mut granted = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(
+            rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(),
+            "{rule}"
+        );
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for r in rule["resources"].as_array().unwrap() {
+                for v in rule["verbs"].as_array().unwrap() {
+                    let t = (
+                        g.as_str().unwrap().to_owned(),
+                        r.as_str().unwrap().to_owned(),
+                        v.as_str().unwrap().to_owned(),
+                    );
+                    assert!(
+                        !t.0.contains('*') && !t.1.contains('*') && !t.2.contains('*'),
+                        "a wildcard in {rule}"
+                    );
+                    granted.insert(t);
+                }
+            }
+        }
+    }
+    granted
 }
 
 /// Every `flexVolume` object anywhere in a document.
@@ -414,29 +444,7 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
         .into_iter()
         .find(|r| r["metadata"]["name"] == "flexvol-provisioner")
         .expect("ClusterRole flexvol-provisioner");
-    let mut granted = std::collections::BTreeSet::new();
-    for rule in role["rules"].as_array().unwrap() {
-        assert!(
-            rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(),
-            "{rule}"
-        );
-        for g in rule["apiGroups"].as_array().unwrap() {
-            for r in rule["resources"].as_array().unwrap() {
-                for v in rule["verbs"].as_array().unwrap() {
-                    let t = (
-                        g.as_str().unwrap().to_owned(),
-                        r.as_str().unwrap().to_owned(),
-                        v.as_str().unwrap().to_owned(),
-                    );
-                    assert!(
-                        !t.0.contains('*') && !t.1.contains('*') && !t.2.contains('*'),
-                        "a wildcard in {rule}"
-                    );
-                    granted.insert(t);
-                }
-            }
-        }
-    }
+    let granted = granted(role);
     let needed: std::collections::BTreeSet<(String, String, String)> = needed
         .into_iter()
         .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))
