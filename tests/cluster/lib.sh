@@ -92,6 +92,28 @@ kc_port() { # kc_port etcd|etcd-peer|apiserver|kubelet INDEX
 	esac
 }
 
+# kc_container NAME [SCRIPT]: the start of a pod's container "main" (name, image, command; the
+# caller adds volumeMounts and the closing brace), for either runtime:
+#   fake        an untagged image name of its own (the fake runtime needs one per pod) and
+#               `sleep 3600`, which no process runs
+#   containerd  the local busybox image (KCC_IMAGE_BUSYBOX, imagePullPolicy Never) running
+#               `sh -c 'SCRIPT; sleep'` for real: SCRIPT (no double quote, no backslash: it goes
+#               into JSON as is) runs first, then the container sleeps; SIGTERM ends it at once
+#               (a trap), so deleting a pod takes no grace period
+kc_container() {
+	local name="$1" script="${2:-}"
+	case "$script" in *'"'* | *\\*) kc_fail "kc_container $name: no double quote or backslash in a pod's script" ;; esac
+	if [ "${KC_RUNTIME:-fake}" = containerd ]; then
+		[ -n "$KCC_IMAGE_BUSYBOX" ] || kc_fail "kc_container: no busybox image (kc_up with KC_RUNTIME=containerd first)"
+		printf '"name":"main","image":"%s","imagePullPolicy":"Never","command":["sh","-c","trap %s TERM; %ssleep 3600 & wait"]' \
+			"$KCC_IMAGE_BUSYBOX" "'exit 0'" "${script:+$script; }"
+	else
+		printf '"name":"main","image":"img-%s-%s","command":["sleep","3600"]' "$name" "$RANDOM"
+	fi
+}
+# kc_real_containers: true when pods run processes (KC_RUNTIME=containerd).
+kc_real_containers() { [ "${KC_RUNTIME:-fake}" = containerd ]; }
+
 # kc_node_dir NODE: that node's directory (root, plugins, flexvol config, state, log).
 kc_node_dir() { echo "$KC_DIR/nodes/$1"; }
 kc_node_flexvol_log() { echo "$KC_DIR/nodes/$1/flexvol.log"; }

@@ -27,7 +27,7 @@ ns_pod() {
 	apply "pod $1/$2" <<EOF
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"$2","namespace":"$1"},
  "spec":{"automountServiceAccountToken":false,"terminationGracePeriodSeconds":0,
-  "containers":[{"name":"main","image":"img-$2-$RANDOM","command":["sleep","3600"],
+  "containers":[{$(kc_container "$2"),
    "volumeMounts":[{"name":"data","mountPath":"/data"}]}],
   "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"$3"}}]}}
 EOF

@@ -20,14 +20,15 @@
 
 FSG_STATIC="$CLUSTER_DIR/static"
 
-# fsg_pod NAME CLAIM NODE FSGROUP
+# fsg_pod NAME CLAIM NODE FSGROUP [SCRIPT]: SCRIPT runs in the container on real containers
+# (kc_container).
 fsg_pod() {
 	apply "pod $1" <<EOF2
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"$1","namespace":"default"},
  "spec":{"nodeSelector":{"kubernetes.io/hostname":"$3"},"automountServiceAccountToken":false,
   "terminationGracePeriodSeconds":0,
   "securityContext":{"runAsUser":1000,"runAsGroup":1000,"fsGroup":$4},
-  "containers":[{"name":"main","image":"img-$1-$RANDOM","command":["sleep","3600"],
+  "containers":[{$(kc_container "$1" "${5:-}"),
    "volumeMounts":[{"name":"data","mountPath":"/data"}]}],
   "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"$2"}}]}}
 EOF2
@@ -55,7 +56,7 @@ scenario_fsgroup() {
 	local t0 pv dir line d ms_walk ms_match
 	t0="$(kl_now)"
 	claim c-fsg flexvol-hostpath
-	fsg_pod p-fsg1 c-fsg node-a 2000
+	fsg_pod p-fsg1 c-fsg node-a 2000 "echo uid \$(id -u) groups \$(id -G) > /data/written-in-pod-\$HOSTNAME"
 	wait_until "pod p-fsg1 Running" 120 pod_running p-fsg1
 	pv="$(pv_of c-fsg)"
 	dir="$(jp pv "$pv" '{.spec.flexVolume.options.path}')"
@@ -66,6 +67,14 @@ scenario_fsgroup() {
 	fsg_write_as p-fsg1 "$pv" hostpath || fail "uid 1000 (group 2000) cannot write into the provisioned volume"
 	[ "$(stat -c %g "$dir/written-by-p-fsg1")" = 2000 ] || fail "a new file has group $(stat -c %g "$dir/written-by-p-fsg1"), not the set-gid directory's 2000"
 	pass "fsgroup: pod (uid 1000, fsGroup 2000) Running in $(kl_since "$t0") s; kubelet sent FsGroup 2000 to mount, $dir is group 2000 mode 2770, uid 1000 wrote into it and the file is group 2000"
+	if kc_real_containers; then
+		local f="$dir/written-in-pod-p-fsg1" i
+		for ((i = 0; i < 200; i++)); do [ -s "$f" ] && break; sleep 0.3; done
+		[ -s "$f" ] || fail "pod p-fsg1's process (uid 1000, fsGroup 2000) wrote nothing into $dir within 60 s"
+		[ "$(stat -c %u:%g "$f")" = 1000:2000 ] || fail "$f is $(stat -c %u:%g "$f"), want 1000:2000 (the pod's uid, the set-gid directory's group)"
+		[[ "$(cat "$f")" == "uid 1000 groups "*2000* ]] || fail "pod p-fsg1 ran as '$(cat "$f")', want uid 1000 with group 2000"
+		pass "fsgroup: the pod's own process ($(cat "$f")) wrote into the provisioned volume; the file is 1000:2000"
+	fi
 	delete_pod p-fsg1
 	# 10,000 files the pod's group does not own, then a new fsGroup: the root mismatches.
 	mkdir -p "$dir/many"

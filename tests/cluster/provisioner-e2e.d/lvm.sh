@@ -77,7 +77,7 @@ lvm_inline_pod() {
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"$1","namespace":"default"},
  "spec":{"nodeSelector":{"kubernetes.io/hostname":"$2"},"automountServiceAccountToken":false,
   "terminationGracePeriodSeconds":0,
-  "containers":[{"name":"main","image":"img-$1-$RANDOM","command":["sleep","3600"],
+  "containers":[{$(kc_container "$1"),
    "volumeMounts":[{"name":"$3","mountPath":"/data"}]}],
   "volumes":[{"name":"$3","flexVolume":{"driver":"flexvol/lvm","fsType":"ext4","options":{"volumegroup":"$LVP_VG","volumeID":"$4"}}}]}}
 EOF

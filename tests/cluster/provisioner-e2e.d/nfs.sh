@@ -55,7 +55,7 @@ nfs_pod() {
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"$1","namespace":"default"},
  "spec":{"nodeSelector":{"kubernetes.io/hostname":"$3"},"automountServiceAccountToken":false,
   "terminationGracePeriodSeconds":0,
-  "containers":[{"name":"main","image":"img-$1-$RANDOM","command":["sleep","3600"],
+  "containers":[{$(kc_container "$1"),
    "volumeMounts":[{"name":"data","mountPath":"/data"}]}],
   "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"$2"}}]}}
 EOF
@@ -67,7 +67,7 @@ nfs_inline_pod() {
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"$1","namespace":"default"},
  "spec":{"nodeSelector":{"kubernetes.io/hostname":"$2"},"automountServiceAccountToken":false,
   "terminationGracePeriodSeconds":0,
-  "containers":[{"name":"main","image":"img-$1-$RANDOM","command":["sleep","3600"],
+  "containers":[{$(kc_container "$1"),
    "volumeMounts":[{"name":"$3","mountPath":"/data"}]}],
   "volumes":[{"name":"$3","flexVolume":{"driver":"flexvol/nfs","options":{"server":"127.0.0.1","share":"$4"}}}]}}
 EOF

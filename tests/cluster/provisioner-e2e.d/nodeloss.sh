@@ -3,7 +3,8 @@
 #   tests/cluster/provisioner-e2e nodeloss
 #
 #   nodeloss    drivers/deploy/controller.yaml applied (the server accepts every object; the
-#               Deployment is removed again: the fake runtime would not run it) and
+#               Deployment is removed again: the scenario stops and restarts the controller at
+#               chosen moments, which a host process makes exact; and its image names a registry) and
 #               `flexvol controller` started on the host with its ServiceAccount's token, so its
 #               ClusterRole is what it has; `kubectl auth can-i --as` says yes to each of its calls
 #               and no to others, the provisioner's ServiceAccount may not delete claims, and a real
@@ -132,7 +133,7 @@ EOF
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"nl-pod","namespace":"default"},
  "spec":{"nodeSelector":{"kubernetes.io/hostname":"node-b"},"automountServiceAccountToken":false,
   "terminationGracePeriodSeconds":0,
-  "containers":[{"name":"main","image":"img-nl-$RANDOM","command":["sleep","3600"],
+  "containers":[{$(kc_container "nl"),
    "volumeMounts":[{"name":"data","mountPath":"/data"}]}],
   "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"nl-data"}}]}}
 EOF
