@@ -22,6 +22,7 @@
 //! It reuses the provisioner's API client ([`crate::provision::apiclient`]: the cluster's CA only,
 //! re-read tokens, connect timeout) and its log format.
 
+pub mod extender;
 pub mod nodeloss;
 
 use crate::provision::telemetry::{self, LogFormat};

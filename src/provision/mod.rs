@@ -29,6 +29,7 @@
 pub mod api;
 pub mod apiclient;
 pub mod cache;
+pub mod capacity;
 pub mod error;
 pub mod hostpath;
 pub mod kube;

@@ -1,0 +1,365 @@
+//! The capacity record a node publishes for the scheduler extender (docs/scheduler-extender.md):
+//! what this node can still hold, per hostPath root and per LVM volume group and thin pool, with
+//! the node's own limits already applied (quotas promised but unused, `vgReserve`,
+//! `thinOverprovisionRatio`, `maxVolumeSize`), in the terms the provisioner decides with.
+//!
+//! **Where it lives.** One ConfigMap per node, named after the node, in the namespace
+//! [`NAMESPACE`], under the key [`DATA_KEY`], as JSON ([`CapacityRecord`]). The node's token may
+//! only `get` and `update` ConfigMaps in that namespace (no create, delete, list or watch; the
+//! controller creates and removes the objects), so a stolen node token can falsify placement data
+//! and nothing else (docs/scheduler-extender.md, "Where capacity is published").
+//!
+//! **Contract.** The record is data from a node, i.e. from a party that may be compromised: its
+//! reader ([`parse`]) bounds its size, rejects unknown versions and checks it ([`validate`])
+//! before any number in it is used; a record that fails is *ignored* (the node is treated as one
+//! that published nothing), never an error that blocks scheduling and never a panic. Every number
+//! is bytes, `u64`; arithmetic on them saturates.
+//!
+//! Status: the type, its validation and its reader exist and are tested; the publisher (the
+//! node-local lane writing it next to the capacity metrics, [`super::lanes`]) does not yet.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// The namespace that holds the per-node capacity ConfigMaps, and nothing else.
+pub const NAMESPACE: &str = "flexvol-capacity";
+/// The ConfigMap data key of the record.
+pub const DATA_KEY: &str = "capacity.json";
+/// The only record version this build reads and writes.
+pub const VERSION: u32 = 1;
+/// A record longer than this is ignored unread (a real one is a few KiB).
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+/// At most this many roots, volume groups, thin pools per VG, or classes per root.
+pub const MAX_ITEMS: usize = 256;
+
+/// What one node can still hold. Field names are the JSON's (camelCase).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityRecord {
+    /// [`VERSION`].
+    pub version: u32,
+    /// The node it describes; must equal the ConfigMap's name.
+    pub node: String,
+    /// When the node measured it, seconds since the epoch by the node's clock (the extender
+    /// also stamps when it received it and uses the older of the two, so a fast clock cannot
+    /// keep a record fresh).
+    pub published_at: u64,
+    /// Classes that have a hostPath root list of their own on this node (local-path's
+    /// `storageClassConfigs`); every other class uses the roots marked `default`.
+    #[serde(default)]
+    pub hostpath_classes: Vec<String>,
+    /// The node's hostPath roots.
+    #[serde(default)]
+    pub hostpath: Vec<RootCapacity>,
+    /// The volume groups the node's config grants (`lvm.allowedVolumeGroups`) that exist.
+    #[serde(default)]
+    pub lvm: Vec<VgCapacity>,
+}
+
+/// One hostPath root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RootCapacity {
+    /// The root's path, as in the node config.
+    pub path: String,
+    /// Serves classes without a root list of their own (local-path's top-level map).
+    #[serde(default)]
+    pub default: bool,
+    /// Classes (of `hostpathClasses`) whose root list names this root.
+    #[serde(default)]
+    pub classes: Vec<String>,
+    /// The filesystem's size (`statvfs`).
+    pub size: u64,
+    /// Bytes available to unprivileged writers (`statvfs` `f_bavail`).
+    pub available: u64,
+    /// Where project quotas are enforced: the sum over this root's volumes of their limit minus
+    /// their usage, i.e. space already promised to existing volumes. 0 where not enforced.
+    #[serde(default)]
+    pub promised: u64,
+    /// Whether the root's filesystem enforces project quotas (sizes are then real).
+    #[serde(default)]
+    pub quota_enforced: bool,
+}
+
+impl RootCapacity {
+    /// What a new volume may still take: available minus what is promised.
+    pub fn allocatable(&self) -> u64 {
+        self.available.saturating_sub(self.promised)
+    }
+}
+
+/// One volume group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VgCapacity {
+    /// The VG's name.
+    pub name: String,
+    /// `vg_size`.
+    pub size: u64,
+    /// `vg_free`.
+    pub free: u64,
+    /// The node's `lvm.vgReserve`: a thick LV must leave this free.
+    #[serde(default)]
+    pub reserve: u64,
+    /// `vg_extent_size`: sizes are rounded up to it.
+    pub extent_size: u64,
+    /// The node's `lvm.maxVolumeSize`, if any.
+    #[serde(default)]
+    pub max_volume_size: Option<u64>,
+    /// Its thin pools.
+    #[serde(default)]
+    pub thin_pools: Vec<ThinPoolCapacity>,
+}
+
+impl VgCapacity {
+    /// What a new thick LV may still take: free minus the reserve.
+    pub fn allocatable(&self) -> u64 {
+        self.free.saturating_sub(self.reserve)
+    }
+}
+
+/// One thin pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThinPoolCapacity {
+    /// The pool LV's name.
+    pub name: String,
+    /// The pool's data size.
+    pub size: u64,
+    /// The virtual bytes its thin LVs may total: size × `lvm.thinOverprovisionRatio`.
+    pub limit: u64,
+    /// The virtual sizes of its thin LVs, summed.
+    pub committed: u64,
+}
+
+impl ThinPoolCapacity {
+    /// Virtual bytes a new thin LV may still take.
+    pub fn allocatable(&self) -> u64 {
+        self.limit.saturating_sub(self.committed)
+    }
+}
+
+fn unique<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<(), String> {
+    let mut seen = BTreeSet::new();
+    for (i, n) in names.enumerate() {
+        if i >= MAX_ITEMS {
+            return Err(format!("more than {MAX_ITEMS} {what}"));
+        }
+        if n.is_empty() || n.len() > 4096 {
+            return Err(format!("a {what} name is empty or too long"));
+        }
+        if !seen.insert(n) {
+            return Err(format!("{what} {n:?} is listed twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a record published as the ConfigMap `object_name`: the version, the node named as the
+/// object, and numbers that can be true (nothing free beyond a size; names unique, bounded).
+pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), String> {
+    if r.version != VERSION {
+        return Err(format!(
+            "version {} (this build reads version {VERSION})",
+            r.version
+        ));
+    }
+    if r.node != object_name {
+        return Err(format!(
+            "it describes node {:?} but is published as {object_name:?}",
+            r.node
+        ));
+    }
+    unique("class", r.hostpath_classes.iter().map(String::as_str))?;
+    unique("root", r.hostpath.iter().map(|x| x.path.as_str()))?;
+    for root in &r.hostpath {
+        if !root.path.starts_with('/') {
+            return Err(format!("root {:?} is not an absolute path", root.path));
+        }
+        if root.available > root.size {
+            return Err(format!(
+                "root {}: {} bytes available of {}",
+                root.path, root.available, root.size
+            ));
+        }
+        unique("class of a root", root.classes.iter().map(String::as_str))?;
+        if let Some(c) = root
+            .classes
+            .iter()
+            .find(|c| !r.hostpath_classes.contains(c))
+        {
+            return Err(format!(
+                "root {} names class {c:?}, which is not in hostpathClasses",
+                root.path
+            ));
+        }
+    }
+    unique("volume group", r.lvm.iter().map(|v| v.name.as_str()))?;
+    for vg in &r.lvm {
+        if vg.free > vg.size {
+            return Err(format!(
+                "volume group {}: {} bytes free of {}",
+                vg.name, vg.free, vg.size
+            ));
+        }
+        if vg.extent_size == 0 {
+            return Err(format!("volume group {}: extent size 0", vg.name));
+        }
+        unique("thin pool", vg.thin_pools.iter().map(|p| p.name.as_str()))?;
+        if let Some(p) = vg.thin_pools.iter().find(|p| p.size > vg.size) {
+            return Err(format!(
+                "thin pool {}/{} is larger than its volume group",
+                vg.name, p.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the record in a capacity ConfigMap's data (`None`: the key is absent): bounded, parsed,
+/// [`validate`]d. The error says why it is ignored.
+pub fn parse(object_name: &str, data: Option<&str>) -> Result<CapacityRecord, String> {
+    let text = data.ok_or_else(|| format!("no key {DATA_KEY}"))?;
+    if text.len() > MAX_RECORD_BYTES {
+        return Err(format!(
+            "{} bytes, more than the {MAX_RECORD_BYTES} a record may have",
+            text.len()
+        ));
+    }
+    let r: CapacityRecord =
+        serde_json::from_str(text).map_err(|e| format!("not a capacity record: {e}"))?;
+    validate(&r, object_name)?;
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> CapacityRecord {
+        CapacityRecord {
+            version: 1,
+            node: "n1".into(),
+            published_at: 1_795_000_000,
+            hostpath_classes: vec!["fast".into()],
+            hostpath: vec![
+                RootCapacity {
+                    path: "/srv/a".into(),
+                    default: true,
+                    classes: vec![],
+                    size: 100 << 30,
+                    available: 40 << 30,
+                    promised: 10 << 30,
+                    quota_enforced: true,
+                },
+                RootCapacity {
+                    path: "/srv/nvme".into(),
+                    default: false,
+                    classes: vec!["fast".into()],
+                    size: 50 << 30,
+                    available: 50 << 30,
+                    promised: 0,
+                    quota_enforced: false,
+                },
+            ],
+            lvm: vec![VgCapacity {
+                name: "vg0".into(),
+                size: 200 << 30,
+                free: 30 << 30,
+                reserve: 10 << 30,
+                extent_size: 4 << 20,
+                max_volume_size: Some(100 << 30),
+                thin_pools: vec![ThinPoolCapacity {
+                    name: "tp".into(),
+                    size: 100 << 30,
+                    limit: 150 << 30,
+                    committed: 120 << 30,
+                }],
+            }],
+        }
+    }
+
+    /// The JSON form is the documented one (camelCase, bytes as numbers) and reads back equal.
+    #[test]
+    fn round_trips_in_the_documented_form() {
+        let r = sample();
+        let text = serde_json::to_string(&r).unwrap();
+        for key in [
+            "\"publishedAt\":1795000000",
+            "\"hostpathClasses\":[\"fast\"]",
+            "\"quotaEnforced\":true",
+            "\"extentSize\":4194304",
+            "\"maxVolumeSize\":107374182400",
+            "\"thinPools\":[",
+        ] {
+            assert!(text.contains(key), "{key} missing in {text}");
+        }
+        assert_eq!(parse("n1", Some(&text)).unwrap(), r);
+        assert_eq!(r.hostpath[0].allocatable(), 30 << 30);
+        assert_eq!(r.lvm[0].allocatable(), 20 << 30);
+        assert_eq!(r.lvm[0].thin_pools[0].allocatable(), 30 << 30);
+    }
+
+    /// Every kind of bad record is refused with a reason, never a panic.
+    #[test]
+    fn refuses_records_that_cannot_be_true() {
+        let bad = |f: &dyn Fn(&mut CapacityRecord), want: &str| {
+            let mut r = sample();
+            f(&mut r);
+            let text = serde_json::to_string(&r).unwrap();
+            let e = parse("n1", Some(&text)).unwrap_err();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        };
+        bad(&|r| r.version = 2, "version 2");
+        bad(&|r| r.node = "n2".into(), "describes node \"n2\"");
+        bad(
+            &|r| r.hostpath[0].available = r.hostpath[0].size + 1,
+            "available of",
+        );
+        bad(
+            &|r| r.hostpath[1].path = "srv".into(),
+            "not an absolute path",
+        );
+        bad(&|r| r.hostpath[1].path = "/srv/a".into(), "listed twice");
+        bad(
+            &|r| r.hostpath[1].classes = vec!["slow".into()],
+            "not in hostpathClasses",
+        );
+        bad(&|r| r.lvm[0].free = r.lvm[0].size + 1, "free of");
+        bad(&|r| r.lvm[0].extent_size = 0, "extent size 0");
+        bad(
+            &|r| r.lvm[0].thin_pools[0].size = 1 << 50,
+            "larger than its volume group",
+        );
+        bad(
+            &|r| {
+                r.hostpath_classes = (0..300).map(|i| format!("c{i}")).collect();
+            },
+            "more than 256",
+        );
+        assert!(parse("n1", None).unwrap_err().contains(DATA_KEY));
+        assert!(
+            parse("n1", Some(&" ".repeat(MAX_RECORD_BYTES + 1)))
+                .unwrap_err()
+                .contains("more than")
+        );
+        for junk in [
+            "",
+            "{",
+            "[]",
+            "null",
+            "{\"version\":1}",
+            "{\"version\":-1,\"node\":\"n1\",\"publishedAt\":0}",
+            "{\"version\":1,\"node\":\"n1\",\"publishedAt\":0,\"hostpath\":[{\"path\":\"/a\",\"size\":1e30,\"available\":0}]}",
+        ] {
+            assert!(parse("n1", Some(junk)).is_err(), "{junk:?} accepted");
+        }
+        // The minimal valid record: a node with nothing to offer.
+        let r = parse(
+            "n1",
+            Some("{\"version\":1,\"node\":\"n1\",\"publishedAt\":0}"),
+        )
+        .unwrap();
+        assert!(r.hostpath.is_empty() && r.lvm.is_empty());
+    }
+}
