@@ -6,18 +6,102 @@
 //! - [`wire`]: the extender API's JSON (`ExtenderArgs`, `ExtenderFilterResult`,
 //!   `HostPriorityList`), upstream field names exactly;
 //! - [`claims`]: a pod → what its claims need; every claim → what is already headed to each node;
-//! - [`decide`]: the decision, pure: [`decide::filter`] and [`decide::prioritize`].
+//! - [`decide`]: the decision, pure: [`decide::filter`] and [`decide::prioritize`];
+//! - [`server`]: the HTTP side (`POST /filter`, `POST /prioritize`, probes) with its bounds, and
+//!   [`run`], the `flexvol scheduler-extender` command.
 //!
 //! Caller contract: the extender is configured `ignorable: true`, and everything here keeps to
 //! that direction: missing, stale or malformed data lets a node through (score 0), never filters
 //! it; only fresh valid data that shows the claims cannot fit filters a node out.
 //!
-//! Status (say it plainly): the decision, the wire types and the claim mapping exist with unit
-//! tests. Not built yet: the HTTP server, the watches that fill [`decide::Model`] and the claim
-//! and class caches, the publisher on the nodes, the controller creating the per-node ConfigMaps,
+//! Status (say it plainly): the decision, the wire types, the claim mapping and the HTTP server
+//! exist with unit tests. **Stubbed:** nothing fills [`server::State`] yet — the watches of the
+//! capacity ConfigMaps, claims and classes are not built, so the command as it stands answers
+//! every call with an error (which kube-scheduler, `ignorable: true`, skips) and says so at start.
+//! Also not built: the publisher on the nodes, the controller creating the per-node ConfigMaps,
 //! the manifests, and the proof with the real 1.20 kube-scheduler (docs/scheduler-extender.md,
 //! "Next steps").
 
 pub mod claims;
 pub mod decide;
+pub mod server;
 pub mod wire;
+
+use crate::provision::telemetry::{self, LogFormat};
+use clap::Args;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tracing::{error, info, warn};
+
+pub use server::LOG_TARGET;
+
+/// Arguments of `flexvol scheduler-extender`.
+#[derive(Args, Debug, Clone)]
+pub struct SchedulerExtenderArgs {
+    /// Serve kube-scheduler here (its `extenders[].urlPrefix` is `http://<this>`).
+    #[arg(long, default_value = "127.0.0.1:8099", value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+    /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
+    #[arg(long, default_value = "flexvol", value_name = "NAME")]
+    pub vendor: String,
+    /// A node's capacity older than this never filters it (it passes, unpreferred).
+    #[arg(long, default_value_t = 180, value_name = "SECONDS")]
+    pub stale_after_seconds: u64,
+    /// Log lines as `text` or `json`.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Which events to log (default: `RUST_LOG`, else this command's info).
+    #[arg(long, value_name = "FILTER")]
+    pub log_filter: Option<String>,
+}
+
+/// Runs the extender until killed; the exit code on a fatal error.
+pub fn run(a: &SchedulerExtenderArgs) -> i32 {
+    let filter = a
+        .log_filter
+        .clone()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| format!("{LOG_TARGET}=info"));
+    if let Err(e) = telemetry::init_logs(a.log_format, Some(&filter)) {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("{LOG_TARGET}: {e}");
+        }
+        return 2;
+    }
+    let listener = match server::bind(a.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            error!(target: LOG_TARGET, "{e}");
+            return 1;
+        }
+    };
+    let state = Arc::new(RwLock::new(server::State::new(
+        a.vendor.clone(),
+        Duration::from_secs(a.stale_after_seconds.max(1)),
+    )));
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(target: LOG_TARGET, "cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    info!(target: LOG_TARGET, "serving POST /filter and /prioritize on http://{}", a.listen);
+    warn!(
+        target: LOG_TARGET,
+        "the capacity, claim and class watches are not built yet: every call answers an error, which kube-scheduler (ignorable: true) skips"
+    );
+    match rt.block_on(server::serve(listener, state)) {
+        Ok(()) => 0,
+        Err(e) => {
+            error!(target: LOG_TARGET, "the server stopped: {e}");
+            1
+        }
+    }
+}
