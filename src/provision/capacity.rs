@@ -15,11 +15,15 @@
 //! that published nothing), never an error that blocks scheduling and never a panic. Every number
 //! is bytes, `u64`; arithmetic on them saturates.
 //!
-//! Status: the type, its validation and its reader exist and are tested; the publisher (the
-//! node-local lane writing it next to the capacity metrics, [`super::lanes`]) does not yet.
+//! Status: the type, its validation, its reader and its builder from measurements ([`build`])
+//! exist and are tested. Not yet: the measuring (promised quota bytes, thin pools) and the
+//! publishing (the node-local lane writing it next to the capacity metrics, [`super::lanes`]).
 
+use crate::backend::lvm::policy::LvmConfig;
+use crate::node::localpath::LocalPathConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 /// The namespace that holds the per-node capacity ConfigMaps, and nothing else.
 pub const NAMESPACE: &str = "flexvol-capacity";
@@ -232,9 +236,184 @@ pub fn parse(object_name: &str, data: Option<&str>) -> Result<CapacityRecord, St
     Ok(r)
 }
 
+/// One hostPath root as measured on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootMeasure {
+    /// The root.
+    pub path: PathBuf,
+    /// Its filesystem's size.
+    pub size: u64,
+    /// Bytes available (`f_bavail`).
+    pub available: u64,
+    /// Quota limits of its volumes minus their usage (0 where quotas are not enforced).
+    pub promised: u64,
+    /// Whether project quotas are enforced there.
+    pub quota_enforced: bool,
+}
+
+/// One thin pool as measured (`lvs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThinMeasure {
+    /// The pool LV's name.
+    pub name: String,
+    /// Its data size.
+    pub size: u64,
+    /// The virtual sizes of its thin LVs, summed.
+    pub committed: u64,
+}
+
+/// One volume group as measured (`vgs`, `lvs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VgMeasure {
+    /// The VG's name.
+    pub name: String,
+    /// `vg_size`.
+    pub size: u64,
+    /// `vg_free`.
+    pub free: u64,
+    /// `vg_extent_size`.
+    pub extent_size: u64,
+    /// Its thin pools.
+    pub thin_pools: Vec<ThinMeasure>,
+}
+
+/// The record of `node` from its measurements and its config: which classes each root serves
+/// (as `LocalPathConfig::roots_for` decides), and the LVM limits (`vgReserve`, `maxVolumeSize`,
+/// `thinOverprovisionRatio`) the provisioner applies. Roots and VGs that could not be measured
+/// are simply absent (the caller logs why).
+pub fn build(
+    node: &str,
+    published_at: u64,
+    paths: &LocalPathConfig,
+    lvm: &LvmConfig,
+    roots: &[RootMeasure],
+    vgs: &[VgMeasure],
+) -> CapacityRecord {
+    let defaults = paths.default_roots(node);
+    let per_class: Vec<(&String, Vec<PathBuf>)> = paths
+        .storage_class_configs
+        .iter()
+        .map(|(class, m)| (class, m.roots_for(node)))
+        .collect();
+    let show = |p: &PathBuf| p.display().to_string();
+    CapacityRecord {
+        version: VERSION,
+        node: node.to_owned(),
+        published_at,
+        hostpath_classes: per_class.iter().map(|(c, _)| (*c).clone()).collect(),
+        hostpath: roots
+            .iter()
+            .map(|r| RootCapacity {
+                path: show(&r.path),
+                default: defaults.contains(&r.path),
+                classes: per_class
+                    .iter()
+                    .filter(|(_, rs)| rs.contains(&r.path))
+                    .map(|(c, _)| (*c).clone())
+                    .collect(),
+                size: r.size,
+                available: r.available.min(r.size),
+                promised: r.promised,
+                quota_enforced: r.quota_enforced,
+            })
+            .collect(),
+        lvm: vgs
+            .iter()
+            .map(|v| VgCapacity {
+                name: v.name.clone(),
+                size: v.size,
+                free: v.free.min(v.size),
+                reserve: lvm.vg_reserve,
+                extent_size: v.extent_size,
+                max_volume_size: lvm.max_volume_size,
+                thin_pools: v
+                    .thin_pools
+                    .iter()
+                    .map(|p| ThinPoolCapacity {
+                        name: p.name.clone(),
+                        size: p.size,
+                        limit: u64::try_from(
+                            u128::from(p.size) * u128::from(lvm.thin_overprovision_permille) / 1000,
+                        )
+                        .unwrap_or(u64::MAX),
+                        committed: p.committed,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The builder maps roots to classes as the provisioner does and applies the LVM limits; its
+    /// output passes the extender's validation.
+    #[test]
+    fn build_follows_the_node_config() {
+        let cfg = crate::node::config::Config::parse(
+            std::path::Path::new("/etc/flexvol/config.json"),
+            br#"{"nodePathMap":[{"node":"DEFAULT_PATH_FOR_NON_LISTED_NODES","paths":["/srv/a"]},
+                                {"node":"n1","paths":["/srv/a","/srv/b"]}],
+                 "storageClassConfigs":{"fast":{"nodePathMap":[{"node":"n1","paths":["/mnt/nvme","/srv/b"]}]},
+                                        "elsewhere":{"nodePathMap":[{"node":"n2","paths":["/x"]}]}},
+                 "lvm":{"allowedVolumeGroups":["vg0"],"vgReserve":"1Gi","maxVolumeSize":"10Gi",
+                        "thinOverprovisionRatio":1.5}}"#,
+        )
+        .unwrap();
+        let m = |p: &str| RootMeasure {
+            path: p.into(),
+            size: 100,
+            available: 60,
+            promised: 10,
+            quota_enforced: true,
+        };
+        let vg = VgMeasure {
+            name: "vg0".into(),
+            size: 1000,
+            free: 400,
+            extent_size: 4,
+            thin_pools: vec![ThinMeasure {
+                name: "tp".into(),
+                size: 200,
+                committed: 250,
+            }],
+        };
+        let r = build(
+            "n1",
+            7,
+            &cfg.local_path,
+            &cfg.lvm,
+            &[m("/srv/a"), m("/srv/b"), m("/mnt/nvme")],
+            &[vg],
+        );
+        validate(&r, "n1").unwrap();
+        assert_eq!(r.hostpath_classes, ["elsewhere", "fast"]);
+        let roots: Vec<(&str, bool, Vec<&str>)> = r
+            .hostpath
+            .iter()
+            .map(|x| {
+                (
+                    x.path.as_str(),
+                    x.default,
+                    x.classes.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            roots,
+            [
+                ("/srv/a", true, vec![]),
+                ("/srv/b", true, vec!["fast"]),
+                ("/mnt/nvme", false, vec!["fast"]),
+            ]
+        );
+        let v = &r.lvm[0];
+        assert_eq!((v.reserve, v.max_volume_size), (1 << 30, Some(10 << 30)));
+        assert_eq!(v.thin_pools[0].limit, 300, "200 x 1.5");
+        assert_eq!(v.thin_pools[0].allocatable(), 50);
+    }
 
     fn sample() -> CapacityRecord {
         CapacityRecord {
