@@ -7,32 +7,35 @@
 //!   `HostPriorityList`), upstream field names exactly;
 //! - [`claims`]: a pod → what its claims need; every claim → what is already headed to each node;
 //! - [`decide`]: the decision, pure: [`decide::filter`] and [`decide::prioritize`];
-//! - [`server`]: the HTTP side (`POST /filter`, `POST /prioritize`, probes) with its bounds, and
-//!   [`run`], the `flexvol scheduler-extender` command.
+//! - [`server`]: the HTTP side (`POST /filter`, `POST /prioritize`, probes) with its bounds;
+//! - [`watch`]: the capacity ConfigMaps, claims and classes kept in [`server::State`];
+//! - [`run`]: the `flexvol scheduler-extender` command.
 //!
 //! Caller contract: the extender is configured `ignorable: true`, and everything here keeps to
 //! that direction: missing, stale or malformed data lets a node through (score 0), never filters
 //! it; only fresh valid data that shows the claims cannot fit filters a node out.
 //!
-//! Status (say it plainly): the decision, the wire types, the claim mapping and the HTTP server
-//! exist with unit tests. **Stubbed:** nothing fills [`server::State`] yet — the watches of the
-//! capacity ConfigMaps, claims and classes are not built, so the command as it stands answers
-//! every call with an error (which kube-scheduler, `ignorable: true`, skips) and says so at start.
-//! Also not built: the publisher on the nodes, the controller creating the per-node ConfigMaps,
-//! the manifests, and the proof with the real 1.20 kube-scheduler (docs/scheduler-extender.md,
-//! "Next steps").
+//! Status (say it plainly): the decision, the wire types, the claim mapping, the HTTP server and
+//! the watch appliers exist with unit tests; the command runs them together. **Not proven:** the
+//! command has not been run against an API server or a kube-scheduler yet, and nothing publishes
+//! records yet (no node writes them, the controller does not create the ConfigMaps), so on a real
+//! cluster today every node is "published no capacity" and passes, unpreferred: today's
+//! behaviour. Also not built: the manifests and the proof with the real 1.20 kube-scheduler
+//! (docs/scheduler-extender.md, "Next steps").
 
 pub mod claims;
 pub mod decide;
 pub mod server;
+pub mod watch;
 pub mod wire;
 
 use crate::provision::telemetry::{self, LogFormat};
 use clap::Args;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 pub use server::LOG_TARGET;
 
@@ -42,6 +45,9 @@ pub struct SchedulerExtenderArgs {
     /// Serve kube-scheduler here (its `extenders[].urlPrefix` is `http://<this>`).
     #[arg(long, default_value = "127.0.0.1:8099", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
+    /// Talk to the API server with this kubeconfig instead of the pod's service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
     /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
     pub vendor: String,
@@ -92,11 +98,23 @@ pub fn run(a: &SchedulerExtenderArgs) -> i32 {
             return 1;
         }
     };
-    info!(target: LOG_TARGET, "serving POST /filter and /prioritize on http://{}", a.listen);
-    warn!(
+    let client = match rt.block_on(crate::provision::apiclient::client(
+        a.kubeconfig.as_deref(),
+        None,
+    )) {
+        Ok(c) => c,
+        Err(e) => {
+            error!(target: LOG_TARGET, "{e}");
+            return 1;
+        }
+    };
+    info!(
         target: LOG_TARGET,
-        "the capacity, claim and class watches are not built yet: every call answers an error, which kube-scheduler (ignorable: true) skips"
+        "serving POST /filter and /prioritize on http://{}; capacity from ConfigMaps in {}",
+        a.listen,
+        crate::provision::capacity::NAMESPACE
     );
+    rt.spawn(watch::run(client, state.clone()));
     match rt.block_on(server::serve(listener, state)) {
         Ok(()) => 0,
         Err(e) => {

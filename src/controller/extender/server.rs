@@ -22,7 +22,7 @@ use super::decide::{self, Model};
 use super::wire::{ExtenderArgs, ExtenderFilterResult, NodeList, node_name};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -39,8 +39,8 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 /// At most this many requests decided at once.
 pub const MAX_CONCURRENT: usize = 16;
 
-/// What the extender decides from; filled by the watches (not built yet: docs/scheduler-extender.md,
-/// "Next steps"), read by every request.
+/// What the extender decides from; filled by the watches ([`super::watch`]), read by every
+/// request.
 #[derive(Debug, Clone)]
 pub struct State {
     /// Published capacity per node (`reserved` is recomputed per request from `claims`).
@@ -53,6 +53,10 @@ pub struct State {
     pub vendor: String,
     /// Whether every watch has listed once; until then no decision is made.
     pub synced: bool,
+    /// The watches that have listed once (`super::watch::WATCHES`).
+    pub listed: BTreeSet<&'static str>,
+    /// Per node, the capacity text last received (a relist of the same text keeps its stamp).
+    pub capacity_text: BTreeMap<String, String>,
 }
 
 impl State {
@@ -68,6 +72,8 @@ impl State {
             classes: BTreeMap::new(),
             vendor,
             synced: false,
+            listed: BTreeSet::new(),
+            capacity_text: BTreeMap::new(),
         }
     }
 }
