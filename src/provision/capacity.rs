@@ -20,6 +20,7 @@
 //! publishing (the node-local lane writing it next to the capacity metrics, [`super::lanes`]).
 
 use crate::backend::lvm::policy::LvmConfig;
+use crate::backend::lvm::report::LvRow;
 use crate::node::localpath::LocalPathConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -277,6 +278,22 @@ pub struct VgMeasure {
     pub thin_pools: Vec<ThinMeasure>,
 }
 
+/// The thin pools of one VG from its `lvs` rows: each pool's data size and the virtual sizes of
+/// the thin LVs in it, summed (what `provision::lvm`'s room check counts).
+pub fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
+    rows.iter()
+        .filter(|r| r.is_thin_pool())
+        .map(|p| ThinMeasure {
+            name: p.lv_name.clone(),
+            size: p.lv_size,
+            committed: rows
+                .iter()
+                .filter(|r| r.pool_lv == p.lv_name)
+                .fold(0u64, |a, r| a.saturating_add(r.lv_size)),
+        })
+        .collect()
+}
+
 /// The record of `node` from its measurements and its config: which classes each root serves
 /// (as `LocalPathConfig::roots_for` decides), and the LVM limits (`vgReserve`, `maxVolumeSize`,
 /// `thinOverprovisionRatio`) the provisioner applies. Roots and VGs that could not be measured
@@ -347,6 +364,41 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Thin pools from `lvs` rows: the pool's size, its thin LVs' virtual sizes summed; thick LVs
+    /// and other pools' LVs are not counted.
+    #[test]
+    fn thin_pools_from_lvs_rows() {
+        let row = |lv: &str, size: u64, attr: &str, pool: &str| {
+            format!(
+                r#"{{"vg_name":"vg0","lv_name":"{lv}","lv_size":"{size}","lv_attr":"{attr}","pool_lv":"{pool}","vg_extent_size":"4194304","vg_free":"0"}}"#
+            )
+        };
+        let text = format!(
+            r#"{{"report":[{{"lv":[{},{},{},{},{}]}}]}}"#,
+            row("tp", 100, "twi-aotz--", ""),
+            row("tp2", 50, "twi-aotz--", ""),
+            row("a", 70, "Vwi-a-tz--", "tp"),
+            row("b", 60, "Vwi-a-tz--", "tp"),
+            row("thick", 500, "-wi-a-----", ""),
+        );
+        let (rows, _) = crate::backend::lvm::report::parse(text.as_bytes()).unwrap();
+        assert_eq!(
+            thin_pools(&rows),
+            [
+                ThinMeasure {
+                    name: "tp".into(),
+                    size: 100,
+                    committed: 130
+                },
+                ThinMeasure {
+                    name: "tp2".into(),
+                    size: 50,
+                    committed: 0
+                },
+            ]
+        );
+    }
 
     /// The builder maps roots to classes as the provisioner does and applies the LVM limits; its
     /// output passes the extender's validation.
