@@ -19,9 +19,13 @@
 //! exist and are tested. Not yet: the measuring (promised quota bytes, thin pools) and the
 //! publishing (the node-local lane writing it next to the capacity metrics, [`super::lanes`]).
 
+use super::quota::{self, SizeStatus};
+use super::volumedir;
 use crate::backend::lvm::policy::LvmConfig;
 use crate::backend::lvm::report::LvRow;
+use crate::node::config::Config;
 use crate::node::localpath::LocalPathConfig;
+use crate::sys::exec::Runner;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -278,6 +282,52 @@ pub struct VgMeasure {
     pub thin_pools: Vec<ThinMeasure>,
 }
 
+/// Space promised to existing volumes: over those whose quota is enforced, limit minus usage.
+pub fn promised(sizes: &[SizeStatus]) -> u64 {
+    sizes
+        .iter()
+        .filter(|s| s.enforced)
+        .map(|s| {
+            s.limit_bytes
+                .unwrap_or(0)
+                .saturating_sub(s.used_bytes.unwrap_or(0))
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+/// Measures `node`'s hostPath roots: `statvfs`, whether project quotas are enforced, and the
+/// space promised to the volumes in each (a scan of the root, one `xfs_quota report` per
+/// filesystem through `runner`, each under its deadline); with what could not be measured.
+pub fn measure_roots(
+    cfg: &Config,
+    node: &str,
+    runner: &dyn Runner,
+) -> (Vec<RootMeasure>, Vec<String>) {
+    let (mut out, mut failed) = (Vec::new(), Vec::new());
+    for path in cfg.local_path.node_roots(node) {
+        let st = match nix::sys::statvfs::statvfs(&path) {
+            Ok(st) => st,
+            Err(e) => {
+                failed.push(format!("capacity of hostPath root {}: {e}", path.display()));
+                continue;
+            }
+        };
+        let frag = st.fragment_size();
+        let (roots, bad) = volumedir::usable_roots(std::slice::from_ref(&path), false);
+        failed.extend(bad);
+        let found = volumedir::scan(&roots, volumedir::SCAN_DEPTH);
+        let sizes = quota::size_status(runner, &found);
+        out.push(RootMeasure {
+            size: st.blocks().saturating_mul(frag),
+            available: st.blocks_available().saturating_mul(frag),
+            promised: promised(&sizes),
+            quota_enforced: matches!(quota::detect(&path), quota::Support::Enforced(_)),
+            path,
+        });
+    }
+    (out, failed)
+}
+
 /// The thin pools of one VG from its `lvs` rows: each pool's data size and the virtual sizes of
 /// the thin LVs in it, summed (what `provision::lvm`'s room check counts).
 pub fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
@@ -364,6 +414,60 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Promised space: only enforced quotas count, each its limit minus its usage (a volume over
+    /// its limit promises nothing more, never a negative).
+    #[test]
+    fn promised_counts_unused_enforced_limits() {
+        let st = |enforced, limit, used| SizeStatus {
+            enforced,
+            project_id: Some(1),
+            limit_bytes: limit,
+            used_bytes: used,
+            note: None,
+        };
+        let sizes = [
+            st(true, Some(100), Some(30)),
+            st(true, Some(50), Some(80)),
+            st(false, Some(1000), Some(0)),
+            st(true, Some(10), None),
+        ];
+        assert_eq!(promised(&sizes), 80);
+        assert_eq!(promised(&[]), 0);
+    }
+
+    /// A real root on this machine: measured, nothing promised where quotas are not enforced (a
+    /// test directory on an ordinary filesystem); a root that cannot be read is said.
+    #[test]
+    fn measures_a_real_root() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            local_path: serde_json::from_value(serde_json::json!({
+                "nodePathMap": [
+                    {"node": "node-a", "paths": [d.path()]},
+                    {"node": "node-b", "paths": ["/nonexistent-flexvol-root"]},
+                ]
+            }))
+            .unwrap(),
+            ..Config::default()
+        };
+        let runner = crate::sys::exec::SystemRunner::new(vec![]);
+        let (roots, failed) = measure_roots(&cfg, "node-a", &runner);
+        assert_eq!(failed, Vec::<String>::new());
+        assert_eq!(roots.len(), 1);
+        let r = &roots[0];
+        assert_eq!(r.path, d.path());
+        assert!(r.size > 0 && r.available <= r.size, "{r:?}");
+        if !r.quota_enforced {
+            assert_eq!(r.promised, 0);
+        }
+        let (roots, failed) = measure_roots(&cfg, "node-b", &runner);
+        assert!(roots.is_empty());
+        assert!(
+            failed[0].contains("/nonexistent-flexvol-root"),
+            "{failed:?}"
+        );
+    }
 
     /// Thin pools from `lvs` rows: the pool's size, its thin LVs' virtual sizes summed; thick LVs
     /// and other pools' LVs are not counted.
