@@ -88,6 +88,10 @@ pub struct RootCapacity {
     /// Whether the root's filesystem enforces project quotas (sizes are then real).
     #[serde(default)]
     pub quota_enforced: bool,
+    /// Set when the root could not be measured (the numbers are then 0 and mean nothing): the
+    /// extender treats the classes it serves as unknown on this node, never as full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl RootCapacity {
@@ -118,6 +122,10 @@ pub struct VgCapacity {
     /// Its thin pools.
     #[serde(default)]
     pub thin_pools: Vec<ThinPoolCapacity>,
+    /// Set when the VG could not be measured (numbers 0, meaningless): its classes are unknown
+    /// on this node, never full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl VgCapacity {
@@ -191,6 +199,9 @@ pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), String> {
                 root.path, root.available, root.size
             ));
         }
+        if root.error.as_ref().is_some_and(|e| e.len() > 1024) {
+            return Err(format!("root {}: error text too long", root.path));
+        }
         unique("class of a root", root.classes.iter().map(String::as_str))?;
         if let Some(c) = root
             .classes
@@ -211,7 +222,10 @@ pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), String> {
                 vg.name, vg.free, vg.size
             ));
         }
-        if vg.extent_size == 0 {
+        if vg.error.as_ref().is_some_and(|e| e.len() > 1024) {
+            return Err(format!("volume group {}: error text too long", vg.name));
+        }
+        if vg.extent_size == 0 && vg.error.is_none() {
             return Err(format!("volume group {}: extent size 0", vg.name));
         }
         unique("thin pool", vg.thin_pools.iter().map(|p| p.name.as_str()))?;
@@ -254,6 +268,8 @@ pub struct RootMeasure {
     pub promised: u64,
     /// Whether project quotas are enforced there.
     pub quota_enforced: bool,
+    /// Why it could not be measured (the numbers are then 0).
+    pub error: Option<String>,
 }
 
 /// One thin pool as measured (`lvs`).
@@ -280,6 +296,8 @@ pub struct VgMeasure {
     pub extent_size: u64,
     /// Its thin pools.
     pub thin_pools: Vec<ThinMeasure>,
+    /// Why it could not be measured (the numbers are then 0).
+    pub error: Option<String>,
 }
 
 /// Space promised to existing volumes: over those whose quota is enforced, limit minus usage.
@@ -308,7 +326,16 @@ pub fn measure_roots(
         let st = match nix::sys::statvfs::statvfs(&path) {
             Ok(st) => st,
             Err(e) => {
-                failed.push(format!("capacity of hostPath root {}: {e}", path.display()));
+                let why = format!("capacity of hostPath root {}: {e}", path.display());
+                failed.push(why.clone());
+                out.push(RootMeasure {
+                    path,
+                    size: 0,
+                    available: 0,
+                    promised: 0,
+                    quota_enforced: false,
+                    error: Some(why),
+                });
                 continue;
             }
         };
@@ -323,6 +350,7 @@ pub fn measure_roots(
             promised: promised(&sizes),
             quota_enforced: matches!(quota::detect(&path), quota::Support::Enforced(_)),
             path,
+            error: None,
         });
     }
     (out, failed)
@@ -347,7 +375,7 @@ pub fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
 /// The record of `node` from its measurements and its config: which classes each root serves
 /// (as `LocalPathConfig::roots_for` decides), and the LVM limits (`vgReserve`, `maxVolumeSize`,
 /// `thinOverprovisionRatio`) the provisioner applies. Roots and VGs that could not be measured
-/// are simply absent (the caller logs why).
+/// are listed with their `error`, so that the extender passes the node for their classes.
 pub fn build(
     node: &str,
     published_at: u64,
@@ -382,6 +410,7 @@ pub fn build(
                 available: r.available.min(r.size),
                 promised: r.promised,
                 quota_enforced: r.quota_enforced,
+                error: r.error.clone(),
             })
             .collect(),
         lvm: vgs
@@ -406,6 +435,7 @@ pub fn build(
                         committed: p.committed,
                     })
                     .collect(),
+                error: v.error.clone(),
             })
             .collect(),
     }
@@ -461,11 +491,20 @@ mod tests {
         if !r.quota_enforced {
             assert_eq!(r.promised, 0);
         }
+        assert!(r.error.is_none());
+        // A root that cannot be measured is listed with its error (its classes: unknown).
         let (roots, failed) = measure_roots(&cfg, "node-b", &runner);
-        assert!(roots.is_empty());
         assert!(
             failed[0].contains("/nonexistent-flexvol-root"),
             "{failed:?}"
+        );
+        assert_eq!(roots.len(), 1);
+        assert!(
+            roots[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("/nonexistent-flexvol-root")),
+            "{roots:?}"
         );
     }
 
@@ -524,6 +563,7 @@ mod tests {
             available: 60,
             promised: 10,
             quota_enforced: true,
+            error: None,
         };
         let vg = VgMeasure {
             name: "vg0".into(),
@@ -535,6 +575,7 @@ mod tests {
                 size: 200,
                 committed: 250,
             }],
+            error: None,
         };
         let r = build(
             "n1",
@@ -586,6 +627,7 @@ mod tests {
                     available: 40 << 30,
                     promised: 10 << 30,
                     quota_enforced: true,
+                    error: None,
                 },
                 RootCapacity {
                     path: "/srv/nvme".into(),
@@ -595,6 +637,7 @@ mod tests {
                     available: 50 << 30,
                     promised: 0,
                     quota_enforced: false,
+                    error: None,
                 },
             ],
             lvm: vec![VgCapacity {
@@ -610,6 +653,7 @@ mod tests {
                     limit: 150 << 30,
                     committed: 120 << 30,
                 }],
+                error: None,
             }],
         }
     }

@@ -6,6 +6,8 @@
 //! Rules (docs/scheduler-extender.md, "Decision"):
 //! - A node is **filtered out** only on fresh, valid data that shows the pod's claims, all of
 //!   them together plus the claims already headed there ([`Model::reserved`]), cannot fit.
+//! - A pool the node lists as not measured (`error`) never makes it full: if no measured pool of
+//!   the claim's class fits, the node is unknown for the pod (passes, score 0).
 //! - A node without a record, with a record that fails validation, or with a record older than
 //!   [`Model::stale_after`] **passes** (the extender is `ignorable`; such data must never make
 //!   things worse than having no extender) and scores 0, so that a node with known room is
@@ -20,7 +22,7 @@
 //!   the pod uses: pods spread to where the most stays free, and a node filling up scores low.
 //!   A pod with no flexvol claims gets 0 everywhere (no opinion).
 
-use crate::provision::capacity::CapacityRecord;
+use crate::provision::capacity::{CapacityRecord, RootCapacity};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -129,9 +131,17 @@ fn round_up(bytes: u64, unit: u64) -> u64 {
     bytes.div_ceil(unit).saturating_mul(unit)
 }
 
+/// Why placement did not succeed.
+enum Miss {
+    /// Fresh data shows a claim cannot fit.
+    NoRoom(String),
+    /// A pool the claims need could not be measured by the node.
+    Unknown(String),
+}
+
 /// Places `needs` (after `reserved`) on a node's record; the smallest fraction left of the pools
 /// used, in permille, or why they do not fit.
-fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, String> {
+fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, Miss> {
     let mut roots: Vec<Pool> = r
         .hostpath
         .iter()
@@ -171,27 +181,43 @@ fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, S
         let pool: &mut Pool = match &n.target {
             Target::HostPath => {
                 let own = r.hostpath_classes.contains(&n.class);
+                let serves = |x: &&RootCapacity| {
+                    if own {
+                        x.classes.contains(&n.class)
+                    } else {
+                        x.default
+                    }
+                };
+                // A root the node could not measure might hold the claim: if no measured root
+                // does, the node is unknown for it, not full.
+                let unmeasured = r
+                    .hostpath
+                    .iter()
+                    .filter(serves)
+                    .find_map(|x| x.error.as_ref().map(|e| (x.path.as_str(), e.as_str())));
                 let serving = r
                     .hostpath
                     .iter()
                     .zip(roots.iter_mut())
-                    .filter(|(x, _)| {
-                        if own {
-                            x.classes.contains(&n.class)
-                        } else {
-                            x.default
-                        }
-                    })
+                    .filter(|(x, _)| serves(x) && x.error.is_none())
                     .map(|(_, p)| p)
                     .max_by_key(|p| p.left);
-                match serving {
-                    Some(p) => p,
-                    None if is_reserved => continue,
-                    None => {
-                        return Err(format!(
+                match (serving, unmeasured) {
+                    (Some(p), None) => p,
+                    (Some(p), Some(_)) if p.left >= n.bytes || is_reserved => p,
+                    (_, Some(_)) if is_reserved => continue,
+                    (_, Some((path, e))) => {
+                        return Err(Miss::Unknown(format!(
+                            "root {path} (class {}) was not measured: {e}",
+                            n.class
+                        )));
+                    }
+                    (None, None) if is_reserved => continue,
+                    (None, None) => {
+                        return Err(Miss::NoRoom(format!(
                             "no hostPath root for class {} on this node (claim {})",
                             n.class, n.claim
-                        ));
+                        )));
                     }
                 }
             }
@@ -200,22 +226,31 @@ fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, S
                     if is_reserved {
                         continue;
                     }
-                    return Err(format!(
+                    return Err(Miss::NoRoom(format!(
                         "volume group {vg} (class {}) is not on this node or not granted to flexvol",
                         n.class
-                    ));
+                    )));
                 };
                 let v = &r.lvm[vi];
+                if let Some(e) = &v.error {
+                    if is_reserved {
+                        continue;
+                    }
+                    return Err(Miss::Unknown(format!(
+                        "volume group {vg} (class {}) was not measured: {e}",
+                        n.class
+                    )));
+                }
                 let bytes = round_up(n.bytes, v.extent_size);
                 if let Some(max) = v.max_volume_size.filter(|m| bytes > *m)
                     && !is_reserved
                 {
-                    return Err(format!(
+                    return Err(Miss::NoRoom(format!(
                         "claim {} asks for {}, more than this node's lvm.maxVolumeSize {}",
                         n.claim,
                         gib(bytes),
                         gib(max)
-                    ));
+                    )));
                 }
                 match thin_pool {
                     None => &mut vgs[vi],
@@ -225,10 +260,10 @@ fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, S
                             Some((_, p)) => p,
                             None if is_reserved => continue,
                             None => {
-                                return Err(format!(
+                                return Err(Miss::NoRoom(format!(
                                     "thin pool {name} (class {}) is not on this node",
                                     n.class
-                                ));
+                                )));
                             }
                         }
                     }
@@ -252,7 +287,7 @@ fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, S
         if bytes > pool.left {
             let held = reserved.iter().filter(|x| x.target == n.target).count();
             let others = needs.len().saturating_sub(1);
-            return Err(format!(
+            return Err(Miss::NoRoom(format!(
                 "claim {} needs {} of class {}; {} has {} left{}{}",
                 n.claim,
                 gib(bytes),
@@ -269,7 +304,7 @@ fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, S
                 } else {
                     String::new()
                 },
-            ));
+            )));
         }
         pool.left -= bytes;
         pool.used = true;
@@ -315,7 +350,8 @@ pub fn evaluate(model: &Model, node: &str, needs: &[Need], now: SystemTime) -> V
             let permille = i64::try_from(permille.min(1000)).unwrap_or(1000);
             Verdict::Fits(1 + (MAX_EXTENDER_PRIORITY - 1) * permille / 1000)
         }
-        Err(why) => Verdict::NoRoom(format!("flexvol: {why}")),
+        Err(Miss::NoRoom(why)) => Verdict::NoRoom(format!("flexvol: {why}")),
+        Err(Miss::Unknown(why)) => Verdict::Unknown(format!("node {node}: {why}")),
     }
 }
 
@@ -378,7 +414,7 @@ pub fn prioritize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::capacity::{self, RootCapacity, ThinPoolCapacity, VgCapacity};
+    use crate::provision::capacity::{self, ThinPoolCapacity, VgCapacity};
 
     const GI: u64 = 1 << 30;
     const NOW: u64 = 1_795_000_000;
@@ -396,6 +432,7 @@ mod tests {
             available,
             promised: 0,
             quota_enforced: true,
+            error: None,
         }
     }
 
@@ -639,6 +676,7 @@ mod tests {
                 limit: 80 * GI,
                 committed: 70 * GI,
             }],
+            error: None,
         }];
         r
     }
@@ -712,6 +750,42 @@ mod tests {
         m.reserved
             .insert("n".into(), vec![lv("gone", None, 4 * GI)]);
         assert!(matches!(evaluate(&m, "n", &needs, now()), Verdict::Fits(_)));
+    }
+
+    /// Pools the node could not measure never make it full: the node passes unpreferred unless
+    /// a measured pool of the class holds the claims.
+    #[test]
+    fn unmeasured_pools_are_unknown_not_full() {
+        let mut broken = root("/broken", 0, 0);
+        broken.error = Some("statvfs: EIO".into());
+        let m = model(vec![record(
+            "n",
+            vec![root("/ok", 10 * GI, 2 * GI), broken],
+        )]);
+        assert!(matches!(
+            evaluate(&m, "n", &[hp("x", GI)], now()),
+            Verdict::Fits(_)
+        ));
+        let v = evaluate(&m, "n", &[hp("x", 5 * GI)], now());
+        assert!(
+            matches!(&v, Verdict::Unknown(w) if w.contains("/broken") && w.contains("EIO")),
+            "{v:?}"
+        );
+        let f = filter(&m, &[hp("x", 5 * GI)], &names(&["n"]), now());
+        assert_eq!(f.passed, ["n"]);
+        let mut r = lvm_node();
+        r.lvm[0].error = Some("vgs timed out".into());
+        let m = model(vec![r]);
+        let v = evaluate(&m, "n", &[lv("a", None, GI)], now());
+        assert!(
+            matches!(&v, Verdict::Unknown(w) if w.contains("vgs timed out")),
+            "{v:?}"
+        );
+        // A record with errors is valid (an errored VG may carry no extent size).
+        let mut r = lvm_node();
+        r.lvm[0].error = Some("x".into());
+        r.lvm[0].extent_size = 0;
+        capacity::validate(&r, "n").unwrap();
     }
 
     /// Scores stay in 0..=10 for any numbers, including sizes of zero and u64::MAX.

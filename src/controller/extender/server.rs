@@ -322,6 +322,7 @@ mod tests {
                         available,
                         promised: 0,
                         quota_enforced: true,
+                        error: None,
                     }],
                     lvm: vec![],
                 }),
