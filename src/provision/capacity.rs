@@ -356,6 +356,59 @@ pub fn measure_roots(
     (out, failed)
 }
 
+/// Measures the volume groups `cfg` grants (`lvm.allowedVolumeGroups`): one `vgs` and one `lvs`
+/// each, through the driver `lvm_driver`'s context (`toolDirs`, the verb timeout as deadline).
+/// A granted VG that does not exist on this node is left out (no class can use it here); one
+/// that cannot be read is listed with its error; with what failed, for the log.
+pub fn measure_vgs(cfg: &Config, lvm_driver: &str) -> (Vec<VgMeasure>, Vec<String>) {
+    use crate::backend::lvm::lvs::{LvService, LvmCommands, LvmError};
+    let (mut out, mut failed) = (Vec::new(), Vec::new());
+    for vg in &cfg.lvm.allowed_volume_groups {
+        let deadline = crate::sys::process::Deadline::after(cfg.verb_timeout());
+        let got = crate::backend::on_node(cfg, deadline, lvm_driver, |ctx| {
+            let row = LvmCommands.vg(ctx, vg)?;
+            let lvs = LvmCommands.list(ctx, vg)?;
+            Ok::<_, LvmError>((row, lvs))
+        });
+        match got {
+            Ok((row, lvs)) if row.vg_size >= row.vg_free => out.push(VgMeasure {
+                name: vg.clone(),
+                size: row.vg_size,
+                free: row.vg_free,
+                extent_size: row.vg_extent_size,
+                thin_pools: thin_pools(&lvs),
+                error: None,
+            }),
+            Ok((row, _)) => {
+                let why = format!(
+                    "capacity of volume group {vg}: vgs reports {} bytes free of {} (no vg_size column?)",
+                    row.vg_free, row.vg_size
+                );
+                failed.push(why.clone());
+                out.push(unmeasured_vg(vg, why));
+            }
+            Err(LvmError::VgNotFound { .. }) => {}
+            Err(e) => {
+                let why = format!("capacity of volume group {vg}: {e}");
+                failed.push(why.clone());
+                out.push(unmeasured_vg(vg, why));
+            }
+        }
+    }
+    (out, failed)
+}
+
+fn unmeasured_vg(vg: &str, why: String) -> VgMeasure {
+    VgMeasure {
+        name: vg.to_owned(),
+        size: 0,
+        free: 0,
+        extent_size: 0,
+        thin_pools: Vec::new(),
+        error: Some(why),
+    }
+}
+
 /// The thin pools of one VG from its `lvs` rows: each pool's data size and the virtual sizes of
 /// the thin LVs in it, summed (what `provision::lvm`'s room check counts).
 pub fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
@@ -506,6 +559,61 @@ mod tests {
                 .is_some_and(|e| e.contains("/nonexistent-flexvol-root")),
             "{roots:?}"
         );
+    }
+
+    /// VGs measured through a fake `lvm` (as lvm2 answers): the granted VG with its size, free
+    /// space and thin pool; a VG missing on this node left out; one whose `lvs` fails listed
+    /// with its error.
+    #[test]
+    fn measures_the_granted_volume_groups() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let lvm = d.path().join("lvm");
+        std::fs::write(
+            &lvm,
+            r#"#!/bin/sh
+cmd="$1"; for a; do vg="$a"; done
+case "$cmd:$vg" in
+vgs:vg0) echo '{"report":[{"vg":[{"vg_name":"vg0","vg_extent_size":"4194304","vg_free":"8388608","vg_size":"104857600"}]}]}' ;;
+lvs:vg0) echo '{"report":[{"lv":[
+  {"vg_name":"vg0","lv_name":"tp","lv_size":"41943040","lv_attr":"twi-aotz--","pool_lv":"","vg_extent_size":"4194304","vg_free":"8388608"},
+  {"vg_name":"vg0","lv_name":"a","lv_size":"62914560","lv_attr":"Vwi-a-tz--","pool_lv":"tp","vg_extent_size":"4194304","vg_free":"8388608"}]}]}' ;;
+vgs:bad) echo '{"report":[{"vg":[{"vg_name":"bad","vg_extent_size":"4194304","vg_free":"1","vg_size":"2"}]}]}' ;;
+lvs:bad) echo "  read failed" >&2; exit 5 ;;
+*) echo "  Volume group "$vg" not found" >&2; exit 5 ;;
+esac
+"#,
+        )
+        .unwrap();
+        std::fs::set_permissions(&lvm, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cfg = Config {
+            tool_dirs: vec![d.path().to_owned()],
+            ..Config::default()
+        };
+        cfg.lvm.allowed_volume_groups = vec!["vg0".into(), "gone".into(), "bad".into()];
+        let (vgs, failed) = measure_vgs(&cfg, "flexvol/lvm");
+        assert_eq!(vgs.len(), 2, "{vgs:?}");
+        assert_eq!(
+            vgs[0],
+            VgMeasure {
+                name: "vg0".into(),
+                size: 100 << 20,
+                free: 8 << 20,
+                extent_size: 4 << 20,
+                thin_pools: vec![ThinMeasure {
+                    name: "tp".into(),
+                    size: 40 << 20,
+                    committed: 60 << 20
+                }],
+                error: None,
+            }
+        );
+        assert_eq!(vgs[1].name, "bad");
+        assert!(vgs[1].error.is_some(), "{vgs:?}");
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        // What the node would publish validates.
+        let r = build("n1", 1, &cfg.local_path, &cfg.lvm, &[], &vgs);
+        validate(&r, "n1").unwrap();
     }
 
     /// Thin pools from `lvs` rows: the pool's size, its thin LVs' virtual sizes summed; thick LVs
