@@ -19,6 +19,7 @@
 //! exist and are tested. Not yet: the measuring (promised quota bytes, thin pools) and the
 //! publishing (the node-local lane writing it next to the capacity metrics, [`super::lanes`]).
 
+use super::api::Cluster;
 use super::quota::{self, SizeStatus};
 use super::volumedir;
 use crate::backend::lvm::policy::LvmConfig;
@@ -29,6 +30,7 @@ use crate::sys::exec::Runner;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 /// The namespace that holds the per-node capacity ConfigMaps, and nothing else.
 pub const NAMESPACE: &str = "flexvol-capacity";
@@ -354,6 +356,39 @@ pub fn measure_roots(
         });
     }
     (out, failed)
+}
+
+/// Measures this node, builds its record (stamped `now`) and publishes it through `cluster`;
+/// what could not be measured or written, for the log. The measuring blocks (`statvfs`,
+/// `xfs_quota`, `vgs`/`lvs`, each under its deadline), as the lane's other volume work does.
+pub async fn publish<C: Cluster>(
+    cluster: &C,
+    cfg: &Config,
+    node: &str,
+    lvm_driver: &str,
+    now: SystemTime,
+) -> Vec<String> {
+    let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+    let (roots, mut failed) = measure_roots(cfg, node, &runner);
+    let (vgs, vg_failed) = measure_vgs(cfg, lvm_driver);
+    failed.extend(vg_failed);
+    let at = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let record = build(node, at, &cfg.local_path, &cfg.lvm, &roots, &vgs);
+    if let Err(e) = validate(&record, node) {
+        failed.push(format!("capacity record of this node not published: {e}"));
+        return failed;
+    }
+    match serde_json::to_string(&record) {
+        Ok(text) => {
+            if let Err(e) = cluster.publish_capacity(node, &text).await {
+                failed.push(format!("capacity record of this node not published: {e}"));
+            }
+        }
+        Err(e) => failed.push(format!("capacity record of this node not encoded: {e}")),
+    }
+    failed
 }
 
 /// Measures the volume groups `cfg` grants (`lvm.allowedVolumeGroups`): one `vgs` and one `lvs`
