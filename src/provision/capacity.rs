@@ -5,7 +5,7 @@
 //!
 //! **Where it lives.** One ConfigMap per node, named after the node, in the namespace
 //! [`NAMESPACE`], under the key [`DATA_KEY`], as JSON ([`CapacityRecord`]). The node's token may
-//! only `get` and `update` ConfigMaps in that namespace (no create, delete, list or watch; the
+//! only `update` ConfigMaps in that namespace (no get, create, delete, list or watch; the
 //! controller creates and removes the objects), so a stolen node token can falsify placement data
 //! and nothing else (docs/scheduler-extender.md, "Where capacity is published").
 //!
@@ -15,9 +15,10 @@
 //! that published nothing), never an error that blocks scheduling and never a panic. Every number
 //! is bytes, `u64`; arithmetic on them saturates.
 //!
-//! Status: the type, its validation, its reader and its builder from measurements ([`build`])
-//! exist and are tested. Not yet: the measuring (promised quota bytes, thin pools) and the
-//! publishing (the node-local lane writing it next to the capacity metrics, [`super::lanes`]).
+//! Status: the type, its validation, its reader, the measuring ([`measure_roots`],
+//! [`measure_vgs`]), the builder ([`build`]) and [`publish`] (called by the node-local lane,
+//! [`super::lanes`], with `flexvol provisioner --publish-capacity`, off by default) exist and are
+//! unit-tested; none has met a real API server, XFS quota root or lvm2 yet.
 
 use super::api::Cluster;
 use super::quota::{self, SizeStatus};
