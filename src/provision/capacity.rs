@@ -359,6 +359,68 @@ pub fn measure_roots(
     (out, failed)
 }
 
+/// What the extender makes of a record, for people: one line per root and VG (and thin pool)
+/// with the bytes a new volume may take there and the classes it serves.
+pub fn describe(r: &CapacityRecord) -> Vec<String> {
+    use crate::protocol::quantity::format_size as q;
+    let mut out = vec![format!(
+        "capacity of node {} (record version {})",
+        r.node, r.version
+    )];
+    for x in &r.hostpath {
+        let classes = match (x.default, x.classes.is_empty()) {
+            (true, true) => "classes without roots of their own".to_owned(),
+            (true, false) => format!(
+                "{} and classes without roots of their own",
+                x.classes.join(", ")
+            ),
+            (false, _) => x.classes.join(", "),
+        };
+        out.push(match &x.error {
+            Some(e) => format!("hostpath {}: NOT MEASURED ({e}); serves {classes}", x.path),
+            None => format!(
+                "hostpath {}: {} for new volumes ({} available - {} promised to existing volumes, of {}; quotas {}); serves {classes}",
+                x.path,
+                q(x.allocatable()),
+                q(x.available),
+                q(x.promised),
+                q(x.size),
+                if x.quota_enforced { "enforced" } else { "not enforced" }
+            ),
+        });
+    }
+    for v in &r.lvm {
+        match &v.error {
+            Some(e) => out.push(format!("lvm {}: NOT MEASURED ({e})", v.name)),
+            None => {
+                out.push(format!(
+                    "lvm {}: {} for new thick volumes ({} free - {} vgReserve, of {}){}",
+                    v.name,
+                    q(v.allocatable()),
+                    q(v.free),
+                    q(v.reserve),
+                    q(v.size),
+                    v.max_volume_size
+                        .map(|m| format!("; at most {} each", q(m)))
+                        .unwrap_or_default()
+                ));
+                for p in &v.thin_pools {
+                    out.push(format!(
+                        "lvm {}/{}: {} for new thin volumes ({} limit - {} committed; pool {})",
+                        v.name,
+                        p.name,
+                        q(p.allocatable()),
+                        q(p.limit),
+                        q(p.committed),
+                        q(p.size)
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Measures this node, builds its record (stamped `now`) and publishes it through `cluster`;
 /// what could not be measured or written, for the log. The measuring blocks (`statvfs`,
 /// `xfs_quota`, `vgs`/`lvs`, each under its deadline), as the lane's other volume work does.
@@ -650,6 +712,34 @@ esac
         // What the node would publish validates.
         let r = build("n1", 1, &cfg.local_path, &cfg.lvm, &[], &vgs);
         validate(&r, "n1").unwrap();
+    }
+
+    /// The people's view names every pool with what a new volume may take there.
+    #[test]
+    fn describe_says_what_the_extender_sees() {
+        let mut r = sample();
+        r.hostpath.push(RootCapacity {
+            path: "/broken".into(),
+            default: true,
+            classes: vec![],
+            size: 0,
+            available: 0,
+            promised: 0,
+            quota_enforced: false,
+            error: Some("EIO".into()),
+        });
+        let text = describe(&r).join("\n");
+        for want in [
+            "hostpath /srv/a: 30Gi for new volumes (40Gi available - 10Gi promised",
+            "serves classes without roots of their own",
+            "hostpath /srv/nvme: 50Gi for new volumes",
+            "serves fast",
+            "hostpath /broken: NOT MEASURED (EIO)",
+            "lvm vg0: 20Gi for new thick volumes (30Gi free - 10Gi vgReserve, of 200Gi); at most 100Gi each",
+            "lvm vg0/tp: 30Gi for new thin volumes (150Gi limit - 120Gi committed; pool 100Gi)",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
     }
 
     /// Thin pools from `lvs` rows: the pool's size, its thin LVs' virtual sizes summed; thick LVs
