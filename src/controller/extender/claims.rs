@@ -221,7 +221,7 @@ mod tests {
             .map(|c| serde_json::json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
             .collect();
         let args: ExtenderArgs = serde_json::from_value(serde_json::json!({
-            "pod": {"metadata": {"name": "p", "namespace": "ns"},
+            "Pod": {"metadata": {"name": "p", "namespace": "ns"},
                     "spec": {"volumes": vols}}
         }))
         .unwrap();

@@ -12,7 +12,7 @@
 //! by the number of nodes and claims.
 //!
 //! Failure answers, in the `ignorable` direction: before the caches have synced, on an
-//! undecodable request or one without a pod, `/filter` answers HTTP 200 with `{"error": ...}` and
+//! undecodable request or one without a pod, `/filter` answers HTTP 200 with `{"Error": ...}` and
 //! `/prioritize` answers 503: kube-scheduler 1.20 treats both as an extender error, which with
 //! `ignorable: true` means "schedule without this extender". Nothing here ever filters a node on
 //! a failure.
@@ -354,13 +354,13 @@ mod tests {
         s
     }
 
-    const POD: &str = r#""pod":{"metadata":{"name":"p","namespace":"ns"},"spec":{"volumes":[{"name":"d","persistentVolumeClaim":{"claimName":"data"}}]}}"#;
+    const POD: &str = r#""Pod":{"metadata":{"name":"p","namespace":"ns"},"spec":{"volumes":[{"name":"d","persistentVolumeClaim":{"claimName":"data"}}]}}"#;
 
     /// The names form, end to end through the handler: the full node fails with its reason.
     #[test]
     fn filter_and_prioritize_by_names() {
         let s = state();
-        let body = format!(r#"{{{POD},"nodenames":["full","roomy","ghost"]}}"#);
+        let body = format!(r#"{{{POD},"NodeNames":["full","roomy","ghost"]}}"#);
         let (status, ctype, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
         assert_eq!((status, ctype), (200, JSON));
         let r: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
@@ -385,7 +385,7 @@ mod tests {
     fn filter_by_node_objects() {
         let s = state();
         let body = format!(
-            r#"{{{POD},"nodes":{{"items":[{{"metadata":{{"name":"full"}}}},{{"metadata":{{"name":"roomy","uid":"u2"}},"spec":{{"podCIDR":"10.0.0.0/24"}}}}]}}}}"#
+            r#"{{{POD},"Nodes":{{"items":[{{"metadata":{{"name":"full"}}}},{{"metadata":{{"name":"roomy","uid":"u2"}},"spec":{{"podCIDR":"10.0.0.0/24"}}}}]}}}}"#
         );
         let (status, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
         assert_eq!(status, 200);
@@ -401,7 +401,7 @@ mod tests {
     #[test]
     fn failures_are_errors_kube_scheduler_ignores() {
         let mut s = state();
-        for body in ["", "{", "[1]", "{\"nodenames\":[\"full\"]}"] {
+        for body in ["", "{", "[1]", "{\"NodeNames\":[\"full\"]}"] {
             let (status, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
             assert_eq!(status, 200);
             let r: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
@@ -415,7 +415,7 @@ mod tests {
             );
         }
         s.synced = false;
-        let body = format!(r#"{{{POD},"nodenames":["full"]}}"#);
+        let body = format!(r#"{{{POD},"NodeNames":["full"]}}"#);
         let (_, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
         assert!(text.contains("not ready"), "{text}");
         assert_eq!(answer(&s, "GET", "/readyz", b"", now()).0, 503);
@@ -430,13 +430,13 @@ mod tests {
     fn pods_without_flexvol_claims_pass() {
         let s = state();
         let body =
-            r#"{"pod":{"metadata":{"name":"p","namespace":"ns"}},"nodenames":["full","roomy"]}"#;
+            r#"{"Pod":{"metadata":{"name":"p","namespace":"ns"}},"NodeNames":["full","roomy"]}"#;
         let (_, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
-        assert_eq!(text, r#"{"nodenames":["full","roomy"]}"#);
+        assert_eq!(text, r#"{"NodeNames":["full","roomy"]}"#);
         let (_, _, text) = answer(&s, "POST", "/prioritize", body.as_bytes(), now());
         assert_eq!(
             text,
-            r#"[{"host":"full","score":0},{"host":"roomy","score":0}]"#
+            r#"[{"Host":"full","Score":0},{"Host":"roomy","Score":0}]"#
         );
     }
 
@@ -467,10 +467,10 @@ mod tests {
                 let bytes = hyper::body::to_bytes(resp.into_body()).await.unwrap();
                 (status, String::from_utf8_lossy(&bytes).into_owned())
             };
-            let body = format!(r#"{{{POD},"nodenames":["full","roomy"]}}"#);
+            let body = format!(r#"{{{POD},"NodeNames":["full","roomy"]}}"#);
             let (status, text) = post("/filter", body.into_bytes()).await;
             assert_eq!(status, 200);
-            assert!(text.contains(r#""nodenames":["roomy"]"#), "{text}");
+            assert!(text.contains(r#""NodeNames":["roomy"]"#), "{text}");
             let (status, text) = post("/nowhere", Vec::new()).await;
             assert_eq!(status, 404, "{text}");
             // The body bound, on the reader itself (over a socket the client may see the

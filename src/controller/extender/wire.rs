@@ -1,25 +1,28 @@
 //! The scheduler extender's wire format: kube-scheduler 1.20's `k8s.io/kube-scheduler/extender/v1`
-//! types, as JSON, with exactly the upstream tags:
+//! types as Go's `encoding/json` writes them. **Those types carry no JSON tags** (unlike the
+//! older `pkg/scheduler/api/v1` copies many extenders still quote, with `json:"nodenames"`), so
+//! the keys are the Go field names:
 //!
 //! ```go
 //! type ExtenderArgs struct {
-//!     Pod       *v1.Pod      `json:"pod"`
-//!     Nodes     *v1.NodeList `json:"nodes,omitempty"`      // nodeCacheCapable: false
-//!     NodeNames *[]string    `json:"nodenames,omitempty"`  // nodeCacheCapable: true
+//!     Pod       *v1.Pod       // "Pod"       (the pod itself is a tagged v1.Pod: "metadata", "spec")
+//!     Nodes     *v1.NodeList  // "Nodes"     nodeCacheCapable: false; else null
+//!     NodeNames *[]string     // "NodeNames" nodeCacheCapable: true; else null
 //! }
 //! type ExtenderFilterResult struct {
-//!     Nodes       *v1.NodeList   `json:"nodes,omitempty"`
-//!     NodeNames   *[]string      `json:"nodenames,omitempty"`
-//!     FailedNodes FailedNodesMap `json:"failedNodes,omitempty"` // map[string]string
-//!     Error       string         `json:"error,omitempty"`
+//!     Nodes       *v1.NodeList   // "Nodes"
+//!     NodeNames   *[]string      // "NodeNames"
+//!     FailedNodes FailedNodesMap // "FailedNodes", map[string]string
+//!     Error       string         // "Error"
 //! }
-//! type HostPriority struct { Host string `json:"host"`; Score int64 `json:"score"` }
-//! type HostPriorityList []HostPriority
+//! type HostPriority struct { Host string; Score int64 } // "Host", "Score"
 //! const MaxExtenderPriority int64 = 10
 //! ```
 //!
-//! (Later versions add `failedAndUnresolvableNodes`; 1.20's decoder ignores it, so it is never
-//! sent.) Go's decoder matches keys case-insensitively; we send the exact tags and read them.
+//! kube-scheduler sends exactly those keys (nil pointers as `null`), and reads our answers with
+//! Go's decoder, which matches keys case-insensitively; we send the Go names. We also read the
+//! lower-case names of the tagged copies (`pod`, `nodes`, `nodenames`), which costs nothing.
+//! `FailedAndUnresolvableNodes` (newer upstream) is never sent.
 //!
 //! Only what the decision needs is modelled: the pod's namespace, name and the claims its volumes
 //! name. The nodes of the non-cache-capable form are kept as raw JSON and the passing ones are
@@ -37,13 +40,23 @@ pub const MAX_EXTENDER_PRIORITY: i64 = 10;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExtenderArgs {
     /// The pod being scheduled.
-    #[serde(default)]
+    #[serde(rename = "Pod", alias = "pod", default)]
     pub pod: Option<Pod>,
     /// The candidate nodes, whole (`nodeCacheCapable: false`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "Nodes",
+        alias = "nodes",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub nodes: Option<NodeList>,
     /// The candidate nodes' names (`nodeCacheCapable: true`).
-    #[serde(rename = "nodenames", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "NodeNames",
+        alias = "nodenames",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub node_names: Option<Vec<String>>,
 }
 
@@ -119,22 +132,22 @@ pub struct ClaimSource {
 /// The answer of the filter verb.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExtenderFilterResult {
-    /// The passing nodes, whole (when the request had `nodes`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The passing nodes, whole (when the request had `Nodes`).
+    #[serde(rename = "Nodes", default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<NodeList>,
-    /// The passing nodes' names (when the request had `nodenames`).
-    #[serde(rename = "nodenames", default, skip_serializing_if = "Option::is_none")]
+    /// The passing nodes' names (when the request had `NodeNames`).
+    #[serde(rename = "NodeNames", default, skip_serializing_if = "Option::is_none")]
     pub node_names: Option<Vec<String>>,
     /// Nodes filtered out, with why (kube-scheduler shows it in the pod's FailedScheduling event).
     #[serde(
-        rename = "failedNodes",
+        rename = "FailedNodes",
         default,
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub failed_nodes: BTreeMap<String, String>,
     /// A failure of the whole call (with `ignorable: true`, kube-scheduler then goes on without
     /// this extender).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(rename = "Error", default, skip_serializing_if = "String::is_empty")]
     pub error: String,
 }
 
@@ -142,8 +155,10 @@ pub struct ExtenderFilterResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostPriority {
     /// The node's name.
+    #[serde(rename = "Host")]
     pub host: String,
     /// 0..=[`MAX_EXTENDER_PRIORITY`].
+    #[serde(rename = "Score")]
     pub score: i64,
 }
 
@@ -154,13 +169,14 @@ pub type HostPriorityList = Vec<HostPriority>;
 mod tests {
     use super::*;
 
-    /// A request as kube-scheduler 1.20 sends it with `nodeCacheCapable: true` (Go's encoding of
-    /// `ExtenderArgs`: `pod` a whole `v1.Pod`, `nodenames`), a whole pod included: the fields we
-    /// do not model are ignored, those we do are read.
+    /// A request exactly as kube-scheduler 1.20 writes it with `nodeCacheCapable: true`:
+    /// `json.Marshal(&extenderv1.ExtenderArgs{Pod: pod, Nodes: nil, NodeNames: &names})` — Go
+    /// field names as keys, the nil `Nodes` as `null`, the pod a whole tagged `v1.Pod`. The
+    /// fields we do not model are ignored, those we do are read.
     #[test]
     fn reads_the_cache_capable_request() {
         let text = r#"{
-          "pod": {
+          "Pod": {
             "metadata": {"name": "web-0", "namespace": "shop", "uid": "6c1d",
                          "labels": {"app": "web"}, "creationTimestamp": null},
             "spec": {
@@ -174,7 +190,8 @@ mod tests {
             },
             "status": {"phase": "Pending"}
           },
-          "nodenames": ["n1", "n2"]
+          "Nodes": null,
+          "NodeNames": ["n1", "n2"]
         }"#;
         let a: ExtenderArgs = serde_json::from_str(text).unwrap();
         let pod = a.pod.as_ref().unwrap();
@@ -195,16 +212,28 @@ mod tests {
             Some(&["n1".to_owned(), "n2".to_owned()][..])
         );
         assert!(a.nodes.is_none());
+        // The tagged copies' lower-case keys are read too.
+        let lower: ExtenderArgs =
+            serde_json::from_str(r#"{"pod":{"metadata":{"name":"p"}},"nodenames":["n1"]}"#)
+                .unwrap();
+        assert_eq!(lower.pod.unwrap().metadata.name, "p");
+        assert_eq!(lower.node_names.unwrap(), ["n1"]);
+        // Lower-case keys are not what 1.20 sends: a request read as if tagged would miss the pod.
+        let wrong: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert!(wrong.get("pod").is_none() && wrong.get("Pod").is_some());
     }
 
-    /// The whole-node form: names are read from `metadata.name`, and the objects are kept intact.
+    /// The whole-node form (`nodeCacheCapable: false`, `NodeNames` null): names are read from
+    /// `metadata.name`, and the objects are kept intact.
     #[test]
     fn reads_the_node_list_request_and_keeps_the_nodes_whole() {
-        let text = r#"{"pod":{"metadata":{"name":"p"}},
-          "nodes":{"metadata":{},"items":[
+        let text = r#"{"Pod":{"metadata":{"name":"p"}},
+          "Nodes":{"metadata":{},"items":[
             {"metadata":{"name":"n1","labels":{"a":"b"}},"status":{"allocatable":{"cpu":"2"}}},
-            {"metadata":{}}]}}"#;
+            {"metadata":{}}]},
+          "NodeNames":null}"#;
         let a: ExtenderArgs = serde_json::from_str(text).unwrap();
+        assert!(a.node_names.is_none());
         let items = &a.nodes.as_ref().unwrap().items;
         assert_eq!(node_name(&items[0]), Some("n1"));
         assert_eq!(node_name(&items[1]), None);
@@ -212,8 +241,9 @@ mod tests {
         assert_eq!(back["items"][0]["status"]["allocatable"]["cpu"], "2");
     }
 
-    /// The answers carry exactly the upstream tags (`nodenames`, `failedNodes`, `error`,
-    /// `host`, `score`), leave out what is empty (Go's `omitempty`), and read back equal.
+    /// The answers carry the Go field names (`NodeNames`, `FailedNodes`, `Error`, `Host`,
+    /// `Score`), leave out what is empty, and read back equal; what Go's `json.Marshal` writes
+    /// for these types (every field, nil as `null`) reads too.
     #[test]
     fn answers_use_the_upstream_field_names() {
         let r = ExtenderFilterResult {
@@ -225,7 +255,7 @@ mod tests {
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(
             text,
-            r#"{"nodenames":["n2"],"failedNodes":{"n1":"no room"}}"#
+            r#"{"NodeNames":["n2"],"FailedNodes":{"n1":"no room"}}"#
         );
         assert_eq!(
             serde_json::from_str::<ExtenderFilterResult>(&text).unwrap(),
@@ -235,9 +265,9 @@ mod tests {
             error: "boom".into(),
             ..Default::default()
         };
-        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"error":"boom"}"#);
-        // What Go's json.Marshal of a HostPriorityList gives.
-        let go = r#"[{"host":"n1","score":0},{"host":"n2","score":10}]"#;
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"Error":"boom"}"#);
+        // json.Marshal(extenderv1.HostPriorityList{{Host: "n1", Score: 0}, {Host: "n2", Score: 10}})
+        let go = r#"[{"Host":"n1","Score":0},{"Host":"n2","Score":10}]"#;
         let l: HostPriorityList = serde_json::from_str(go).unwrap();
         assert_eq!(
             l[1],
@@ -247,23 +277,23 @@ mod tests {
             }
         );
         assert_eq!(serde_json::to_string(&l).unwrap(), go);
-        // A filter answer as Go's json.Marshal writes it with every field set reads back.
-        let go = r#"{"nodes":{"metadata":{},"items":[{"metadata":{"name":"n1"}}]},"nodenames":["n1"],"failedNodes":{"n2":"x"},"error":"e"}"#;
+        // json.Marshal of an ExtenderFilterResult with every field set (nil map as null).
+        let go = r#"{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"n1"}}]},"NodeNames":["n1"],"FailedNodes":{"n2":"x"},"FailedAndUnresolvableNodes":null,"Error":"e"}"#;
         let r: ExtenderFilterResult = serde_json::from_str(go).unwrap();
         assert_eq!(r.failed_nodes["n2"], "x");
         assert_eq!(r.error, "e");
         assert_eq!(node_name(&r.nodes.unwrap().items[0]), Some("n1"));
     }
 
-    /// Junk never panics: it is a decode error the server answers with `error`.
+    /// Junk never panics: it is a decode error the server answers with `Error`.
     #[test]
     fn junk_is_an_error() {
         for junk in [
             "",
             "7",
-            "{\"pod\":7}",
-            "{\"nodenames\":[1]}",
-            "{\"pod\":{\"spec\":{\"volumes\":{}}}}",
+            "{\"Pod\":7}",
+            "{\"NodeNames\":[1]}",
+            "{\"Pod\":{\"spec\":{\"volumes\":{}}}}",
         ] {
             assert!(
                 serde_json::from_str::<ExtenderArgs>(junk).is_err(),
@@ -271,7 +301,11 @@ mod tests {
             );
         }
         // Serde reads a struct from an array too; without a pod the server refuses the call.
-        for empty in ["{}", "[]"] {
+        for empty in [
+            "{}",
+            "[]",
+            "{\"Pod\":null,\"Nodes\":null,\"NodeNames\":null}",
+        ] {
             let a: ExtenderArgs = serde_json::from_str(empty).unwrap();
             assert!(a.pod.is_none() && a.node_names.is_none() && a.nodes.is_none());
         }
