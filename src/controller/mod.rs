@@ -77,14 +77,7 @@ pub fn run(a: &ControllerArgs) -> i32 {
         }
         let _ = set.thread_unblock();
     }
-    let env = std::env::var("RUST_LOG").ok();
-    let filter = a
-        .log_filter
-        .clone()
-        .or(env)
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| format!("{LOG_TARGET}=info"));
-    if let Err(e) = telemetry::init_logs(a.log_format, Some(&filter)) {
+    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         #[allow(clippy::print_stderr)]
         {
             eprintln!("{LOG_TARGET}: {e}");

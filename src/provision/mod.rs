@@ -150,7 +150,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         #[allow(clippy::exit)]
         std::process::exit(PANIC_EXIT_CODE)
     }));
-    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref()) {
+    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         // No logger yet: the one place this command writes stderr itself.
         #[allow(clippy::print_stderr)]
         {

@@ -53,23 +53,31 @@ impl tracing_subscriber::fmt::time::FormatTime for Rfc3339 {
 }
 
 /// The filter for `spec` (`None`: this provisioner's `info`, nothing of the libraries).
-pub fn log_filter(spec: Option<&str>) -> Result<tracing_subscriber::filter::Targets, String> {
+pub fn log_filter(
+    spec: Option<&str>,
+    default_target: &str,
+) -> Result<tracing_subscriber::filter::Targets, String> {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     match spec.map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(Targets::new()
-            .with_target(LOG_TARGET, LevelFilter::INFO)
+            .with_target(default_target, LevelFilter::INFO)
             .with_default(LevelFilter::OFF)),
         Some(s) => s.parse().map_err(|e| {
-            format!("log filter {s:?}: {e}; write e.g. info or flexvol-provisioner=debug,kube=info")
+            format!("log filter {s:?}: {e}; write e.g. info or {default_target}=debug,kube=info")
         }),
     }
 }
 
-/// Sets the process's log subscriber: `format` on stderr, filtered by `filter` (or `RUST_LOG`).
-pub fn init_logs(format: LogFormat, filter: Option<&str>) -> Result<(), String> {
+/// Sets the process's log subscriber: `format` on stderr, filtered by `filter` (or `RUST_LOG`;
+/// with neither, `default_target`'s info and nothing of the libraries).
+pub fn init_logs(
+    format: LogFormat,
+    filter: Option<&str>,
+    default_target: &str,
+) -> Result<(), String> {
     use tracing_subscriber::layer::SubscriberExt;
     let env = std::env::var("RUST_LOG").ok();
-    let targets = log_filter(filter.or(env.as_deref()))?;
+    let targets = log_filter(filter.or(env.as_deref()), default_target)?;
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_timer(Rfc3339);

@@ -3,26 +3,11 @@
 //! the node provisioner's ServiceAccount (rbac.yaml), and the Deployment runs one replica as
 //! `flexvol controller` with the token in its one container.
 
+use super::manifests::{granted, to_json};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use yaml_rust2::{Yaml, YamlLoader};
-
-fn to_json(y: &Yaml) -> Value {
-    match y {
-        Yaml::Integer(i) => Value::from(*i),
-        Yaml::String(s) => Value::from(s.as_str()),
-        Yaml::Boolean(b) => Value::from(*b),
-        Yaml::Array(a) => Value::Array(a.iter().map(to_json).collect()),
-        Yaml::Hash(h) => Value::Object(
-            h.iter()
-                .map(|(k, v)| (k.as_str().expect("string keys").to_owned(), to_json(v)))
-                .collect(),
-        ),
-        Yaml::Null => Value::Null,
-        other => panic!("unsupported YAML node {other:?}"),
-    }
-}
 
 fn docs(file: &str) -> Vec<Value> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -44,27 +29,6 @@ fn one<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .collect();
     assert_eq!(found.len(), 1, "{kind} {name}");
     found[0]
-}
-
-fn granted(role: &Value) -> BTreeSet<(String, String, String)> {
-    let mut out = BTreeSet::new();
-    for rule in role["rules"].as_array().unwrap() {
-        assert!(rule.get("resourceNames").is_none(), "{rule}");
-        for g in rule["apiGroups"].as_array().unwrap() {
-            for r in rule["resources"].as_array().unwrap() {
-                for v in rule["verbs"].as_array().unwrap() {
-                    let t = (
-                        g.as_str().unwrap().to_owned(),
-                        r.as_str().unwrap().to_owned(),
-                        v.as_str().unwrap().to_owned(),
-                    );
-                    assert!(!format!("{t:?}").contains('*'), "a wildcard in {rule}");
-                    out.insert(t);
-                }
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -11,7 +11,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn to_json(y: &Yaml) -> Value {
+pub(crate) fn to_json(y: &Yaml) -> Value {
     match y {
         Yaml::Real(s) => s.parse::<f64>().map(Value::from).unwrap_or(Value::Null),
         Yaml::Integer(i) => Value::from(*i),
@@ -79,6 +79,36 @@ fn of_kind<'a>(docs: &'a [(PathBuf, Value)], kind: &str) -> Vec<&'a Value> {
         .filter(|(_, d)| d["kind"] == kind)
         .map(|(_, d)| d)
         .collect()
+}
+
+/// Every (apiGroup, resource, verb) a Role or ClusterRole grants; panics on a wildcard, a
+/// `resourceNames` or a `nonResourceURLs` rule (none of our roles may have one). Also used by
+/// controller_manifests.rs.
+pub(crate) fn granted(role: &Value) -> std::collections::BTreeSet<(String, String, String)> {
+    let mut granted = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(
+            rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(),
+            "{rule}"
+        );
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for r in rule["resources"].as_array().unwrap() {
+                for v in rule["verbs"].as_array().unwrap() {
+                    let t = (
+                        g.as_str().unwrap().to_owned(),
+                        r.as_str().unwrap().to_owned(),
+                        v.as_str().unwrap().to_owned(),
+                    );
+                    assert!(
+                        !t.0.contains('*') && !t.1.contains('*') && !t.2.contains('*'),
+                        "a wildcard in {rule}"
+                    );
+                    granted.insert(t);
+                }
+            }
+        }
+    }
+    granted
 }
 
 /// Every `flexVolume` object anywhere in a document.
@@ -414,29 +444,7 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
         .into_iter()
         .find(|r| r["metadata"]["name"] == "flexvol-provisioner")
         .expect("ClusterRole flexvol-provisioner");
-    let mut granted = std::collections::BTreeSet::new();
-    for rule in role["rules"].as_array().unwrap() {
-        assert!(
-            rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(),
-            "{rule}"
-        );
-        for g in rule["apiGroups"].as_array().unwrap() {
-            for r in rule["resources"].as_array().unwrap() {
-                for v in rule["verbs"].as_array().unwrap() {
-                    let t = (
-                        g.as_str().unwrap().to_owned(),
-                        r.as_str().unwrap().to_owned(),
-                        v.as_str().unwrap().to_owned(),
-                    );
-                    assert!(
-                        !t.0.contains('*') && !t.1.contains('*') && !t.2.contains('*'),
-                        "a wildcard in {rule}"
-                    );
-                    granted.insert(t);
-                }
-            }
-        }
-    }
+    let granted = granted(role);
     let needed: std::collections::BTreeSet<(String, String, String)> = needed
         .into_iter()
         .map(|(g, r, v)| (g.to_owned(), r.to_owned(), v.to_owned()))
@@ -689,7 +697,8 @@ fn contract_manifests_provisioner_runs_in_the_hosts_mount_namespace() {
 }
 
 /// Issue #23: `kubectl apply -k drivers/deploy` is the documented install. Its kustomization lists
-/// every object manifest of the directory (not the kube-controller-manager static-pod snippet) and
+/// every object manifest of the directory (not the kube-controller-manager static-pod snippet, nor
+/// the opt-in controller.yaml) and
 /// names the DaemonSet's image, the one place a user sets it. (tests/cluster/e2e `manifests`
 /// checks with kubectl's own kustomize that `apply -k` gives exactly these objects.)
 #[test]
@@ -709,7 +718,9 @@ fn contract_manifests_kustomization_lists_every_manifest() {
     let want: std::collections::BTreeSet<String> = files
         .iter()
         .map(|f| f.file_name().unwrap().to_str().unwrap().to_owned())
-        .filter(|n| n != "kube-controller-manager.yaml")
+        // The static-pod snippet is not an object; controller.yaml (`flexvol controller`, node
+        // loss) is opt-in and applied on its own (drivers/deploy/README.md section 8).
+        .filter(|n| n != "kube-controller-manager.yaml" && n != "controller.yaml")
         .collect();
     assert_eq!(
         listed, want,

@@ -92,6 +92,18 @@ fn own(fd: &impl AsFd, st: &FileStat) -> nix::Result<()> {
     fchmod(fd.as_fd(), Mode::from_bits_truncate(st.st_mode & 0o7777))
 }
 
+/// [`own`]'s owner half for an entry of `dir` that is not opened (a symlink, a FIFO): never
+/// through a link.
+fn own_at(dir: &OwnedFd, name: &OsStr, st: &FileStat) -> nix::Result<()> {
+    fchownat(
+        dir,
+        name,
+        Some(Uid::from_raw(st.st_uid)),
+        Some(Gid::from_raw(st.st_gid)),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+}
+
 fn copy_dir(
     src: &OwnedFd,
     dst: &OwnedFd,
@@ -146,14 +158,7 @@ fn copy_dir(
                 .map_err(|e| fail("read the link", rx(e)))?;
             rustix::fs::symlinkat(target.as_c_str(), dst, name.as_os_str())
                 .map_err(|e| fail("make the link", rx(e)))?;
-            fchownat(
-                dst,
-                name.as_os_str(),
-                Some(Uid::from_raw(st.st_uid)),
-                Some(Gid::from_raw(st.st_gid)),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map_err(|e| fail("set the owner of the link", e))?;
+            own_at(dst, name.as_os_str(), &st).map_err(|e| fail("set the owner of the link", e))?;
             out.symlinks += 1;
         } else if kind == SFlag::S_IFIFO {
             mknodat(
@@ -164,14 +169,7 @@ fn copy_dir(
                 0,
             )
             .map_err(|e| fail("make the fifo", e))?;
-            fchownat(
-                dst,
-                name.as_os_str(),
-                Some(Uid::from_raw(st.st_uid)),
-                Some(Gid::from_raw(st.st_gid)),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map_err(|e| fail("set the owner of the fifo", e))?;
+            own_at(dst, name.as_os_str(), &st).map_err(|e| fail("set the owner of the fifo", e))?;
             fchmodat(
                 dst,
                 name.as_os_str(),

@@ -229,16 +229,20 @@ fn readiness_needs_synced_caches_and_a_recent_pass() {
 fn the_log_filter_defaults_to_info_here_and_nothing_of_the_libraries() {
     use tracing::Level;
     use tracing_subscriber::filter::Targets;
-    let f: Targets = log_filter(None).unwrap();
+    let f: Targets = log_filter(None, LOG_TARGET).unwrap();
     assert!(f.would_enable(LOG_TARGET, &Level::INFO));
     assert!(!f.would_enable(LOG_TARGET, &Level::DEBUG));
     assert!(f.would_enable(LOG_TARGET, &Level::WARN));
     assert!(!f.would_enable("kube_client::client::builder", &Level::ERROR));
-    let f = log_filter(Some("flexvol-provisioner=debug,kube=info")).unwrap();
+    // Another command's default (flexvol controller): its own target, not the provisioner's.
+    let f: Targets = log_filter(None, "flexvol-controller").unwrap();
+    assert!(f.would_enable("flexvol-controller", &Level::INFO));
+    assert!(!f.would_enable(LOG_TARGET, &Level::INFO));
+    let f = log_filter(Some("flexvol-provisioner=debug,kube=info"), LOG_TARGET).unwrap();
     assert!(f.would_enable(LOG_TARGET, &Level::DEBUG));
     assert!(f.would_enable("kube", &Level::INFO));
     assert!(
-        log_filter(Some("=nonsense="))
+        log_filter(Some("=nonsense="), LOG_TARGET)
             .unwrap_err()
             .contains("log filter")
     );
