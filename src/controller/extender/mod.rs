@@ -64,13 +64,7 @@ pub struct SchedulerExtenderArgs {
 
 /// Runs the extender until killed; the exit code on a fatal error.
 pub fn run(a: &SchedulerExtenderArgs) -> i32 {
-    let filter = a
-        .log_filter
-        .clone()
-        .or_else(|| std::env::var("RUST_LOG").ok())
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| format!("{LOG_TARGET}=info"));
-    if let Err(e) = telemetry::init_logs(a.log_format, Some(&filter)) {
+    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         #[allow(clippy::print_stderr)]
         {
             eprintln!("{LOG_TARGET}: {e}");
