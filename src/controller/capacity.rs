@@ -20,10 +20,9 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The label the controller puts on the objects it makes (and the only ones it deletes).
-pub const LABEL: &str = "app.kubernetes.io/managed-by";
-/// Its value.
-pub const LABEL_VALUE: &str = "flexvol-controller";
+/// The label the controller puts on the objects it makes (and the only ones it deletes); the node
+/// writes it back with every update.
+pub use crate::provision::capacity::{LABEL, LABEL_VALUE};
 
 /// What a pass does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -37,6 +37,12 @@ use std::time::SystemTime;
 pub const NAMESPACE: &str = "flexvol-capacity";
 /// The ConfigMap data key of the record.
 pub const DATA_KEY: &str = "capacity.json";
+/// The label on every capacity object: the controller creates them with it and deletes only
+/// objects that carry it; the node's update ([`publish`]) writes it back, since an update replaces
+/// the whole object, labels included.
+pub const LABEL: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const LABEL_VALUE: &str = "flexvol-controller";
 /// The only record version this build reads and writes.
 pub const VERSION: u32 = 1;
 /// A record longer than this is ignored unread (a real one is a few KiB).

@@ -453,6 +453,12 @@ impl Cluster for KubeCluster {
             metadata: ObjectMeta {
                 name: Some(node.to_owned()),
                 namespace: Some(ns.to_owned()),
+                // An update replaces the labels too: keep the controller's, or it would no
+                // longer know the object as its own (it creates and deletes only labelled ones).
+                labels: Some(BTreeMap::from([(
+                    super::capacity::LABEL.to_owned(),
+                    super::capacity::LABEL_VALUE.to_owned(),
+                )])),
                 ..Default::default()
             },
             data: Some(BTreeMap::from([(
