@@ -450,11 +450,16 @@ pub async fn publish<C: Cluster>(
         return failed;
     }
     match serde_json::to_string(&record) {
-        Ok(text) => {
-            if let Err(e) = cluster.publish_capacity(node, &text).await {
-                failed.push(format!("capacity record of this node not published: {e}"));
-            }
-        }
+        Ok(text) => match cluster.publish_capacity(node, &text).await {
+            Ok(()) => {}
+            Err(e) if e.kind == super::api::ApiErrorKind::NotFound => failed.push(format!(
+                "capacity record of this node not published: ConfigMap {NAMESPACE}/{node} \
+                     does not exist yet (`flexvol controller --capacity-objects`, \
+                     drivers/deploy/controller.yaml, makes one per Node; without it the scheduler \
+                     extender sees no capacity for this node, which passes unpreferred)"
+            )),
+            Err(e) => failed.push(format!("capacity record of this node not published: {e}")),
+        },
         Err(e) => failed.push(format!("capacity record of this node not encoded: {e}")),
     }
     failed

@@ -168,6 +168,20 @@ pub fn answer(state: &State, method: &str, path: &str, body: &[u8], now: SystemT
             for (node, why) in &f.unknown {
                 tracing::debug!(target: LOG_TARGET, "{node} passes for want of data: {why}");
             }
+            if let Some(pod) = d.args.pod.as_ref().filter(|_| !d.needs.is_empty()) {
+                // One line per decided pod with flexvol claims (pods without are not logged).
+                let failed: Vec<String> =
+                    f.failed.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+                tracing::info!(
+                    target: LOG_TARGET,
+                    "filter pod {}/{} ({} flexvol claim(s)): passed [{}]; filtered [{}]",
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                    d.needs.len(),
+                    f.passed.join(", "),
+                    failed.join("; ")
+                );
+            }
             // Answer in the form asked: names, or the passing Node objects verbatim.
             let result = match d.args.nodes {
                 Some(list) if d.args.node_names.is_none() => {
