@@ -25,6 +25,7 @@
 
 pub mod claims;
 pub mod decide;
+pub mod metrics;
 pub mod server;
 pub mod watch;
 pub mod wire;

@@ -4,7 +4,7 @@
 //!
 //! Routes: `POST /filter` and `POST /prioritize` (kube-scheduler's `urlPrefix` + verb; the verbs
 //! are these two words, docs/scheduler-extender.md), `GET /healthz` (the process answers),
-//! `GET /readyz` (the caches have synced).
+//! `GET /readyz` (the caches have synced), `GET /metrics` ([`super::metrics`], in [`serve`]).
 //!
 //! Bounds: the request head within [`HEADER_TIMEOUT`]; the body at most [`MAX_BODY`] bytes and
 //! read within [`BODY_TIMEOUT`]; at most [`MAX_CONCURRENT`] requests decided at once (others wait
@@ -83,6 +83,7 @@ pub type Answer = (u16, &'static str, String);
 
 const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
+const METRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 fn json<T: serde::Serialize>(status: u16, v: &T) -> Answer {
     match serde_json::to_string(v) {
@@ -213,7 +214,8 @@ pub fn answer(state: &State, method: &str, path: &str, body: &[u8], now: SystemT
         _ => (
             404,
             TEXT,
-            "not found: POST /filter, POST /prioritize, GET /healthz, GET /readyz\n".into(),
+            "not found: POST /filter, POST /prioritize, GET /healthz, GET /readyz, GET /metrics\n"
+                .into(),
         ),
     }
 }
@@ -237,6 +239,7 @@ pub async fn serve(
     listener: std::net::TcpListener,
     state: Arc<RwLock<State>>,
 ) -> Result<(), String> {
+    let metrics = Arc::new(super::metrics::Metrics::new());
     use hyper::service::{make_service_fn, service_fn};
     use hyper::{Body, Response, StatusCode, header};
     listener
@@ -248,12 +251,20 @@ pub async fn serve(
     .map_err(|e| e.to_string())?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT));
     let make = make_service_fn(move |_| {
-        let (state, slots) = (state.clone(), slots.clone());
+        let (state, slots, metrics) = (state.clone(), slots.clone(), metrics.clone());
         async move {
             Ok::<_, std::convert::Infallible>(service_fn(move |req: hyper::Request<Body>| {
-                let (state, slots) = (state.clone(), slots.clone());
+                let (state, slots, metrics) = (state.clone(), slots.clone(), metrics.clone());
                 async move {
+                    let t0 = std::time::Instant::now();
+                    let path = req.uri().path().to_owned();
                     let (status, ctype, body) = async {
+                        if req.method() == hyper::Method::GET && path == "/metrics" {
+                            return match metrics.encode() {
+                                Ok(t) => (200, METRICS, t),
+                                Err(e) => (500, TEXT, format!("{e}\n")),
+                            };
+                        }
                         let _slot =
                             match tokio::time::timeout(BODY_TIMEOUT, slots.acquire_owned()).await {
                                 Ok(Ok(s)) => s,
@@ -279,6 +290,7 @@ pub async fn serve(
                         }
                     }
                     .await;
+                    metrics.observe(&path, status, &body, t0.elapsed());
                     let mut resp = Response::new(Body::from(body));
                     *resp.status_mut() =
                         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -454,7 +466,8 @@ mod tests {
         );
     }
 
-    /// The server over a real socket: a filter round trip, and a body past the bound is refused.
+    /// The server over a real socket: a filter round trip counted on /metrics, and a body past
+    /// the bound is refused.
     #[test]
     fn serves_over_http_with_bounds() {
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -487,6 +500,25 @@ mod tests {
             assert!(text.contains(r#""NodeNames":["roomy"]"#), "{text}");
             let (status, text) = post("/nowhere", Vec::new()).await;
             assert_eq!(status, 404, "{text}");
+            // The call above is counted: one filter, decided, one node filtered out.
+            let client = hyper::Client::new();
+            let resp = client
+                .get(format!("http://{addr}/metrics").parse().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 200);
+            let bytes = hyper::body::to_bytes(resp.into_body()).await.unwrap();
+            let m = String::from_utf8_lossy(&bytes);
+            assert!(
+                m.contains(
+                    r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="ok"} 1"#
+                ),
+                "{m}"
+            );
+            assert!(
+                m.contains("flexvol_scheduler_extender_filtered_nodes_total 1"),
+                "{m}"
+            );
             // The body bound, on the reader itself (over a socket the client may see the
             // connection closed before it reads the 413).
             let big = hyper::Body::from(vec![b' '; MAX_BODY + 1]);
