@@ -79,7 +79,8 @@ impl Metrics {
         if verb == "filter" && status == 200 {
             match serde_json::from_str::<ExtenderFilterResult>(body) {
                 Ok(r) if r.error.is_empty() => {
-                    self.filtered.inc_by(r.failed_nodes.len() as u64);
+                    self.filtered
+                        .inc_by(u64::try_from(r.failed_nodes.len()).unwrap_or(u64::MAX));
                 }
                 _ => outcome = "error",
             }
