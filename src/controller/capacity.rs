@@ -9,8 +9,8 @@
 //! a delete carries the object's uid as a precondition, so a node that came back and got a new
 //! object meanwhile keeps it. Every call has [`crate::provision::kube::DEADLINE`].
 //!
-//! Status: the decision is unit-tested; the calls ([`sync`]) have never met an API server, and
-//! the manifests do not grant them yet (the flag is off by default).
+//! Status: the decision is unit-tested; [`sync`] runs in tests/cluster/provisioner-e2e.d/extender.sh
+//! under drivers/deploy/controller.yaml's Role (which sets the flag).
 
 use crate::provision::capacity::NAMESPACE;
 use crate::provision::kube::call;

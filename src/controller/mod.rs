@@ -45,7 +45,7 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
     pub vendor: String,
     /// Also keep one capacity ConfigMap per Node in `flexvol-capacity` for the scheduler
-    /// extender (docs/scheduler-extender.md; needs RBAC the manifests do not grant yet).
+    /// extender (docs/scheduler-extender.md; drivers/deploy/controller.yaml sets it and grants it).
     #[arg(long)]
     pub capacity_objects: bool,
     /// A pass at least this often (sooner when a grace period ends earlier).

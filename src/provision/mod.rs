@@ -92,8 +92,8 @@ pub struct ProvisionerArgs {
     #[arg(long)]
     pub host_mount_namespace: bool,
     /// Publish this node's free capacity for `flexvol scheduler-extender` (the ConfigMap
-    /// `flexvol-capacity/<node>`, which the controller creates; docs/scheduler-extender.md). Off
-    /// by default until the manifests grant it.
+    /// `flexvol-capacity/<node>`, which the controller creates; docs/scheduler-extender.md).
+    /// drivers/deploy/daemonset.yaml sets it; rbac.yaml grants the update.
     #[arg(long)]
     pub publish_capacity: bool,
     /// With --host-mount-namespace: the process whose mount namespace is the node's (default 1,
