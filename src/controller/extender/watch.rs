@@ -8,8 +8,9 @@
 //! The state is synced once each watch has listed once; until then [`super::server`] decides
 //! nothing.
 //!
-//! Status: the appliers are unit-tested; [`run`] has not been run against an API server yet
-//! (docs/scheduler-extender.md, "Next steps").
+//! Status: the appliers are unit-tested; [`run`] runs against a real API server in
+//! tests/cluster/provisioner-e2e.d/extender.sh, under drivers/deploy/scheduler-extender.yaml's
+//! read-only roles.
 
 use super::decide::Published;
 use super::server::State;
