@@ -90,6 +90,12 @@ enum Command {
         after_help = "A class of a node-local kind opts in with the parameter nodeLossGracePeriod (e.g. \"10m\"): once a PV's node has had no Node object for that long, its claim and PV are deleted, with events, so that the claim's owner recreates it on another node. A node that exists (NotReady, cordoned, unreachable) is never acted on. See docs/node-loss.md.\n\nExample:\n  flexvol controller                                  # in the Deployment of drivers/deploy/controller.yaml\n  flexvol controller --kubeconfig ~/.kube/config --resync-seconds 5"
     )]
     Controller(crate::controller::ControllerArgs),
+    /// A kube-scheduler extender that keeps pods off nodes without room for their flexvol claims, from the capacity the node provisioners publish (docs/scheduler-extender.md; drivers/deploy/scheduler-extender.yaml).
+    #[command(
+        name = "scheduler-extender",
+        after_help = "Configure kube-scheduler (KubeSchedulerConfiguration extenders) with urlPrefix http://<listen>, filterVerb filter, prioritizeVerb prioritize, nodeCacheCapable true, ignorable true. See docs/scheduler-extender.md.\n\nExample:\n  flexvol scheduler-extender --listen 127.0.0.1:8099"
+    )]
+    SchedulerExtender(crate::controller::extender::SchedulerExtenderArgs),
 }
 
 #[derive(Args)]
@@ -171,6 +177,7 @@ pub fn main(args: &[String]) -> i32 {
         Command::Conformance(a) => ops::conformance::run(&a),
         Command::Provisioner(a) => crate::provision::run(&a),
         Command::Controller(a) => crate::controller::run(&a),
+        Command::SchedulerExtender(a) => crate::controller::extender::run(&a),
     }
 }
 

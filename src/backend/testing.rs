@@ -373,6 +373,7 @@ impl LvService for FakeLvs {
             vg_name: vg.to_owned(),
             vg_extent_size: g.extent,
             vg_free: g.free,
+            vg_size: 0, // the fake models no VG size
         })
     }
 

@@ -22,6 +22,8 @@
 //! It reuses the provisioner's API client ([`crate::provision::apiclient`]: the cluster's CA only,
 //! re-read tokens, connect timeout) and its log format.
 
+pub mod capacity;
+pub mod extender;
 pub mod nodeloss;
 
 use crate::provision::telemetry::{self, LogFormat};
@@ -42,6 +44,10 @@ pub struct ControllerArgs {
     /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
     pub vendor: String,
+    /// Also keep one capacity ConfigMap per Node in `flexvol-capacity` for the scheduler
+    /// extender (docs/scheduler-extender.md; drivers/deploy/controller.yaml sets it and grants it).
+    #[arg(long)]
+    pub capacity_objects: bool,
     /// A pass at least this often (sooner when a grace period ends earlier).
     #[arg(long, default_value_t = 15, value_name = "SECONDS")]
     pub resync_seconds: u64,
@@ -121,8 +127,24 @@ async fn serve(a: &ControllerArgs) -> Result<(), String> {
         crate::provision::nodeloss::PARAM,
         resync.as_secs()
     );
+    let capacity_client = a.capacity_objects.then(|| client.clone());
     let mut nl = nodeloss::NodeLoss::new(client, a.vendor.clone(), local_kinds);
     loop {
+        if let Some(c) = &capacity_client {
+            match capacity::sync(c).await {
+                Ok(p) => {
+                    for n in &p.create {
+                        info!(target: LOG_TARGET, "capacity: made the capacity object of node {n}");
+                    }
+                    for (n, _) in &p.delete {
+                        info!(target: LOG_TARGET, "capacity: removed the capacity object of node {n}, which is gone");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(target: LOG_TARGET, "capacity objects: {e}; retrying next pass")
+                }
+            }
+        }
         let next = nl.pass().await;
         let wait = next.map_or(resync, |d| d.min(resync));
         tokio::time::sleep(wait.max(Duration::from_millis(500))).await;

@@ -146,6 +146,12 @@ fn check_root(what: &str, p: &Path) -> Result<(), String> {
 }
 
 impl LocalPathConfig {
+    /// The roots `node` has for classes without an entry of their own (`nodePathMap` or
+    /// `sharedFileSystemPath`).
+    pub fn default_roots(&self, node: &str) -> Vec<PathBuf> {
+        self.top().roots_for(node)
+    }
+
     fn top(&self) -> PathMap {
         PathMap {
             node_path_map: self.node_path_map.clone(),

@@ -27,6 +27,12 @@ pub struct StatusArgs {
     /// Only look at mounts below this kubelet root (default: every kubelet-shaped mount).
     #[arg(long, value_name = "DIR")]
     pub kubelet_root: Option<PathBuf>,
+    /// Instead of the volumes: this node's capacity record as `flexvol provisioner
+    /// --publish-capacity` would publish it for the scheduler extender, and what the extender
+    /// makes of it per root and volume group (docs/scheduler-extender.md). NODE is this node's
+    /// name as the cluster knows it.
+    #[arg(long, value_name = "NODE")]
+    pub capacity: Option<String>,
 }
 
 /// Loads what both `status` and `gc` start from.
@@ -44,6 +50,42 @@ pub fn load(
     Ok((config, inv))
 }
 
+/// `flexvol status --capacity NODE`: measure, build, show (JSON with `--json`).
+fn capacity(a: &StatusArgs, node: &str) -> i32 {
+    use crate::provision::capacity as cap;
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("flexvol status: error: {e}");
+            return 2;
+        }
+    };
+    let runner = crate::sys::exec::SystemRunner::new(config.tool_dirs.clone());
+    let (roots, mut failed) = cap::measure_roots(&config, node, &runner);
+    let (vgs, vg_failed) = cap::measure_vgs(&config, &format!("{}/lvm", a.vendor));
+    failed.extend(vg_failed);
+    let now = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let record = cap::build(node, now, &config.local_path, &config.lvm, &roots, &vgs);
+    let invalid = cap::validate(&record, node).err();
+    if a.json {
+        let v = serde_json::json!({"record": record, "failed": failed, "invalid": invalid});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        for line in cap::describe(&record) {
+            println!("{line}");
+        }
+        for f in &failed {
+            println!("NOT MEASURED: {f}");
+        }
+        if let Some(e) = &invalid {
+            println!("INVALID (the extender would ignore it): {e}");
+        }
+    }
+    i32::from(!failed.is_empty() || invalid.is_some())
+}
+
 /// A record time for people.
 pub fn since(secs: Option<u64>) -> String {
     secs.map(|s| rfc3339(UNIX_EPOCH + Duration::from_secs(s)))
@@ -52,6 +94,9 @@ pub fn since(secs: Option<u64>) -> String {
 
 /// Runs `flexvol status`; returns the exit code.
 pub fn run(a: &StatusArgs) -> i32 {
+    if let Some(node) = &a.capacity {
+        return capacity(a, node);
+    }
     let (config, inv) = match load(&a.vendor, a.live_pods.as_ref(), a.kubelet_root.as_deref()) {
         Ok(x) => x,
         Err(e) => {

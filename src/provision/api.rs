@@ -178,4 +178,8 @@ pub trait Cluster {
     ) -> ApiResult<()>;
     /// Records an event.
     async fn event(&self, ev: &EventSpec) -> ApiResult<()>;
+    /// Writes this node's capacity record (docs/scheduler-extender.md): an update of the
+    /// ConfigMap `flexvol-capacity/<node>` whose `capacity.json` becomes `text`. `NotFound` while
+    /// the controller has not created it (the node's token may not create it).
+    async fn publish_capacity(&self, node: &str, text: &str) -> ApiResult<()>;
 }

@@ -10,7 +10,7 @@ use super::api::{
 use super::cache::{Caches, ClaimObserver, Routes, Scope};
 use super::telemetry::WatchEvents;
 use k8s_openapi::api::core::v1::{
-    Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    ConfigMap, Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -441,6 +441,37 @@ impl Cluster for KubeCluster {
         call(
             what,
             api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn publish_capacity(&self, node: &str, text: &str) -> ApiResult<()> {
+        let ns = super::capacity::NAMESPACE;
+        let api = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(node.to_owned()),
+                namespace: Some(ns.to_owned()),
+                // An update replaces the labels too: keep the controller's, or it would no
+                // longer know the object as its own (it creates and deletes only labelled ones).
+                labels: Some(BTreeMap::from([(
+                    super::capacity::LABEL.to_owned(),
+                    super::capacity::LABEL_VALUE.to_owned(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                super::capacity::DATA_KEY.to_owned(),
+                text.to_owned(),
+            )])),
+            ..Default::default()
+        };
+        // An unconditional update (no resourceVersion), which the API server allows for
+        // ConfigMaps: the node is the only writer of its record, and the latest one wins.
+        call(
+            format!("update ConfigMap {ns}/{node}"),
+            api.replace(node, &PostParams::default(), &cm),
         )
         .await
         .map(|_| ())

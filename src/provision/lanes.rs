@@ -77,6 +77,9 @@ pub struct LaneArgs {
     pub leads: watch::Receiver<Leads>,
     /// Set by the shared lane: whether this instance serves a shared kind (it may then lead them).
     pub serves_shared: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the node-local lane publishes this node's capacity record for the scheduler
+    /// extender (with the capacity metrics: at start, after work, at least every minute).
+    pub publish_capacity: bool,
 }
 
 /// Starts a lane on its own thread, with its own single-threaded runtime (the volume work blocks
@@ -214,6 +217,19 @@ async fn run(mut a: LaneArgs) {
                 m.set_capacity(&pools);
                 for f in failed {
                     warn!(target: LOG_TARGET, "{f}");
+                }
+                if a.publish_capacity {
+                    let failed = super::capacity::publish(
+                        &rec.cluster,
+                        &config,
+                        &a.id.node,
+                        &lvm_driver,
+                        std::time::SystemTime::now(),
+                    )
+                    .await;
+                    for f in failed {
+                        warn!(target: LOG_TARGET, "{f}");
+                    }
                 }
                 capacity_at = Some(Instant::now());
             }

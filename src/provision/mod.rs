@@ -29,6 +29,7 @@
 pub mod api;
 pub mod apiclient;
 pub mod cache;
+pub mod capacity;
 pub mod error;
 pub mod hostpath;
 pub mod kube;
@@ -90,6 +91,11 @@ pub struct ProvisionerArgs {
     /// Every other path (--kubeconfig, FLEXVOL_CONFIG) is then the host's.
     #[arg(long)]
     pub host_mount_namespace: bool,
+    /// Publish this node's free capacity for `flexvol scheduler-extender` (the ConfigMap
+    /// `flexvol-capacity/<node>`, which the controller creates; docs/scheduler-extender.md).
+    /// drivers/deploy/daemonset.yaml sets it; rbac.yaml grants the update.
+    #[arg(long)]
+    pub publish_capacity: bool,
     /// With --host-mount-namespace: the process whose mount namespace is the node's (default 1,
     /// the node's init under hostPID). Only for nodes where PID 1 cannot be read (the test
     /// machine, whose PID 1 is a sandbox supervisor: tests/cluster/deploy-e2e points it at a
@@ -387,6 +393,7 @@ async fn serve(
             resync,
             leads: leads_rx.clone(),
             serves_shared: serves_shared.clone(),
+            publish_capacity: a.publish_capacity,
         };
         lanes.push(lanes::spawn(args).map_err(|e| format!("cannot start a lane: {e}"))?);
     }

@@ -38,6 +38,8 @@ struct Fake {
     cached_claims: RefCell<Option<Vec<PersistentVolumeClaim>>>,
     /// Every finalizer patch sent, as JSON.
     patches: RefCell<Vec<serde_json::Value>>,
+    /// Every capacity record published: node, text.
+    published: RefCell<Vec<(String, String)>>,
 }
 
 /// Applies a JSON patch to `pv` as the API server would (the `test`s included): `Conflict` when
@@ -63,6 +65,12 @@ fn err(kind: ApiErrorKind) -> ApiError {
 }
 
 impl Cluster for Fake {
+    async fn publish_capacity(&self, node: &str, text: &str) -> ApiResult<()> {
+        self.published
+            .borrow_mut()
+            .push((node.to_owned(), text.to_owned()));
+        Ok(())
+    }
     async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>> {
         if let Some(c) = self.cached_claims.borrow().clone() {
             return Ok(c);
@@ -2285,4 +2293,36 @@ fn a_clone_copies_a_claim_of_its_namespace_and_never_another_tenants() {
     let pv2 = rec.cluster.volumes.borrow()[1].clone();
     let note = pv2.metadata.annotations.unwrap()["flexvol/cloned-from"].clone();
     assert!(note.starts_with("pvc-u1 (1 files"), "{note}");
+}
+
+/// The capacity publisher measures this node's roots, builds a valid record for it, stamped with
+/// the given time, and writes it through the API seam.
+#[test]
+fn capacity_is_published_for_this_node() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        local_path: serde_json::from_value(serde_json::json!({
+            "nodePathMap": [{"node": "node-a", "paths": [d.path()]}]
+        }))
+        .unwrap(),
+        ..Config::default()
+    };
+    let f = Fake::default();
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
+    let failed = block_on(super::capacity::publish(
+        &f,
+        &cfg,
+        "node-a",
+        "flexvol/lvm",
+        at,
+    ));
+    assert_eq!(failed, Vec::<String>::new());
+    let published = f.published.borrow();
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].0, "node-a");
+    let r = super::capacity::parse("node-a", Some(&published[0].1)).unwrap();
+    assert_eq!(r.published_at, 1_795_000_000);
+    assert_eq!(r.hostpath.len(), 1);
+    assert_eq!(r.hostpath[0].path, d.path().display().to_string());
+    assert!(r.hostpath[0].default && r.hostpath[0].size > 0);
 }

@@ -465,13 +465,31 @@ EOF
 		--flex-volume-plugin-dir="$KC_DIR/controller/plugins" \
 		--leader-elect=false --port=0 --secure-port=0 --profiling=false \
 		--controllers='*,-bootstrapsigner,-tokencleaner' --v=2
-	if [ "$with_scheduler" = 1 ]; then
-		kc_spawn kube-scheduler "$KC_DIR/logs/kube-scheduler.log" "$KC_BIN/kube-scheduler" \
+	if [ "$with_scheduler" = 1 ]; then kc_start_scheduler "$KC_DIR/logs/kube-scheduler.log"; fi
+	kc_flexvol_config "$KC_DIR/controller"
+	kc_install_drivers "$KC_DIR/controller/plugins"
+}
+
+# kc_start_scheduler LOG [CONFIG]: kube-scheduler as user system:kube-scheduler. Without CONFIG,
+# flags only (no leader election); with CONFIG, as `kube-scheduler --config=CONFIG`: a
+# KubeSchedulerConfiguration, which names its kubeconfig (clientConnection.kubeconfig) and leader
+# election itself; 1.20 ignores the other deprecated flags then, except --port (0: no insecure
+# port). kc_restart_scheduler [CONFIG]: the running one stopped first, each start with a log of
+# its own (kube-scheduler-N.log).
+kc_start_scheduler() {
+	if [ -n "${2:-}" ]; then
+		kc_spawn kube-scheduler "$1" "$KC_BIN/kube-scheduler" --config="$2" --port=0 --secure-port=0 --v=2
+	else
+		kc_spawn kube-scheduler "$1" "$KC_BIN/kube-scheduler" \
 			--kubeconfig="$KC_DIR/scheduler.kubeconfig" --leader-elect=false --port=0 --secure-port=0 \
 			--profiling=false --v=1
 	fi
-	kc_flexvol_config "$KC_DIR/controller"
-	kc_install_drivers "$KC_DIR/controller/plugins"
+}
+kc_restart_scheduler() {
+	local n=2
+	kc_stop_name kube-scheduler 10
+	while [ -e "$KC_DIR/logs/kube-scheduler-$n.log" ]; do n=$((n + 1)); done
+	kc_start_scheduler "$KC_DIR/logs/kube-scheduler-$n.log" "${1:-}"
 }
 
 # kc_down [DIR]: stop everything kc_up started, unmount everything under DIR, undo the host

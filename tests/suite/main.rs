@@ -12,6 +12,7 @@
 mod conformance;
 mod contract;
 mod controller_manifests;
+mod extender_manifests;
 mod faults;
 mod guest_lvm;
 mod guest_lvmprov;

@@ -40,8 +40,9 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
         if p.is_dir() {
             yaml_files(&p, out);
         } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml")
-            // kustomize's file, not an API object (contract_manifests_kustomization_lists_every_manifest)
-            && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+            // kustomize's file, not an API object (contract_manifests_kustomization_lists_every_manifest);
+            // kube-scheduler's configuration (--config), not an API object either
+            && p.file_name().is_some_and(|n| n != "kustomization.yaml" && n != "kube-scheduler-config.yaml")
         {
             out.push(p);
         }
@@ -72,6 +73,14 @@ fn docs(dir: &Path) -> Vec<(PathBuf, Value)> {
         }
     }
     out
+}
+
+/// The installer + provisioner DaemonSet (scheduler-extender.yaml has a DaemonSet of its own).
+fn installer(docs: &[(PathBuf, Value)]) -> Vec<&Value> {
+    of_kind(docs, "DaemonSet")
+        .into_iter()
+        .filter(|d| d["metadata"]["name"] == "flexvol-installer")
+        .collect()
 }
 
 fn of_kind<'a>(docs: &'a [(PathBuf, Value)], kind: &str) -> Vec<&'a Value> {
@@ -270,7 +279,7 @@ fn contract_manifests_each_backend_has_working_examples() {
 fn contract_manifests_deploy_matches_flexvol_install() {
     let dir = repo().join("drivers/deploy");
     let docs = docs(&dir);
-    let ds = of_kind(&docs, "DaemonSet");
+    let ds = installer(&docs);
     assert_eq!(ds.len(), 1);
     let spec = &ds[0]["spec"]["template"]["spec"];
     assert_eq!(
@@ -491,12 +500,38 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
     assert_eq!(lb["metadata"]["namespace"], ns);
     assert_eq!(lb["roleRef"]["kind"], "Role");
     assert_eq!(lb["subjects"], binding["subjects"]);
-    assert_eq!(of_kind(&docs, "Role").len(), 1);
-    assert_eq!(of_kind(&docs, "RoleBinding").len(), 1);
+    // Its only other Role is the capacity record's (below); the provisioner's ServiceAccount is
+    // bound to nothing else.
+    let bound_to_node: Vec<&Value> = of_kind(&docs, "RoleBinding")
+        .into_iter()
+        .chain(of_kind(&docs, "ClusterRoleBinding"))
+        .filter(|b| {
+            b["subjects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["name"] == subject["name"] && s["namespace"] == subject["namespace"])
+        })
+        .collect();
+    let names: std::collections::BTreeSet<&str> = bound_to_node
+        .iter()
+        .map(|b| b["roleRef"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "flexvol-provisioner",
+            "flexvol-provisioner-leases",
+            "flexvol-provisioner-capacity"
+        ]
+        .into_iter()
+        .collect(),
+        "the provisioner's ServiceAccount is bound to exactly these roles"
+    );
 
     // The pod gets no token; the provisioner container alone mounts a projected one where
     // kube-rs's in-cluster config reads it.
-    let ds = of_kind(&docs, "DaemonSet");
+    let ds = installer(&docs);
     let spec = &ds[0]["spec"]["template"]["spec"];
     assert_eq!(spec["serviceAccountName"], subject["name"]);
     assert_eq!(ds[0]["metadata"]["namespace"], subject["namespace"]);
@@ -574,7 +609,7 @@ fn contract_manifests_provisioner_probes_use_its_metrics_port() {
         a: flexvol::provision::ProvisionerArgs,
     }
     let docs = docs(&repo().join("drivers/deploy"));
-    let ds = of_kind(&docs, "DaemonSet");
+    let ds = installer(&docs);
     let c = ds[0]["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap()
@@ -626,7 +661,7 @@ fn contract_manifests_provisioner_runs_in_the_hosts_mount_namespace() {
         a: flexvol::provision::ProvisionerArgs,
     }
     let docs = docs(&repo().join("drivers/deploy"));
-    let ds = of_kind(&docs, "DaemonSet");
+    let ds = installer(&docs);
     let spec = &ds[0]["spec"]["template"]["spec"];
     assert_eq!(
         spec["hostPID"],
@@ -698,7 +733,7 @@ fn contract_manifests_provisioner_runs_in_the_hosts_mount_namespace() {
 
 /// Issue #23: `kubectl apply -k drivers/deploy` is the documented install. Its kustomization lists
 /// every object manifest of the directory (not the kube-controller-manager static-pod snippet, nor
-/// the opt-in controller.yaml) and
+/// the opt-in controller.yaml and scheduler-extender.yaml) and
 /// names the DaemonSet's image, the one place a user sets it. (tests/cluster/e2e `manifests`
 /// checks with kubectl's own kustomize that `apply -k` gives exactly these objects.)
 #[test]
@@ -720,14 +755,19 @@ fn contract_manifests_kustomization_lists_every_manifest() {
         .map(|f| f.file_name().unwrap().to_str().unwrap().to_owned())
         // The static-pod snippet is not an object; controller.yaml (`flexvol controller`, node
         // loss) is opt-in and applied on its own (drivers/deploy/README.md section 8).
-        .filter(|n| n != "kube-controller-manager.yaml" && n != "controller.yaml")
+        // scheduler-extender.yaml is opt-in too (it needs kube-scheduler configured).
+        .filter(|n| {
+            n != "kube-controller-manager.yaml"
+                && n != "controller.yaml"
+                && n != "scheduler-extender.yaml"
+        })
         .collect();
     assert_eq!(
         listed, want,
         "kustomization.yaml resources vs the manifests in drivers/deploy"
     );
     let docs = docs(&dir);
-    let ds = of_kind(&docs, "DaemonSet");
+    let ds = installer(&docs);
     let images: std::collections::BTreeSet<String> =
         ds[0]["spec"]["template"]["spec"]["containers"]
             .as_array()

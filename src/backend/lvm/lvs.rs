@@ -25,8 +25,9 @@ use crate::sys::exec::{Cmd, ExecError};
 /// tags and the VG's extent size and free space.
 pub const LV_FIELDS: &str =
     "vg_name,lv_name,lv_path,lv_size,lv_attr,lv_tags,pool_lv,vg_extent_size,vg_free";
-/// VG fields, for a VG that has no LV yet (an empty `lvs` report carries no VG columns).
-pub const VG_FIELDS: &str = "vg_name,vg_extent_size,vg_free";
+/// VG fields, for a VG that has no LV yet (an empty `lvs` report carries no VG columns), and its
+/// size for the capacity the provisioner publishes.
+pub const VG_FIELDS: &str = "vg_name,vg_extent_size,vg_free,vg_size";
 
 /// Why an LV service call failed.
 #[derive(Debug, thiserror::Error)]

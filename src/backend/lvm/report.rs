@@ -83,6 +83,9 @@ pub struct VgRow {
     /// Free bytes.
     #[serde(deserialize_with = "u64_str")]
     pub vg_free: u64,
+    /// Size in bytes (0 when the report lacks the column).
+    #[serde(default, deserialize_with = "u64_str")]
+    pub vg_size: u64,
 }
 
 #[derive(Debug, Deserialize)]

@@ -158,7 +158,7 @@ fn waitforattach_creates_a_missing_lv_rounded_to_extents() {
         w.lines(),
         [
             LVS,
-            "lvm vgs --reportformat json --units b --nosuffix -o vg_name,vg_extent_size,vg_free -- vg0",
+            "lvm vgs --reportformat json --units b --nosuffix -o vg_name,vg_extent_size,vg_free,vg_size -- vg0",
             "lvm lvcreate -y -Wy --addtag flexvol.created -n lv1 --setautoactivation n -Zy -L 1077936128b -- vg0",
             "lvm lvchange -ay -K -- vg0/lv1",
         ]

@@ -7,8 +7,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 const LVS: &str = "lvm lvs --reportformat json --units b --nosuffix -o vg_name,lv_name,lv_path,lv_size,lv_attr,lv_tags,pool_lv,vg_extent_size,vg_free -- vg0";
-const VGS: &str =
-    "lvm vgs --reportformat json --units b --nosuffix -o vg_name,vg_extent_size,vg_free -- vg0";
+const VGS: &str = "lvm vgs --reportformat json --units b --nosuffix -o vg_name,vg_extent_size,vg_free,vg_size -- vg0";
 const PV: &str = "pvc-0a1b";
 const MI: u64 = 1 << 20;
 

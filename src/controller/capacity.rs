@@ -1,0 +1,138 @@
+//! The per-node capacity ConfigMaps of the scheduler extender (docs/scheduler-extender.md):
+//! `flexvol controller --capacity-objects` creates one, empty, for each Node in
+//! [`crate::provision::capacity::NAMESPACE`], and deletes those whose Node is gone, so that a
+//! node's token needs only `get`/`update` there (it can falsify records, not add or remove
+//! objects).
+//!
+//! Contract: the decision ([`plan`]) is made only from two complete lists (every Node; every
+//! ConfigMap of the namespace carrying [`LABEL`]); a ConfigMap without the label is never touched;
+//! a delete carries the object's uid as a precondition, so a node that came back and got a new
+//! object meanwhile keeps it. Every call has [`crate::provision::kube::DEADLINE`].
+//!
+//! Status: the decision is unit-tested; [`sync`] runs in tests/cluster/provisioner-e2e.d/extender.sh
+//! under drivers/deploy/controller.yaml's Role (which sets the flag).
+
+use crate::provision::capacity::NAMESPACE;
+use crate::provision::kube::call;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The label the controller puts on the objects it makes (and the only ones it deletes); the node
+/// writes it back with every update.
+pub use crate::provision::capacity::{LABEL, LABEL_VALUE};
+
+/// What a pass does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Nodes that get an (empty) object.
+    pub create: Vec<String>,
+    /// Objects (name, uid) whose Node is gone.
+    pub delete: Vec<(String, String)>,
+}
+
+/// From every Node's name and every labelled object (name → uid): what to create and delete.
+pub fn plan(nodes: &BTreeSet<String>, objects: &BTreeMap<String, String>) -> Plan {
+    Plan {
+        create: nodes
+            .iter()
+            .filter(|n| !objects.contains_key(*n))
+            .cloned()
+            .collect(),
+        delete: objects
+            .iter()
+            .filter(|(n, _)| !nodes.contains(*n))
+            .map(|(n, u)| (n.clone(), u.clone()))
+            .collect(),
+    }
+}
+
+/// One pass: list, decide, act. Returns what was done, or why the pass decided nothing.
+pub async fn sync(client: &kube::Client) -> Result<Plan, String> {
+    let nodes_api = Api::<Node>::all(client.clone());
+    let nodes: BTreeSet<String> = call("list Nodes", nodes_api.list(&ListParams::default()))
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let api = Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE);
+    let lp = ListParams::default().labels(&format!("{LABEL}={LABEL_VALUE}"));
+    let objects: BTreeMap<String, String> =
+        call(format!("list ConfigMaps in {NAMESPACE}"), api.list(&lp))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .filter_map(|c| Some((c.metadata.name?, c.metadata.uid?)))
+            .collect();
+    let p = plan(&nodes, &objects);
+    let mut errors = Vec::new();
+    for n in &p.create {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(n.clone()),
+                namespace: Some(NAMESPACE.to_owned()),
+                labels: Some(BTreeMap::from([(LABEL.to_owned(), LABEL_VALUE.to_owned())])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        if let Err(e) = call(
+            format!("create ConfigMap {NAMESPACE}/{n}"),
+            api.create(&PostParams::default(), &cm),
+        )
+        .await
+        {
+            errors.push(e.to_string());
+        }
+    }
+    for (n, uid) in &p.delete {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        if let Err(e) = call(
+            format!("delete ConfigMap {NAMESPACE}/{n}"),
+            api.delete(n, &dp),
+        )
+        .await
+        {
+            errors.push(e.to_string());
+        }
+    }
+    if errors.is_empty() {
+        Ok(p)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each node gets one object; objects of nodes that are gone go, by uid; nothing else moves.
+    #[test]
+    fn one_object_per_node() {
+        let nodes: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+        let objects: BTreeMap<String, String> = [("b", "u-b"), ("gone", "u-g")]
+            .map(|(n, u)| (n.to_owned(), u.to_owned()))
+            .into();
+        let p = plan(&nodes, &objects);
+        assert_eq!(p.create, ["a", "c"]);
+        assert_eq!(p.delete, [("gone".to_owned(), "u-g".to_owned())]);
+        // Steady state: nothing to do.
+        let all: BTreeMap<String, String> = nodes.iter().map(|n| (n.clone(), "u".into())).collect();
+        assert_eq!(plan(&nodes, &all), Plan::default());
+        // No nodes listed (an empty cluster): every labelled object goes; the caller never
+        // calls this with a partial list.
+        assert_eq!(plan(&BTreeSet::new(), &objects).delete.len(), 2);
+    }
+}

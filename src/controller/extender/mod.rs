@@ -1,0 +1,135 @@
+//! `flexvol scheduler-extender` (issue #24, item 1; design: docs/scheduler-extender.md): a
+//! kube-scheduler 1.20 extender that filters out nodes which cannot hold a pod's unbound flexvol
+//! claims, all of them together, and scores the others by the room left, from the capacity each
+//! node's provisioner publishes ([`crate::provision::capacity`]).
+//!
+//! - [`wire`]: the extender API's JSON (`ExtenderArgs`, `ExtenderFilterResult`,
+//!   `HostPriorityList`), upstream field names exactly;
+//! - [`claims`]: a pod → what its claims need; every claim → what is already headed to each node;
+//! - [`decide`]: the decision, pure: [`decide::filter`] and [`decide::prioritize`];
+//! - [`server`]: the HTTP side (`POST /filter`, `POST /prioritize`, probes) with its bounds;
+//! - [`watch`]: the capacity ConfigMaps, claims and classes kept in [`server::State`];
+//! - [`run`]: the `flexvol scheduler-extender` command.
+//!
+//! Caller contract: the extender is configured `ignorable: true`, and everything here keeps to
+//! that direction: missing, stale or malformed data lets a node through (score 0), never filters
+//! it; only fresh valid data that shows the claims cannot fit filters a node out.
+//!
+//! - [`metrics`]: `GET /metrics`.
+//!
+//! Status: unit-tested piece by piece, and proven end to end with the real v1.20.2 kube-scheduler
+//! configured by drivers/deploy/kube-scheduler-config.yaml (tests/cluster/provisioner-e2e
+//! `extender`: hostPath claims, records from the node provisioners, objects from the controller).
+
+pub mod claims;
+pub mod decide;
+pub mod metrics;
+pub mod server;
+pub mod watch;
+pub mod wire;
+
+use crate::provision::telemetry::{self, LogFormat};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tracing::{error, info};
+
+pub use server::LOG_TARGET;
+
+/// Arguments of `flexvol scheduler-extender`.
+#[derive(Args, Debug, Clone)]
+pub struct SchedulerExtenderArgs {
+    /// Serve kube-scheduler here (its `extenders[].urlPrefix` is `http://<this>`).
+    #[arg(long, default_value = "127.0.0.1:8099", value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+    /// Talk to the API server with this kubeconfig instead of the pod's service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
+    #[arg(long, default_value = "flexvol", value_name = "NAME")]
+    pub vendor: String,
+    /// A node's capacity older than this never filters it (it passes, unpreferred).
+    #[arg(long, default_value_t = 180, value_name = "SECONDS")]
+    pub stale_after_seconds: u64,
+    /// Log lines as `text` or `json`.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Which events to log (default: `RUST_LOG`, else this command's info).
+    #[arg(long, value_name = "FILTER")]
+    pub log_filter: Option<String>,
+}
+
+/// Runs the extender until killed; the exit code on a fatal error.
+pub fn run(a: &SchedulerExtenderArgs) -> i32 {
+    // As the controller: a panic is a log line and exit 70 (the DaemonSet restarts it; it holds
+    // nothing but caches); SIGTERM ends it at once (the binary's start blocks the termination
+    // signals for the driver's sake: without this, SIGTERM would be ignored until the kubelet's
+    // SIGKILL).
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(target: LOG_TARGET, "internal error ({info}); exiting, please report it with this log");
+        #[allow(clippy::exit)]
+        std::process::exit(crate::provision::PANIC_EXIT_CODE)
+    }));
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            set.add(s);
+        }
+        let _ = set.thread_unblock();
+    }
+    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("{LOG_TARGET}: {e}");
+        }
+        return 2;
+    }
+    let listener = match server::bind(a.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            error!(target: LOG_TARGET, "{e}");
+            return 1;
+        }
+    };
+    let state = Arc::new(RwLock::new(server::State::new(
+        a.vendor.clone(),
+        Duration::from_secs(a.stale_after_seconds.max(1)),
+    )));
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(target: LOG_TARGET, "cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let client = match rt.block_on(crate::provision::apiclient::client(
+        a.kubeconfig.as_deref(),
+        None,
+    )) {
+        Ok(c) => c,
+        Err(e) => {
+            error!(target: LOG_TARGET, "{e}");
+            return 1;
+        }
+    };
+    info!(
+        target: LOG_TARGET,
+        "serving POST /filter and /prioritize on http://{}; capacity from ConfigMaps in {}",
+        a.listen,
+        crate::provision::capacity::NAMESPACE
+    );
+    rt.spawn(watch::run(client, state.clone()));
+    match rt.block_on(server::serve(listener, state)) {
+        Ok(()) => 0,
+        Err(e) => {
+            error!(target: LOG_TARGET, "the server stopped: {e}");
+            1
+        }
+    }
+}

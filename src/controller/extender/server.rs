@@ -1,0 +1,530 @@
+//! The extender's HTTP side: [`answer`] (pure: one request in, status and body out, unit-tested)
+//! and [`serve`] (hyper 0.14, as `provision::telemetry`'s server, with bounds on everything a
+//! caller controls).
+//!
+//! Routes: `POST /filter` and `POST /prioritize` (kube-scheduler's `urlPrefix` + verb; the verbs
+//! are these two words, docs/scheduler-extender.md), `GET /healthz` (the process answers),
+//! `GET /readyz` (the caches have synced), `GET /metrics` ([`super::metrics`], in [`serve`]).
+//!
+//! Bounds: the request head within [`HEADER_TIMEOUT`]; the body at most [`MAX_BODY`] bytes and
+//! read within [`BODY_TIMEOUT`]; at most [`MAX_CONCURRENT`] requests decided at once (others wait
+//! for a slot up to [`BODY_TIMEOUT`], then get 503); the decision itself is in-memory and bounded
+//! by the number of nodes and claims.
+//!
+//! Failure answers, in the `ignorable` direction: before the caches have synced, on an
+//! undecodable request or one without a pod, `/filter` answers HTTP 200 with `{"Error": ...}` and
+//! `/prioritize` answers 503: kube-scheduler 1.20 treats both as an extender error, which with
+//! `ignorable: true` means "schedule without this extender". Nothing here ever filters a node on
+//! a failure.
+
+use super::claims::{self, Caches};
+use super::decide::{self, Model};
+use super::wire::{ExtenderArgs, ExtenderFilterResult, NodeList, node_name};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+/// The target of the extender's log events.
+pub const LOG_TARGET: &str = "flexvol-scheduler-extender";
+
+/// The longest request body read (a names-form request for thousands of nodes is far smaller).
+pub const MAX_BODY: usize = 4 << 20;
+/// The request head must arrive within this.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The body must arrive within this (and a request waits at most this for a decision slot).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(2);
+/// At most this many requests decided at once.
+pub const MAX_CONCURRENT: usize = 16;
+
+/// What the extender decides from; filled by the watches ([`super::watch`]), read by every
+/// request.
+#[derive(Debug, Clone)]
+pub struct State {
+    /// Published capacity per node (`reserved` is recomputed per request from `claims`).
+    pub model: Model,
+    /// Claims by `namespace/name`.
+    pub claims: BTreeMap<String, PersistentVolumeClaim>,
+    /// StorageClasses by name.
+    pub classes: BTreeMap<String, StorageClass>,
+    /// Vendor part of the provisioner names.
+    pub vendor: String,
+    /// Whether every watch has listed once; until then no decision is made.
+    pub synced: bool,
+    /// The watches that have listed once (`super::watch::WATCHES`).
+    pub listed: BTreeSet<&'static str>,
+    /// Per node, the capacity text last received (a relist of the same text keeps its stamp).
+    pub capacity_text: BTreeMap<String, String>,
+}
+
+impl State {
+    /// An empty, unsynced state.
+    pub fn new(vendor: String, stale_after: Duration) -> Self {
+        Self {
+            model: Model {
+                nodes: BTreeMap::new(),
+                reserved: BTreeMap::new(),
+                stale_after,
+            },
+            claims: BTreeMap::new(),
+            classes: BTreeMap::new(),
+            vendor,
+            synced: false,
+            listed: BTreeSet::new(),
+            capacity_text: BTreeMap::new(),
+        }
+    }
+}
+
+/// An HTTP answer: status, content type, body.
+pub type Answer = (u16, &'static str, String);
+
+const JSON: &str = "application/json";
+const TEXT: &str = "text/plain; charset=utf-8";
+const METRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn json<T: serde::Serialize>(status: u16, v: &T) -> Answer {
+    match serde_json::to_string(v) {
+        Ok(s) => (status, JSON, s),
+        Err(e) => (500, TEXT, format!("cannot encode the answer: {e}\n")),
+    }
+}
+
+fn filter_error(why: String) -> Answer {
+    json(
+        200,
+        &ExtenderFilterResult {
+            error: format!("flexvol scheduler-extender: {why}"),
+            ..Default::default()
+        },
+    )
+}
+
+/// A request ready for the decision.
+struct Decoded {
+    /// The request as sent.
+    args: ExtenderArgs,
+    /// Its candidate nodes' names (either form).
+    names: Vec<String>,
+    /// What the pod's claims need.
+    needs: Vec<decide::Need>,
+    /// The published capacity, with the claims already headed to each node.
+    model: Model,
+}
+
+/// Decodes a request against `state`, or says why it cannot be decided.
+fn decode(state: &State, body: &[u8]) -> Result<Decoded, String> {
+    if !state.synced {
+        return Err("not ready: the capacity, claim and class caches have not synced".into());
+    }
+    let args: ExtenderArgs =
+        serde_json::from_slice(body).map_err(|e| format!("undecodable request: {e}"))?;
+    let pod = args.pod.as_ref().ok_or("the request has no pod")?;
+    let names: Vec<String> = match (&args.node_names, &args.nodes) {
+        (Some(n), _) => n.clone(),
+        (None, Some(list)) => list
+            .items
+            .iter()
+            .filter_map(|n| node_name(n).map(str::to_owned))
+            .collect(),
+        (None, None) => Vec::new(),
+    };
+    let c = Caches {
+        claims: &state.claims,
+        classes: &state.classes,
+        vendor: &state.vendor,
+    };
+    let (needs, notes) = claims::needs_of_pod(&c, pod);
+    for n in notes {
+        tracing::debug!(target: LOG_TARGET, "pod {}/{}: {n}", pod.metadata.namespace, pod.metadata.name);
+    }
+    let mut model = state.model.clone();
+    model.reserved = if needs.is_empty() {
+        BTreeMap::new()
+    } else {
+        claims::reserved(&c, &needs)
+    };
+    Ok(Decoded {
+        args,
+        names,
+        needs,
+        model,
+    })
+}
+
+/// Answers one request. `now` is the decision's clock (the caller's `SystemTime::now()`).
+pub fn answer(state: &State, method: &str, path: &str, body: &[u8], now: SystemTime) -> Answer {
+    match (method, path) {
+        ("GET", "/healthz") => (200, TEXT, "ok\n".into()),
+        ("GET", "/readyz") if state.synced => (200, TEXT, "ok\n".into()),
+        ("GET", "/readyz") => (503, TEXT, "caches not synced\n".into()),
+        ("POST", "/filter") => {
+            let d = match decode(state, body) {
+                Ok(d) => d,
+                Err(why) => return filter_error(why),
+            };
+            let f = decide::filter(&d.model, &d.needs, &d.names, now);
+            for (node, why) in &f.unknown {
+                tracing::debug!(target: LOG_TARGET, "{node} passes for want of data: {why}");
+            }
+            if let Some(pod) = d.args.pod.as_ref().filter(|_| !d.needs.is_empty()) {
+                // One line per decided pod with flexvol claims (pods without are not logged).
+                let failed: Vec<String> =
+                    f.failed.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+                tracing::info!(
+                    target: LOG_TARGET,
+                    "filter pod {}/{} ({} flexvol claim(s)): passed [{}]; filtered [{}]",
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                    d.needs.len(),
+                    f.passed.join(", "),
+                    failed.join("; ")
+                );
+            }
+            // Answer in the form asked: names, or the passing Node objects verbatim.
+            let result = match d.args.nodes {
+                Some(list) if d.args.node_names.is_none() => {
+                    let items = list
+                        .items
+                        .into_iter()
+                        .filter(|n| node_name(n).is_some_and(|x| f.passed.iter().any(|p| p == x)))
+                        .collect();
+                    ExtenderFilterResult {
+                        nodes: Some(NodeList { items }),
+                        failed_nodes: f.failed,
+                        ..Default::default()
+                    }
+                }
+                _ => ExtenderFilterResult {
+                    node_names: Some(f.passed),
+                    failed_nodes: f.failed,
+                    ..Default::default()
+                },
+            };
+            json(200, &result)
+        }
+        ("POST", "/prioritize") => match decode(state, body) {
+            Ok(d) => json(200, &decide::prioritize(&d.model, &d.needs, &d.names, now)),
+            Err(why) => (503, TEXT, format!("flexvol scheduler-extender: {why}\n")),
+        },
+        (_, "/filter" | "/prioritize") => (405, TEXT, "POST only\n".into()),
+        (_, "/healthz" | "/readyz") => (405, TEXT, "GET only\n".into()),
+        _ => (
+            404,
+            TEXT,
+            "not found: POST /filter, POST /prioritize, GET /healthz, GET /readyz, GET /metrics\n"
+                .into(),
+        ),
+    }
+}
+
+/// Reads a body of at most [`MAX_BODY`] bytes.
+async fn read_body(mut body: hyper::Body) -> Result<Vec<u8>, (u16, String)> {
+    use hyper::body::HttpBody;
+    let mut out = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| (400, format!("reading the request: {e}\n")))?;
+        if out.len().saturating_add(chunk.len()) > MAX_BODY {
+            return Err((413, format!("request larger than {MAX_BODY} bytes\n")));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// Serves on `listener` until the process ends, deciding from `state`.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    state: Arc<RwLock<State>>,
+) -> Result<(), String> {
+    let metrics = Arc::new(super::metrics::Metrics::new());
+    use hyper::service::{make_service_fn, service_fn};
+    use hyper::{Body, Response, StatusCode, header};
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot make the listener non-blocking: {e}"))?;
+    let incoming = hyper::server::conn::AddrIncoming::from_listener(
+        tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT));
+    let make = make_service_fn(move |_| {
+        let (state, slots, metrics) = (state.clone(), slots.clone(), metrics.clone());
+        async move {
+            Ok::<_, std::convert::Infallible>(service_fn(move |req: hyper::Request<Body>| {
+                let (state, slots, metrics) = (state.clone(), slots.clone(), metrics.clone());
+                async move {
+                    let t0 = std::time::Instant::now();
+                    let path = req.uri().path().to_owned();
+                    let (status, ctype, body) = async {
+                        if req.method() == hyper::Method::GET && path == "/metrics" {
+                            return match metrics.encode() {
+                                Ok(t) => (200, METRICS, t),
+                                Err(e) => (500, TEXT, format!("{e}\n")),
+                            };
+                        }
+                        let _slot =
+                            match tokio::time::timeout(BODY_TIMEOUT, slots.acquire_owned()).await {
+                                Ok(Ok(s)) => s,
+                                _ => return (503, TEXT, "busy\n".to_owned()),
+                            };
+                        let (parts, body) = req.into_parts();
+                        let body = match tokio::time::timeout(BODY_TIMEOUT, read_body(body)).await {
+                            Ok(Ok(b)) => b,
+                            Ok(Err((status, why))) => return (status, TEXT, why),
+                            Err(_) => {
+                                return (408, TEXT, "the request body was too slow\n".to_owned());
+                            }
+                        };
+                        match state.read() {
+                            Ok(s) => answer(
+                                &s,
+                                parts.method.as_str(),
+                                parts.uri.path(),
+                                &body,
+                                SystemTime::now(),
+                            ),
+                            Err(_) => (500, TEXT, "internal error: state poisoned\n".to_owned()),
+                        }
+                    }
+                    .await;
+                    metrics.observe(&path, status, &body, t0.elapsed());
+                    let mut resp = Response::new(Body::from(body));
+                    *resp.status_mut() =
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        header::HeaderValue::from_static(ctype),
+                    );
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
+            }))
+        }
+    });
+    hyper::Server::builder(incoming)
+        .http1_header_read_timeout(HEADER_TIMEOUT)
+        .serve(make)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Binds `addr` (an address in use is an error at start); the listener for [`serve`].
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind(addr).map_err(|e| {
+        format!("cannot listen on {addr}: {e}; give a free address with --listen (and the same in kube-scheduler's extenders urlPrefix)")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::extender::decide::Published;
+    use crate::controller::extender::wire::HostPriority;
+    use crate::provision::capacity::{CapacityRecord, RootCapacity};
+
+    const GI: u64 = 1 << 30;
+
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000)
+    }
+
+    fn node(name: &str, available: u64, at: SystemTime) -> (String, Published) {
+        let secs = at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        (
+            name.into(),
+            Published {
+                record: Ok(CapacityRecord {
+                    version: 1,
+                    node: name.into(),
+                    published_at: secs - 5,
+                    hostpath_classes: vec![],
+                    hostpath: vec![RootCapacity {
+                        path: "/srv".into(),
+                        default: true,
+                        classes: vec![],
+                        size: 100 * GI,
+                        available,
+                        promised: 0,
+                        quota_enforced: true,
+                        error: None,
+                    }],
+                    lvm: vec![],
+                }),
+                received_at: at,
+            },
+        )
+    }
+
+    fn state() -> State {
+        state_at(now())
+    }
+
+    /// Two nodes that published at `at`: "full" (512Mi available) and "roomy" (50Gi); one claim
+    /// ns/data of 1Gi in a hostPath class.
+    fn state_at(at: SystemTime) -> State {
+        let mut s = State::new("flexvol".into(), Duration::from_secs(180));
+        s.model.nodes = [node("full", GI / 2, at), node("roomy", 50 * GI, at)].into();
+        let class: StorageClass = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "local"}, "provisioner": "flexvol/hostpath",
+            "volumeBindingMode": "WaitForFirstConsumer"}))
+        .unwrap();
+        s.classes.insert("local".into(), class);
+        let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data", "namespace": "ns"},
+            "spec": {"storageClassName": "local", "resources": {"requests": {"storage": "1Gi"}}}}))
+        .unwrap();
+        s.claims.insert("ns/data".into(), claim);
+        s.synced = true;
+        s
+    }
+
+    const POD: &str = r#""Pod":{"metadata":{"name":"p","namespace":"ns"},"spec":{"volumes":[{"name":"d","persistentVolumeClaim":{"claimName":"data"}}]}}"#;
+
+    /// The names form, end to end through the handler: the full node fails with its reason.
+    #[test]
+    fn filter_and_prioritize_by_names() {
+        let s = state();
+        let body = format!(r#"{{{POD},"NodeNames":["full","roomy","ghost"]}}"#);
+        let (status, ctype, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
+        assert_eq!((status, ctype), (200, JSON));
+        let r: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
+        assert_eq!(r.node_names.unwrap(), ["roomy", "ghost"]);
+        assert!(
+            r.failed_nodes["full"].contains("ns/data needs 1Gi"),
+            "{text}"
+        );
+        assert!(r.error.is_empty() && r.nodes.is_none());
+        let (status, _, text) = answer(&s, "POST", "/prioritize", body.as_bytes(), now());
+        assert_eq!(status, 200);
+        let l: Vec<HostPriority> = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            l.iter().map(|h| h.score).collect::<Vec<_>>(),
+            [0, 5, 0],
+            "{text}"
+        );
+    }
+
+    /// The whole-node form answers with the passing Node objects, untouched.
+    #[test]
+    fn filter_by_node_objects() {
+        let s = state();
+        let body = format!(
+            r#"{{{POD},"Nodes":{{"items":[{{"metadata":{{"name":"full"}}}},{{"metadata":{{"name":"roomy","uid":"u2"}},"spec":{{"podCIDR":"10.0.0.0/24"}}}}]}}}}"#
+        );
+        let (status, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
+        assert_eq!(status, 200);
+        let r: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
+        let items = r.nodes.unwrap().items;
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["spec"]["podCIDR"], "10.0.0.0/24");
+        assert!(r.node_names.is_none());
+    }
+
+    /// Not synced, junk, no pod: filter answers an error (ignored by kube-scheduler), prioritize
+    /// a 503; never a filtered node, never a panic. Wrong methods and paths are refused.
+    #[test]
+    fn failures_are_errors_kube_scheduler_ignores() {
+        let mut s = state();
+        for body in ["", "{", "[1]", "{\"NodeNames\":[\"full\"]}"] {
+            let (status, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
+            assert_eq!(status, 200);
+            let r: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
+            assert!(
+                !r.error.is_empty() && r.failed_nodes.is_empty(),
+                "{body}: {text}"
+            );
+            assert_eq!(
+                answer(&s, "POST", "/prioritize", body.as_bytes(), now()).0,
+                503
+            );
+        }
+        s.synced = false;
+        let body = format!(r#"{{{POD},"NodeNames":["full"]}}"#);
+        let (_, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
+        assert!(text.contains("not ready"), "{text}");
+        assert_eq!(answer(&s, "GET", "/readyz", b"", now()).0, 503);
+        assert_eq!(answer(&s, "GET", "/healthz", b"", now()).0, 200);
+        assert_eq!(answer(&s, "GET", "/filter", b"", now()).0, 405);
+        assert_eq!(answer(&s, "POST", "/healthz", b"", now()).0, 405);
+        assert_eq!(answer(&s, "POST", "/bind", b"", now()).0, 404);
+    }
+
+    /// A pod without flexvol claims passes everywhere with no opinion, even on a full node.
+    #[test]
+    fn pods_without_flexvol_claims_pass() {
+        let s = state();
+        let body =
+            r#"{"Pod":{"metadata":{"name":"p","namespace":"ns"}},"NodeNames":["full","roomy"]}"#;
+        let (_, _, text) = answer(&s, "POST", "/filter", body.as_bytes(), now());
+        assert_eq!(text, r#"{"NodeNames":["full","roomy"]}"#);
+        let (_, _, text) = answer(&s, "POST", "/prioritize", body.as_bytes(), now());
+        assert_eq!(
+            text,
+            r#"[{"Host":"full","Score":0},{"Host":"roomy","Score":0}]"#
+        );
+    }
+
+    /// The server over a real socket: a filter round trip counted on /metrics, and a body past
+    /// the bound is refused.
+    #[test]
+    fn serves_over_http_with_bounds() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The server decides with the real clock: data published now.
+        let st = Arc::new(RwLock::new(state_at(SystemTime::now())));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            tokio::spawn(serve(listener, st));
+            let post = |path: &'static str, body: Vec<u8>| async move {
+                let client = hyper::Client::new();
+                let req = hyper::Request::post(format!("http://{addr}{path}"))
+                    .header("content-type", "application/json")
+                    .body(hyper::Body::from(body))
+                    .unwrap();
+                let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let status = resp.status().as_u16();
+                let bytes = hyper::body::to_bytes(resp.into_body()).await.unwrap();
+                (status, String::from_utf8_lossy(&bytes).into_owned())
+            };
+            let body = format!(r#"{{{POD},"NodeNames":["full","roomy"]}}"#);
+            let (status, text) = post("/filter", body.into_bytes()).await;
+            assert_eq!(status, 200);
+            assert!(text.contains(r#""NodeNames":["roomy"]"#), "{text}");
+            let (status, text) = post("/nowhere", Vec::new()).await;
+            assert_eq!(status, 404, "{text}");
+            // The call above is counted: one filter, decided, one node filtered out.
+            let client = hyper::Client::new();
+            let resp = client
+                .get(format!("http://{addr}/metrics").parse().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 200);
+            let bytes = hyper::body::to_bytes(resp.into_body()).await.unwrap();
+            let m = String::from_utf8_lossy(&bytes);
+            assert!(
+                m.contains(
+                    r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="ok"} 1"#
+                ),
+                "{m}"
+            );
+            assert!(
+                m.contains("flexvol_scheduler_extender_filtered_nodes_total 1"),
+                "{m}"
+            );
+            // The body bound, on the reader itself (over a socket the client may see the
+            // connection closed before it reads the 413).
+            let big = hyper::Body::from(vec![b' '; MAX_BODY + 1]);
+            assert_eq!(read_body(big).await.unwrap_err().0, 413);
+            let ok = hyper::Body::from(vec![b' '; MAX_BODY]);
+            assert_eq!(read_body(ok).await.unwrap().len(), MAX_BODY);
+        });
+    }
+}
