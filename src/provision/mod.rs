@@ -29,6 +29,7 @@
 pub mod api;
 pub mod apiclient;
 pub mod cache;
+pub mod cloning;
 pub mod error;
 pub mod hostpath;
 pub mod kube;
