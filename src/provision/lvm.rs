@@ -497,6 +497,17 @@ fn clone(
             })
     };
     let mut now = row(&seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?)?;
+    // The clone is tagged for its own PV only, whatever an LVM version copies from the origin
+    // (a kill before this is finished by the next pass: the reconciler retries until the PV).
+    let foreign: Vec<String> = now
+        .lv_tags
+        .split(',')
+        .filter(|t| t.starts_with(TAG_PV_PREFIX) && *t != tag)
+        .map(str::to_owned)
+        .collect();
+    for t in &foreign {
+        seams.lvs.del_tag(ctx, &o.key(), t).map_err(lvm_fail)?;
+    }
     if now.lv_size < bytes {
         if now.is_thin() {
             let lvs = seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?;

@@ -801,7 +801,7 @@ fn clone_on(
 fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     let w = world();
     let lvm = FakeLvs::with_vg("vg0", 1 << 30);
-    lvm.add("vg0", "pool", "twi-aotz--", 256 * MI, "", "");
+    lvm.add("vg0", "pool", "twi-aotz--", 512 * MI, "", "");
     let src_tags = format!("{},{TAG_FORMATTED}", tags("pvc-src"));
     lvm.add("vg0", "pvc-src", "Vwi-aotz--", 64 * MI, &src_tags, "pool");
     let thin = params(&[("volumegroup", "vg0"), ("thinpool", "pool")]);
@@ -829,6 +829,19 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     // Again (a pass killed before the PV): the same LV, nothing new.
     clone_on(&w, &lvm, "pvc-c1", &thin, 96 * MI, &src).unwrap();
     assert_eq!(lvm.calls().len(), 2);
+    // An LVM that copied the origin's tags (or a pass killed before removing them): the clone
+    // keeps only its own PV's.
+    lvm.add(
+        "vg0",
+        "pvc-c9",
+        "Vwi---tz-k",
+        64 * MI,
+        &format!("{},flexvol.pv.pvc-src", tags("pvc-c9")),
+        "pool",
+    );
+    clone_on(&w, &lvm, "pvc-c9", &thin, 64 * MI, &src).unwrap();
+    assert_eq!(lvm.lv("vg0/pvc-c9").unwrap().lv_tags, tags("pvc-c9"));
+    assert_eq!(lvm.calls()[2], "deltag vg0/pvc-c9 flexvol.pv.pvc-src");
     // The same size as the source: no extension, no grow tag.
     clone_on(&w, &lvm, "pvc-c2", &thin, 64 * MI, &src).unwrap();
     assert!(!lvm.lv("vg0/pvc-c2").unwrap().has_tag(TAG_GROW_FS));

@@ -34,7 +34,7 @@ ours_in_vg() { lvm lvs --noheadings -o lv_tags "$LVP_VG" 2>/dev/null | tr ',' '\
 scenario_lvm_clone() {
 	lvmprov_setup
 	local t0 secs spv cpv d d2 size ev tpv kpv
-	lvm lvcreate -y -L 128M -T "$LVP_VG/pool" >/dev/null || fail "lvcreate thin pool $LVP_VG/pool"
+	lvm lvcreate -y -L 256M -T "$LVP_VG/pool" >/dev/null || fail "lvcreate thin pool $LVP_VG/pool"
 	lvclass flexvol-lvm-thin Delete "{\"volumegroup\":\"$LVP_VG\",\"thinpool\":\"pool\"}"
 
 	# Thin: snapshot of a source in use, larger than the source.
