@@ -127,13 +127,19 @@ scenario_nfs_clone() {
 	head -c 20000000 /dev/urandom >"$s/sub/blob"
 	ln -s /etc/hostname "$s/sub/out"
 	chown -R 1000:1000 "$s/proof" "$s/sub"
-	# A writer appends to the source meanwhile: every copy sees it change.
-	(while :; do echo x >>"$s/tick"; sleep 0.01; done) &
+	# A writer appends to the source without pause (a bash builtin loop on the server's side):
+	# every copy sees it change.
+	(while :; do echo x >>"$s/tick"; done) &
 	wpid=$!
 	clone_of c-nclone nfs-delete c-nsrc 64Mi ReadWriteMany
 	cpv="$(pv_of c-nclone)"
-	wait_until "c-nclone to wait for its changing source" 60 has_event c-nclone \
-		"ProvisioningFailed: .*waiting: its source volume $spv changed while it was copied"
+	nclone_waits() {
+		if lookup pv "$cpv"; then
+			fail "c-nclone was copied while its source changed: PV $cpv $(jp pv "$cpv" '{.metadata.annotations.flexvol/cloned-from}'); tick $(wc -c <"$s/tick") bytes"
+		fi
+		has_event c-nclone "ProvisioningFailed: .*waiting: its source volume $spv changed while it was copied"
+	}
+	wait_until "c-nclone to wait for its changing source" 60 nclone_waits
 	kill "$wpid"
 	wait "$wpid" 2>/dev/null || true
 	gone pv "$cpv" || fail "a PV for c-nclone while its source changed"
