@@ -136,14 +136,19 @@ scenario_nfs_clone() {
 	wpid=$!
 	clone_of c-nclone nfs-delete c-nsrc 64Mi ReadWriteMany
 	cpv="$(pv_of c-nclone)"
-	# The first copy sees the source change and is not kept. A later one may be made while the
-	# writer is stalled (NFSv4: the provisioner's read delegation of tick holds the server's local
-	# writer until it is returned), and is then consistent: checked below, tick is a prefix.
-	wait_until "c-nclone to wait for its changing source" 60 has_event c-nclone \
-		"ProvisioningFailed: .*waiting: its source volume $spv changed while it was copied"
+	# A copy that sees the source change is not kept (event). The copy may also be made in a
+	# window in which the writer did not run (NFSv4.2 copies server-side in milliseconds, and the
+	# provisioner's read delegation of tick holds the server's local writer off until returned):
+	# then it is one moment of the source, checked below (tick a prefix of the source's).
+	nclone_settled() { lookup pv "$cpv" || has_event c-nclone "ProvisioningFailed: .*waiting: its source volume $spv changed while it was copied"; }
+	wait_until "c-nclone to wait for its changing source, or be copied" 60 nclone_settled
 	kill "$wpid"
 	wait "$wpid" 2>/dev/null || true
-	pass "nfs-clone: a writer on the source -> '$(first_event c-nclone 'ProvisioningFailed: .*' 170)...'"
+	if has_event c-nclone "ProvisioningFailed: .*changed while it was copied"; then
+		pass "nfs-clone: a writer on the source -> '$(first_event c-nclone 'ProvisioningFailed: .*' 170)...'"
+	else
+		echo "nfs-clone: note: the first copy saw no change of the source (made while the writer was held off)"
+	fi
 	nfs_pod p-nclone c-nclone node-b
 	wait_until "claim c-nclone Bound" 120 bound c-nclone
 	wait_until "pod p-nclone Running" 120 pod_running p-nclone
