@@ -32,22 +32,37 @@ pub const DEV: &str = "/dev/vg0/lv1";
 /// Its device number: the one the fake mounter gives its first mount (0, 100).
 pub const DEVNUM: (u32, u32) = (0, 100);
 
-/// [`DEV`]'s device number (when present), the swap devices and [`DEVNUM`]'s holders.
+/// [`DEV`]'s device number (when present), the swap devices, [`DEVNUM`]'s holders, the
+/// block copies made (`<from> <to> <bytes>`) and other present devices (device number (0, 200+i)).
 pub struct FakeDevices(
     pub Mutex<Option<(u32, u32)>>,
     pub Mutex<Vec<(u32, u32)>>,
     pub Mutex<Vec<String>>,
+    pub Mutex<Vec<String>>,
+    pub Mutex<Vec<PathBuf>>,
 );
 
 impl FakeDevices {
     /// [`DEV`] exists, as [`DEVNUM`].
     pub fn present() -> Self {
-        Self(Mutex::new(Some(DEVNUM)), Mutex::default(), Mutex::default())
+        Self(
+            Mutex::new(Some(DEVNUM)),
+            Mutex::default(),
+            Mutex::default(),
+            Mutex::default(),
+            Mutex::default(),
+        )
     }
 
     /// [`DEV`] does not exist.
     pub fn absent() -> Self {
-        Self(Mutex::new(None), Mutex::default(), Mutex::default())
+        Self(
+            Mutex::new(None),
+            Mutex::default(),
+            Mutex::default(),
+            Mutex::default(),
+            Mutex::default(),
+        )
     }
 }
 
@@ -56,7 +71,11 @@ impl Devices for FakeDevices {
         Ok(if path == Path::new(DEV) {
             *self.0.lock().unwrap()
         } else {
-            None
+            let others = self.4.lock().unwrap();
+            others
+                .iter()
+                .position(|p| p == path)
+                .map(|i| (0, 200 + u32::try_from(i).unwrap_or(0)))
         })
     }
     fn swaps(&self) -> Result<Vec<(u32, u32)>> {
@@ -68,6 +87,13 @@ impl Devices for FakeDevices {
         } else {
             Vec::new()
         })
+    }
+    fn copy_blocks(&self, from: &Path, to: &Path, bytes: u64, _: &Deadline) -> Result<()> {
+        self.3
+            .lock()
+            .unwrap()
+            .push(format!("{} {} {bytes}", from.display(), to.display()));
+        Ok(())
     }
 }
 
@@ -441,6 +467,56 @@ impl LvService for FakeLvs {
         self.change(format!("deactivate {vg_lv}"), vg_lv, |g, i| {
             set_attr(&mut g.lvs[i], 4, '-')
         })
+    }
+
+    fn del_tag(&self, _: &Context, vg_lv: &str, tag: &str) -> lvs::Result<()> {
+        self.change(format!("deltag {vg_lv} {tag}"), vg_lv, |g, i| {
+            let r = &mut g.lvs[i];
+            r.lv_tags = r
+                .lv_tags
+                .split(',')
+                .filter(|t| *t != tag && !t.is_empty())
+                .collect::<Vec<_>>()
+                .join(",");
+        })
+    }
+
+    /// As LVM does it: the snapshot is a thin LV of the origin's size in its pool, inactive
+    /// (activation-skip, `k`), carrying only `tags` (LVM copies no tags; checked in the guest
+    /// scenario lvm-clone).
+    fn snapshot(
+        &self,
+        _: &Context,
+        vg: &str,
+        origin: &str,
+        lv: &str,
+        tags: &[&str],
+    ) -> lvs::Result<()> {
+        self.calls.lock().unwrap().push(format!(
+            "snapshot {vg}/{origin} {vg}/{lv} {}",
+            tags.join(",")
+        ));
+        let mut vgs = self.vgs.lock().unwrap();
+        let g = vgs.get_mut(vg).ok_or_else(|| missing(vg))?;
+        let o = g
+            .lvs
+            .iter()
+            .find(|r| r.lv_name == origin)
+            .cloned()
+            .ok_or_else(|| LvmError::Report(format!("fake lvm: no LV {vg}/{origin}")))?;
+        if !o.is_thin() {
+            return Err(LvmError::Report(format!(
+                "fake lvm: {vg}/{origin} is not thin (a thick snapshot needs a size)"
+            )));
+        }
+        g.lvs.push(LvRow {
+            lv_name: lv.to_owned(),
+            lv_path: format!("/dev/{vg}/{lv}"),
+            lv_attr: "Vwi---tz-k".to_owned(),
+            lv_tags: tags.join(","),
+            ..o
+        });
+        Ok(())
     }
 
     fn add_tag(&self, _: &Context, vg_lv: &str, tag: &str) -> lvs::Result<()> {

@@ -32,10 +32,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub mod copy;
+use super::cloning::{self, copy};
 
-/// PV annotation of a clone: the PV it was copied from, and what the copy did.
-pub const ANN_CLONED_FROM: &str = "flexvol/cloned-from";
+/// PV annotation of a clone (the shared one, [`cloning::ANN_CLONED_FROM`]).
+pub use super::cloning::ANN_CLONED_FROM;
+
+/// Why a hostPath source in use is not copied ([`cloning::check_not_in_use`]).
+const IN_USE: &str =
+    "a copy of a directory in use would be neither point-in-time nor crash-consistent";
 
 /// The hostPath kind: node-local, one writer node.
 pub const KIND: Kind = Kind {
@@ -128,23 +132,6 @@ fn locate_pv(
     }
 }
 
-/// The pod (`namespace/name`) that has the hostPath volume `pv` mounted on this node, by the
-/// hostpath driver's records (written before a mount, removed after its unmount; the provisioner
-/// and the driver share the node's `stateDir`); `Err` when a record cannot be read.
-fn mounted_by(cfg: &Config, pv: &str) -> Result<Option<String>, String> {
-    let store = crate::node::state::StateStore::new(&cfg.state_dir, "hostpath");
-    for (_, rec) in store.list() {
-        match rec {
-            Ok(r) if r.volume.as_deref() == Some(pv) => {
-                return Ok(Some(r.pod.unwrap_or_else(|| "?".into())));
-            }
-            Ok(_) => {}
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(None)
-}
-
 impl HostPathProvisioner {
     /// The source of a clone: its root, relative and full path, and the device and inode its
     /// record names (`None` for an old volume without a record) — only when its directory is
@@ -170,15 +157,7 @@ impl HostPathProvisioner {
             DirState::Owned(r) => Some((r.dev, r.ino)),
             _ => None,
         };
-        if let Some(pod) = mounted_by(cfg, &name).map_err(|e| {
-            Refusal::Fail(format!(
-                "cannot tell whether its source is in use: {e}; retrying"
-            ))
-        })? {
-            return Err(Refusal::Fail(format!(
-                "waiting: its source volume {name} is mounted on this node (by pod {pod}); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)"
-            )));
-        }
+        cloning::check_not_in_use(cfg, crate::backend::Backend::HostPath, &name, IN_USE)?;
         Ok((root, rel, path, expect))
     }
 
@@ -308,11 +287,11 @@ impl Provisioner for HostPathProvisioner {
             // A clone an earlier pass made but may not have finished copying (the reconciler
             // read from the server that no PV exists for it, so no pod can use it; the driver's
             // records are asked too): removed, and copied again from the start.
-            match mounted_by(cfg, req.pv_name) {
+            match cloning::in_use(cfg, crate::backend::Backend::HostPath, req.pv_name) {
                 Ok(None) => {}
                 Ok(Some(pod)) => {
                     return Err(Refusal::Fail(format!(
-                        "{} is mounted by pod {pod} although it has no PV; left alone",
+                        "{} is mounted by {pod} although it has no PV; left alone",
                         req.pv_name
                     )));
                 }

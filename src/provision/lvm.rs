@@ -48,7 +48,7 @@ use crate::backend::lvm::options::key;
 use crate::backend::lvm::policy::{self, LvmConfig};
 use crate::backend::lvm::{
     Devices, LvRow, LvService, LvmCommands, LvmError, LvmOptions, Seams, SysDevices, TAG_CREATED,
-    check_name, round_up,
+    TAG_FORMATTED, TAG_GROW_FS, check_name, round_up,
 };
 use crate::backend::{Backend, Context};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
@@ -215,13 +215,6 @@ impl Provisioner for LvmProvisioner {
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
-        if req.source.is_some() {
-            // Not yet: a thin snapshot (crash-consistent by itself) is the plan; until then the
-            // claim is refused before anything exists.
-            return Err(Refusal::Fail(
-                "clones (dataSource) of lvm volumes are not supported by this flexvol version; remove spec.dataSource; nothing was created".into(),
-            ));
-        }
         self.with_ctx(cfg, |ctx, seams| provision(ctx, seams, req))
     }
 
@@ -268,6 +261,26 @@ pub(crate) fn provision(
     let key = Key::load_or_create(&node_key_path(&ctx.config.state_dir))
         .map_err(|e| Refusal::Fail(e.to_string()))?;
     let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(fail)?;
+    // A clone's source: named by its PV's annotations, in this class's VG, locked (the driver's
+    // lock: no mountdevice or expandfs of it meanwhile) before the VG (the driver's order; it
+    // never holds two LV locks).
+    let source = match req.source {
+        Some(pv) => {
+            let (svg, slv, stag) = names(pv).map_err(Refusal::Fail)?;
+            if svg != o.vg || slv == o.lv {
+                return Err(Refusal::Fail(format!(
+                    "its source {svg}/{slv} is not another LV of this class's volume group {}; nothing was created",
+                    o.vg
+                )));
+            }
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            let lock = ctx
+                .lock(Backend::Lvm, &volume(&svg, &slv).key())
+                .map_err(fail)?;
+            Some((slv, stag, name, lock))
+        }
+        None => None,
+    };
     let _vg_lock = ctx
         .lock(Backend::Lvm, &format!("vg:{}", o.vg))
         .map_err(fail)?;
@@ -291,6 +304,31 @@ pub(crate) fn provision(
         }
         Ok(made_for(&params, &o, row.lv_size, &key, req.pv_name))
     };
+    if let Some((slv, stag, sname, _)) = &source {
+        let src = lvs
+            .iter()
+            .find(|r| &r.lv_name == slv && r.has_tag(stag) && r.has_tag(TAG_CREATED))
+            .ok_or_else(|| {
+                Refusal::Fail(format!(
+                    "its source {}/{slv} does not exist on this node with the tags {TAG_CREATED} and {stag}; nothing was created",
+                    o.vg
+                ))
+            })?;
+        let p = clone(ctx, seams, req, &o, &tag, &lvs, src, sname)?;
+        let mut p = made(&p)?;
+        p.annotations.insert(
+            super::cloning::ANN_CLONED_FROM.to_owned(),
+            format!(
+                "{sname} ({})",
+                if src.is_thin() {
+                    "thin snapshot"
+                } else {
+                    "block copy"
+                }
+            ),
+        );
+        return Ok(p);
+    }
     if let Some(row) = lvs.iter().find(|r| r.lv_name == o.lv) {
         if row.has_tag(&tag) && row.has_tag(TAG_CREATED) {
             return made(row);
@@ -335,6 +373,210 @@ pub(crate) fn provision(
         ))
     })?;
     made(row)
+}
+
+/// Why a thick source in use is not copied ([`super::cloning::check_not_in_use`]).
+const IN_USE: &str =
+    "a block copy of a mounted LV would be neither point-in-time nor crash-consistent";
+
+/// Makes (or finds, made by an earlier pass) the clone `o` of the source LV `src` (of PV
+/// `src_pv`, its ownership checked by the caller), under the new LV's, the source's and the VG's
+/// locks; returns its row. The reconciler read from the server that the clone's PV does not
+/// exist, so nothing uses an LV of ours found under its name: a thick one (whose copy an
+/// earlier pass may not have finished) is copied again.
+/// - a thin source: a thin snapshot (`lvcreate -s`), taken even while the source is in use:
+///   the kernel takes it atomically, a crash-consistent image (what a power cut would leave;
+///   the filesystem replays its journal on mount);
+/// - a thick source: a new thick LV of the requested size and a block copy of the source, only
+///   while no pod uses the source (the driver's records, [`super::cloning`], and the LV not
+///   open); otherwise the claim waits;
+/// - larger than the source: the LV is extended and tagged [`TAG_GROW_FS`], so the driver grows
+///   the filesystem on its first mount; the clone is never formatted (it carries
+///   [`TAG_FORMATTED`] when its source does).
+#[allow(clippy::too_many_arguments)]
+fn clone(
+    ctx: &Context,
+    seams: &Seams,
+    req: &Request<'_>,
+    o: &LvmOptions,
+    tag: &str,
+    lvs: &[LvRow],
+    src: &LvRow,
+    src_pv: &str,
+) -> Result<LvRow, Refusal> {
+    let cfg = &ctx.config.lvm;
+    let fail = |e: crate::error::Error| Refusal::Fail(e.to_string());
+    let lvm_fail = |e: LvmError| Refusal::Fail(e.to_string());
+    // No room is no reason to send the claim elsewhere: the source is here.
+    let resched = |e: String| Refusal::Fail(format!("node {}: {e}", req.node));
+    let key = |lv: &str| format!("{}/{lv}", o.vg);
+    let bytes = round_up(req.size_bytes, src.vg_extent_size.max(1))
+        .map_err(fail)?
+        .max(src.lv_size);
+    policy::check_max_size(cfg, o, bytes).map_err(|e| resched(e.to_string()))?;
+    let mut tags = vec![TAG_CREATED, tag];
+    if src.has_tag(TAG_FORMATTED) {
+        tags.push(TAG_FORMATTED);
+    }
+    if bytes > src.lv_size {
+        tags.push(TAG_GROW_FS);
+    }
+    let existing = lvs.iter().find(|r| r.lv_name == o.lv);
+    if let Some(row) = existing
+        && !(row.has_tag(tag) && row.has_tag(TAG_CREATED))
+    {
+        return Err(Refusal::Fail(format!(
+            "logical volume {} exists but was not made by flexvol for {} (it lacks the tags {TAG_CREATED} and {tag}); flexvol leaves it alone",
+            o.key(),
+            req.pv_name
+        )));
+    }
+    let thin_pool = o.thin_pool.as_deref();
+    match (src.is_thin(), thin_pool) {
+        (true, Some(pool)) if src.pool_lv == pool => {
+            if existing.is_none() {
+                thin_room(cfg, lvs, &o.vg, pool, bytes).map_err(resched)?;
+                seams
+                    .lvs
+                    .snapshot(ctx, &o.vg, &src.lv_name, &o.lv, &tags)
+                    .map_err(lvm_fail)?;
+                checkpoint("lvm-clone-after-snapshot");
+            }
+        }
+        (false, None) => {
+            if src.open() {
+                return Err(super::cloning::waiting(
+                    src_pv,
+                    &format!("the open LV {}", key(&src.lv_name)),
+                    IN_USE,
+                ));
+            }
+            super::cloning::check_not_in_use(ctx.config, Backend::Lvm, src_pv, IN_USE)?;
+            match existing {
+                Some(row) if row.open() => {
+                    return Err(Refusal::Fail(format!(
+                        "{} is open although it has no PV; left alone",
+                        o.key()
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    policy::check_free(cfg, o, bytes, src.vg_free)
+                        .map_err(|e| resched(e.to_string()))?;
+                    seams
+                        .lvs
+                        .create(ctx, &o.vg, &o.lv, bytes, None, &tags)
+                        .map_err(lvm_fail)?;
+                }
+            }
+            copy_lv(ctx, seams, o, src, lvs)?;
+            checkpoint("lvm-clone-after-copy");
+        }
+        _ => {
+            return Err(Refusal::Fail(format!(
+                "its source {} is {} but this class makes {} LVs; a clone is of its source's class; nothing was created",
+                key(&src.lv_name),
+                if src.is_thin() {
+                    format!("a thin LV of pool {}", src.pool_lv)
+                } else {
+                    "a thick LV".to_owned()
+                },
+                thin_pool.map_or("thick".to_owned(), |p| format!("thin ({p})"))
+            )));
+        }
+    }
+    let row = |lvs: &[LvRow]| {
+        lvs.iter()
+            .find(|r| r.lv_name == o.lv)
+            .cloned()
+            .ok_or_else(|| {
+                Refusal::Fail(format!(
+                    "{} was made but lvs does not list it; retrying on the next pass",
+                    o.key()
+                ))
+            })
+    };
+    let mut now = row(&seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?)?;
+    // The clone is tagged for its own PV only, whatever an LVM version copies from the origin
+    // (a kill before this is finished by the next pass: the reconciler retries until the PV).
+    let foreign: Vec<String> = now
+        .lv_tags
+        .split(',')
+        .filter(|t| t.starts_with(TAG_PV_PREFIX) && *t != tag)
+        .map(str::to_owned)
+        .collect();
+    for t in &foreign {
+        seams.lvs.del_tag(ctx, &o.key(), t).map_err(lvm_fail)?;
+    }
+    if now.lv_size < bytes {
+        if now.is_thin() {
+            let lvs = seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?;
+            thin_room(cfg, &lvs, &o.vg, &now.pool_lv, bytes - now.lv_size).map_err(resched)?;
+        }
+        seams.lvs.extend(ctx, &o.key(), bytes).map_err(lvm_fail)?;
+        now = row(&seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?)?;
+    }
+    Ok(now)
+}
+
+/// Copies the thick LV `src` onto the new LV `o` (active for the copy: the source only for it,
+/// the clone left inactive as the driver expects an LV no pod uses).
+fn copy_lv(
+    ctx: &Context,
+    seams: &Seams,
+    o: &LvmOptions,
+    src: &LvRow,
+    lvs: &[LvRow],
+) -> Result<(), Refusal> {
+    let lvm_fail = |e: LvmError| Refusal::Fail(e.to_string());
+    let s = volume(&o.vg, &src.lv_name);
+    let was_active = src.active();
+    if !was_active {
+        seams.lvs.activate(ctx, &s.key()).map_err(lvm_fail)?;
+    }
+    let new_active = lvs
+        .iter()
+        .find(|r| r.lv_name == o.lv)
+        .is_none_or(LvRow::active);
+    if !new_active {
+        seams.lvs.activate(ctx, &o.key()).map_err(lvm_fail)?;
+    }
+    let wait = |p: &std::path::Path| {
+        crate::backend::lvm::tools::wait_for_device(
+            ctx,
+            seams.devices,
+            p,
+            std::time::Duration::from_secs(ctx.config.lvm.device_wait_seconds),
+        )
+    };
+    let copied = wait(&s.device())
+        .and_then(|_| wait(&o.device()))
+        .and_then(|_| {
+            seams
+                .devices
+                .copy_blocks(&s.device(), &o.device(), src.lv_size, &ctx.deadline)
+        });
+    // Both as the driver expects: inactive unless a pod uses it.
+    let mut undo = Vec::new();
+    if !was_active && let Err(e) = seams.lvs.deactivate(ctx, &s.key()) {
+        undo.push(format!("deactivating {}: {e}", s.key()));
+    }
+    if let Err(e) = seams.lvs.deactivate(ctx, &o.key()) {
+        undo.push(format!("deactivating {}: {e}", o.key()));
+    }
+    match (copied, undo.is_empty()) {
+        (Ok(()), true) => Ok(()),
+        (Ok(()), false) => Err(Refusal::Fail(format!(
+            "{} copied, but {}; retrying",
+            o.key(),
+            undo.join("; ")
+        ))),
+        (Err(e), _) => Err(Refusal::Fail(format!(
+            "copying {} to {} failed: {e}; the copy is made again on the next pass",
+            s.key(),
+            o.key()
+        ))),
+    }
 }
 
 fn made_for(params: &ClassParams, o: &LvmOptions, size: u64, key: &Key, pv: &str) -> Provisioned {

@@ -30,6 +30,7 @@ pub mod api;
 pub mod apiclient;
 pub mod cache;
 pub mod capacity;
+pub mod cloning;
 pub mod error;
 pub mod hostpath;
 pub mod kube;

@@ -90,6 +90,7 @@
 //! `recover` only removes provisioner mounts left by a kill (reading mountinfo, no network):
 //! tombstones are finished by the delete of their own PV, which the reconciler retries.
 
+use super::cloning::{self, copy};
 use super::provisioner::{
     ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, ProvisionError, Provisioned, Provisioner,
     Refusal, Request,
@@ -473,6 +474,170 @@ pub fn make_subdir(
     volumedir::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
 }
 
+/// The source of an NFS clone: a directory of the same export, as its PV records it.
+#[derive(Debug, Clone)]
+pub struct CloneSource {
+    /// The source PV's name.
+    pub pv: String,
+    /// Its claim's uid (what its record names).
+    pub claim_uid: String,
+    /// Its directory below the export.
+    pub rel: PathBuf,
+}
+
+/// Why a source in use is not copied ([`cloning::check_not_in_use`]).
+const IN_USE: &str =
+    "a file-by-file copy of a directory in use would be neither point-in-time nor crash-consistent";
+
+/// The source PV of a clone of `class`, checked: on the class's server and export (as its
+/// annotations and options say, which delete checks the same way), and not mounted by a pod on
+/// this node (the driver's records, [`cloning::check_not_in_use`]). Pods on other nodes are not
+/// visible here: [`copy_source`] checks that nothing changed during the copy instead.
+pub fn clone_source(
+    cfg: &Config,
+    class: &NfsClass,
+    pv: &PersistentVolume,
+) -> Result<CloneSource, Refusal> {
+    let refuse = |why: String| Refusal::Fail(format!("its source: {why}; nothing was created"));
+    let (name, opts, claim_uid) = pv_fields(pv).map_err(refuse)?;
+    let ann = |k: &str| {
+        pv.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+    };
+    let export = ann(ANN_EXPORT).unwrap_or_default();
+    let rel = volumedir::volume_rel_path(&ann(ANN_PATH).unwrap_or_default())
+        .map_err(|why| refuse(format!("PV {name}'s {ANN_PATH} annotation {why}")))?;
+    let server = opts.get("server").cloned().unwrap_or_default();
+    if server != class.server || export != class.share {
+        return Err(refuse(format!(
+            "PV {name} is on {server}:{export}, not on this class's export {}:{}; flexvol copies only within one export",
+            class.server, class.share
+        )));
+    }
+    if opts.get("share").map(String::as_str) != Some(full_share(&export, &rel).as_str()) {
+        return Err(refuse(format!(
+            "PV {name}'s share is not its recorded directory {}",
+            full_share(&export, &rel)
+        )));
+    }
+    cloning::check_not_in_use(cfg, crate::backend::Backend::Nfs, &name, IN_USE)?;
+    Ok(CloneSource {
+        pv: name,
+        claim_uid,
+        rel,
+    })
+}
+
+/// The class's work options without attribute caching (`noac`), for a clone's mount.
+fn clone_work_options(class: &NfsClass) -> String {
+    let kept: Vec<&str> = class
+        .mount_options
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .filter(|i| {
+            let k = i.split('=').next().unwrap_or(i);
+            !i.is_empty() && !k.starts_with("ac") && k != "noac"
+        })
+        .collect();
+    format!("{},noac", work_options(Some(&kept.join(","))))
+}
+
+/// Opens the source directory of a clone on the mounted export, only when it is recorded as
+/// its PV's for its claim (as delete checks) and is the very directory the record names.
+pub fn open_source(root: &Root, src: &CloneSource) -> Result<std::os::fd::OwnedFd, String> {
+    let state = volumedir::check_ours(
+        root,
+        &src.rel,
+        &src.pv,
+        &src.claim_uid,
+        "nothing was created",
+    )
+    .map_err(|e| format!("its source: {e}"))?;
+    let spath = root.real.join(&src.rel);
+    let s = dirfd::open_dir(&spath)
+        .map_err(|e| format!("its source: cannot open {}: {e}", spath.display()))?;
+    if let DirState::Owned(r) = &state
+        && dirfd::dev_ino(&s).map_err(|e| e.to_string())? != (r.dev, r.ino)
+    {
+        return Err(format!(
+            "its source: {} is not the directory its record names (replaced meanwhile); nothing was created",
+            spath.display()
+        ));
+    }
+    Ok(s)
+}
+
+/// Copies the source directory `s` ([`open_source`]) into the new volume directory `path`
+/// (`<root>/<rel>`), which [`make_subdir`] just made or found: a directory that holds more than
+/// its marker is an earlier pass's unfinished copy (no PV exists for it: the reconciler read so),
+/// removed and made again. Nothing in the source may change while it is copied
+/// ([`copy::fingerprint`] before and after, every change time as the server has it): otherwise
+/// the copy is removed and the claim waits, because a pod (on any node) is writing the source.
+/// A failure removes the new directory (a Failure changes nothing).
+pub fn copy_source(
+    root: &Root,
+    rel: &Path,
+    path: &Path,
+    s: &std::os::fd::OwnedFd,
+    src: &CloneSource,
+    own: Ownership,
+    marker: &Marker,
+) -> Result<copy::Copied, String> {
+    let spath = root.real.join(&src.rel);
+    let open =
+        |p: &Path| dirfd::open_dir(p).map_err(|e| format!("cannot open {}: {e}", p.display()));
+    let mut d = open(path)?;
+    if !copy::is_empty_but(&d, &[volumedir::MARKER])? {
+        remove_subdir(
+            root,
+            rel,
+            &marker.volume,
+            &marker.claim_uid,
+            OnDelete::Delete,
+            "",
+        )
+        .map_err(|e| format!("removing an unfinished copy: {e}"))?;
+        let again = make_subdir(root, rel, own, marker)?;
+        d = open(&again)?;
+    }
+    let undo = |why: String| {
+        let undone = remove_subdir(
+            root,
+            rel,
+            &marker.volume,
+            &marker.claim_uid,
+            OnDelete::Delete,
+            "",
+        );
+        match undone {
+            Ok(_) => why,
+            Err(e) => {
+                format!("{why} (and removing the half copy failed: {e}; the next pass retries)")
+            }
+        }
+    };
+    let before = copy::fingerprint(s).map_err(|e| undo(format!("reading its source: {e}")))?;
+    let copied = copy::copy_tree(s, &d, &[volumedir::MARKER]).map_err(|e| {
+        undo(format!(
+            "copying its source {} failed: {e}",
+            spath.display()
+        ))
+    })?;
+    crate::sys::process::checkpoint("provisioner-after-clone-copy");
+    let after = copy::fingerprint(s).map_err(|e| undo(format!("reading its source: {e}")))?;
+    if before != after {
+        return Err(undo(format!(
+            "waiting: its source volume {} changed while it was copied (a pod on some node is writing it); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once nothing writes the source (stop the source's pods, e.g. scale to 0)",
+            src.pv
+        )));
+    }
+    Ok(copied)
+}
+
 /// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),
 /// only if it is recorded as theirs (an old one: its marker names them). `stamp` names an archive
 /// (UTC time). Returns what was done.
@@ -622,13 +787,12 @@ impl Provisioner for NfsProvisioner {
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
-        if req.source.is_some() {
-            return Err(Refusal::Fail(
-                "clones (dataSource) of nfs volumes are not supported by this flexvol version; remove spec.dataSource; nothing was created".into(),
-            ));
-        }
         req.node.clone_into(&mut self.node);
         let class = NfsClass::parse(req.params, &cfg.nfs).map_err(Refusal::Fail)?;
+        let source = match req.source {
+            Some(pv) => Some(clone_source(cfg, &class, pv)?),
+            None => None,
+        };
         if cfg
             .nfs
             .provisioned_export(&class.server, &class.share)
@@ -664,19 +828,40 @@ impl Provisioner for NfsProvisioner {
         };
         let own = class.dir.ownership;
         let label = format!("{}:{}", class.server, class.share);
-        self.with_export(cfg, req.pv_name, &class.export_json(), |root| {
-            make_subdir(root, &rel, own, &marker)
-                .map_err(|e| ExportStep::Work(relabel(&e, root, &label)))
+        // A clone's mount caches no attributes: the source's change times are read as the
+        // server has them (the check that nothing changed during the copy).
+        let export = match &source {
+            Some(_) => class.options_json(&class.share, Some(&clone_work_options(&class))),
+            None => class.export_json(),
+        };
+        let mut copied = None;
+        self.with_export(cfg, req.pv_name, &export, |root| {
+            let work = |e: String| ExportStep::Work(relabel(&e, root, &label));
+            // The source first: a refused one leaves nothing behind.
+            let sfd = match &source {
+                Some(src) => Some(open_source(root, src).map_err(work)?),
+                None => None,
+            };
+            let path = make_subdir(root, &rel, own, &marker).map_err(work)?;
+            if let (Some(src), Some(sfd)) = (&source, &sfd) {
+                copied =
+                    Some(copy_source(root, &rel, &path, sfd, src, own, &marker).map_err(work)?);
+            }
+            Ok::<_, ExportStep>(path)
         })
         .map_err(|step| {
             let (server_failed, why) = match step {
                 ExportStep::Server(why) => (true, why),
                 ExportStep::Work(why) => (false, why),
             };
-            let why = format!(
-                "cannot create the volume's directory in {}:{}: {why}",
-                class.server, class.share
-            );
+            let why = if why.starts_with("waiting: ") || why.starts_with("its source") {
+                why
+            } else {
+                format!(
+                    "cannot create the volume's directory in {}:{}: {why}",
+                    class.server, class.share
+                )
+            };
             // Only a failure to mount or unmount is the server's: it opens its breaker.
             if server_failed {
                 Refusal::Unavailable(why)
@@ -706,7 +891,7 @@ impl Provisioner for NfsProvisioner {
                 },
             ),
         );
-        let annotations = BTreeMap::from([
+        let mut annotations = BTreeMap::from([
             (ANN_EXPORT.to_owned(), class.share.clone()),
             (ANN_PATH.to_owned(), rel.to_string_lossy().into_owned()),
             (
@@ -717,6 +902,15 @@ impl Provisioner for NfsProvisioner {
             (ANN_SIZE_ENFORCED.to_owned(), "false".to_owned()),
             (ANN_SIZE_NOTE.to_owned(), SIZE_NOTE.to_owned()),
         ]);
+        if let (Some(src), Some(c)) = (&source, copied) {
+            annotations.insert(
+                cloning::ANN_CLONED_FROM.to_owned(),
+                format!(
+                    "{} ({} files, {} bytes, {} dirs, {} symlinks, {} fifos, {} device nodes/sockets not copied)",
+                    src.pv, c.files, c.bytes, c.dirs, c.symlinks, c.fifos, c.skipped
+                ),
+            );
+        }
         Ok(Provisioned {
             options,
             capacity_bytes: req.size_bytes,

@@ -100,6 +100,21 @@ pub trait LvService {
     fn deactivate(&self, ctx: &Context, vg_lv: &str) -> Result<()>;
     /// Adds `tag` to the LV.
     fn add_tag(&self, ctx: &Context, vg_lv: &str, tag: &str) -> Result<()>;
+    /// Removes `tag` from the LV.
+    fn del_tag(&self, ctx: &Context, vg_lv: &str, tag: &str) -> Result<()>;
+    /// Takes a thin snapshot `lv` of the thin LV `<vg>/<origin>`: a new thin LV of the origin's
+    /// virtual size in the origin's pool, sharing its blocks (the kernel takes it atomically: a
+    /// crash-consistent image, also of an origin in use), carrying `tags` from the start (one
+    /// metadata commit). It is an independent LV: either may be removed first. LVM marks it
+    /// activation-skip ([`LvService::activate`] ignores that).
+    fn snapshot(
+        &self,
+        ctx: &Context,
+        vg: &str,
+        origin: &str,
+        lv: &str,
+        tags: &[&str],
+    ) -> Result<()>;
 }
 
 /// The real LV service: `lvm` commands through the call's runner.
@@ -234,6 +249,31 @@ impl LvService for LvmCommands {
     fn add_tag(&self, ctx: &Context, vg_lv: &str, tag: &str) -> Result<()> {
         ctx.runner
             .check(&lvm(ctx, "lvchange").args(["-y", "--addtag", tag, "--", vg_lv]))?;
+        Ok(())
+    }
+
+    /// `lvm lvchange --deltag`.
+    fn del_tag(&self, ctx: &Context, vg_lv: &str, tag: &str) -> Result<()> {
+        ctx.runner
+            .check(&lvm(ctx, "lvchange").args(["-y", "--deltag", tag, "--", vg_lv]))?;
+        Ok(())
+    }
+
+    /// `lvm lvcreate -y -s --addtag … -n <lv> -- <vg>/<origin>` (no size: a thin snapshot).
+    fn snapshot(
+        &self,
+        ctx: &Context,
+        vg: &str,
+        origin: &str,
+        lv: &str,
+        tags: &[&str],
+    ) -> Result<()> {
+        let mut cmd = lvm(ctx, "lvcreate").args(["-y", "-s"]);
+        for tag in tags {
+            cmd = cmd.args(["--addtag", tag]);
+        }
+        ctx.runner
+            .check(&cmd.args(["-n", lv, "--", &format!("{vg}/{origin}")]))?;
         Ok(())
     }
 }

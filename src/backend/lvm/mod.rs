@@ -83,6 +83,10 @@ const BACKEND: Backend = Backend::Lvm;
 /// Tag on LVs this driver formatted: such an LV that probes blank has lost its filesystem, and is
 /// never formatted again.
 pub const TAG_FORMATTED: &str = "flexvol.formatted";
+/// Tag of an LV whose filesystem is smaller than the LV (a clone larger than its source, made by
+/// the provisioner): `mountdevice` grows the filesystem to the LV after mounting it read-write,
+/// then removes the tag (growing again is a no-op, so a kill in between is harmless).
+pub const TAG_GROW_FS: &str = "flexvol.grow-fs";
 
 /// The LVM backend's own seams, beside the call's [`Context`]: the block devices and the LV
 /// service. Unit tests pass doubles; [`Seams::SYSTEM`] are the node's.
@@ -396,6 +400,10 @@ fn mount_device(
                 },
             )));
         }
+        // A grow that failed after the mount is retried here.
+        if needs_grow(ctx, seams, o)? {
+            grow_fs_once(ctx, seams, o, &target)?;
+        }
         return Ok(Reply::success());
     }
     policy::check_not_in_use(ctx.driver_name, seams.devices, &table, o, devnum, None)?;
@@ -447,6 +455,8 @@ fn mount_device(
         }
     }
 
+    // Read before the mount, so a failure to read leaves nothing mounted.
+    let grow = !blank && needs_grow(ctx, seams, o)?;
     ctx.state(BACKEND)
         .save(&record(o, "mountdevice", &target, &dev))?;
     if blank {
@@ -457,7 +467,32 @@ fn mount_device(
     ctx.mounter
         .mount_fs(&dev, &target, o.fs.name(), o.read_only, &o.mount_data)?;
     checkpoint("lvm-mountdevice-after-mount");
+    if grow {
+        grow_fs_once(ctx, seams, o, &target)?;
+    }
     Ok(Reply::success())
+}
+
+/// Whether the provisioned LV (read-write, with a capability token: only the provisioner sets
+/// [`TAG_GROW_FS`], on clones larger than their source) carries [`TAG_GROW_FS`]: one `lvs`, only
+/// for such volumes.
+fn needs_grow(ctx: &Context, seams: &Seams, o: &LvmOptions) -> Result<bool> {
+    if o.read_only || o.token.is_none() {
+        return Ok(false);
+    }
+    let lvs = seams.lvs.list(ctx, &o.vg)?;
+    Ok(lvs
+        .iter()
+        .any(|r| r.lv_name == o.lv && r.has_tag(TAG_GROW_FS)))
+}
+
+/// Grows the filesystem mounted at `target` to the LV (a no-op when it fills it already), then
+/// removes [`TAG_GROW_FS`]; a kill in between grows again next time, harmlessly.
+fn grow_fs_once(ctx: &Context, seams: &Seams, o: &LvmOptions, target: &Path) -> Result<()> {
+    tools::grow_fs(ctx, o.fs.name(), &o.device(), target)?;
+    checkpoint("lvm-mountdevice-after-grow");
+    seams.lvs.del_tag(ctx, &o.key(), TAG_GROW_FS)?;
+    Ok(())
 }
 
 /// VG and LV from a mount source: `/dev/<vg>/<lv>` (how this driver and kubelet mount it) or

@@ -1307,6 +1307,54 @@ fn an_inline_volume_naming_a_provisioned_lv_is_refused() {
     }
 }
 
+/// A provisioned clone larger than its source (tag `flexvol.grow-fs`): mountdevice never formats
+/// it, mounts it, grows the filesystem to the LV and removes the tag; a mountdevice of it already
+/// mounted (kubelet's retry after a failed grow) grows it too; read-only, nothing is grown.
+#[test]
+fn mountdevice_grows_a_larger_clones_filesystem_once() {
+    let w = world();
+    let good = jv(
+        "pv-lvm-1",
+        &format!(r#""capabilityToken":"{}","#, token(&w, "pv-lvm-1", "lv1")),
+    );
+    let g = w.global();
+    blkid(&w, 0, EXT4);
+    let grow = format!("{PROVISIONED},flexvol.formatted,flexvol.grow-fs");
+    lvs_with(&w, "-wi-a-----", &grow);
+    w.call(&["mountdevice", s(&g), DEV, &good]).unwrap();
+    assert_eq!(
+        w.lines(),
+        [
+            "blkid -p -o export -- /dev/vg0/lv1",
+            LVS,
+            "resize2fs /dev/vg0/lv1",
+            "lvm lvchange -y --deltag flexvol.grow-fs -- vg0/lv1",
+        ]
+    );
+    assert_eq!(w.runner.count("mkfs.ext4"), 0);
+    // Already mounted (the tag still there, as after a failed grow): grown again.
+    w.call(&["mountdevice", s(&g), DEV, &good]).unwrap();
+    assert_eq!(
+        w.lines()[4..],
+        [
+            LVS,
+            "resize2fs /dev/vg0/lv1",
+            "lvm lvchange -y --deltag flexvol.grow-fs -- vg0/lv1"
+        ]
+    );
+    // Read-only: no lvs, no grow.
+    let w = world();
+    let ro = jv(
+        "pv-lvm-1",
+        &format!(r#""capabilityToken":"{}","#, token(&w, "pv-lvm-1", "lv1")),
+    )
+    .replace(r#""rw""#, r#""ro""#);
+    blkid(&w, 0, EXT4);
+    lvs_with(&w, "-wi-a-----", &grow);
+    w.call(&["mountdevice", s(&w.global()), DEV, &ro]).unwrap();
+    assert_eq!(w.lines(), ["blkid -p -o export -- /dev/vg0/lv1"]);
+}
+
 /// The PV's own options (its `capabilityToken`) are served; a token for another PV or LV, or a
 /// token of the right LV under another name, is refused.
 #[test]
@@ -1320,7 +1368,8 @@ fn a_provisioned_lv_is_served_with_its_token_only() {
     lvs_with(&w, "-wi-------", PROVISIONED);
     w.call(&["waitforattach", DEV, &good]).unwrap();
     assert_eq!(w.lines(), [LVS, "lvm lvchange -ay -K -- vg0/lv1"]);
-    // mountdevice of an existing filesystem and mount: the token alone, no LVM command.
+    // mountdevice of an existing filesystem and mount: the token, and one lvs (a clone's
+    // flexvol.grow-fs tag, not here), no other LVM command.
     let w = world();
     let good = jv(
         "pv-lvm-1",
@@ -1329,9 +1378,10 @@ fn a_provisioned_lv_is_served_with_its_token_only() {
     let g = w.global();
     let p = w.pod();
     blkid(&w, 0, EXT4);
+    lvs_with(&w, "-wi-a-----", PROVISIONED);
     w.call(&["mountdevice", s(&g), DEV, &good]).unwrap();
     w.call(&["mount", s(&p), &good]).unwrap();
-    assert_eq!(w.lines(), ["blkid -p -o export -- /dev/vg0/lv1"]);
+    assert_eq!(w.lines(), ["blkid -p -o export -- /dev/vg0/lv1", LVS]);
     assert_eq!(w.mounter.calls().len(), 2);
     let rec = std::fs::read_dir(w.config.state_dir.join("lvm"))
         .unwrap()

@@ -761,3 +761,202 @@ fn the_backend_runs_its_lvm_work_through_the_injected_service() {
     // Nothing ran on the node.
     assert!(w.lines().is_empty());
 }
+
+/// A clone request for `pv` of the source PV `src` (thin or thick class `p`) through the
+/// in-memory LVM.
+fn clone_on(
+    w: &World,
+    lvm: &FakeLvs,
+    pv: &str,
+    p: &BTreeMap<String, String>,
+    size: u64,
+    src: &PersistentVolume,
+) -> Result<Provisioned, Refusal> {
+    let claim = PersistentVolumeClaim::default();
+    let modes = vec!["ReadWriteOnce".to_owned()];
+    let req = Request {
+        pv_name: pv,
+        claim: &claim,
+        namespace: "ns",
+        name: "copy",
+        uid: "0c0c",
+        class_name: "lvm",
+        params: p,
+        size_bytes: size,
+        access_modes: &modes,
+        node: "node-a",
+        source: Some(src),
+    };
+    on_fake(w, lvm, |ctx, s| provision(ctx, s, &req))
+}
+
+/// Thin: a snapshot of the source even while it is open (crash-consistent), tagged for the
+/// clone's PV only, the source's `flexvol.formatted` kept (never mkfs'd), extended to the
+/// request and tagged `flexvol.grow-fs` for the driver; a retry reuses it. Thick: a mounted (open)
+/// source or one the driver's records name makes the claim wait, with nothing created; then a
+/// new LV of the requested size and a block copy of exactly the source's bytes, both LVs
+/// inactive afterwards. A source in another class kind, or not ours, is refused before anything.
+#[test]
+fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
+    let w = world();
+    let lvm = FakeLvs::with_vg("vg0", 1 << 30);
+    lvm.add("vg0", "pool", "twi-aotz--", 512 * MI, "", "");
+    let src_tags = format!("{},{TAG_FORMATTED}", tags("pvc-src"));
+    lvm.add("vg0", "pvc-src", "Vwi-aotz--", 64 * MI, &src_tags, "pool");
+    let thin = params(&[("volumegroup", "vg0"), ("thinpool", "pool")]);
+    let src = pv_of("pvc-src", "vg0", "pvc-src");
+
+    let made = clone_on(&w, &lvm, "pvc-c1", &thin, 96 * MI, &src).unwrap();
+    assert_eq!(made.capacity_bytes, 96 * MI);
+    assert_eq!(
+        made.annotations
+            .get(crate::provision::cloning::ANN_CLONED_FROM),
+        Some(&"pvc-src (thin snapshot)".to_owned())
+    );
+    let c1 = lvm.lv("vg0/pvc-c1").unwrap();
+    assert_eq!(c1.pool_lv, "pool");
+    assert!(c1.has_tag("flexvol.pv.pvc-c1") && c1.has_tag(TAG_CREATED));
+    assert!(c1.has_tag(TAG_FORMATTED) && c1.has_tag(TAG_GROW_FS));
+    assert!(!c1.has_tag("flexvol.pv.pvc-src"));
+    assert_eq!(
+        lvm.calls(),
+        [
+            "snapshot vg0/pvc-src vg0/pvc-c1 flexvol.created,flexvol.pv.pvc-c1,flexvol.formatted,flexvol.grow-fs",
+            "extend vg0/pvc-c1 100663296",
+        ]
+    );
+    // Again (a pass killed before the PV): the same LV, nothing new.
+    clone_on(&w, &lvm, "pvc-c1", &thin, 96 * MI, &src).unwrap();
+    assert_eq!(lvm.calls().len(), 2);
+    // An LVM that copied the origin's tags (or a pass killed before removing them): the clone
+    // keeps only its own PV's.
+    lvm.add(
+        "vg0",
+        "pvc-c9",
+        "Vwi---tz-k",
+        64 * MI,
+        &format!("{},flexvol.pv.pvc-src", tags("pvc-c9")),
+        "pool",
+    );
+    clone_on(&w, &lvm, "pvc-c9", &thin, 64 * MI, &src).unwrap();
+    assert_eq!(lvm.lv("vg0/pvc-c9").unwrap().lv_tags, tags("pvc-c9"));
+    assert_eq!(lvm.calls()[2], "deltag vg0/pvc-c9 flexvol.pv.pvc-src");
+    // The same size as the source: no extension, no grow tag.
+    clone_on(&w, &lvm, "pvc-c2", &thin, 64 * MI, &src).unwrap();
+    assert!(!lvm.lv("vg0/pvc-c2").unwrap().has_tag(TAG_GROW_FS));
+    // A thin class cannot clone a thick source (the class is the source's, so this is a forged
+    // or edited PV): refused, nothing made.
+    let thick_src_tags = tags("pvc-tsrc");
+    lvm.add(
+        "vg0",
+        "pvc-tsrc",
+        "-wi-ao----",
+        64 * MI,
+        &thick_src_tags,
+        "",
+    );
+    let tsrc = pv_of("pvc-tsrc", "vg0", "pvc-tsrc");
+    let e = clone_on(&w, &lvm, "pvc-c3", &thin, 64 * MI, &tsrc).unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Fail(m) if m.contains("is a thick LV but this class makes thin (pool) LVs")),
+        "{e:?}"
+    );
+    assert!(lvm.lv("vg0/pvc-c3").is_none());
+    // Not ours for that PV: refused.
+    let e = clone_on(
+        &w,
+        &lvm,
+        "pvc-c3",
+        &thin,
+        64 * MI,
+        &pv_of("pvc-other", "vg0", "pvc-src"),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Fail(m) if m.contains("does not exist on this node with the tags")),
+        "{e:?}"
+    );
+
+    // Thick, open (mounted by its pod): waits, nothing made.
+    let thick = params(&[("volumegroup", "vg0")]);
+    let n = lvm.calls().len();
+    let e = clone_on(&w, &lvm, "pvc-k1", &thick, 64 * MI, &tsrc).unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by the open LV vg0/pvc-tsrc)")),
+        "{e:?}"
+    );
+    assert_eq!(lvm.calls().len(), n);
+    // Closed and inactive, but the driver's record names it (kubelet staged it): waits.
+    lvm.vgs
+        .lock()
+        .unwrap()
+        .get_mut("vg0")
+        .unwrap()
+        .lvs
+        .retain(|r| r.lv_name != "pvc-tsrc");
+    lvm.add(
+        "vg0",
+        "pvc-tsrc",
+        "-wi-------",
+        64 * MI,
+        &thick_src_tags,
+        "",
+    );
+    let rec = crate::node::state::VolumeRecord {
+        volume: Some("pvc-tsrc".into()),
+        ..crate::backend::record(
+            crate::backend::Backend::Lvm,
+            "mountdevice",
+            std::path::Path::new("/k/mounts/pvc-tsrc"),
+            "/dev/vg0/pvc-tsrc".into(),
+            false,
+            None,
+        )
+    };
+    let store = crate::node::state::StateStore::new(&w.config.state_dir, "lvm");
+    store.save(&rec).unwrap();
+    let e = clone_on(&w, &lvm, "pvc-k1", &thick, 64 * MI, &tsrc).unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by kubelet, at /k/mounts/pvc-tsrc)")),
+        "{e:?}"
+    );
+    assert_eq!(lvm.calls().len(), n);
+    store
+        .remove(std::path::Path::new("/k/mounts/pvc-tsrc"))
+        .unwrap();
+    // Unused: a new LV of the request, the source activated for the copy, both deactivated.
+    w.devices
+        .4
+        .lock()
+        .unwrap()
+        .extend(["/dev/vg0/pvc-tsrc".into(), "/dev/vg0/pvc-k1".into()]);
+    let made = clone_on(&w, &lvm, "pvc-k1", &thick, 100 * MI, &tsrc).unwrap();
+    assert_eq!(made.capacity_bytes, 100 * MI);
+    assert_eq!(
+        lvm.calls()[n..],
+        [
+            "create vg0/pvc-k1 104857600 flexvol.created,flexvol.pv.pvc-k1,flexvol.grow-fs",
+            "activate vg0/pvc-tsrc",
+            "deactivate vg0/pvc-tsrc",
+            "deactivate vg0/pvc-k1",
+        ]
+    );
+    assert_eq!(
+        *w.devices.3.lock().unwrap(),
+        ["/dev/vg0/pvc-tsrc /dev/vg0/pvc-k1 67108864"]
+    );
+    assert_eq!(
+        made.annotations
+            .get(crate::provision::cloning::ANN_CLONED_FROM),
+        Some(&"pvc-tsrc (block copy)".to_owned())
+    );
+    // Again (killed before the PV): the copy is made again into the same LV, no second LV.
+    clone_on(&w, &lvm, "pvc-k1", &thick, 100 * MI, &tsrc).unwrap();
+    assert_eq!(w.devices.3.lock().unwrap().len(), 2);
+    assert!(
+        !lvm.calls()
+            .iter()
+            .skip(n + 4)
+            .any(|c| c.starts_with("create"))
+    );
+}

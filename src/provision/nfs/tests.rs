@@ -815,3 +815,132 @@ fn archive_stamps_are_compact_utc() {
     assert_eq!(s.len(), "20261122T153001Z".len(), "{s}");
     assert!(s.ends_with('Z') && s.as_bytes()[8] == b'T', "{s}");
 }
+
+/// Provisions a clone of `src` for claim uid `uid` as node `node`.
+fn provision_clone(
+    b: &mut NfsProvisioner,
+    cfg: &Config,
+    p: &BTreeMap<String, String>,
+    uid: &str,
+    src: &PersistentVolume,
+) -> Result<Provisioned, Refusal> {
+    let claim = PersistentVolumeClaim::default();
+    let pv = format!("pvc-{uid}");
+    let modes = ["ReadWriteMany".to_owned()];
+    let req = Request {
+        pv_name: &pv,
+        claim: &claim,
+        namespace: "ns",
+        name: &format!("claim-{uid}"),
+        uid,
+        class_name: "nfs",
+        params: p,
+        size_bytes: 1 << 30,
+        access_modes: &modes,
+        node: "node-a",
+        source: Some(src),
+    };
+    b.provision(cfg, &req)
+}
+
+/// A clone copies the source's directory on the export (through a mount that caches no
+/// attributes), its symlink as a symlink, into its own marked directory; an earlier pass's half
+/// copy is made over; a source this node's driver has mounted waits; a source on another export
+/// is refused before anything is mounted; a source whose directory is not recorded as its PV's
+/// is refused, nothing left.
+#[test]
+fn a_clone_copies_the_source_directory_on_the_export() {
+    let w = World::new();
+    let mut b = w.backend();
+    let p = params(&[("onDelete", "delete")]);
+    let made = provision(&mut b, &w.cfg, &p, "u1", "node-a").unwrap();
+    let src = pv_of("u1", &made);
+    let sdir = w.export.join(made.annotations[ANN_PATH].as_str());
+    std::fs::create_dir(sdir.join("d")).unwrap();
+    std::fs::write(sdir.join("d/f"), b"hello").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", sdir.join("d/out")).unwrap();
+
+    let c = provision_clone(&mut b, &w.cfg, &p, "u2", &src).unwrap();
+    let cdir = w.export.join(c.annotations[ANN_PATH].as_str());
+    assert_ne!(cdir, sdir);
+    assert_eq!(std::fs::read(cdir.join("d/f")).unwrap(), b"hello");
+    assert_eq!(
+        std::fs::read_link(cdir.join("d/out")).unwrap(),
+        Path::new("/etc/passwd")
+    );
+    assert!(
+        c.annotations[cloning::ANN_CLONED_FROM]
+            .starts_with("pvc-u1 (1 files, 5 bytes, 1 dirs, 1 symlinks"),
+        "{:?}",
+        c.annotations
+    );
+    assert!(
+        w.log()
+            .iter()
+            .any(|l| l.starts_with("mount 10.0.0.5:/srv/nfs ") && l.ends_with(",noac")),
+        "{:?}",
+        w.log()
+    );
+    // Killed before the PV: the next pass finds more than the marker and copies again.
+    std::fs::write(cdir.join("stray"), b"half").unwrap();
+    provision_clone(&mut b, &w.cfg, &p, "u2", &src).unwrap();
+    assert!(!cdir.join("stray").exists());
+    assert_eq!(std::fs::read(cdir.join("d/f")).unwrap(), b"hello");
+
+    // Mounted by a pod on this node (the NFS driver's record): waits, nothing made.
+    let store = crate::node::state::StateStore::new(&w.cfg.state_dir, "nfs");
+    let rec = crate::node::state::VolumeRecord {
+        volume: Some("pvc-u1".into()),
+        pod: Some("ns/writer".into()),
+        ..crate::backend::record(
+            crate::backend::Backend::Nfs,
+            "mount",
+            Path::new("/k/pods/x/volumes/pvc-u1"),
+            "10.0.0.5:/srv/nfs/x".into(),
+            false,
+            None,
+        )
+    };
+    store.save(&rec).unwrap();
+    let n = w.log().len();
+    let e = provision_clone(&mut b, &w.cfg, &p, "u3", &src).unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-u1 is mounted on this node (by pod ns/writer)")),
+        "{e:?}"
+    );
+    assert_eq!(w.log().len(), n, "nothing mounted");
+    store.remove(Path::new("/k/pods/x/volumes/pvc-u1")).unwrap();
+
+    // On another export: refused before anything is mounted.
+    let other = params(&[("onDelete", "delete"), ("share", "/srv/nfs/other")]);
+    std::fs::create_dir_all(w.export.join("other")).unwrap();
+    let e = provision_clone(&mut b, &w.cfg, &other, "u4", &src).unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Fail(m) if m.contains("not on this class's export 10.0.0.5:/srv/nfs/other")),
+        "{e:?}"
+    );
+    assert_eq!(w.log().len(), n);
+
+    // A PV whose directory is not recorded as its own (another claim uid): refused, the new
+    // directory removed again.
+    let mut forged = src.clone();
+    forged
+        .spec
+        .as_mut()
+        .unwrap()
+        .claim_ref
+        .as_mut()
+        .unwrap()
+        .uid = Some("someone-else".into());
+    let e = provision_clone(&mut b, &w.cfg, &p, "u5", &forged).unwrap_err();
+    assert!(
+        matches!(&e, Refusal::Fail(m) if m.contains("its source:")),
+        "{e:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&w.export)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("u5"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -18,7 +18,12 @@
 //!
 //! Caller contract: `dst` is a fresh, empty directory of ours (only our marker in it) on the
 //! filesystem whose quota is to hold the copy; the caller decides what happens to a half-done
-//! copy (the hostPath provisioner removes the whole directory and starts over).
+//! copy (the hostPath and NFS provisioners remove the whole directory and start over).
+//!
+//! [`fingerprint`] walks a tree the same way (nothing followed, no mount crossed) and sums what
+//! every entry's `lstat` says, change times included: equal fingerprints before and after a copy
+//! mean nothing in the source changed meanwhile (the NFS provisioner's check, for writers on
+//! other nodes).
 
 use crate::sys::dirfd::{create_new_file, open_child_dir, open_file};
 use nix::fcntl::AtFlags;
@@ -58,8 +63,61 @@ pub fn copy_tree(src: &OwnedFd, dst: &OwnedFd, skip: &[&str]) -> Result<Copied, 
     Ok(out)
 }
 
+/// Whether the directory holds nothing but the names in `skip`.
+pub fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, String> {
+    Ok(names(dir)?
+        .iter()
+        .all(|n| skip.iter().any(|s| OsStr::new(s) == n.as_os_str())))
+}
+
+/// A digest of the tree below `dir`: every entry's relative name, inode, mode, owner, size and
+/// modification and change times (nanoseconds), in name order, nothing followed and no mount
+/// crossed (`EXDEV` fails it, as in [`copy_tree`]). Any write, create, remove, rename or chmod
+/// in the tree changes it (the entry's or its directory's ctime).
+pub fn fingerprint(dir: &OwnedFd) -> Result<u64, String> {
+    use std::hash::{Hash, Hasher};
+    fn walk(
+        dir: &OwnedFd,
+        rel: &mut OsString,
+        depth: usize,
+        h: &mut std::collections::hash_map::DefaultHasher,
+    ) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err(format!(
+                "{}: deeper than {MAX_DEPTH} directories",
+                rel.to_string_lossy()
+            ));
+        }
+        let st =
+            nix::sys::stat::fstat(dir).map_err(|e| format!("{}: {e}", rel.to_string_lossy()))?;
+        (st.st_ino, st.st_mode, st.st_uid, st.st_gid).hash(h);
+        (st.st_mtime, st.st_mtime_nsec, st.st_ctime, st.st_ctime_nsec).hash(h);
+        for name in names(dir)? {
+            let path = at(rel, &name);
+            let st = fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map_err(|e| format!("{path}: {e}"))?;
+            path.hash(h);
+            (st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size).hash(h);
+            (st.st_mtime, st.st_mtime_nsec, st.st_ctime, st.st_ctime_nsec).hash(h);
+            if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR {
+                let child =
+                    open_child_dir(dir, name.as_os_str()).map_err(|e| format!("{path}: {e}"))?;
+                let mut sub = OsString::from(path);
+                walk(&child, &mut sub, depth + 1, h)?;
+            }
+        }
+        Ok(())
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    walk(dir, &mut OsString::new(), 0, &mut h)?;
+    Ok(h.finish())
+}
+
 fn names(dir: &OwnedFd) -> Result<Vec<OsString>, String> {
     let dup = dir.try_clone().map_err(|e| e.to_string())?;
+    // A dup shares the directory's offset: from the start, so a directory can be listed twice
+    // (fingerprint, copy, fingerprint).
+    rustix::fs::seek(&dup, rustix::fs::SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     let d = rustix::fs::Dir::new(dup).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for e in d {
@@ -246,6 +304,48 @@ mod tests {
             &open_dir(dst).unwrap(),
             &[".marker"],
         )
+    }
+
+    /// The same fd listed and walked again gives the same digest (a copy in between changes
+    /// nothing in the source); a write, a new file deep down, a chmod or a rename changes it;
+    /// emptiness ignores the names skipped.
+    #[test]
+    fn a_fingerprint_changes_with_any_change_in_the_tree_and_not_with_a_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let d = d.path().canonicalize().unwrap();
+        let (src, dst) = (d.join("src"), d.join("dst"));
+        std::fs::create_dir_all(src.join("x/y")).unwrap();
+        std::fs::create_dir_all(&dst).unwrap();
+        std::fs::write(src.join("x/y/f"), b"hello").unwrap();
+        let s = open_dir(&src).unwrap();
+        let dfd = open_dir(&dst).unwrap();
+        assert!(is_empty_but(&dfd, &[]).unwrap());
+        let a = fingerprint(&s).unwrap();
+        assert_eq!(fingerprint(&s).unwrap(), a);
+        let c = copy_tree(&s, &dfd, &[]).unwrap();
+        assert_eq!(
+            c.files, 1,
+            "the fd listed twice before is listed again from its start"
+        );
+        assert_eq!(fingerprint(&s).unwrap(), a);
+        assert!(!is_empty_but(&dfd, &[]).unwrap());
+        assert!(is_empty_but(&dfd, &["x"]).unwrap());
+        let changes: [&dyn Fn(); 4] = [
+            &|| std::fs::write(src.join("x/y/f"), b"hellO").unwrap(),
+            &|| std::fs::write(src.join("x/y/g"), b"").unwrap(),
+            &|| {
+                std::fs::set_permissions(src.join("x/y/f"), PermissionsExt::from_mode(0o600))
+                    .unwrap()
+            },
+            &|| std::fs::rename(src.join("x/y/g"), src.join("x/g")).unwrap(),
+        ];
+        let mut last = a;
+        for change in changes {
+            change();
+            let now = fingerprint(&s).unwrap();
+            assert_ne!(now, last);
+            last = now;
+        }
     }
 
     #[test]
