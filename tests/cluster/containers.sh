@@ -42,6 +42,10 @@ kcc_log() { echo "containers: $*" >&2; }
 # start (containerd's unit would run a containerd on /run/containerd): Debian's policy-rc.d
 # interface says no for the install, unless the host has a policy of its own (as .ci/run).
 kcc_packages() {
+	if kcc_in_guest; then
+		kcc_guest_packages
+		return 0
+	fi
 	local need=()
 	command -v containerd >/dev/null || need+=(containerd)
 	command -v ctr >/dev/null || need+=(containerd)
@@ -63,6 +67,77 @@ kcc_packages() {
 	apt_retry -qq install -y --no-install-recommends "${need[@]}" >&2 || rc=$?
 	[ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
 	[ "$rc" = 0 ] || kc_fail "cannot install ${need[*]} (apt-get install failed: see above)"
+}
+
+# In the test guest (tests/vm: user-mode-linux or QEMU, `fv_runner=` on its kernel command line)?
+kcc_in_guest() { grep -q 'fv_runner=' /proc/cmdline 2>/dev/null; }
+
+# The guest has no network and no apt, and its image (tests/vm/setup) has no containerd: the host
+# downloads the packages once into the shared cache (kcc_prepare_guest, `deploy-e2e
+# --prepare-guest`), and each boot copies their binaries into the guest's /usr (an overlay with a
+# tmpfs upper dir: nothing survives the boot, and the cached image and its hash stay as they are).
+# openssl (for kcc_api_cert) comes the same way: the guest has libssl3, not the openssl binary.
+KCC_GUEST_PKGS=(containerd runc containernetworking-plugins openssl)
+KCC_GUEST_DIR="${FLEXVOL_CACHE:-/var/tmp/flexvol-cache}/guest-containers"
+KCC_GUEST_FILES=(usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/ctr usr/sbin/runc
+	usr/lib/cni/bridge usr/lib/cni/host-local usr/lib/cni/loopback usr/bin/openssl etc/ssl/openssl.cnf)
+
+# kcc_prepare_guest (on the host): the packages' binaries under KCC_GUEST_DIR/root (from the same
+# apt mirror and versions as the host's), and the busybox-static package for the images.
+kcc_prepare_guest() {
+	local f ok=1
+	for f in "${KCC_GUEST_FILES[@]}"; do [ -f "$KCC_GUEST_DIR/root/$f" ] || ok=""; done
+	if [ -z "$ok" ]; then
+		kcc_log "downloading ${KCC_GUEST_PKGS[*]} for the guest into $KCC_GUEST_DIR"
+		rm -rf "$KCC_GUEST_DIR/debs" "$KCC_GUEST_DIR/root.tmp"
+		mkdir -p "$KCC_GUEST_DIR/debs" "$KCC_GUEST_DIR/root.tmp"
+		chmod 0755 "$KCC_GUEST_DIR/debs"
+		(cd "$KCC_GUEST_DIR/debs" && timeout 300 bash -c 'source "$1"; shift; apt_ensure_known "$@" && apt_retry -q download "$@"' \
+			_ "$KC_REPO/tests/lib/apt.sh" "${KCC_GUEST_PKGS[@]}") >&2 ||
+			kc_fail "apt-get download ${KCC_GUEST_PKGS[*]} failed"
+		for f in "$KCC_GUEST_DIR"/debs/*.deb; do
+			dpkg-deb -x "$f" "$KCC_GUEST_DIR/debs/x" || kc_fail "dpkg-deb -x $f failed"
+		done
+		for f in "${KCC_GUEST_FILES[@]}"; do # only what the cluster runs (~70 of the 150 MB)
+			[ -f "$KCC_GUEST_DIR/debs/x/$f" ] || kc_fail "the packages ${KCC_GUEST_PKGS[*]} have no $f"
+			mkdir -p "$KCC_GUEST_DIR/root.tmp/$(dirname "$f")"
+			cp "$KCC_GUEST_DIR/debs/x/$f" "$KCC_GUEST_DIR/root.tmp/$f"
+		done
+		rm -rf "$KCC_GUEST_DIR/root"
+		mv "$KCC_GUEST_DIR/root.tmp" "$KCC_GUEST_DIR/root"
+		rm -rf "$KCC_GUEST_DIR/debs"
+	fi
+	kcc_busybox_deb >/dev/null
+}
+
+# kcc_guest_packages (in the guest): copy the prepared binaries into /usr.
+kcc_guest_packages() {
+	local f
+	for f in "${KCC_GUEST_FILES[@]}"; do
+		[ -f "$KCC_GUEST_DIR/root/$f" ] ||
+			kc_fail "no $KCC_GUEST_DIR/root/$f: run \`tests/cluster/deploy-e2e --prepare-guest\` on the host before booting the guest"
+		mkdir -p "/$(dirname "$f")"
+		cp "$KCC_GUEST_DIR/root/$f" "/$f" || kc_fail "cannot copy $f into the guest's /usr"
+	done
+	[ -e /usr/lib/ssl/openssl.cnf ] || { mkdir -p /usr/lib/ssl && ln -s /etc/ssl/openssl.cnf /usr/lib/ssl/openssl.cnf; }
+	modprobe -a overlay veth bridge 2>/dev/null || kc_fail "modprobe overlay veth bridge failed in the guest"
+}
+
+# kcc_busybox_deb: Debian's busybox-static package in the cache (downloaded once, not installed).
+kcc_busybox_deb() {
+	local deb
+	deb="$(ls "$KCC_CACHE"/busybox-static_*.deb 2>/dev/null | head -n1 || true)"
+	if [ -z "$deb" ]; then
+		kcc_in_guest && kc_fail "no busybox-static package in $KCC_CACHE: run \`tests/cluster/deploy-e2e --prepare-guest\` on the host first"
+		mkdir -p "$KCC_CACHE"
+		# shellcheck source=../lib/apt.sh
+		source "$KC_REPO/tests/lib/apt.sh"
+		(cd "$KCC_CACHE" && chmod 0755 . && timeout 300 bash -c 'source "$1"; apt_retry download busybox-static' _ "$KC_REPO/tests/lib/apt.sh") >&2 ||
+			kc_fail "apt-get download busybox-static failed"
+		deb="$(ls "$KCC_CACHE"/busybox-static_*.deb | head -n1)"
+		rm -rf "$KCC_CACHE/busybox-static"
+	fi
+	echo "$deb"
 }
 
 # kcc_image NAME TAG IMAGE.PY-ARGS...: the docker-archive of NAME:TAG, from the cache when the
@@ -92,15 +167,7 @@ kcc_images() {
 	mkdir -p "$KCC_CACHE"
 	# busybox from Debian's busybox-static (downloaded once, not installed).
 	local deb bb="$KCC_CACHE/busybox-static/bin/busybox"
-	deb="$(ls "$KCC_CACHE"/busybox-static_*.deb 2>/dev/null | head -n1 || true)"
-	if [ -z "$deb" ]; then
-		# shellcheck source=../lib/apt.sh
-		source "$KC_REPO/tests/lib/apt.sh"
-		(cd "$KCC_CACHE" && chmod 0755 . && timeout 300 bash -c 'source "$1"; apt_retry download busybox-static' _ "$KC_REPO/tests/lib/apt.sh") >&2 ||
-			kc_fail "apt-get download busybox-static failed"
-		deb="$(ls "$KCC_CACHE"/busybox-static_*.deb | head -n1)"
-		rm -rf "$KCC_CACHE/busybox-static"
-	fi
+	deb="$(kcc_busybox_deb)"
 	if [ ! -x "$bb" ]; then
 		rm -rf "$KCC_CACHE/busybox-static"
 		dpkg-deb -x "$deb" "$KCC_CACHE/busybox-static" || kc_fail "dpkg-deb -x $deb failed"
@@ -186,8 +253,10 @@ kcc_start_node() {
 	KCC_BRIDGES+=("$br")
 	# Containers without a cgroup parent from kubelet (--cgroups-per-qos=false) go under
 	# <controller>/k8s.io/<id>: note the parents that do not exist yet, to remove them at the end.
-	local cg
-	for cg in /sys/fs/cgroup/*/; do
+	local cg cgs=(/sys/fs/cgroup/*/)
+	# cgroup v2 (the guest): one hierarchy, the parent is /sys/fs/cgroup/k8s.io.
+	[ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ] || cgs=(/sys/fs/cgroup/)
+	for cg in "${cgs[@]}"; do
 		[ -d "${cg}k8s.io" ] || [[ " ${KCC_CGROUP_DIRS[*]} " == *" ${cg}k8s.io "* ]] || KCC_CGROUP_DIRS+=("${cg}k8s.io")
 	done
 	kc_write_state
@@ -231,7 +300,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$KC_DIR/bin/runc-oom-wrapper"
         Root = "$c/runc"
-        SystemdCgroup = false
+        SystemdCgroup = false$(kcc_in_guest && printf '\n        NoPivotRoot = true')
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$nd/cni/net.d"
