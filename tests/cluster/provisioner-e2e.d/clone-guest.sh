@@ -14,11 +14,14 @@
 #              pod deleted -> block copy, the clone's pod reads the data. All deleted -> no LV
 #              of ours left in the VG.
 #   nfs-clone  a claim of nfs-delete with files written on the export (a 20 MB file, a
-#              symlink); a writer appending to the source meanwhile -> the first copy is not
-#              kept ("changed while it was copied"); a copy made while the writer is held off
-#              is one moment of the source (its tick a prefix); writer stopped -> the clone's pod
-#              Running on the other node with the data, the symlink a symlink; a claim of another
-#              class naming the source -> refused; all deleted -> both directories gone.
+#              symlink); a writer on the server appending line N to `first`, then to
+#              `sub/second` (N = 1, 2, ...) while the clone is asked for -> either the copy is
+#              not kept ("changed while it was copied") or the kept copy is one moment of the
+#              source (first = 1..k, second = 1..k or 1..k-1, whole lines; the 20 MB file is
+#              copied between the two); whichever happens, the copy kept is checked so; writer
+#              stopped -> the clone's pod Running on the other node with the data, the symlink
+#              a symlink; a claim of another class naming the source -> refused; all deleted ->
+#              both directories gone.
 
 # clone_of NAME CLASS SOURCE SIZE [MODE]
 clone_of() {
@@ -130,16 +133,28 @@ scenario_nfs_clone() {
 	head -c 20000000 /dev/urandom >"$s/sub/blob"
 	ln -s /etc/hostname "$s/sub/out"
 	chown -R 1000:1000 "$s/proof" "$s/sub"
-	# A writer appends to the source without pause (a bash builtin loop on the server's side):
-	# a copy sees it change.
-	(while :; do echo x >>"$s/tick"; done) &
+	# A writer on the server's side (bash builtins: no fork per write, faster than a copy)
+	# appends line N to first, then line N to sub/second, N = 1, 2, ...: at any one moment the
+	# source holds first = 1..k and second = 1..k or 1..k-1. A copy takes first, then the 20 MB
+	# sub/blob, then sub/second (name order), so a copy torn by the writer has second ahead of
+	# first (or further behind).
+	(
+		n=0
+		while :; do
+			n=$((n + 1))
+			echo "$n" >>"$s/first"
+			echo "$n" >>"$s/sub/second"
+		done
+	) &
 	wpid=$!
+	sleep 1
 	clone_of c-nclone nfs-delete c-nsrc 64Mi ReadWriteMany
 	cpv="$(pv_of c-nclone)"
-	# A copy that sees the source change is not kept (event). The copy may also be made in a
-	# window in which the writer did not run (NFSv4.2 copies server-side in milliseconds, and the
-	# provisioner's read delegation of tick holds the server's local writer off until returned):
-	# then it is one moment of the source, checked below (tick a prefix of the source's).
+	# Either outcome is sound: the provisioner sees the source change during a copy and keeps
+	# nothing (event), or the copy is made in a window in which the writer did not run (NFSv4.2
+	# copies server-side in milliseconds; the provisioner's read delegation holds the server's
+	# local writer off until it is returned) and is one moment of the source: checked below,
+	# whichever copy was kept, whether or not the writer still ran when it was made.
 	nclone_settled() { lookup pv "$cpv" || has_event c-nclone "ProvisioningFailed: .*waiting: its source volume $spv changed while it was copied"; }
 	wait_until "c-nclone to wait for its changing source, or be copied" 60 nclone_settled
 	kill "$wpid"
@@ -156,7 +171,16 @@ scenario_nfs_clone() {
 	c="$NFS_EXPORT/default/c-nclone"
 	[ "$(cat "$c/proof")" = "written on the server" ] || fail "the NFS clone lacks the proof file"
 	cmp -s "$s/sub/blob" "$c/sub/blob" || fail "the NFS clone's blob differs"
-	cmp -s -n "$(stat -c %s "$c/tick")" "$c/tick" "$s/tick" || fail "the clone's tick is not a prefix of the source's: not one moment of it"
+	# One moment of the source: first = 1..k, second = 1..k or 1..k-1, whole lines.
+	local k j total
+	k="$(wc -l <"$c/first")"
+	j="$(wc -l <"$c/sub/second")"
+	total="$(wc -l <"$s/first")"
+	seq 1 "$k" | cmp -s - "$c/first" || fail "the clone's first is not lines 1..$k (a torn copy): $(tail -c 40 "$c/first" | tr '\n' ' ')"
+	seq 1 "$j" | cmp -s - "$c/sub/second" || fail "the clone's sub/second is not lines 1..$j (a torn copy): $(tail -c 40 "$c/sub/second" | tr '\n' ' ')"
+	[ "$j" -le "$k" ] && [ "$j" -ge $((k - 1)) ] || fail "the clone holds first 1..$k but sub/second 1..$j: not one moment of the source (a torn copy kept)"
+	[ "$k" -ge 1 ] && [ "$k" -le "$total" ] || fail "the clone's first has $k lines, the source's $total"
+	pass "nfs-clone: the kept copy is one moment of the source: first 1..$k, sub/second 1..$j (the writer made $total in all; $([ "$k" -lt "$total" ] && echo 'copied while it still ran' || echo 'copied after it stopped'))"
 	[ -L "$c/sub/out" ] && [ "$(readlink "$c/sub/out")" = /etc/hostname ] || fail "the symlink was not copied as a symlink: $(ls -l "$c/sub")"
 	[ "$(stat -c %u:%g "$c/sub/blob")" = 1000:1000 ] || fail "owner not kept: $(stat -c %u:%g "$c/sub/blob")"
 	marker_names "$c" "$cpv" || fail "the clone's marker is not its own"

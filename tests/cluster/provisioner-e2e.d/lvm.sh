@@ -4,7 +4,8 @@
 #
 #   lvm             claim (WaitForFirstConsumer) + pod -> LV on node-a tagged for the PV, PV flexvol/lvm
 #                   pinned to node-a, pod Running, a write through it lands on the LV (formatted by the
-#                   driver with the class's mkfsOptions); claim 64Mi -> 128Mi: LV and the mounted
+#                   driver with the class's mkfsOptions); `flexvol status --capacity` agrees with
+#                   vgs, vgReserve applied, node-b none (issue #24, 1); claim 64Mi -> 128Mi: LV and the mounted
 #                   filesystem grow; an inline pod naming the LV gets FailedMount (#20); claim deleted
 #                   -> LV and PV gone. Prints the PVC-to-Running time.
 #   lvm-reschedule  node-b picked (the operator labelled it by mistake) though its config grants no
@@ -103,6 +104,39 @@ lvmprov_setup() {
 	pass "lvm setup: VG $LVP_VG on $LVP_LOOP, granted by node-a's config only; node-a serves it and was labelled flexvol/lvm by the operator, node-b not"
 }
 
+# Issue #24, 1: `flexvol status --capacity` (the record the node publishes for the scheduler
+# extender, as the extender reads it) reports the VG as real lvm2 does: size and free as `vgs`
+# says; with lvm.vgReserve 100Mi in node-a's config (a copy, for this call only) what a new thick
+# volume may take is free - 100 MiB; node-b, whose config grants no VG, lists none. (The guest has
+# no jq: the text form is compared, each size as format_size writes it.)
+lvm_q() { # format_size of protocol::quantity: the largest binary unit that divides, else bytes
+	local b="$1" u s
+	for u in Ti:40 Gi:30 Mi:20 Ki:10; do
+		s="${u#*:}"
+		if [ "$b" != 0 ] && [ $((b % (1 << s))) = 0 ]; then
+			echo "$((b >> s))${u%%:*}"
+			return
+		fi
+	done
+	echo "$b"
+}
+lvm_capacity_checked() {
+	local cfg out vsize vfree want
+	cfg="$(kc_node_dir node-a)/flexvol-config.json"
+	read -r vsize vfree < <(lvm vgs --noheadings --units b --nosuffix -o vg_size,vg_free "$LVP_VG") || fail "vgs $LVP_VG"
+	[ "$vfree" -gt $((100 << 20)) ] && [ "$vfree" -lt "$vsize" ] || fail "vgs $LVP_VG: size '$vsize' free '$vfree' (the 64 MiB LV should be in it)"
+	sed 's/"lvm":{/"lvm":{"vgReserve":"100Mi",/' "$cfg" >"$cfg.cap" || fail "sed $cfg"
+	grep -q '"vgReserve":"100Mi"' "$cfg.cap" || fail "no lvm section to add vgReserve to in $cfg: $(cat "$cfg")"
+	out="$(FLEXVOL_CONFIG="$cfg.cap" "$KC_FLEXVOL" status --capacity node-a 2>&1)" || fail "flexvol status --capacity node-a failed: $out"
+	rm -f "$cfg.cap"
+	want="lvm $LVP_VG: $(lvm_q $((vfree - (100 << 20)))) for new thick volumes ($(lvm_q "$vfree") free - 100Mi vgReserve, of $(lvm_q "$vsize"))"
+	grep -qxF "$want" <<<"$out" || fail "flexvol status --capacity node-a does not say '$want' (vgs: size $vsize, free $vfree; vgReserve 100Mi): $out"
+	out="$(FLEXVOL_CONFIG="$(kc_node_dir node-b)/flexvol-config.json" "$KC_FLEXVOL" status --capacity node-b 2>&1)" || true
+	grep -qx "capacity of node node-b (record version [0-9]*)" <<<"$out" || fail "flexvol status --capacity node-b: $out"
+	! grep -q "^lvm " <<<"$out" || fail "node-b, whose config grants no VG, lists one: $out"
+	pass "lvm: flexvol status --capacity node-a says '$want' (as vgs measures $LVP_VG, with the 64 MiB LV in it, and vgReserve 100Mi applied); node-b lists no VG"
+}
+
 scenario_lvm() {
 	lvmprov_setup
 	local t0 secs pv d t fs_before fs_after lv_after
@@ -132,6 +166,7 @@ scenario_lvm() {
 	echo "written through p-lvm" >"$d/proof"
 	has_event c-lvm "ProvisioningSucceeded: flexvol provisioned volume $pv at $LVP_VG/$pv" || fail "no ProvisioningSucceeded on c-lvm: $(events_of c-lvm | tr '\n' '|')"
 	pass "lvm: PVC -> pod Running in $secs s on node-a (pod preferred node-b, which has no VG); LV $LVP_VG/$pv 64 MiB tagged flexvol.pv.$pv, formatted by the driver with the class's mkfsOptions; PV pinned to node-a; a write landed"
+	lvm_capacity_checked
 	echo "provisioner-e2e: TIME lvm pvc-to-running ${secs}s"
 
 	fs_before="$(df -m --output=size "$d" | tail -n1 | tr -d ' ')"
