@@ -69,19 +69,7 @@ pub fn run(a: &ControllerArgs) -> i32 {
         #[allow(clippy::exit)]
         std::process::exit(crate::provision::PANIC_EXIT_CODE)
     }));
-    {
-        use nix::sys::signal::{SigSet, Signal};
-        let mut set = SigSet::empty();
-        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-            set.add(s);
-        }
-        let _ = set.thread_unblock();
-    }
-    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("{LOG_TARGET}: {e}");
-        }
+    if !telemetry::start_daemon(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         return 2;
     }
     let rt = match tokio::runtime::Builder::new_current_thread()

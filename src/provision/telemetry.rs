@@ -91,6 +91,35 @@ pub fn init_logs(
     set.map_err(|e| format!("cannot set up logging: {e}"))
 }
 
+/// The start of a daemon command that keeps no signal thread (`flexvol controller`,
+/// `flexvol scheduler-extender`), after the caller has set its panic hook (whose log line must
+/// name the caller's own target): the termination signals that main() blocks for the driver verbs
+/// are unblocked (without it SIGTERM would wait for the kubelet's SIGKILL), and the logs are set
+/// up as [`init_logs`] does. `false` when logging cannot be set up, after saying why on stderr
+/// (there is no logger yet): the caller exits 2. Call it on the main thread before any other
+/// thread exists (threads inherit the signal mask).
+#[must_use]
+pub fn start_daemon(format: LogFormat, filter: Option<&str>, default_target: &str) -> bool {
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            set.add(s);
+        }
+        let _ = set.thread_unblock();
+    }
+    match init_logs(format, filter, default_target) {
+        Ok(()) => true,
+        Err(e) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("{default_target}: {e}");
+            }
+            false
+        }
+    }
+}
+
 /// Labels of an operation: `action`, `kind`, `outcome`.
 type OpLabels = [(&'static str, &'static str); 3];
 /// Labels of a capacity: `kind` and `pool` (a hostPath root's path or an LVM volume group).

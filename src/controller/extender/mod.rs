@@ -64,27 +64,14 @@ pub struct SchedulerExtenderArgs {
 /// Runs the extender until killed; the exit code on a fatal error.
 pub fn run(a: &SchedulerExtenderArgs) -> i32 {
     // As the controller: a panic is a log line and exit 70 (the DaemonSet restarts it; it holds
-    // nothing but caches); SIGTERM ends it at once (the binary's start blocks the termination
-    // signals for the driver's sake: without this, SIGTERM would be ignored until the kubelet's
-    // SIGKILL).
+    // nothing but caches); SIGTERM ends it at once (telemetry::start_daemon unblocks the
+    // termination signals the binary's start blocks for the driver's sake).
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(target: LOG_TARGET, "internal error ({info}); exiting, please report it with this log");
         #[allow(clippy::exit)]
         std::process::exit(crate::provision::PANIC_EXIT_CODE)
     }));
-    {
-        use nix::sys::signal::{SigSet, Signal};
-        let mut set = SigSet::empty();
-        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-            set.add(s);
-        }
-        let _ = set.thread_unblock();
-    }
-    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("{LOG_TARGET}: {e}");
-        }
+    if !telemetry::start_daemon(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         return 2;
     }
     let listener = match server::bind(a.listen) {
