@@ -3,33 +3,8 @@
 //! the node provisioner's ServiceAccount (rbac.yaml), and the Deployment runs one replica as
 //! `flexvol controller` with the token in its one container.
 
-use super::manifests::{granted, to_json};
-use serde_json::Value;
+use super::manifests::{deploy_docs as docs, granted, one};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use yaml_rust2::{Yaml, YamlLoader};
-
-fn docs(file: &str) -> Vec<Value> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("drivers/deploy")
-        .join(file);
-    let text = std::fs::read_to_string(&p).unwrap();
-    YamlLoader::load_from_str(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .iter()
-        .filter(|y| !matches!(y, Yaml::Null))
-        .map(to_json)
-        .collect()
-}
-
-fn one<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    let found: Vec<&Value> = docs
-        .iter()
-        .filter(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .collect();
-    assert_eq!(found.len(), 1, "{kind} {name}");
-    found[0]
-}
 
 #[test]
 fn contract_controller_token_is_exactly_its_calls_and_claim_delete_is_not_the_nodes() {

@@ -7,38 +7,12 @@
 //! kube-scheduler) points at the DaemonSet's address, with the verbs the server routes, and is
 //! `ignorable`.
 
-use super::manifests::{granted, to_json};
+use super::manifests::{deploy_docs as docs, deploy_file as file, granted, one, to_json};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use yaml_rust2::{Yaml, YamlLoader};
+use yaml_rust2::YamlLoader;
 
 type Rules = BTreeSet<(String, String, String)>;
-
-fn file(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("drivers/deploy")
-        .join(name);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn docs(name: &str) -> Vec<Value> {
-    YamlLoader::load_from_str(&file(name))
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-        .iter()
-        .filter(|y| !matches!(y, Yaml::Null))
-        .map(to_json)
-        .collect()
-}
-
-fn one<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    let found: Vec<&Value> = docs
-        .iter()
-        .filter(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .collect();
-    assert_eq!(found.len(), 1, "{kind} {name}");
-    found[0]
-}
 
 fn rules(list: &[(&str, &str, &str)]) -> Rules {
     list.iter()

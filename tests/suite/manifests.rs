@@ -34,6 +34,32 @@ pub(crate) fn to_json(y: &Yaml) -> Value {
     }
 }
 
+/// The text of `drivers/deploy/NAME`.
+pub(crate) fn deploy_file(name: &str) -> String {
+    let p = repo().join("drivers/deploy").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The documents of `drivers/deploy/NAME`, as JSON.
+pub(crate) fn deploy_docs(name: &str) -> Vec<Value> {
+    YamlLoader::load_from_str(&deploy_file(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .iter()
+        .filter(|y| !matches!(y, Yaml::Null))
+        .map(to_json)
+        .collect()
+}
+
+/// The one document of KIND named NAME (fails unless there is exactly one).
+pub(crate) fn one<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let found: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "{kind} {name}");
+    found[0]
+}
+
 fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let p = e.unwrap().path();
