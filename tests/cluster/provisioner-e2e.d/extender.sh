@@ -34,40 +34,6 @@ EXT_CTL_USER=system:serviceaccount:kube-system:flexvol-controller
 EXT_USER=system:serviceaccount:kube-system:flexvol-scheduler-extender
 MI=$((1 << 20))
 
-ext_can_i() { # USER VERB RESOURCE [FLAGS...]: yes or no, or fails
-	local who="$1" out rc=0
-	shift
-	out="$(kc_kubectl auth can-i "$@" --as "$who" 2>"$KC_DIR/can-i.err")" || rc=$?
-	case "$rc:$out" in
-	0:yes) echo yes ;;
-	1:no | "1:no - "*) echo no ;;
-	*) fail "kubectl auth can-i $* --as $who answered ($rc) '$out' $(cat "$KC_DIR/can-i.err")" ;;
-	esac
-}
-
-# ext_sa_kubeconfig SA FILE: a kubeconfig with the token of ServiceAccount kube-system/SA.
-ext_sa_kubeconfig() {
-	local secret token
-	wait_until "the token of ServiceAccount $1" 60 \
-		sh -c "[ -n \"\$('$KC_BIN/kubectl' --kubeconfig '$KC_DIR/admin.kubeconfig' -n kube-system get sa '$1' -o jsonpath='{.secrets[0].name}')\" ]"
-	secret="$(kc_kubectl -n kube-system get sa "$1" -o jsonpath='{.secrets[0].name}')"
-	token="$(kc_kubectl -n kube-system get secret "$secret" -o jsonpath='{.data.token}' | base64 -d)"
-	cat >"$2" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: flexvol
-  cluster: {server: "https://127.0.0.1:$(kc_port apiserver)", certificate-authority: "$KC_DIR/pki/ca.crt"}
-users:
-- name: $1
-  user: {token: "$token"}
-contexts:
-- name: flexvol
-  context: {cluster: flexvol, user: $1}
-current-context: flexvol
-EOF
-}
-
 ext_config() { # add | remove: the class's roots in both nodes' configs
 	local n cfg tmp
 	for n in node-a node-b; do
@@ -119,23 +85,23 @@ EOF
 ext_rbac() {
 	local v n=0 out
 	# The node provisioner (rbac.yaml): update of the records, nothing else there or elsewhere.
-	[ "$(ext_can_i "$SA_USER" update configmaps -n flexvol-capacity)" = yes ] || fail "rbac.yaml refuses the node's update of its capacity record"
+	[ "$(can_i_as "$SA_USER" update configmaps -n flexvol-capacity)" = yes ] || fail "rbac.yaml refuses the node's update of its capacity record"
 	for v in "get configmaps -n flexvol-capacity" "list configmaps -n flexvol-capacity" \
 		"watch configmaps -n flexvol-capacity" "create configmaps -n flexvol-capacity" \
 		"delete configmaps -n flexvol-capacity" "patch configmaps -n flexvol-capacity" \
 		"update configmaps -n kube-system" "update configmaps -n default" "delete namespaces"; do
 		# shellcheck disable=SC2086 # the words of one entry
-		[ "$(ext_can_i "$SA_USER" $v)" = no ] || fail "rbac.yaml lets the node provisioner '$v'"
+		[ "$(can_i_as "$SA_USER" $v)" = no ] || fail "rbac.yaml lets the node provisioner '$v'"
 		n=$((n + 1))
 	done
 	# The controller (controller.yaml): makes and removes the objects, never writes their contents.
 	for v in list create delete; do
-		[ "$(ext_can_i "$EXT_CTL_USER" "$v" configmaps -n flexvol-capacity)" = yes ] || fail "controller.yaml refuses '$v configmaps' in flexvol-capacity"
+		[ "$(can_i_as "$EXT_CTL_USER" "$v" configmaps -n flexvol-capacity)" = yes ] || fail "controller.yaml refuses '$v configmaps' in flexvol-capacity"
 		n=$((n + 1))
 	done
 	for v in "update configmaps -n flexvol-capacity" "patch configmaps -n flexvol-capacity" "create configmaps -n kube-system"; do
 		# shellcheck disable=SC2086
-		[ "$(ext_can_i "$EXT_CTL_USER" $v)" = no ] || fail "controller.yaml allows '$v'"
+		[ "$(can_i_as "$EXT_CTL_USER" $v)" = no ] || fail "controller.yaml allows '$v'"
 		n=$((n + 1))
 	done
 	# The extender (scheduler-extender.yaml): reads, writes nothing.
@@ -143,7 +109,7 @@ ext_rbac() {
 		"list storageclasses.storage.k8s.io" "watch storageclasses.storage.k8s.io" \
 		"list configmaps -n flexvol-capacity" "watch configmaps -n flexvol-capacity"; do
 		# shellcheck disable=SC2086
-		[ "$(ext_can_i "$EXT_USER" $v)" = yes ] || fail "scheduler-extender.yaml refuses '$v', which the extender calls"
+		[ "$(can_i_as "$EXT_USER" $v)" = yes ] || fail "scheduler-extender.yaml refuses '$v', which the extender calls"
 		n=$((n + 1))
 	done
 	for v in "update configmaps -n flexvol-capacity" "create configmaps -n flexvol-capacity" \
@@ -152,7 +118,7 @@ ext_rbac() {
 		"create pods --subresource=binding -n default" "patch nodes" "list secrets -A" \
 		"list configmaps -n kube-system"; do
 		# shellcheck disable=SC2086
-		[ "$(ext_can_i "$EXT_USER" $v)" = no ] || fail "scheduler-extender.yaml allows '$v'"
+		[ "$(can_i_as "$EXT_USER" $v)" = no ] || fail "scheduler-extender.yaml allows '$v'"
 		n=$((n + 1))
 	done
 	# A real request with the node's token: creating an object there is Forbidden.
@@ -191,8 +157,8 @@ EOF
 	kc_kubectl -n kube-system delete deployment flexvol-controller --wait=false >/dev/null || fail "delete the controller's Deployment"
 	kc_kubectl -n kube-system delete daemonset flexvol-scheduler-extender --wait=false >/dev/null || fail "delete the extender's DaemonSet"
 	ext_rbac
-	ext_sa_kubeconfig flexvol-controller "$KC_DIR/ext-controller.kubeconfig"
-	ext_sa_kubeconfig flexvol-scheduler-extender "$KC_DIR/ext-extender.kubeconfig"
+	sa_kubeconfig flexvol-controller "$KC_DIR/ext-controller.kubeconfig"
+	sa_kubeconfig flexvol-scheduler-extender "$KC_DIR/ext-extender.kubeconfig"
 
 	# The capacity objects, then the records.
 	t0="$(kl_now)"

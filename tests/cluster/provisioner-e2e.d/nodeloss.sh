@@ -51,40 +51,11 @@ start_controller() { # each start logs to a file of its own: controller-1.log, c
 		--kubeconfig "$KC_DIR/controller.kubeconfig" --resync-seconds 2
 }
 
-
-can_i_as() { # USER VERB RESOURCE [FLAGS...]: yes or no, or fails
-	local who="$1" out rc=0
-	shift
-	out="$(kc_kubectl auth can-i "$@" --as "$who" 2>"$KC_DIR/can-i.err")" || rc=$?
-	case "$rc:$out" in
-	0:yes) echo yes ;;
-	1:no | "1:no - "*) echo no ;;
-	*) fail "kubectl auth can-i $* --as $who answered ($rc) '$out' $(cat "$KC_DIR/can-i.err")" ;;
-	esac
-}
-
 nl_controller_setup() {
-	local secret token out v n=0
+	local out v n=0
 	out="$(kc_kubectl apply -f "$REPO/drivers/deploy/controller.yaml" 2>&1)" || fail "apply controller.yaml: $out"
 	kc_kubectl -n kube-system delete deployment flexvol-controller --wait=false >/dev/null || fail "delete the Deployment"
-	wait_until "the token of ServiceAccount flexvol-controller" 60 \
-		sh -c "[ -n \"\$('$KC_BIN/kubectl' --kubeconfig '$KC_DIR/admin.kubeconfig' -n kube-system get sa flexvol-controller -o jsonpath='{.secrets[0].name}')\" ]"
-	secret="$(kc_kubectl -n kube-system get sa flexvol-controller -o jsonpath='{.secrets[0].name}')"
-	token="$(kc_kubectl -n kube-system get secret "$secret" -o jsonpath='{.data.token}' | base64 -d)"
-	cat >"$KC_DIR/controller.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: flexvol
-  cluster: {server: "https://127.0.0.1:$(kc_port apiserver)", certificate-authority: "$KC_DIR/pki/ca.crt"}
-users:
-- name: flexvol-controller
-  user: {token: "$token"}
-contexts:
-- name: flexvol
-  context: {cluster: flexvol, user: flexvol-controller}
-current-context: flexvol
-EOF
+	sa_kubeconfig flexvol-controller "$KC_DIR/controller.kubeconfig"
 	# Its calls (src/controller/nodeloss.rs) and nothing near them.
 	for v in "list nodes" "get nodes" "list persistentvolumes" "get persistentvolumes" \
 		"patch persistentvolumes" "delete persistentvolumes" "get persistentvolumeclaims -n default" \
