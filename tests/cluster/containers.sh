@@ -168,9 +168,13 @@ kcc_images() {
 	# busybox from Debian's busybox-static (downloaded once, not installed).
 	local deb bb="$KCC_CACHE/busybox-static/bin/busybox"
 	deb="$(kcc_busybox_deb)"
-	if [ ! -x "$bb" ]; then
-		rm -rf "$KCC_CACHE/busybox-static"
-		dpkg-deb -x "$deb" "$KCC_CACHE/busybox-static" || kc_fail "dpkg-deb -x $deb failed"
+	if [ ! -x "$bb" ]; then # unpacked aside and renamed: the host and the guest may both get here
+		local tmp="$KCC_CACHE/busybox-static.$$"
+		rm -rf "$tmp"
+		dpkg-deb -x "$deb" "$tmp" || kc_fail "dpkg-deb -x $deb failed"
+		[ -x "$bb" ] || mv -T "$tmp" "$KCC_CACHE/busybox-static" 2>/dev/null || [ -x "$bb" ] ||
+			kc_fail "cannot move the unpacked busybox-static to $KCC_CACHE/busybox-static (remove it if it is a leftover)"
+		rm -rf "$tmp"
 	fi
 	local links=() applet
 	for applet in $("$bb" --list); do

@@ -165,7 +165,7 @@ def main():
     config_name = hashlib.sha256(config).hexdigest() + ".json"
     layer_name = diff_id[7:] + "/layer.tar"
     manifest = json.dumps([{"Config": config_name, "RepoTags": [a.tag], "Layers": [layer_name]}]).encode()
-    tmp = a.out + ".tmp"
+    tmp = "%s.%d.tmp" % (a.out, os.getpid())  # two builders of one image (host and guest) never share a file
     with tarfile.open(tmp, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, blob in ((config_name, config), (layer_name, data), ("manifest.json", manifest)):
             if "/" in name:
