@@ -138,9 +138,10 @@ scenario_nfs_clone() {
 	# source holds first = 1..k and second = 1..k or 1..k-1. A copy takes first, then the 20 MB
 	# sub/blob, then sub/second (name order), so a copy torn by the writer has second ahead of
 	# first (or further behind).
+	# It stops when killed below or, should a check fail first, when this script ($$) has exited.
 	(
 		n=0
-		while :; do
+		while kill -0 "$$" 2>/dev/null; do
 			n=$((n + 1))
 			echo "$n" >>"$s/first"
 			echo "$n" >>"$s/sub/second"
