@@ -184,7 +184,22 @@ kc_pid_ours() {
 	[[ "$cmd" == *"$KC_DIR"* ]]
 }
 
-# kc_stop_name NAME [GRACE]: SIGTERM, wait, SIGKILL; removes NAME from DIR/pids.
+# True when no thread of PID runs any more. kc_pid_ours is false as soon as the main thread is a
+# zombie, but the other threads of a multi-threaded daemon can still be exiting then, holding its
+# sockets: a restart on the same port would find it in use (seen under load: "Address already in
+# use" from a provisioner restarted at once).
+kc_pid_gone() {
+	local t st
+	for t in /proc/"$1"/task/*/stat; do
+		[ -r "$t" ] || continue
+		st="$({ sed 's/.*) //' "$t" | cut -d' ' -f1; } 2>/dev/null)" || continue
+		case "$st" in Z | X | "") ;; *) return 1 ;; esac
+	done
+	return 0
+}
+
+# kc_stop_name NAME [GRACE]: SIGTERM, wait, SIGKILL, wait until no thread of it runs (at most 10 s
+# more); removes NAME from DIR/pids.
 kc_stop_name() {
 	local name="$1" grace="${2:-10}" pid i
 	pid="$(kc_pid_of "$name")"
@@ -199,6 +214,10 @@ kc_stop_name() {
 			kill -KILL "$pid" 2>/dev/null || true
 			sleep 0.2
 		fi
+		for ((i = 0; i < 100; i++)); do
+			kc_pid_gone "$pid" && break
+			sleep 0.1
+		done
 	fi
 	awk -v n="$name" '$1 != n' "$KC_DIR/pids" >"$KC_DIR/pids.new" && mv -f "$KC_DIR/pids.new" "$KC_DIR/pids"
 }
