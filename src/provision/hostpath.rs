@@ -314,15 +314,9 @@ impl Provisioner for HostPathProvisioner {
                     annotations.insert(
                         ANN_CLONED_FROM.to_owned(),
                         format!(
-                            "{} ({} files, {} reflinked, {} bytes, {} dirs, {} symlinks, {} fifos, {} device nodes/sockets not copied)",
+                            "{} ({})",
                             src.unwrap_or_default(),
-                            c.files,
-                            c.reflinked,
-                            c.bytes,
-                            c.dirs,
-                            c.symlinks,
-                            c.fifos,
-                            c.skipped
+                            c.summary()
                         ),
                     );
                 }
@@ -403,6 +397,26 @@ impl Provisioner for HostPathProvisioner {
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
         let (existing, _) = usable_roots(&cfg.local_path.node_roots(node), false);
         finish_deletes(&existing).1
+    }
+
+    fn adopt(&self, cfg: &Config, pv: &PersistentVolume) -> Option<String> {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let (root, rel, path) = locate_pv(cfg, pv, "").ok()?;
+        let runner = (self.runner)(cfg);
+        // Asked only for an old volume whose marker names a project (never on the common path).
+        let project_ok = |id: u32| {
+            let support = super::quota::detect_with_tool(&*runner, &path);
+            matches!(
+                super::quota::checked_id(&*runner, &support, &path, id),
+                Ok(Some(_))
+            )
+        };
+        match super::volumedir::adopt_legacy(&root, &rel, &name, &claim_uid_of(pv), &project_ok) {
+            Ok(_) => None,
+            Err(e) => Some(format!(
+                "PV {name}: cannot write the ownership record of its old volume: {e}"
+            )),
+        }
     }
 }
 

@@ -342,6 +342,7 @@ pub async fn sweep<C: Cluster>(
             names.insert(name);
         }
         legacy_grants(&page, &rec.id, kinds, cfg, report);
+        rec.adopt_old_volumes(&page, cfg, report);
         token = next;
         if token.is_none() {
             break;

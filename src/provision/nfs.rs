@@ -905,10 +905,7 @@ impl Provisioner for NfsProvisioner {
         if let (Some(src), Some(c)) = (&source, copied) {
             annotations.insert(
                 cloning::ANN_CLONED_FROM.to_owned(),
-                format!(
-                    "{} ({} files, {} bytes, {} dirs, {} symlinks, {} fifos, {} device nodes/sockets not copied)",
-                    src.pv, c.files, c.bytes, c.dirs, c.symlinks, c.fifos, c.skipped
-                ),
+                format!("{} ({})", src.pv, c.summary()),
             );
         }
         Ok(Provisioned {

@@ -164,6 +164,14 @@ pub trait Provisioner {
 
     /// Finishes work a kill left half done (tombstones); returns failures for the log.
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String>;
+
+    /// Gives the volume of `pv` (a PV of this kind, of this node for a node-local kind) the
+    /// root-only ownership record it lacks when it was made before records existed
+    /// ([`super::volumedir::adopt_legacy`]); `Some` says what failed, for the log. The default:
+    /// nothing to adopt (a kind whose ownership is not kept in directory records).
+    fn adopt(&self, _cfg: &Config, _pv: &PersistentVolume) -> Option<String> {
+        None
+    }
 }
 
 /// The claim name a claim's `dataSource` asks to copy (`None`: no data source). Only

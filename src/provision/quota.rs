@@ -447,7 +447,7 @@ impl Outcome {
 
 /// [`detect`] for a volume directory, and whether the tool is there: a filesystem with quotas but
 /// no `xfs_quota` in the node's `toolDirs` cannot enforce anything.
-fn detect_with_tool(runner: &dyn Runner, dir: &Path) -> Support {
+pub(crate) fn detect_with_tool(runner: &dyn Runner, dir: &Path) -> Support {
     match detect(dir) {
         Support::Enforced(fs) if !runner.has_tool("xfs_quota") => Support::NotEnforced(format!(
             "{} enforces project quotas but xfs_quota is not installed in the node's toolDirs: install xfsprogs to enforce sizes",

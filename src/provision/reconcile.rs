@@ -539,6 +539,7 @@ impl<C: Cluster> Reconciler<C> {
             .filter_map(|v| v.metadata.name.clone())
             .collect();
         self.legacy_grants(&volumes, cfg, &mut report);
+        self.adopt_old_volumes(&volumes, cfg, &mut report);
         report
             .failed
             .extend(sweep_legacy_grants(&cfg.state_dir, &names));
@@ -1164,6 +1165,29 @@ impl<C: Cluster> Reconciler<C> {
     pub fn legacy_grants(&self, volumes: &[PersistentVolume], cfg: &Config, report: &mut Report) {
         let kinds: Vec<&'static Kind> = self.backends.iter().map(|b| b.kind()).collect();
         legacy_grants(volumes, &self.id, &kinds, cfg, report);
+    }
+
+    /// Also every pass and sweep, no API call: each PV of ours (of this node for a node-local
+    /// kind) made before root-only ownership records gets its record
+    /// ([`Provisioner::adopt`]), on the evidence of the PV itself. Costs one small read per PV
+    /// of a kind that keeps records; nothing for the others.
+    pub fn adopt_old_volumes(&self, volumes: &[PersistentVolume], cfg: &Config, report: &mut Report) {
+        for v in volumes {
+            let Some(by) = ann(&v.metadata, ANN_PROVISIONED_BY) else {
+                continue;
+            };
+            let Some(b) = self
+                .backends
+                .iter()
+                .find(|b| self.id.provisioner(b.kind().name) == by)
+            else {
+                continue;
+            };
+            if b.kind().node_local && ann(&v.metadata, ANN_NODE) != Some(self.id.node.as_str()) {
+                continue;
+            }
+            report.failed.extend(b.adopt(cfg, v));
+        }
     }
 
     /// Step 5: grows a Bound PV of ours whose claim asks for more than it has.

@@ -28,16 +28,21 @@
 //! relative to the root, and its device and inode: a directory is the PV's only when it is that
 //! very inode ([`DirState::Owned`]). The marker file [`MARKER`] in the directory still says the
 //! same (for people, and for older flexvol versions), but it lives in a directory the pod owns, so
-//! it decides nothing — except for **old volumes**, made before records existed: a marker and no
-//! record is [`DirState::Legacy`], still deleted and resized when the marker names the PV and its
-//! claim, while its `projectId` is used only after [`super::quota`] has checked that the directory
-//! really carries that project.
+//! it decides nothing. **Old volumes**, made before records existed (a marker and no record,
+//! [`DirState::Legacy`]), get their record once, on the provisioner's first pass after the
+//! upgrade ([`adopt_legacy`]: the PV read from the API server, whose path is that directory, is
+//! the evidence; the marker must agree on the PV and claim, and its `projectId` is kept only when
+//! the directory carries that project). Until then such a directory is deleted and resized only
+//! as its own PV's, its `projectId` used only after [`super::quota`] checked it. Nesting and the
+//! delete's tree check read records only: a marker file elsewhere — below a volume, above a new
+//! path — is the tenant's and is never read. Every read of a marker or record goes through the
+//! one file layer ([`crate::sys::dirfd::read_small`]: a regular file only, never blocking,
+//! bounded).
 //!
 //! Creating ([`create_volume_dir_as`]) never adopts anything: an existing directory at the target
 //! that is not the recorded one for this PV — empty or not, made by a pod's inline
 //! `DirectoryOrCreate` that may still have it mounted — is an error. The steps:
-//! 1. refuse a path inside or above another volume (by the records, and by old volumes' markers
-//!    above it): volumes never nest;
+//! 1. refuse a path inside or above another volume (by the records): volumes never nest;
 //! 2. missing parents are made root:root 0755 (never the class's owner: a tenant uid owning a
 //!    parent could rename its siblings' directories);
 //! 3. the directory is made under a private name in its parent, `.flexvol-new-<pv>` (on NFS, where
@@ -66,7 +71,7 @@
 //! marker) for that PV's claim. First the whole tree is walked ([`check_tree`], descriptors only,
 //! no symlink followed): a mount point anywhere inside (statx's mount-root attribute, another
 //! device, or `openat2(RESOLVE_NO_XDEV)` refusing to cross) or another volume's directory (its
-//! inode in another PV's record, or an old volume's marker naming another PV) fails the delete
+//! inode in another PV's record) fails the delete
 //! before anything is removed. Then the directory is renamed to `<root>/.flexvol-deleting-<pv>`
 //! (one atomic step that commits it) and removed by a descriptor-based walk that unlinks symlinks
 //! without following them and stops at any mount point or device change — so a mount that appears
@@ -368,23 +373,22 @@ pub enum DirState {
     Foreign(String),
 }
 
-/// Reads a small JSON file `name` in `dir` (no symlink followed), `None` when absent.
+/// The most a marker or a record may hold (they are a few hundred bytes).
+const MAX_JSON: u64 = 64 * 1024;
+
+/// Reads a small JSON file `name` in `dir` through the one file layer
+/// ([`dirfd::read_small`]: no symlink followed, a regular file only, never blocking, at most
+/// [`MAX_JSON`] bytes), `None` when absent.
 fn read_json<T: serde::de::DeserializeOwned>(
     dir: &impl AsFd,
     name: &str,
     what: &str,
 ) -> Result<Option<T>, String> {
-    let fd = match dirfd::open_file(dir, name) {
-        Ok(fd) => fd,
-        Err(nix::Error::ENOENT) => return Ok(None),
-        Err(e) => return Err(format!("its {what} {name} cannot be opened: {e}")),
+    let data = match dirfd::read_small(dir, name, MAX_JSON) {
+        Ok(Some(data)) => data,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("its {what} {name} cannot be read: {e}")),
     };
-    let mut data = Vec::new();
-    use std::io::Read;
-    std::fs::File::from(fd)
-        .take(64 * 1024)
-        .read_to_end(&mut data)
-        .map_err(|e| format!("its {what} {name} cannot be read: {e}"))?;
     serde_json::from_slice(&data)
         .map(Some)
         .map_err(|e| format!("its {what} {name} is not flexvol's: {e}"))
@@ -394,13 +398,10 @@ fn read_marker(dir: &OwnedFd) -> Result<Option<Marker>, String> {
     read_json(dir, MARKER, "marker")
 }
 
-/// The names in an open directory (read through its descriptor, so whatever its path names now
-/// does not matter), without `.` and `..`.
+/// The names in an open directory ([`dirfd::list`]: through its descriptor, so whatever its path
+/// names now does not matter), without `.` and `..`.
 fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<OsString>> {
-    let fd_dir = paths::fd_path(dir);
-    std::fs::read_dir(fd_dir)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect()
+    dirfd::list(dir).map_err(std::io::Error::from)
 }
 
 /// `<root>/.flexvol/volumes`, opened; created (mode 0700) when `create`. It is trusted only when
@@ -632,8 +633,8 @@ fn inspect_with(root: &Root, rel: &Path, records: &[Record]) -> DirState {
     }
 }
 
-/// Refuses a volume at `rel` inside or above another volume's directory (by the records, and
-/// by the markers of old volumes above it).
+/// Refuses a volume at `rel` inside or above another volume's directory, by the root-only
+/// records.
 fn check_nesting(root: &Root, rel: &Path, pv: &str, records: &[Record]) -> Result<(), String> {
     for r in records.iter().filter(|r| r.marker.volume != pv) {
         let other = Path::new(&r.path);
@@ -654,25 +655,9 @@ fn check_nesting(root: &Root, rel: &Path, pv: &str, records: &[Record]) -> Resul
             r.marker.claim
         ));
     }
-    for a in rel.ancestors().skip(1) {
-        if a.as_os_str().is_empty() {
-            break;
-        }
-        let Ok(fd) = open_dir(&root.real.join(a)) else {
-            continue;
-        };
-        if let Ok(Some(m)) = read_marker(&fd)
-            && m.volume != pv
-        {
-            return Err(format!(
-                "{} would be inside the directory of PV {} (claim {}/{}); volumes never nest: give the classes on this root patterns that cannot overlap",
-                root.real.join(rel).display(),
-                m.volume,
-                m.namespace,
-                m.claim
-            ));
-        }
-    }
+    // Only the root-only records decide: a marker in a directory above `rel` is a file its
+    // directory's owner wrote. Old volumes have their records since the provisioner's first pass
+    // ([`adopt_legacy`]).
     Ok(())
 }
 
@@ -933,6 +918,51 @@ pub fn locate<'a>(roots: &'a [Root], path: &Path) -> Option<(&'a Root, PathBuf)>
     })
 }
 
+/// Gives the old volume at `<root>/<rel>` — a [`MARKER`] and no record, made before records
+/// existed — its root-only record, once: only when its marker names PV `volume` and claim uid
+/// `claim_uid`, the PV the caller read from the API server and whose own path is this directory
+/// (that PV, which only the provisioner and cluster administrators write, is the evidence; the
+/// marker only has to agree with it). The marker's project ID is kept only when `project_ok`
+/// says the directory really carries it. `Ok(true)`: the record was written now; `Ok(false)`:
+/// nothing to adopt (recorded already, missing, or not this PV's). From then on nesting and
+/// deletion ([`check_nesting`], [`check_tree`]) see the volume by its record alone.
+pub fn adopt_legacy(
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+    claim_uid: &str,
+    project_ok: &dyn Fn(u32) -> bool,
+) -> Result<bool, String> {
+    // The common case, every pass for every volume: recorded already (one small read).
+    if read_record(root, volume)?.is_some() {
+        return Ok(false);
+    }
+    let records = read_records(root)?;
+    let DirState::Legacy(m) = inspect_with(root, rel, &records) else {
+        return Ok(false);
+    };
+    if m.volume != volume || m.claim_uid != claim_uid {
+        return Ok(false);
+    }
+    let path = root.real.join(rel);
+    let dir = open_dir(&path).map_err(|e| format!("{} cannot be opened: {e}", path.display()))?;
+    let (dev, ino) = dev_ino(&dir).map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    let rel_s = rel
+        .to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", path.display()))?;
+    let rec = Record {
+        marker: Marker {
+            project_id: m.project_id.filter(|id| project_ok(*id)),
+            ..m
+        },
+        path: rel_s.to_owned(),
+        new_name: format!("{NEW_PREFIX}{volume}"),
+        dev,
+        ino,
+    };
+    link_record(root, &rec)
+}
+
 /// Whether `state` is the directory of PV `volume` of claim uid `claim_uid` — the one "is this
 /// directory ours" check of every delete, archive and resize; `Err` says why not, ending with
 /// `left`: [`ProvisionError::NotFound`] when nothing is there, [`ProvisionError::Refused`] when
@@ -1076,8 +1106,8 @@ fn top_dev(dir: &OwnedFd) -> Result<(u32, u32), String> {
 
 /// Walks the volume directory `dir` (at `path`) before it is deleted: fails if anything inside
 /// is a mount point (statx's mount-root attribute, or another device), or is another volume's
-/// directory (its device and inode in another PV's record, or an old volume's marker naming
-/// another PV). Never follows a symlink; nothing is changed.
+/// directory (its device and inode in another PV's root-only record; a marker file inside the
+/// tree is the tenant's and is never read). Never follows a symlink; nothing is changed.
 pub fn check_tree(
     dir: &OwnedFd,
     path: &Path,
@@ -1094,7 +1124,7 @@ pub fn check_tree(
         .iter()
         .filter(|r| r.marker.volume != volume)
         .collect();
-    walk_tree(dir, path, dev, 0, &mut |d, p, top| {
+    walk_tree(dir, path, dev, 0, &mut |d, p, _top| {
         let id = dev_ino(d).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         if let Some(r) = others.iter().find(|r| r.names(id, Some(tree_dev))) {
             return Err(format!(
@@ -1104,17 +1134,8 @@ pub fn check_tree(
                 p.display()
             ));
         }
-        if !top
-            && let Ok(Some(m)) = read_marker(d)
-            && m.volume != volume
-        {
-            return Err(format!(
-                "{} holds the directory of PV {} ({}), another volume",
-                path.display(),
-                m.volume,
-                p.display()
-            ));
-        }
+        // A marker file below the top decides nothing: the pod owns it (and could plant one
+        // naming any PV to make its own volume undeletable, or a FIFO under that name).
         Ok(())
     })
 }

@@ -1,22 +1,39 @@
-//! Working beneath an open directory: the descriptor-relative file system calls the
-//! marked-directory library ([`crate::provision::volumedir`]), the NFS provisioner and the project
-//! quotas make, as small functions over `nix`/`rustix`.
+//! The one file layer for anything a tenant can name: every open, read, listing, walk step and
+//! delete below a volume directory or a root (a hostPath root, an NFS export) that root makes
+//! goes through these descriptor-relative functions, over `nix`/`rustix`. The marked-directory
+//! library ([`crate::provision::volumedir`]), clones ([`crate::provision::cloning::copy`]), the
+//! NFS provisioner and the project quotas are its callers; `tests/suite/lints.rs` fails if a
+//! module of the provisioner opens, reads or lists a file by other means.
 //!
-//! Safety rules: every open below a directory descriptor resolves with `RESOLVE_NO_SYMLINKS |
-//! RESOLVE_BENEATH` (a symlink anywhere in `name`, or `..` out of the directory, fails instead of
-//! being followed), a child directory is opened also with `RESOLVE_NO_XDEV` (a mount point there
-//! answers `EXDEV`), stats never follow a symlink, and [`rename_noreplace`] never replaces
-//! anything but (where the kernel cannot do it atomically) an empty directory — see its doc.
+//! Safety rules (a pod owns everything inside its volume: it can plant symlinks, hard links,
+//! FIFOs and device nodes there and swap them with `renameat2(RENAME_EXCHANGE)` between any two
+//! of our calls):
+//! - every open below a directory descriptor resolves with `RESOLVE_NO_SYMLINKS |
+//!   RESOLVE_BENEATH` (a symlink anywhere in `name`, or `..` out of the directory, fails instead
+//!   of being followed); a child directory and a file to read are opened also with
+//!   `RESOLVE_NO_XDEV` (a mount point there answers `EXDEV`);
+//! - a file is read only through [`open_regular`]: opened `O_PATH` first (which runs no driver's
+//!   `open`: a planted device node such as a watchdog is never opened), its type checked with
+//!   `fstat` (a regular file, nothing else) and, where the caller saw it before, its `(dev, ino)`;
+//!   only then reopened for reading, `O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`, and checked
+//!   again to be the same inode. So a FIFO never blocks us and a device is never read;
+//! - reads are bounded: [`read_small`] reads at most the size its caller allows (a marker or a
+//!   record is a few KiB); a copy reads at most the size `lstat` gave ([`crate::provision::cloning::copy`]);
+//!   nothing here reads "to EOF" from anything but a regular file it has verified;
+//! - stats never follow a symlink, and [`rename_noreplace`] never replaces anything but (where the
+//!   kernel cannot do it atomically) an empty directory — see its doc.
 //!
 //! Caller contract: errors are returned as the kernel gave them (`nix::Error`, or rustix's
-//! `Errno` for `statx` and the flags ioctl), for the caller to turn into a message; nothing here
-//! logs or retries.
+//! `Errno` for `statx` and the flags ioctl), or as a [`SafeError`] that says what was found
+//! instead of what was expected, for the caller to turn into a message; nothing here logs or
+//! retries.
 
 use nix::NixPath;
 use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag, openat2, renameat, renameat2};
 use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
@@ -38,12 +55,150 @@ pub fn open_child_dir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Re
     openat2(dir.as_fd(), name, how)
 }
 
-/// Opens the file `name` inside `dir` for reading (no symlink, not outside `dir`).
-pub fn open_file<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<OwnedFd> {
+/// Why a name a tenant controls was not opened or read as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SafeError {
+    /// The kernel's answer (`ENOENT`, `ELOOP` for a symlink, `EXDEV` for a mount point, ...).
+    #[error("{0}")]
+    Sys(#[from] nix::Error),
+    /// Something other than the kind asked for is there (a FIFO, a device node, a socket...).
+    #[error("it is a {found}, not a {wanted}")]
+    WrongType {
+        /// What is there.
+        found: &'static str,
+        /// What was asked for.
+        wanted: &'static str,
+    },
+    /// It is not the inode the caller saw before: it was replaced meanwhile.
+    #[error("it was replaced while flexvol worked on it")]
+    Replaced,
+    /// It holds more than the caller allows.
+    #[error("it is larger than {max} bytes")]
+    TooLarge {
+        /// The bound.
+        max: u64,
+    },
+}
+
+/// What a `st_mode` says an entry is, for messages.
+pub fn kind_name(mode: u32) -> &'static str {
+    match mode & nix::libc::S_IFMT {
+        nix::libc::S_IFREG => "regular file",
+        nix::libc::S_IFDIR => "directory",
+        nix::libc::S_IFLNK => "symlink",
+        nix::libc::S_IFIFO => "FIFO",
+        nix::libc::S_IFSOCK => "socket",
+        nix::libc::S_IFBLK => "block device",
+        nix::libc::S_IFCHR => "character device",
+        _ => "file of unknown type",
+    }
+}
+
+/// Opens the regular file `name` inside `dir` for reading: no symlink anywhere, not outside
+/// `dir`, not across a mount; never opening anything but a regular file (see the module's safety
+/// rules: `O_PATH`, `fstat`, then a checked reopen with `O_NONBLOCK | O_NOCTTY`); and, with
+/// `expect`, only the very inode `(dev, ino)` the caller saw ([`SafeError::Replaced`] otherwise).
+pub fn open_regular<P: ?Sized + NixPath>(
+    dir: &impl AsFd,
+    name: &P,
+    expect: Option<(u64, u64)>,
+) -> Result<OwnedFd, SafeError> {
     let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    openat2(dir.as_fd(), name, how)
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(
+            ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_XDEV,
+        );
+    let path = openat2(dir.as_fd(), name, how)?;
+    let st = stat(&path)?;
+    if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFREG {
+        return Err(SafeError::WrongType {
+            found: kind_name(st.st_mode),
+            wanted: "regular file",
+        });
+    }
+    let id = (st.st_dev, st.st_ino);
+    if expect.is_some_and(|want| want != id) {
+        return Err(SafeError::Replaced);
+    }
+    // The O_PATH descriptor pins the inode checked above: reopening it through its /proc entry
+    // opens that inode, whatever the name points at now.
+    let fd = nix::fcntl::open(
+        super::paths::fd_path(&path).as_path(),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let again = stat(&fd)?;
+    if (again.st_dev, again.st_ino) != id || again.st_mode & nix::libc::S_IFMT != nix::libc::S_IFREG
+    {
+        return Err(SafeError::Replaced);
+    }
+    Ok(fd)
+}
+
+/// Reads the small regular file `name` inside `dir` ([`open_regular`]'s rules), at most `max`
+/// bytes ([`SafeError::TooLarge`] past that); `Ok(None)` when it is absent.
+pub fn read_small<P: ?Sized + NixPath>(
+    dir: &impl AsFd,
+    name: &P,
+    max: u64,
+) -> Result<Option<Vec<u8>>, SafeError> {
+    let fd = match open_regular(dir, name, None) {
+        Ok(fd) => fd,
+        Err(SafeError::Sys(nix::Error::ENOENT)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = nix::unistd::read(&fd, &mut buf)?;
+        if n == 0 {
+            return Ok(Some(data));
+        }
+        data.extend_from_slice(buf.get(..n).unwrap_or_default());
+        if u64::try_from(data.len()).unwrap_or(u64::MAX) > max {
+            return Err(SafeError::TooLarge { max });
+        }
+    }
+}
+
+/// Opens the directory `name` inside `dir` ([`open_child_dir`]'s rules), only when it is the
+/// very inode `(dev, ino)` the caller saw ([`SafeError::Replaced`] otherwise).
+pub fn open_child_dir_as<P: ?Sized + NixPath>(
+    dir: &impl AsFd,
+    name: &P,
+    expect: (u64, u64),
+) -> Result<OwnedFd, SafeError> {
+    let fd = open_child_dir(dir, name)?;
+    if dev_ino(&fd)? != expect {
+        return Err(SafeError::Replaced);
+    }
+    Ok(fd)
+}
+
+/// The names in the open directory `dir`, without `.` and `..`, sorted. Read through a duplicate
+/// of the descriptor rewound to its start (so a directory can be listed twice), never through a
+/// path: whatever its name points at now does not matter.
+pub fn list(dir: &impl AsFd) -> nix::Result<Vec<OsString>> {
+    let dup = rustix::io::fcntl_dupfd_cloexec(dir, 0).map_err(rx)?;
+    rustix::fs::seek(&dup, rustix::fs::SeekFrom::Start(0)).map_err(rx)?;
+    let d = rustix::fs::Dir::new(dup).map_err(rx)?;
+    let mut out = Vec::new();
+    for e in d {
+        let e = e.map_err(rx)?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push(OsStr::from_bytes(n).to_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A rustix error as nix's (the same errno).
+pub fn rx(e: rustix::io::Errno) -> nix::Error {
+    nix::Error::from_raw(e.raw_os_error())
 }
 
 /// Creates the file `name` inside `dir` for writing with `mode`; `EEXIST` when anything is there.
@@ -269,7 +424,7 @@ mod tests {
             open_child_dir(&root, "l").is_err(),
             "a symlink is not followed"
         );
-        assert!(open_file(&root, "l/x").is_err(), "nor inside a path");
+        assert!(open_regular(&root, "l/x", None).is_err(), "nor inside a path");
         assert!(
             open_child_dir(&root, "../x").is_err(),
             "not outside the root"

@@ -12,8 +12,16 @@
 //!   preserved; directories get their mode after their contents are copied;
 //! - regular files are reflinked (`FICLONE`) where the filesystem can share extents (XFS with
 //!   reflink, btrfs), else copied with `copy_file_range`, else read and written;
-//! - FIFOs are recreated; device nodes and sockets are not (a clone never mints device access,
-//!   and a socket is meaningless without its server): they are counted and reported;
+//! - a copy carries regular files, directories and symlinks only: FIFOs, device nodes and sockets
+//!   are skipped (a clone never mints device access, a FIFO is a rendezvous with a process that is
+//!   not there, a socket is meaningless without its server), counted and named
+//!   ([`Copied::skipped_names`], for the claim's event);
+//! - a file is read only as the regular file `lstat` saw, through [`crate::sys::dirfd::open_regular`]
+//!   (`O_PATH`, type and `(dev, ino)` checked, then a non-blocking reopen), and at most the size
+//!   `lstat` gave; a directory is entered only as the inode `lstat` saw. So a name swapped between
+//!   our `lstat` and our open (say a pod's `renameat2(RENAME_EXCHANGE)` of a file with a device
+//!   node or a FIFO it made) fails the copy with [`CHANGED`] — the caller discards it — and never
+//!   has us open, block on or read what was swapped in;
 //! - hard links become separate files.
 //!
 //! Caller contract: `dst` is a fresh, empty directory of ours (only our marker in it) on the
@@ -25,13 +33,14 @@
 //! mean nothing in the source changed meanwhile (the NFS provisioner's check, for writers on
 //! other nodes).
 
-use crate::sys::dirfd::{create_new_file, open_child_dir, open_file};
+use crate::sys::dirfd::{
+    SafeError, create_new_file, kind_name, list, open_child_dir, open_child_dir_as, open_regular, rx,
+};
 use nix::fcntl::AtFlags;
-use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fchmodat, fstatat, mknodat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstatat};
 use nix::unistd::{Gid, Uid, fchown, fchownat};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -44,12 +53,41 @@ pub struct Copied {
     pub dirs: u64,
     /// Symlinks copied as symlinks.
     pub symlinks: u64,
-    /// FIFOs recreated.
-    pub fifos: u64,
-    /// Device nodes and sockets not copied.
+    /// FIFOs, device nodes and sockets not copied.
     pub skipped: u64,
+    /// The first [`NAMED_SKIPS`] of those, as `path (kind)`.
+    pub skipped_names: Vec<String>,
     /// Bytes of regular files.
     pub bytes: u64,
+}
+
+/// How many skipped entries [`Copied::skipped_names`] names.
+pub const NAMED_SKIPS: usize = 10;
+
+/// What a copy's error starts with when the source changed under it (an entry replaced between
+/// its `lstat` and its open): the copy is discarded and made again later.
+pub const CHANGED: &str = "the source changed during the copy";
+
+impl Copied {
+    /// What the copy did, for the clone's PV annotation and event: counts, and the special files
+    /// it left out by name.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} files, {} reflinked, {} bytes, {} dirs, {} symlinks",
+            self.files, self.reflinked, self.bytes, self.dirs, self.symlinks
+        );
+        if self.skipped > 0 {
+            s.push_str(&format!(
+                "; {} FIFOs, device nodes or sockets not copied: {}",
+                self.skipped,
+                self.skipped_names.join(", ")
+            ));
+            if self.skipped > u64::try_from(self.skipped_names.len()).unwrap_or(u64::MAX) {
+                s.push_str(", ...");
+            }
+        }
+        s
+    }
 }
 
 /// How deep a tree may be (a walk deeper than this fails instead of running out of descriptors).
@@ -58,8 +96,19 @@ pub const MAX_DEPTH: usize = 256;
 /// Copies the contents of the directory `src` into the directory `dst`, leaving out the names in
 /// `skip` at the top level (our marker). Errors name the path (relative to `src`) that failed.
 pub fn copy_tree(src: &OwnedFd, dst: &OwnedFd, skip: &[&str]) -> Result<Copied, String> {
+    copy_tree_with(src, dst, skip, &mut |_| {})
+}
+
+/// [`copy_tree`], calling `between` with each entry's relative path after its `lstat` and before
+/// it is opened (the tests' pause point, where a pod would swap the entry).
+fn copy_tree_with(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    skip: &[&str],
+    between: &mut dyn FnMut(&str),
+) -> Result<Copied, String> {
     let mut out = Copied::default();
-    copy_dir(src, dst, skip, &mut OsString::new(), 0, &mut out)?;
+    copy_dir(src, dst, skip, &mut OsString::new(), 0, &mut out, between)?;
     Ok(out)
 }
 
@@ -114,21 +163,7 @@ pub fn fingerprint(dir: &OwnedFd) -> Result<u64, String> {
 }
 
 fn names(dir: &OwnedFd) -> Result<Vec<OsString>, String> {
-    let dup = dir.try_clone().map_err(|e| e.to_string())?;
-    // A dup shares the directory's offset: from the start, so a directory can be listed twice
-    // (fingerprint, copy, fingerprint).
-    rustix::fs::seek(&dup, rustix::fs::SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-    let d = rustix::fs::Dir::new(dup).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    for e in d {
-        let e = e.map_err(|e| e.to_string())?;
-        let n = e.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            out.push(OsStr::from_bytes(n).to_owned());
-        }
-    }
-    out.sort();
-    Ok(out)
+    list(dir).map_err(|e| e.to_string())
 }
 
 fn at(rel: &OsString, name: &OsStr) -> String {
@@ -150,8 +185,8 @@ fn own(fd: &impl AsFd, st: &FileStat) -> nix::Result<()> {
     fchmod(fd.as_fd(), Mode::from_bits_truncate(st.st_mode & 0o7777))
 }
 
-/// [`own`]'s owner half for an entry of `dir` that is not opened (a symlink, a FIFO): never
-/// through a link.
+/// [`own`]'s owner half for an entry of `dir` that is not opened (a symlink): never through a
+/// link.
 fn own_at(dir: &OwnedFd, name: &OsStr, st: &FileStat) -> nix::Result<()> {
     fchownat(
         dir,
@@ -169,6 +204,7 @@ fn copy_dir(
     rel: &mut OsString,
     depth: usize,
     out: &mut Copied,
+    between: &mut dyn FnMut(&str),
 ) -> Result<(), String> {
     if depth > MAX_DEPTH {
         return Err(format!(
@@ -182,35 +218,43 @@ fn copy_dir(
         }
         let path = at(rel, &name);
         let fail = |what: &str, e: nix::Error| format!("cannot {what} {path}: {e}");
+        let safe = |e: SafeError| match e {
+            SafeError::Sys(nix::Error::EXDEV) => format!(
+                "{path} is a mount point: a clone copies its source's own filesystem only; unmount it"
+            ),
+            SafeError::Sys(e) => format!("cannot open {path}: {e}"),
+            e @ (SafeError::WrongType { .. } | SafeError::Replaced | SafeError::TooLarge { .. }) => {
+                format!("{CHANGED}: {path}: {e}")
+            }
+        };
         let st = fstatat(src, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
             .map_err(|e| fail("stat", e))?;
+        let seen = (st.st_dev, st.st_ino);
         let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
         if kind == SFlag::S_IFDIR {
-            let sub = open_child_dir(src, name.as_os_str()).map_err(|e| match e {
-                nix::Error::EXDEV => format!(
-                    "{path} is a mount point: a clone copies its source's own filesystem only; unmount it"
-                ),
-                e => fail("open", e),
-            })?;
+            between(&path);
+            let sub = open_child_dir_as(src, name.as_os_str(), seen).map_err(safe)?;
             // The directory is made 0700 and gets its mode once its contents are in (a 0500
             // directory could not be filled).
             crate::sys::dirfd::mkdir(dst, name.as_os_str(), 0o700).map_err(|e| fail("make", e))?;
             let new = open_child_dir(dst, name.as_os_str()).map_err(|e| fail("open new", e))?;
             out.dirs += 1;
             let mut sub_rel = OsString::from(&path);
-            copy_dir(&sub, &new, skip, &mut sub_rel, depth + 1, out)?;
+            copy_dir(&sub, &new, skip, &mut sub_rel, depth + 1, out, between)?;
             own(&new, &st).map_err(|e| fail("set the owner and mode of", e))?;
         } else if kind == SFlag::S_IFREG {
-            let from = open_file(src, name.as_os_str()).map_err(|e| fail("open", e))?;
+            between(&path);
+            let from = open_regular(src, name.as_os_str(), Some(seen)).map_err(safe)?;
             let to =
                 create_new_file(dst, name.as_os_str(), 0o600).map_err(|e| fail("create", e))?;
             let size = u64::try_from(st.st_size).unwrap_or(0);
-            if copy_file(&from, &to, size).map_err(|e| fail("copy", e))? {
+            let (copied, reflinked) = copy_file(&from, &to, size).map_err(|e| fail("copy", e))?;
+            if reflinked {
                 out.reflinked += 1;
             }
             own(&to, &st).map_err(|e| fail("set the owner and mode of", e))?;
             out.files += 1;
-            out.bytes += size;
+            out.bytes += copied;
         } else if kind == SFlag::S_IFLNK {
             let target = rustix::fs::readlinkat(src, name.as_os_str(), Vec::new())
                 .map_err(|e| fail("read the link", rx(e)))?;
@@ -218,40 +262,26 @@ fn copy_dir(
                 .map_err(|e| fail("make the link", rx(e)))?;
             own_at(dst, name.as_os_str(), &st).map_err(|e| fail("set the owner of the link", e))?;
             out.symlinks += 1;
-        } else if kind == SFlag::S_IFIFO {
-            mknodat(
-                dst,
-                name.as_os_str(),
-                SFlag::S_IFIFO,
-                Mode::from_bits_truncate(0o600),
-                0,
-            )
-            .map_err(|e| fail("make the fifo", e))?;
-            own_at(dst, name.as_os_str(), &st).map_err(|e| fail("set the owner of the fifo", e))?;
-            fchmodat(
-                dst,
-                name.as_os_str(),
-                Mode::from_bits_truncate(st.st_mode & 0o7777),
-                nix::sys::stat::FchmodatFlags::FollowSymlink,
-            )
-            .map_err(|e| fail("set the mode of the fifo", e))?;
-            out.fifos += 1;
         } else {
+            // A FIFO, a device node or a socket: never opened, never recreated.
             out.skipped += 1;
+            if out.skipped_names.len() < NAMED_SKIPS {
+                out.skipped_names
+                    .push(format!("{path:?} ({})", kind_name(st.st_mode)));
+            }
         }
     }
     Ok(())
 }
 
-/// A rustix error as nix's (the same errno).
-fn rx(e: rustix::io::Errno) -> nix::Error {
-    nix::Error::from_raw(e.raw_os_error())
-}
-
-/// Copies the regular file `from` into the empty file `to`; `true` when reflinked.
-fn copy_file(from: &OwnedFd, to: &OwnedFd, size: u64) -> nix::Result<bool> {
+/// Copies at most `size` bytes of the regular file `from` into the empty file `to` (a file that
+/// grew after its `lstat` is copied as it was then, never read to its end); returns the bytes
+/// copied and whether it was reflinked.
+fn copy_file(from: &OwnedFd, to: &OwnedFd, size: u64) -> nix::Result<(u64, bool)> {
     if size > 0 && rustix::fs::ioctl_ficlone(to, from).is_ok() {
-        return Ok(true);
+        // A reflink shares the whole file as it is now: cut it back to the size seen.
+        rustix::fs::ftruncate(to, size).map_err(rx)?;
+        return Ok((size, true));
     }
     let mut left = size;
     let mut fallback = false;
@@ -276,25 +306,29 @@ fn copy_file(from: &OwnedFd, to: &OwnedFd, size: u64) -> nix::Result<bool> {
     }
     if fallback {
         let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = nix::unistd::read(from, &mut buf)?;
+        while left > 0 {
+            let want = usize::try_from(left.min(1 << 20)).unwrap_or(1 << 20);
+            let n = nix::unistd::read(from, buf.get_mut(..want).unwrap_or_default())?;
             if n == 0 {
                 break;
             }
+            let chunk = buf.get(..n).unwrap_or_default();
             let mut w = 0;
             while w < n {
-                w += nix::unistd::write(to, &buf[w..n])?;
+                w += nix::unistd::write(to, chunk.get(w..).unwrap_or_default())?;
             }
+            left = left.saturating_sub(u64::try_from(n).unwrap_or(u64::MAX));
         }
     }
-    Ok(false)
+    Ok((size.saturating_sub(left), false))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sys::dirfd::open_dir;
-    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    use nix::sys::stat::mknodat;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::Path;
 
     fn copy(src: &Path, dst: &Path) -> Result<Copied, String> {
@@ -367,15 +401,22 @@ mod tests {
         std::fs::write(src.join("ro/f"), b"x").unwrap();
         std::fs::set_permissions(src.join("ro"), PermissionsExt::from_mode(0o500)).unwrap();
         nix::unistd::mkfifo(&src.join("fifo"), Mode::from_bits_truncate(0o620)).unwrap();
-        std::fs::set_permissions(src.join("fifo"), PermissionsExt::from_mode(0o620)).unwrap();
         let _sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
 
         let c = copy(&src, &dst).unwrap();
         assert_eq!(
-            (c.files, c.dirs, c.symlinks, c.fifos, c.skipped, c.bytes),
-            (3, 3, 2, 1, 1, 300_001),
+            (c.files, c.dirs, c.symlinks, c.skipped, c.bytes),
+            (3, 3, 2, 2, 300_001),
             "{c:?}"
         );
+        assert_eq!(
+            c.skipped_names,
+            ["\"fifo\" (FIFO)", "\"sock\" (socket)"],
+            "special files are named, never copied"
+        );
+        assert!(c.summary().ends_with(
+            "; 2 FIFOs, device nodes or sockets not copied: \"fifo\" (FIFO), \"sock\" (socket)"
+        ));
         assert!(
             !dst.join(".marker").exists(),
             "the source's marker is not copied"
@@ -389,13 +430,7 @@ mod tests {
         assert_eq!(mode(&dst.join("a/b/data")), 0o640);
         assert_eq!(mode(&dst.join("a")), 0o2750);
         assert_eq!(mode(&dst.join("ro")), 0o500);
-        assert_eq!(mode(&dst.join("fifo")), 0o620);
-        assert!(
-            std::fs::symlink_metadata(dst.join("fifo"))
-                .unwrap()
-                .file_type()
-                .is_fifo()
-        );
+        assert!(!dst.join("fifo").exists(), "a FIFO is not copied");
         assert!(!dst.join("sock").exists(), "a socket is not copied");
         // Links stay links with the same text; no byte of what they point at is copied.
         for (l, t) in [
@@ -504,5 +539,133 @@ mod tests {
         let e = e.unwrap_err();
         assert!(e.contains("sub/mnt is a mount point"), "{e}");
         assert!(!d.join("dst2/sub/mnt/other-fs").exists());
+    }
+
+    /// The copy of `src` into a fresh `dst` with `swap` run between the `lstat` and the open of
+    /// the entry `at`, in a thread: `None` when it has not returned within 10 s (a copy blocked
+    /// in `open` on a FIFO).
+    fn copy_racing(
+        src: &Path,
+        dst: &Path,
+        at: &'static str,
+        swap: impl FnOnce() + Send + 'static,
+    ) -> Option<Result<Copied, String>> {
+        std::fs::create_dir_all(dst).unwrap();
+        let (s, d) = (open_dir(src).unwrap(), open_dir(dst).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut swap = Some(swap);
+            let r = copy_tree_with(&s, &d, &[], &mut |p| {
+                if p == at
+                    && let Some(f) = swap.take()
+                {
+                    f();
+                }
+            });
+            let _ = tx.send(r);
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).ok()
+    }
+
+    /// `renameat2(RENAME_EXCHANGE)` of two names, as a pod swaps them.
+    fn exchange(a: &Path, b: &Path) {
+        nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            a,
+            nix::fcntl::AT_FDCWD,
+            b,
+            nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+        )
+        .unwrap();
+    }
+
+    /// Issue #32, 1: a pod swaps a regular file for a FIFO it made between our `lstat` and our
+    /// open. The copy neither blocks on the FIFO (the old open did, for ever) nor copies it: it
+    /// fails as changed, promptly. The same for a regular file swapped for another one (another
+    /// inode), and for a directory swapped for another directory.
+    #[test]
+    fn an_entry_swapped_between_lstat_and_open_fails_the_copy_and_nothing_blocks() {
+        let d = tempfile::tempdir().unwrap();
+        let d = d.path().canonicalize().unwrap();
+        let src = d.join("src");
+        std::fs::create_dir_all(src.join("dir")).unwrap();
+        std::fs::write(src.join("data"), b"hello").unwrap();
+        std::fs::create_dir_all(d.join("stash/dir")).unwrap();
+        nix::unistd::mkfifo(&d.join("stash/fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        std::fs::write(d.join("stash/other"), b"another file").unwrap();
+        for (n, (at, from)) in [("data", "fifo"), ("data", "other"), ("dir", "dir")]
+            .into_iter()
+            .enumerate()
+        {
+            let (a, b) = (d.join("stash").join(from), src.join(at));
+            let r = copy_racing(&src, &d.join(format!("dst{n}")), at, move || exchange(&a, &b))
+                .unwrap_or_else(|| panic!("the copy blocked on the {from} swapped in at {at}"));
+            let e = r.unwrap_err();
+            assert!(e.starts_with(CHANGED) && e.contains(at), "{e}");
+            // Swap back for the next round.
+            exchange(&d.join("stash").join(from), &src.join(at));
+        }
+        // Unraced, the same tree copies.
+        let c = copy(&src, &d.join("dst-ok")).unwrap();
+        assert_eq!((c.files, c.dirs, c.bytes), (1, 1, 5));
+    }
+
+    /// Issue #32, 1: a pod with `CAP_MKNOD` swaps a regular file of its volume for a device node
+    /// (here /dev/null's numbers; a real attack names the node's disk or another tenant's LV):
+    /// the copy never opens nor reads it, and fails as changed. The old copy read the device "to
+    /// EOF" into the tenant's clone.
+    #[test]
+    #[allow(clippy::print_stderr)] // says why it is skipped
+    fn a_device_node_swapped_in_is_never_read_into_the_clone() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root (mknod)");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let d = d.path().canonicalize().unwrap();
+        let src = d.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::create_dir_all(d.join("stash")).unwrap();
+        std::fs::write(src.join("disk.img"), vec![1u8; 4096]).unwrap();
+        mknodat(
+            nix::fcntl::AT_FDCWD,
+            &d.join("stash/dev"),
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o600),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        let (a, b) = (d.join("stash/dev"), src.join("disk.img"));
+        let e = copy_racing(&src, &d.join("dst"), "disk.img", move || exchange(&a, &b))
+            .expect("the copy returns")
+            .unwrap_err();
+        assert!(
+            e.starts_with(CHANGED) && e.contains("character device"),
+            "{e}"
+        );
+        assert!(
+            std::fs::symlink_metadata(d.join("dst/disk.img")).is_err(),
+            "nothing was written for it"
+        );
+    }
+
+    /// A file that grows after its `lstat` is copied as it was then: never read to its end.
+    #[test]
+    fn a_file_is_read_at_most_to_the_size_seen() {
+        let d = tempfile::tempdir().unwrap();
+        let d = d.path().canonicalize().unwrap();
+        let src = d.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("log"), vec![b'a'; 1000]).unwrap();
+        let p = src.join("log");
+        let c = copy_racing(&src, &d.join("dst"), "log", move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+            f.write_all(&[b'b'; 5000]).unwrap();
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.bytes, 1000);
+        assert_eq!(std::fs::read(d.join("dst/log")).unwrap(), vec![b'a'; 1000]);
     }
 }

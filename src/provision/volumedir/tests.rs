@@ -364,11 +364,104 @@ fn volumes_never_nest() {
     create_volume_dir(&r, Path::new("team-c/db"), own, &marker("pvc-d", "ud")).unwrap();
     let e = create_volume_dir(&r, Path::new("team-c"), own, &marker("pvc-c", "uc")).unwrap_err();
     assert!(e.contains("contain the directory of PV pvc-d"), "{e}");
-    // An old volume (marker, no record) above counts too.
+    // An old volume (marker, no record) above counts once the provisioner's pass adopted it,
+    // on its PV's evidence: by its record, like any other.
     std::fs::create_dir(r.real.join("old")).unwrap();
     write_marker(&r.real.join("old"), &marker("pvc-old", "uo")).unwrap();
+    assert!(adopt_legacy(&r, Path::new("old"), "pvc-old", "uo", &|_| true).unwrap());
     let e = create_volume_dir(&r, Path::new("old/x"), own, &marker("pvc-e", "ue")).unwrap_err();
     assert!(e.contains("inside the directory of PV pvc-old"), "{e}");
+}
+
+/// Issue #32, 3: markers are files the pod owns. A plain marker naming another PV, planted in a
+/// subdirectory of a volume, no longer makes that volume undeletable (the old tree check
+/// refused the delete for ever); nor does one above a new volume's path decide its nesting.
+#[test]
+fn a_planted_marker_decides_nothing() {
+    let (_d, r) = root();
+    let own = Ownership::default();
+    create_volume_dir(&r, Path::new("a"), own, &marker("pvc-a", "ua")).unwrap();
+    create_volume_dir(&r, Path::new("victim"), own, &marker("pvc-v", "uv")).unwrap();
+    std::fs::create_dir(r.real.join("a/sub")).unwrap();
+    write_marker(&r.real.join("a/sub"), &marker("pvc-v", "uv")).unwrap();
+    std::fs::write(r.real.join("a/sub/data"), b"a's").unwrap();
+    assert_eq!(
+        delete_volume_dir(&r, Path::new("a"), "pvc-a", "ua").unwrap(),
+        Deleted::Removed
+    );
+    assert!(!r.real.join("a").exists());
+    assert!(r.real.join("victim").exists(), "the named PV is untouched");
+    // A marker in a directory a tenant made (say an inline volume's) above a new path.
+    std::fs::create_dir(r.real.join("squat")).unwrap();
+    write_marker(&r.real.join("squat"), &marker("pvc-v", "uv")).unwrap();
+    create_volume_dir(&r, Path::new("squat/new"), own, &marker("pvc-n", "un")).unwrap();
+}
+
+/// Issue #32, 2: a FIFO named like the marker in a subdirectory of a volume hung the delete's
+/// tree check in open(2) for ever (and every later pass of the node's provisioner). Now the
+/// delete ends, in a bounded time, with the tree removed; `scan` and `inspect` of a directory
+/// whose top marker is a FIFO end too, saying what it is.
+#[test]
+fn a_fifo_named_like_the_marker_blocks_nothing() {
+    let (_d, r) = root();
+    let own = Ownership::default();
+    create_volume_dir(&r, Path::new("a"), own, &marker("pvc-a", "ua")).unwrap();
+    std::fs::create_dir(r.real.join("a/sub")).unwrap();
+    nix::unistd::mkfifo(
+        &r.real.join("a/sub").join(MARKER),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    std::fs::create_dir(r.real.join("old")).unwrap();
+    nix::unistd::mkfifo(
+        &r.real.join("old").join(MARKER),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r2 = r.clone();
+    std::thread::spawn(move || {
+        let state = inspect(&r2, Path::new("old"));
+        let found = scan(std::slice::from_ref(&r2), SCAN_DEPTH).len();
+        let deleted = delete_volume_dir(&r2, Path::new("a"), "pvc-a", "ua");
+        let _ = tx.send((state, found, deleted));
+    });
+    let (state, found, deleted) = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("inspect, scan and delete return: nothing blocks on a FIFO");
+    assert!(
+        matches!(&state, DirState::Foreign(w) if w.contains("FIFO, not a regular file")),
+        "{state:?}"
+    );
+    assert_eq!(found, 1, "the one volume");
+    assert_eq!(deleted.unwrap(), Deleted::Removed);
+    assert!(!r.real.join("a").exists());
+}
+
+/// An old volume gets its record once, on the evidence of its PV (its own path, its marker
+/// agreeing on the PV and the claim): never for another PV or claim, never twice, and a project
+/// ID its marker claims is kept only when the directory carries it.
+#[test]
+fn an_old_volume_is_adopted_once_on_its_pvs_evidence() {
+    let (_d, r) = root();
+    let p = r.real.join("ns/old");
+    std::fs::create_dir_all(&p).unwrap();
+    let mut m = marker("pvc-old", "uo");
+    m.project_id = Some(0x4000_0010);
+    write_marker(&p, &m).unwrap();
+    assert!(!adopt_legacy(&r, Path::new("ns/old"), "pvc-x", "uo", &|_| true).unwrap());
+    assert!(!adopt_legacy(&r, Path::new("ns/old"), "pvc-old", "ux", &|_| true).unwrap());
+    assert!(matches!(inspect(&r, Path::new("ns/old")), DirState::Legacy(_)));
+    assert!(adopt_legacy(&r, Path::new("ns/old"), "pvc-old", "uo", &|_| false).unwrap());
+    let DirState::Owned(rec) = inspect(&r, Path::new("ns/old")) else {
+        panic!("adopted")
+    };
+    assert_eq!(rec.marker.project_id, None, "a project not proven is not kept");
+    assert!(!adopt_legacy(&r, Path::new("ns/old"), "pvc-old", "uo", &|_| true).unwrap());
+    assert_eq!(
+        delete_volume_dir(&r, Path::new("ns/old"), "pvc-old", "uo").unwrap(),
+        Deleted::Removed
+    );
 }
 
 #[test]
@@ -386,10 +479,11 @@ fn delete_refuses_a_tree_holding_another_volume() {
     assert!(e.contains("PV pvc-b"), "{e}");
     assert!(r.real.join("a/b/data").exists());
     assert!(r.real.join("a").join(MARKER).exists());
-    // An old volume's marker inside: refused too.
+    // An old volume inside, once adopted: refused too (by its record).
     std::fs::rename(r.real.join("a/b"), r.real.join("b")).unwrap();
     std::fs::create_dir(r.real.join("a/old")).unwrap();
     write_marker(&r.real.join("a/old"), &marker("pvc-old", "uo")).unwrap();
+    assert!(adopt_legacy(&r, Path::new("a/old"), "pvc-old", "uo", &|_| true).unwrap());
     let e = delete_volume_dir(&r, Path::new("a"), "pvc-a", "ua").unwrap_err();
     assert!(matches!(e, ProvisionError::Refused(_)), "{e:?}");
     let e = e.to_string();
