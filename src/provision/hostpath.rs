@@ -157,7 +157,13 @@ impl HostPathProvisioner {
             DirState::Owned(r) => Some((r.dev, r.ino)),
             _ => None,
         };
-        cloning::check_not_in_use(cfg, crate::backend::Backend::HostPath, &name, IN_USE)?;
+        cloning::check_not_in_use(
+            cfg,
+            crate::backend::Backend::HostPath,
+            &name,
+            &cloning::Source::Dir(&path),
+            IN_USE,
+        )?;
         Ok((root, rel, path, expect))
     }
 
@@ -287,7 +293,12 @@ impl Provisioner for HostPathProvisioner {
             // A clone an earlier pass made but may not have finished copying (the reconciler
             // read from the server that no PV exists for it, so no pod can use it; the driver's
             // records are asked too): removed, and copied again from the start.
-            match cloning::in_use(cfg, crate::backend::Backend::HostPath, req.pv_name) {
+            let own = root.real.join(&rel);
+            match cloning::in_use(
+                cfg,
+                crate::backend::Backend::HostPath,
+                &cloning::Source::Dir(&own),
+            ) {
                 Ok(None) => {}
                 Ok(Some(pod)) => {
                     return Err(Refusal::Fail(format!(
@@ -313,11 +324,7 @@ impl Provisioner for HostPathProvisioner {
                     let src = req.source.and_then(|v| v.metadata.name.clone());
                     annotations.insert(
                         ANN_CLONED_FROM.to_owned(),
-                        format!(
-                            "{} ({})",
-                            src.unwrap_or_default(),
-                            c.summary()
-                        ),
+                        format!("{} ({})", src.unwrap_or_default(), c.summary()),
                     );
                 }
                 Err(why) => {

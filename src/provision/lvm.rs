@@ -451,7 +451,16 @@ fn clone(
                     IN_USE,
                 ));
             }
-            super::cloning::check_not_in_use(ctx.config, Backend::Lvm, src_pv, IN_USE)?;
+            super::cloning::check_not_in_use(
+                ctx.config,
+                Backend::Lvm,
+                src_pv,
+                &super::cloning::Source::Lv {
+                    vg: &o.vg,
+                    lv: &src.lv_name,
+                },
+                IN_USE,
+            )?;
             match existing {
                 Some(row) if row.open() => {
                     return Err(Refusal::Fail(format!(

@@ -523,7 +523,17 @@ pub fn clone_source(
             full_share(&export, &rel)
         )));
     }
-    cloning::check_not_in_use(cfg, crate::backend::Backend::Nfs, &name, IN_USE)?;
+    let share = full_share(&export, &rel);
+    cloning::check_not_in_use(
+        cfg,
+        crate::backend::Backend::Nfs,
+        &name,
+        &cloning::Source::Nfs {
+            server: &server,
+            share: &share,
+        },
+        IN_USE,
+    )?;
     Ok(CloneSource {
         pv: name,
         claim_uid,

@@ -1171,7 +1171,12 @@ impl<C: Cluster> Reconciler<C> {
     /// kind) made before root-only ownership records gets its record
     /// ([`Provisioner::adopt`]), on the evidence of the PV itself. Costs one small read per PV
     /// of a kind that keeps records; nothing for the others.
-    pub fn adopt_old_volumes(&self, volumes: &[PersistentVolume], cfg: &Config, report: &mut Report) {
+    pub fn adopt_old_volumes(
+        &self,
+        volumes: &[PersistentVolume],
+        cfg: &Config,
+        report: &mut Report,
+    ) {
         for v in volumes {
             let Some(by) = ann(&v.metadata, ANN_PROVISIONED_BY) else {
                 continue;

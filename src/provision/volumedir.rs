@@ -946,7 +946,8 @@ pub fn adopt_legacy(
     }
     let path = root.real.join(rel);
     let dir = open_dir(&path).map_err(|e| format!("{} cannot be opened: {e}", path.display()))?;
-    let (dev, ino) = dev_ino(&dir).map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    let (dev, ino) =
+        dev_ino(&dir).map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
     let rel_s = rel
         .to_str()
         .ok_or_else(|| format!("{} is not UTF-8", path.display()))?;
@@ -1271,13 +1272,17 @@ fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), String> {
 pub fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
     let (mut done, mut errors) = (Vec::new(), Vec::new());
     for r in roots {
-        let Ok(entries) = std::fs::read_dir(&r.real) else {
+        let Ok(dir) = open_dir(&r.real) else {
             continue;
         };
-        for e in entries.flatten() {
-            let name = e.file_name();
+        let Ok(names) = dirfd::list(&dir) else {
+            continue;
+        };
+        for name in names {
             let Some(n) = name.to_str() else { continue };
-            if n.starts_with(TOMBSTONE_PREFIX) && e.file_type().is_ok_and(|t| t.is_dir()) {
+            if n.starts_with(TOMBSTONE_PREFIX)
+                && matches!(dirfd::entry(&dir, &name), Ok(Some(e)) if e.is_dir)
+            {
                 match remove_tombstone(r, n) {
                     Ok(()) => {
                         // Its record, if the kill came before the record went.
@@ -1312,18 +1317,26 @@ pub struct Found {
 /// and old ones with a marker and no record, up to `depth` levels below each root (patterns may
 /// nest directories). Never follows symlinks.
 pub fn scan(roots: &[Root], depth: usize) -> Vec<Found> {
-    fn walk(root: &Root, records: &[Record], rel: &Path, depth: usize, out: &mut Vec<Found>) {
-        let Ok(entries) = std::fs::read_dir(root.real.join(rel)) else {
+    fn walk(
+        root: &Root,
+        records: &[Record],
+        dir: &OwnedFd,
+        rel: &Path,
+        depth: usize,
+        out: &mut Vec<Found>,
+    ) {
+        // By descriptors: a directory swapped for a symlink meanwhile is never followed.
+        let Ok(names) = dirfd::list(dir) else {
             return;
         };
-        for e in entries.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue; // symlinks report as symlinks here, not directories
+        for name in names {
+            if !matches!(dirfd::entry(dir, &name), Ok(Some(e)) if e.is_dir) {
+                continue; // symlinks and files are not volumes
             }
-            if rel.as_os_str().is_empty() && e.file_name() == STATE_DIR {
+            if rel.as_os_str().is_empty() && name == STATE_DIR {
                 continue;
             }
-            let r = rel.join(e.file_name());
+            let r = rel.join(&name);
             match inspect_with(root, &r, records) {
                 DirState::Owned(rec) => out.push(Found {
                     path: root.real.join(&r),
@@ -1335,7 +1348,11 @@ pub fn scan(roots: &[Root], depth: usize) -> Vec<Found> {
                     marker,
                     recorded: false,
                 }),
-                _ if depth > 1 => walk(root, records, &r, depth - 1, out),
+                _ if depth > 1 => {
+                    if let Ok(child) = open_child_dir(dir, name.as_os_str()) {
+                        walk(root, records, &child, &r, depth - 1, out);
+                    }
+                }
                 _ => {}
             }
         }
@@ -1343,7 +1360,9 @@ pub fn scan(roots: &[Root], depth: usize) -> Vec<Found> {
     let mut out = Vec::new();
     for r in roots {
         let records = read_records(r).unwrap_or_default();
-        walk(r, &records, Path::new(""), depth, &mut out);
+        if let Ok(top) = open_dir(&r.real) {
+            walk(r, &records, &top, Path::new(""), depth, &mut out);
+        }
         // Recorded volumes deeper than `depth`.
         for rec in &records {
             let p = r.real.join(&rec.path);

@@ -33,8 +33,8 @@ use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag, openat2, ren
 use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Opens the directory `path` (canonical) with no symlink anywhere in it.
@@ -424,7 +424,10 @@ mod tests {
             open_child_dir(&root, "l").is_err(),
             "a symlink is not followed"
         );
-        assert!(open_regular(&root, "l/x", None).is_err(), "nor inside a path");
+        assert!(
+            open_regular(&root, "l/x", None).is_err(),
+            "nor inside a path"
+        );
         assert!(
             open_child_dir(&root, "../x").is_err(),
             "not outside the root"

@@ -392,3 +392,79 @@ fn contract_import_cycle_lint_finds_a_made_up_cycle() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].1, ["b", "b::x"]);
 }
+
+/// The product part of a source file: what comes before its `#[cfg(test)] mod`.
+fn product_part(text: &str) -> &str {
+    let cut = text
+        .match_indices("#[cfg(test)]")
+        .find(|(i, m)| text[i + m.len()..].trim_start().starts_with("mod "))
+        .map_or(text.len(), |(i, _)| i);
+    &text[..cut]
+}
+
+/// Issue #32: root opens, reads and lists a name a tenant controls only through the one file layer
+/// (`src/sys/dirfd.rs`: `O_PATH`, type and identity checked, non-blocking, bounded). The
+/// provisioner's rooms work below volumes and roots, so none of them may open, read or list a file
+/// by other means; the few that read root's own files (named here, each with its reason) are
+/// allowed those files. A new `std::fs::read`, `File::open`, `read_dir`, `openat2`... in
+/// `src/provision/` fails this until it goes through `dirfd` or is argued here.
+#[test]
+fn contract_tenant_files_only_through_the_one_file_layer() {
+    const FORBIDDEN: [&str; 10] = [
+        "File::open",
+        "OpenOptions",
+        "fs::read(",
+        "fs::read_to_string(",
+        "read_dir(",
+        "openat2(",
+        "fcntl::open(",
+        "fcntl::openat(",
+        "rustix::fs::open",
+        "fs::File::create",
+    ];
+    // (file, pattern, why it never touches a tenant's name).
+    const ALLOWED: [(&str, &str, &str); 3] = [
+        (
+            "provision/apiclient.rs",
+            "fs::read_to_string(",
+            "the ServiceAccount's namespace file kubelet projects into our own pod",
+        ),
+        (
+            "provision/reconcile.rs",
+            "read_dir(",
+            "<stateDir>/legacy-grants: root's own directory (0700), never below a volume",
+        ),
+        (
+            "provision/reconcile.rs",
+            "fs::read(",
+            "a legacy grant in <stateDir>/legacy-grants, root's own",
+        ),
+    ];
+    let mut bad = Vec::new();
+    for (rel, text) in src_files() {
+        if !rel.starts_with("provision/") || rel.ends_with("tests.rs") || rel.contains("/tests/") {
+            continue;
+        }
+        for (n, line) in product_part(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for f in FORBIDDEN {
+                if code.contains(f) && !ALLOWED.iter().any(|(a, p, _)| *a == rel && *p == f) {
+                    bad.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "open, read and list files below volumes and roots through crate::sys::dirfd only:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The lint above finds a made-up direct read, and ignores one in a comment or a test module.
+#[test]
+fn contract_tenant_file_lint_finds_a_made_up_read() {
+    let t = "fn f() { let _ = std::fs::read(p); }\n#[cfg(test)]\nmod tests { fn g() { std::fs::read(q); } }\n";
+    assert!(product_part(t).contains("fs::read("));
+    assert!(!product_part(t).contains("fs::read(q)"));
+}

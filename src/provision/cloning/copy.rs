@@ -34,7 +34,8 @@
 //! other nodes).
 
 use crate::sys::dirfd::{
-    SafeError, create_new_file, kind_name, list, open_child_dir, open_child_dir_as, open_regular, rx,
+    SafeError, create_new_file, kind_name, list, open_child_dir, open_child_dir_as, open_regular,
+    rx,
 };
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstatat};
@@ -223,7 +224,8 @@ fn copy_dir(
                 "{path} is a mount point: a clone copies its source's own filesystem only; unmount it"
             ),
             SafeError::Sys(e) => format!("cannot open {path}: {e}"),
-            e @ (SafeError::WrongType { .. } | SafeError::Replaced | SafeError::TooLarge { .. }) => {
+            e
+            @ (SafeError::WrongType { .. } | SafeError::Replaced | SafeError::TooLarge { .. }) => {
                 format!("{CHANGED}: {path}: {e}")
             }
         };
@@ -598,8 +600,10 @@ mod tests {
             .enumerate()
         {
             let (a, b) = (d.join("stash").join(from), src.join(at));
-            let r = copy_racing(&src, &d.join(format!("dst{n}")), at, move || exchange(&a, &b))
-                .unwrap_or_else(|| panic!("the copy blocked on the {from} swapped in at {at}"));
+            let r = copy_racing(&src, &d.join(format!("dst{n}")), at, move || {
+                exchange(&a, &b)
+            })
+            .unwrap_or_else(|| panic!("the copy blocked on the {from} swapped in at {at}"));
             let e = r.unwrap_err();
             assert!(e.starts_with(CHANGED) && e.contains(at), "{e}");
             // Swap back for the next round.

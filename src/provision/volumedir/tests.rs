@@ -451,12 +451,18 @@ fn an_old_volume_is_adopted_once_on_its_pvs_evidence() {
     write_marker(&p, &m).unwrap();
     assert!(!adopt_legacy(&r, Path::new("ns/old"), "pvc-x", "uo", &|_| true).unwrap());
     assert!(!adopt_legacy(&r, Path::new("ns/old"), "pvc-old", "ux", &|_| true).unwrap());
-    assert!(matches!(inspect(&r, Path::new("ns/old")), DirState::Legacy(_)));
+    assert!(matches!(
+        inspect(&r, Path::new("ns/old")),
+        DirState::Legacy(_)
+    ));
     assert!(adopt_legacy(&r, Path::new("ns/old"), "pvc-old", "uo", &|_| false).unwrap());
     let DirState::Owned(rec) = inspect(&r, Path::new("ns/old")) else {
         panic!("adopted")
     };
-    assert_eq!(rec.marker.project_id, None, "a project not proven is not kept");
+    assert_eq!(
+        rec.marker.project_id, None,
+        "a project not proven is not kept"
+    );
     assert!(!adopt_legacy(&r, Path::new("ns/old"), "pvc-old", "uo", &|_| true).unwrap());
     assert_eq!(
         delete_volume_dir(&r, Path::new("ns/old"), "pvc-old", "uo").unwrap(),
