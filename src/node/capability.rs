@@ -6,9 +6,18 @@
 //! drivers only to a call whose options carry [`OPTION`] with a valid token for that volume. A
 //! pod author writing an inline `flexVolume` can name the same path, LV or share, but cannot
 //! produce the token: it is an HMAC-SHA256 under a key only root on the nodes can read, over the
-//! kind, the PV's name and the volume's location ([`message`]). PVs are cluster-scoped and not
-//! readable by namespace users under Kubernetes' default RBAC, so the token does not leak through
-//! the API either (docs/security.md says who can read PVs).
+//! kind, the PV's name, its claim's namespace and the volume's location ([`message_v2`]; the
+//! token is `v2.<namespace>.<tag>`). A pod's call is served only when kubelet's
+//! `kubernetes.io/pod.namespace` (which options cannot override: the API server refuses
+//! `kubernetes.io/` option keys) is the token's namespace, so a token that leaks — PVs are
+//! readable by whoever RBAC lets read them, and options are in a driver's argv while it runs —
+//! opens nothing a member of that namespace could not already mount through the claim. Tokens
+//! made before namespaces were covered (`v1.`, [`message`]) keep working without re-creating the
+//! PV: the provisioner records each such PV's claim namespace in a root-only grant on every node
+//! that may mount it (the same file as a legacy grant, below), and a pod's call is served only in
+//! that namespace — none before the grant is written. Calls without a pod (kubelet staging an
+//! LV, kube-controller-manager attaching) name no namespace and check the token alone; the pod's
+//! own `mount` that follows is checked in full.
 //!
 //! Keys ([`Key`]):
 //! - the **node key**, `<stateDir>/capability.key` ([`node_key_path`]), signs and checks node-local
@@ -57,8 +66,11 @@ pub const KEY_BYTES: usize = 32;
 pub const MIN_KEY_BYTES: usize = 16;
 /// Longest key file read.
 pub const MAX_KEY_BYTES: usize = 4096;
-/// The token's version prefix.
+/// The version prefix of a token made before tokens named their namespace (kind, PV, location).
 const TOKEN_PREFIX: &str = "v1.";
+/// The version prefix of a token that also covers its claim's namespace:
+/// `v2.<namespace>.<hex tag>` (a namespace is a DNS label: no `.` in it).
+const TOKEN_V2_PREFIX: &str = "v2.";
 
 /// The node key's path for a state directory.
 pub fn node_key_path(state_dir: &Path) -> PathBuf {
@@ -115,12 +127,26 @@ pub fn pv_location<'a>(
 /// (option values with NUL are refused by every parser), so two different volumes never share a
 /// message.
 pub fn message(pv: &str, loc: &Location<'_>) -> Vec<u8> {
-    let mut m = Vec::with_capacity(64);
-    m.extend_from_slice(b"flexvol capability v1\0");
+    build_message(b"flexvol capability v1\0", pv, None, loc)
+}
+
+/// The bytes a namespace-bound (v2) token is the HMAC of: as [`message`], with the claim's
+/// namespace after the PV. A v1 message never equals a v2 one (their first field differs).
+pub fn message_v2(pv: &str, namespace: &str, loc: &Location<'_>) -> Vec<u8> {
+    build_message(b"flexvol capability v2\0", pv, Some(namespace), loc)
+}
+
+fn build_message(head: &[u8], pv: &str, namespace: Option<&str>, loc: &Location<'_>) -> Vec<u8> {
+    let mut m = Vec::with_capacity(96);
+    m.extend_from_slice(head);
     m.extend_from_slice(loc.kind().as_bytes());
     m.push(0);
     m.extend_from_slice(pv.as_bytes());
     m.push(0);
+    if let Some(ns) = namespace {
+        m.extend_from_slice(ns.as_bytes());
+        m.push(0);
+    }
     match loc {
         Location::HostPath(p) => m.extend_from_slice(p.as_bytes()),
         Location::Lvm { vg, lv } => {
@@ -135,6 +161,22 @@ pub fn message(pv: &str, loc: &Location<'_>) -> Vec<u8> {
         }
     }
     m
+}
+
+/// Whether `token` has the form of a token that names its claim's namespace (v2); says nothing of
+/// its validity.
+pub fn names_namespace(token: &str) -> bool {
+    token.starts_with(TOKEN_V2_PREFIX)
+}
+
+/// What a valid token says of whom it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// A token made before tokens named a namespace: its PV and location only. The namespace
+    /// comes from the provisioner's root-only grant on the node ([`authorize`]).
+    AnyNamespace,
+    /// The claim's namespace the token was made for.
+    Namespace(String),
 }
 
 /// Why a key cannot be used. Messages never contain key material.
@@ -312,15 +354,44 @@ impl Key {
         s
     }
 
-    /// Whether `token` is this key's token for PV `pv` at `loc` (constant time in the tag).
+    /// The token for PV `pv` of a claim in `namespace` at `loc`: valid only for calls of pods of
+    /// that namespace ([`authorize`]). What the provisioner writes into new PVs.
+    pub fn sign_for(&self, pv: &str, namespace: &str, loc: &Location<'_>) -> String {
+        let tag = hmac::sign(&self.0, &message_v2(pv, namespace, loc));
+        let mut s = String::with_capacity(TOKEN_V2_PREFIX.len() + namespace.len() + 65);
+        s.push_str(TOKEN_V2_PREFIX);
+        s.push_str(namespace);
+        s.push('.');
+        for b in tag.as_ref() {
+            s.push(hex_digit(b >> 4));
+            s.push(hex_digit(b & 0xf));
+        }
+        s
+    }
+
+    /// Whether `token` is this key's token for PV `pv` at `loc` (constant time in the tag), of
+    /// either version, whatever namespace a v2 token names.
     pub fn verify(&self, pv: &str, loc: &Location<'_>, token: &str) -> bool {
-        let Some(hex) = token.strip_prefix(TOKEN_PREFIX) else {
-            return false;
-        };
-        let Some(tag) = decode_hex(hex) else {
-            return false;
-        };
-        hmac::verify(&self.0, &message(pv, loc), &tag).is_ok()
+        self.scope(pv, loc, token).is_some()
+    }
+
+    /// What `token` serves when it is this key's token for PV `pv` at `loc`; `None` when it is
+    /// not valid (malformed, another PV or location, another key, a namespace changed).
+    pub fn scope(&self, pv: &str, loc: &Location<'_>, token: &str) -> Option<Scope> {
+        if let Some(rest) = token.strip_prefix(TOKEN_V2_PREFIX) {
+            let (ns, hex) = rest.split_once('.')?;
+            if ns.is_empty() || ns.contains('\0') {
+                return None;
+            }
+            let tag = decode_hex(hex)?;
+            return hmac::verify(&self.0, &message_v2(pv, ns, loc), &tag)
+                .ok()
+                .map(|()| Scope::Namespace(ns.to_owned()));
+        }
+        let tag = decode_hex(token.strip_prefix(TOKEN_PREFIX)?)?;
+        hmac::verify(&self.0, &message(pv, loc), &tag)
+            .ok()
+            .map(|()| Scope::AnyNamespace)
     }
 }
 
@@ -444,9 +515,30 @@ pub fn authorize(
                 "{what}; the call names no PV, so its {OPTION} cannot be checked"
             ));
         };
-        return match key {
-            Ok(k) if k.verify(pv, loc, t) => Ok(Granted::Token),
-            Ok(_) => Err(format!(
+        let not_yours = |ns: &str| {
+            format!(
+                "{what} for a claim of namespace {ns}, and is served only to pods of that namespace, not to namespace {}. Use the PersistentVolumeClaim from its own namespace",
+                namespace.unwrap_or_default()
+            )
+        };
+        return match key.map(|k| k.scope(pv, loc, t)) {
+            // A call without a pod (kubelet staging a device, kube-controller-manager attaching)
+            // names no namespace; the pod's own `mount` that follows is checked.
+            Ok(Some(_)) if namespace.is_none() => Ok(Granted::Token),
+            Ok(Some(Scope::Namespace(ns))) if namespace == Some(ns.as_str()) => Ok(Granted::Token),
+            Ok(Some(Scope::Namespace(ns))) => Err(not_yours(&ns)),
+            // An older token names no namespace: the provisioner's root-only grant on this node
+            // says its claim's (written every pass for every PV of ours).
+            Ok(Some(Scope::AnyNamespace)) => match read_legacy_grant(state_dir, loc) {
+                Some(g) if g.pv == pv && namespace == Some(g.namespace.as_str()) => {
+                    Ok(Granted::Token)
+                }
+                Some(g) if g.pv == pv => Err(not_yours(&g.namespace)),
+                _ => Err(format!(
+                    "{what}; its claim's namespace is not yet recorded on this node (flexvol provisioner records it on its next pass), so it is not served yet: retried"
+                )),
+            },
+            Ok(None) => Err(format!(
                 "{what} and is served only to the PV it was made for: this call's {OPTION} is not valid for PV {pv} at this location. Use the PersistentVolumeClaim, not an inline volume or a copy of the PV"
             )),
             Err(e) => Err(format!("{what}; its {OPTION} cannot be checked: {e}")),
@@ -524,11 +616,11 @@ mod tests {
         let st = d.path();
         let loc = Location::HostPath("/srv/p/pvc-1_ns_c");
         let key = Key::from_bytes(b"0123456789abcdef0123456789abcdef");
-        let token = key.sign("pvc-1", &loc);
+        let token = key.sign_for("pvc-1", "ns", &loc);
         let ok = |pv, ns, t| authorize(Ok(&key), st, &loc, pv, ns, t);
-        // A token works for its PV; a wrong one is refused without echoing it.
+        // A token works for its PV in its namespace; a wrong one is refused without echoing it.
         assert_eq!(
-            ok(Some("pvc-1"), Some("x"), Some(&token)),
+            ok(Some("pvc-1"), Some("ns"), Some(&token)),
             Ok(Granted::Token)
         );
         let e = ok(Some("pvc-2"), Some("ns"), Some(&token)).unwrap_err();
@@ -645,5 +737,63 @@ mod tests {
         let e = Key::load(&short, "x").unwrap_err();
         assert!(e.to_string().contains("3 bytes"), "{e}");
         assert!(!e.to_string().contains("abc"));
+    }
+
+    /// Issue #32, 4: a PV's token, copied into an inline volume of another namespace (named
+    /// after the PV, with its path), opens nothing: a new (v2) token names its claim's namespace
+    /// and kubelet's pod namespace must be that one; an older (v1) token is served only to the
+    /// namespace the provisioner's root-only grant records for it (nothing before the grant
+    /// exists). Calls without a pod (staging, attach) are not namespace calls and still pass.
+    #[test]
+    fn a_token_opens_nothing_outside_its_claims_namespace() {
+        let d = tempfile::tempdir().unwrap();
+        let st = d.path();
+        let key = Key::from_bytes(b"0123456789abcdef0123456789abcdef");
+        for loc in [
+            Location::HostPath("/srv/p/pvc-1"),
+            Location::Lvm {
+                vg: "vg0",
+                lv: "pvc-1",
+            },
+            Location::Nfs {
+                server: "10.0.0.5",
+                share: "/export/pvc-1",
+            },
+        ] {
+            let ok = |ns, t: &str| authorize(Ok(&key), st, &loc, Some("pvc-1"), ns, Some(t));
+            let v2 = key.sign_for("pvc-1", "team-a", &loc);
+            assert!(v2.starts_with("v2.team-a."), "{v2}");
+            assert!(names_namespace(&v2));
+            assert_eq!(ok(Some("team-a"), &v2), Ok(Granted::Token));
+            let e = ok(Some("evil"), &v2).unwrap_err();
+            assert!(
+                e.contains("served only to pods of that namespace") && !e.contains(&v2[12..]),
+                "{e}"
+            );
+            assert_eq!(ok(None, &v2), Ok(Granted::Token), "no pod: staging");
+            // The namespace in the token cannot be edited.
+            let forged = v2.replacen("team-a", "evil", 1);
+            assert!(ok(Some("evil"), &forged).is_err());
+            assert_eq!(key.scope("pvc-1", &loc, &forged), None);
+            // An older token: refused in any namespace until the grant names its claim's.
+            let v1 = key.sign("pvc-1", &loc);
+            assert!(!names_namespace(&v1));
+            let e = ok(Some("team-a"), &v1).unwrap_err();
+            assert!(e.contains("not yet recorded on this node"), "{e}");
+            assert_eq!(ok(None, &v1), Ok(Granted::Token));
+            write_legacy_grant(
+                st,
+                &loc,
+                &LegacyGrant {
+                    pv: "pvc-1".into(),
+                    namespace: "team-a".into(),
+                },
+            )
+            .unwrap();
+            assert_eq!(ok(Some("team-a"), &v1), Ok(Granted::Token));
+            assert!(ok(Some("evil"), &v1).is_err());
+            // A v1 message is never a v2 one.
+            assert_ne!(message("pvc-1", &loc), message_v2("pvc-1", "", &loc));
+        }
     }
 }

@@ -348,8 +348,9 @@ impl Provisioner for HostPathProvisioner {
         }
         let location = path.display().to_string();
         // The PV alone may use the directory: the driver serves a path inside a provisioning
-        // root only with this token for this PV and exactly this path.
-        let token = key.sign(req.pv_name, &Location::HostPath(&location));
+        // root only with this token for this PV, exactly this path, to pods of the claim's
+        // namespace.
+        let token = key.sign_for(req.pv_name, req.namespace, &Location::HostPath(&location));
         Ok(Provisioned {
             options: BTreeMap::from([
                 ("path".to_owned(), location.clone()),

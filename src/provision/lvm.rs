@@ -302,7 +302,14 @@ pub(crate) fn provision(
                 o.key()
             )));
         }
-        Ok(made_for(&params, &o, row.lv_size, &key, req.pv_name))
+        Ok(made_for(
+            &params,
+            &o,
+            row.lv_size,
+            &key,
+            req.pv_name,
+            req.namespace,
+        ))
     };
     if let Some((slv, stag, sname, _)) = &source {
         let src = lvs
@@ -588,12 +595,20 @@ fn copy_lv(
     }
 }
 
-fn made_for(params: &ClassParams, o: &LvmOptions, size: u64, key: &Key, pv: &str) -> Provisioned {
+fn made_for(
+    params: &ClassParams,
+    o: &LvmOptions,
+    size: u64,
+    key: &Key,
+    pv: &str,
+    namespace: &str,
+) -> Provisioned {
     let mut options = params.pv_options(o);
     options.insert(
         OPTION.to_owned(),
-        key.sign(
+        key.sign_for(
             pv,
+            namespace,
             &Location::Lvm {
                 vg: &o.vg,
                 lv: &o.lv,

@@ -893,8 +893,9 @@ impl Provisioner for NfsProvisioner {
         // Signed over exactly the option values the driver will see.
         options.insert(
             crate::node::capability::OPTION.to_owned(),
-            key.sign(
+            key.sign_for(
                 req.pv_name,
+                req.namespace,
                 &crate::node::capability::Location::Nfs {
                     server: &class.server,
                     share: &share,

@@ -12,10 +12,12 @@
 //!    cordoned or a control-plane node, see [`unfit_for_local_volumes`]); where the node's labels
 //!    `<vendor>/<kind>=true`, which the operator sets for classes with `allowedTopologies`,
 //!    disagree with what it can serve, it advises the operator once;
-//! 3. for every PV of ours made before capabilities (no `capabilityToken` option) — hostPath and
-//!    LVM PVs of this node, NFS PVs of any node — writes a legacy grant so the drivers serve it to
-//!    that PV in its claim's namespace ([`crate::node::capability::write_legacy_grant`]); grants
-//!    of PVs that are gone are removed;
+//! 3. for every PV of ours whose token does not name its claim's namespace (none, or an older
+//!    `v1.` one) — hostPath and LVM PVs of this node, NFS PVs of any node — writes a grant so the
+//!    drivers serve it to that PV in its claim's namespace only
+//!    ([`crate::node::capability::write_legacy_grant`]); grants of PVs that are gone are removed;
+//!    and gives old volume directories their root-only ownership records
+//!    ([`Reconciler::adopt_old_volumes`]);
 //! 4. every pending claim of one of our classes without a PV — for a node-local backend only those
 //!    whose `selected-node` is this node, for a shared one (NFS) any — : validate class and claim,
 //!    let the backend make the volume, create `pvc-<claim uid>`; when this node may not or cannot
@@ -1156,12 +1158,13 @@ impl<C: Cluster> Reconciler<C> {
         mine.then_some(bi)
     }
 
-    /// Step 3 (every pass, no API call): a legacy grant for each PV of ours made before
-    /// capabilities, whose options carry no [`capability::OPTION`] (a PV's source is immutable):
-    /// hostPath and LVM PVs of this node, NFS PVs of any node (any node mounts them). The
-    /// drivers serve such a volume without a token to that PV name in its claim's namespace
-    /// only. Grants of PVs that no longer exist are removed. Costs an open and a read per
-    /// legacy PV and a directory listing; nothing for PVs with a token.
+    /// Step 3 (every pass, no API call): a grant for each PV of ours whose options carry no
+    /// [`capability::OPTION`] or an older one that does not name its claim's namespace (a PV's
+    /// source is immutable): hostPath and LVM PVs of this node, NFS PVs of any node (any node
+    /// mounts them). The drivers serve such a volume (without a token, or with its old token) to
+    /// that PV name in its claim's namespace only. Grants of PVs that no longer exist are
+    /// removed. Costs an open and a read per such PV and a directory listing; nothing for PVs
+    /// whose token names their namespace.
     pub fn legacy_grants(&self, volumes: &[PersistentVolume], cfg: &Config, report: &mut Report) {
         let kinds: Vec<&'static Kind> = self.backends.iter().map(|b| b.kind()).collect();
         legacy_grants(volumes, &self.id, &kinds, cfg, report);
@@ -1506,7 +1509,12 @@ pub fn legacy_grants(
         let (Some(pv), Some(namespace)) = (v.metadata.name.clone(), namespace) else {
             continue;
         };
-        if options.contains_key(capability::OPTION) {
+        // A token that names its namespace needs nothing here; an older one (v1) is served to
+        // its claim's namespace only, which this grant records.
+        if options
+            .get(capability::OPTION)
+            .is_some_and(|t| capability::names_namespace(t))
+        {
             continue;
         }
         let Some(loc) = capability::pv_location(kind.name, options) else {

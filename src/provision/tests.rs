@@ -465,7 +465,7 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
     use crate::node::capability::{Key, Location, node_key_path};
     let key = Key::load(&node_key_path(&cfg.state_dir), "made by the pass").unwrap();
     let location = dir.display().to_string();
-    let token = key.sign("pvc-u1", &Location::HostPath(&location));
+    let token = key.sign_for("pvc-u1", "ns", &Location::HostPath(&location));
     assert!(!key.verify("pvc-u2", &Location::HostPath(&location), &token));
     let pvs = rec.cluster.volumes.borrow().clone();
     assert_eq!(pvs.len(), 1);
@@ -1174,6 +1174,9 @@ fn legacy_pvs_get_a_grant_for_their_claim_and_lose_it_with_the_pv() {
     };
     let mut token = with("path", &signed);
     token["capabilityToken"] = "v1.00".into();
+    let signed2 = root.join("pvc-t2_team-a_data").display().to_string();
+    let mut token2 = with("path", &signed2);
+    token2["capabilityToken"] = "v2.team-a.00".into();
     rec.cluster.volumes.borrow_mut().extend([
         legacy_pv("pvc-h", "hostpath", "node-a", with("path", &host)),
         // Another node's directory: its own provisioner writes that grant.
@@ -1197,8 +1200,10 @@ fn legacy_pvs_get_a_grant_for_their_claim_and_lose_it_with_the_pv() {
             "node-b",
             serde_json::json!({"server": "10.0.0.5", "share": "/export/pvc-n"}),
         ),
-        // Made by this version: the token is the grant.
+        // A token older than namespaces (v1): granted its claim's namespace too.
         legacy_pv("pvc-t", "hostpath", "node-a", token),
+        // Made by this version: the token names its namespace, and is the grant.
+        legacy_pv("pvc-t2", "hostpath", "node-a", token2),
     ]);
     let r = block_on(rec.pass(&cfg));
     assert!(r.failed.is_empty(), "{r:?}");
@@ -1222,8 +1227,12 @@ fn legacy_pvs_get_a_grant_for_their_claim_and_lose_it_with_the_pv() {
     assert_eq!(read_legacy_grant(st, &nfs), grant("pvc-n"));
     assert_eq!(read_legacy_grant(st, &Location::HostPath("/srv/hb")), None);
     assert_eq!(read_legacy_grant(st, &lvm("pvc-lb")), None);
-    assert_eq!(read_legacy_grant(st, &Location::HostPath(&signed)), None);
-    assert_eq!(entries(&st.join("legacy-grants")).len(), 3);
+    assert_eq!(
+        read_legacy_grant(st, &Location::HostPath(&signed)),
+        grant("pvc-t")
+    );
+    assert_eq!(read_legacy_grant(st, &Location::HostPath(&signed2)), None);
+    assert_eq!(entries(&st.join("legacy-grants")).len(), 4);
     // The drivers' decision: this PV in its namespace, nobody else.
     let key = crate::node::capability::Key::from_bytes(b"unused, no token in these calls..");
     let auth = |pv, ns| {

@@ -129,7 +129,7 @@ fn guest_lvmprov_provision_use_grow_delete() {
     );
     assert_eq!(vg.lvs(), [pv]);
     assert!(lv_field(&vg, pv, "lv_tags").contains("flexvol.formatted"));
-    assert!(made.options["capabilityToken"].starts_with("v1."));
+    assert!(made.options["capabilityToken"].starts_with("v2."));
 
     // #20: an inline volume naming this LV, even named like its PV, carries no token: the real
     // driver refuses every node verb that would expose it, and nothing reaches the pod.

@@ -643,7 +643,7 @@ fn guest_nfs_fs_group_applies_on_provisioned_volumes_and_not_through_root_squash
             "kubernetes.io/mounterArgs.FsGroup": "2345",
             "server": "127.0.0.1",
             "share": share,
-            "capabilityToken": key.sign(pv, &Location::Nfs { server: "127.0.0.1", share }),
+            "capabilityToken": key.sign_for(pv, "ns", &Location::Nfs { server: "127.0.0.1", share }),
         })
         .to_string()
     };

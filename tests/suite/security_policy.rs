@@ -636,7 +636,7 @@ fn root_a_provisioned_directory_is_served_only_with_its_pvs_token() {
     let (env, root, vol) = provisioning_env();
     let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
     let path = vol.to_str().unwrap();
-    let token = key.sign("pvc-v", &Location::HostPath(path));
+    let token = key.sign_for("pvc-v", "team-b", &Location::HostPath(path));
     let pod = env.pod_dir("u", "v");
     // Its PV: mounted.
     let good = json!({"type": "Directory", "capabilityToken": token});
@@ -687,7 +687,11 @@ fn root_a_provisioned_directory_is_served_only_with_its_pvs_token() {
     std::os::unix::fs::symlink(&vol, &link).unwrap();
     for t in [
         token.clone(),
-        key.sign("pvc-v", &Location::HostPath(link.to_str().unwrap())),
+        key.sign_for(
+            "pvc-v",
+            "team-b",
+            &Location::HostPath(link.to_str().unwrap()),
+        ),
     ] {
         mount(
             &env,
@@ -734,6 +738,58 @@ fn root_a_legacy_grant_serves_its_pv_in_its_namespace_only() {
     assert!(env.mounts().is_empty());
 }
 
+/// Issue #32, 4: a PV's token copied into an inline volume of another namespace — named after
+/// the PV (kubelet passes the pod's own volume name as `kubernetes.io/pvOrVolumeName`), with the
+/// PV's path — opens nothing, through the real binary: a token this version signs names its
+/// claim's namespace; an older one is served only to the namespace the provisioner's root-only
+/// grant records (and to none before the grant exists).
+#[test]
+fn root_a_copied_token_opens_nothing_in_another_namespace() {
+    use flexvol::node::capability::{
+        Key, LegacyGrant, Location, node_key_path, write_legacy_grant,
+    };
+    require_root!();
+    let (env, _root, vol) = provisioning_env();
+    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
+    let loc = Location::HostPath(vol.to_str().unwrap());
+    let v2 = key.sign_for("pvc-v", "team-b", &loc);
+    let v1 = key.sign("pvc-v", &loc);
+    let pod = env.pod_dir("u", "v");
+    let with = |t: &str| json!({"type": "Directory", "capabilityToken": t});
+    // Another namespace, either token; the old token before its grant, in any namespace.
+    for (t, ns) in [(&v2, "team-a"), (&v1, "team-a"), (&v1, "team-b")] {
+        let r = mount(&env, &pod, &pv_opts(&vol, "pvc-v", ns, with(t)));
+        r.failed("");
+        assert!(
+            !r.message().contains(&t[10..]),
+            "the token is never echoed: {}",
+            r.message()
+        );
+        assert!(env.mounts().is_empty(), "{ns}");
+    }
+    // Its own namespace: mounted.
+    mount(&env, &pod, &pv_opts(&vol, "pvc-v", "team-b", with(&v2))).ok();
+    assert_eq!(std::fs::read(pod.join("secret")).unwrap(), b"team-b's data");
+    env.call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
+    // The old token once the provisioner recorded its claim's namespace: that namespace only.
+    write_legacy_grant(
+        &env.state,
+        &loc,
+        &LegacyGrant {
+            pv: "pvc-v".into(),
+            namespace: "team-b".into(),
+        },
+    )
+    .unwrap();
+    mount(&env, &pod, &pv_opts(&vol, "pvc-v", "team-a", with(&v1))).failed("PersistentVolumeClaim");
+    assert!(env.mounts().is_empty());
+    mount(&env, &pod, &pv_opts(&vol, "pvc-v", "team-b", with(&v1))).ok();
+    env.call("hostpath", &["unmount", pod.to_str().unwrap()])
+        .ok();
+    assert!(env.mounts().is_empty());
+}
+
 /// fsGroup (issue #24): a provisioned volume (its PV's token) gets the pod's group the way kubelet
 /// gives it to an emptyDir — group, group-write, set-gid directories — and only once (the next
 /// mount finds the root matching and walks nothing); a static hostPath, a forged token and a
@@ -761,7 +817,11 @@ fn root_fs_group_is_applied_to_provisioned_volumes_only() {
     std::os::unix::fs::symlink(host.join("shadow"), vol.join("sub/link")).unwrap();
     std::os::unix::fs::symlink(&host, vol.join("dirlink")).unwrap();
     let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
-    let token = key.sign("pvc-v", &Location::HostPath(vol.to_str().unwrap()));
+    let token = key.sign_for(
+        "pvc-v",
+        "team-b",
+        &Location::HostPath(vol.to_str().unwrap()),
+    );
     let good = json!({"type": "Directory", "capabilityToken": token});
 
     // Read-only: untouched, as kubelet does.
@@ -859,7 +919,7 @@ fn root_fs_group_is_applied_to_provisioned_volumes_only() {
         .ok();
     // An fsGroup that is not a group id, on a provisioned volume: refused, nothing mounted.
     let pod = env.pod_dir("bad", "v");
-    let good = json!({"type": "Directory", "capabilityToken": key.sign("pvc-v", &Location::HostPath(vol.to_str().unwrap()))});
+    let good = json!({"type": "Directory", "capabilityToken": key.sign_for("pvc-v", "team-b", &Location::HostPath(vol.to_str().unwrap()))});
     mount(
         &env,
         &pod,

@@ -483,8 +483,9 @@ fn provisioned() -> World {
 }
 
 fn sign(pv: &str, server: &str, share: &str) -> String {
-    crate::node::capability::Key::from_bytes(KEY).sign(
+    crate::node::capability::Key::from_bytes(KEY).sign_for(
         pv,
+        "team-a",
         &crate::node::capability::Location::Nfs { server, share },
     )
 }

@@ -229,7 +229,7 @@ fn provision_creates_a_tagged_lv_rounded_to_extents() {
         "made by provision",
     )
     .unwrap();
-    let token = key.sign(PV, &Location::Lvm { vg: "vg0", lv: PV });
+    let token = key.sign_for(PV, "ns", &Location::Lvm { vg: "vg0", lv: PV });
     assert_eq!(
         r.options,
         params(&[
@@ -902,8 +902,14 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
         &thick_src_tags,
         "",
     );
+    // As the LVM driver records it: the LV by its volume group and name (what "in use" looks
+    // at), the PV's name beside it (which it does not).
     let rec = crate::node::state::VolumeRecord {
-        volume: Some("pvc-tsrc".into()),
+        volume: Some("a-name-kubelet-passed".into()),
+        extra: std::collections::BTreeMap::from([
+            ("vg".to_owned(), "vg0".to_owned()),
+            ("lv".to_owned(), "pvc-tsrc".to_owned()),
+        ]),
         ..crate::backend::record(
             crate::backend::Backend::Lvm,
             "mountdevice",

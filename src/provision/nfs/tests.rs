@@ -60,8 +60,9 @@ const KEY: &[u8] = b"a shared key of 32 bytes, really";
 
 /// The token [`KEY`] signs for `pv` at `10.0.0.5:share`.
 fn token(pv: &str, share: &str) -> String {
-    crate::node::capability::Key::from_bytes(KEY).sign(
+    crate::node::capability::Key::from_bytes(KEY).sign_for(
         pv,
+        "ns",
         &crate::node::capability::Location::Nfs {
             server: "10.0.0.5",
             share,
@@ -869,8 +870,9 @@ fn a_clone_copies_the_source_directory_on_the_export() {
         Path::new("/etc/passwd")
     );
     assert!(
-        c.annotations[cloning::ANN_CLONED_FROM]
-            .starts_with("pvc-u1 (1 files, 5 bytes, 1 dirs, 1 symlinks"),
+        c.annotations[cloning::ANN_CLONED_FROM].starts_with("pvc-u1 (1 files, ")
+            && c.annotations[cloning::ANN_CLONED_FROM]
+                .contains(" reflinked, 5 bytes, 1 dirs, 1 symlinks"),
         "{:?}",
         c.annotations
     );
@@ -896,7 +898,19 @@ fn a_clone_copies_the_source_directory_on_the_export() {
             crate::backend::Backend::Nfs,
             "mount",
             Path::new("/k/pods/x/volumes/pvc-u1"),
-            "10.0.0.5:/srv/nfs/x".into(),
+            // What the driver records: the source's own server and share.
+            format!(
+                "10.0.0.5:{}",
+                src.spec
+                    .as_ref()
+                    .unwrap()
+                    .flex_volume
+                    .as_ref()
+                    .unwrap()
+                    .options
+                    .as_ref()
+                    .unwrap()["share"]
+            ),
             false,
             None,
         )
