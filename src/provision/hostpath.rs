@@ -208,6 +208,20 @@ impl HostPathProvisioner {
     }
 }
 
+/// Checks a hostPath class's parameters ([`Provisioner::check_class`]), pure: also what the
+/// scheduler extender checks before it counts a claim of the class against a node
+/// ([`super::provisioner::plan_claim`]).
+pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
+    // nodeLossGracePeriod is the cluster controller's (super::nodeloss), checked here too.
+    nodeloss::split_param(params)
+        .and_then(|rest| DirParams::parse(&rest))
+        .map(|_| ())
+        .map_err(|e| match e.starts_with("unknown class parameter") {
+            true => format!("{e}, {}", nodeloss::PARAM),
+            false => e,
+        })
+}
+
 impl Provisioner for HostPathProvisioner {
     fn kind(&self) -> &'static Kind {
         &KIND
@@ -222,15 +236,7 @@ impl Provisioner for HostPathProvisioner {
     }
 
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
-        // nodeLossGracePeriod is the cluster controller's (super::nodeloss), checked here too.
-        nodeloss::split_param(params)
-            .and_then(|rest| DirParams::parse(&rest))
-            .map(|_| ())
-            .map_err(|e| match e.starts_with("unknown class parameter") {
-                true => format!("{e}, {}", nodeloss::PARAM),
-                false => e,
-            })
-            .map_err(ProvisionError::InvalidClass)
+        check_params(params).map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {

@@ -277,6 +277,9 @@ fn log_report(r: &Report) {
     for c in &r.rescheduled {
         info!(target: LOG_TARGET, claim = %c, "sent claim {c} back to the scheduler");
     }
+    for c in &r.refused {
+        info!(target: LOG_TARGET, claim = %c, "removed selected-node from claim {c}, which can never be provisioned as written");
+    }
     for a in &r.advice {
         warn!(target: LOG_TARGET, "{a}");
     }

@@ -199,6 +199,13 @@ impl LvmProvisioner {
     }
 }
 
+/// Checks an LVM class's parameters ([`Provisioner::check_class`]), pure: also what the
+/// scheduler extender checks before it counts a claim of the class against a node
+/// ([`super::provisioner::plan_claim`]).
+pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
+    ClassParams::parse(params).map(|_| ())
+}
+
 impl Provisioner for LvmProvisioner {
     fn kind(&self) -> &'static Kind {
         &KIND
@@ -209,9 +216,7 @@ impl Provisioner for LvmProvisioner {
     }
 
     fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
-        ClassParams::parse(params)
-            .map(|_| ())
-            .map_err(ProvisionError::InvalidClass)
+        check_params(params).map_err(ProvisionError::InvalidClass)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {

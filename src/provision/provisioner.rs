@@ -34,6 +34,7 @@
 pub use super::error::ProvisionError;
 use crate::node::config::Config;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
 /// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
@@ -174,6 +175,208 @@ pub trait Provisioner {
     }
 }
 
+/// Why a claim can never be provisioned by its class: not on this node, not on any other, not
+/// later. Only a new claim (or, for [`Never::Class`], a new class) changes it. Code branches on
+/// it: the provisioner removes such a claim's `selected-node` (it holds no node), the scheduler
+/// extender never counts it against a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Never {
+    /// The class's parameters are invalid (they cannot be edited).
+    Class,
+    /// `volumeMode: Block`.
+    BlockMode,
+    /// `spec.selector` (a provisioned claim binds only its own PV).
+    Selector,
+    /// No access mode, or one the kind does not support (`ReadWriteMany` on a node-local kind).
+    AccessModes,
+    /// No storage request, or one that is not a size.
+    Size,
+    /// `dataSource` is not a claim named by a plain name.
+    DataSource,
+    /// The source claim cannot be copied into this one: it does not exist in the claim's
+    /// namespace, is another's, another class's, on another node, larger, being deleted.
+    CloneSource,
+}
+
+/// A claim its class can never provision: why, to branch on, and the message for its event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unprovisionable {
+    /// Why.
+    pub why: Never,
+    /// What is wrong and what to change, for the claim's event.
+    pub message: String,
+}
+
+/// What the provisioner makes for a claim [`plan_claim`] accepts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimPlan {
+    /// The request as written (`1Gi`).
+    pub size: Quantity,
+    /// The request in bytes.
+    pub size_bytes: u64,
+    /// The claim's access modes (non-empty, all supported by the kind).
+    pub access_modes: Vec<String>,
+    /// The claim to copy (its `dataSource`, same namespace), not yet checked against the server.
+    pub source: Option<String>,
+}
+
+/// Whether `c` still waits for a volume to be made: not being deleted, not bound or pre-bound
+/// to a PV (`spec.volumeName`), phase `Pending` (or none yet). The provisioner acts only on such
+/// a claim, and the scheduler extender counts only such a claim.
+pub fn awaits_volume(c: &PersistentVolumeClaim) -> bool {
+    c.metadata.deletion_timestamp.is_none()
+        && c.spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty)
+        && c.status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending")
+}
+
+/// THE decision of whether a claim of class `class_name` (provisioner `<vendor>/<kind>`) could
+/// ever be provisioned, from the claim and the class alone, pure: the provisioner
+/// ([`super::reconcile`]) makes nothing for a claim this refuses, and the scheduler extender
+/// (`controller::extender::claims`) counts no capacity for it, so the two cannot drift apart.
+/// `class_check` is the class's parameters checked by the kind (the backend's `check_class`,
+/// which for hostPath and LVM is [`super::hostpath::check_params`] and
+/// [`super::lvm::check_params`]). A clone's source is checked further, against the server, by
+/// [`source_claim_ready`] and [`check_clone_source`].
+pub fn plan_claim(
+    kind: &Kind,
+    class_name: &str,
+    class_check: Result<(), String>,
+    claim: &PersistentVolumeClaim,
+) -> Result<ClaimPlan, Unprovisionable> {
+    let never = |why: Never, message: String| -> Result<ClaimPlan, Unprovisionable> {
+        Err(Unprovisionable { why, message })
+    };
+    let k = kind.name;
+    if let Err(why) = class_check {
+        return never(
+            Never::Class,
+            format!(
+                "StorageClass {class_name}: {why}; fix the class (a new class, since parameters cannot be edited) and recreate the claim; nothing was created"
+            ),
+        );
+    }
+    let spec = claim.spec.clone().unwrap_or_default();
+    if spec.volume_mode.as_deref() == Some("Block") {
+        return never(
+            Never::BlockMode,
+            format!(
+                "volumeMode Block is not supported by the {k} provisioner; use volumeMode Filesystem"
+            ),
+        );
+    }
+    if spec.selector.is_some() {
+        return never(
+            Never::Selector,
+            format!(
+                "claims with a selector are not supported by the {k} provisioner; remove spec.selector"
+            ),
+        );
+    }
+    let modes = spec.access_modes.clone().unwrap_or_default();
+    let allowed = kind.access_modes;
+    if modes.is_empty() || modes.iter().any(|m| !allowed.contains(&m.as_str())) {
+        return never(
+            Never::AccessModes,
+            format!(
+                "access modes {modes:?} are not supported by the {k} provisioner; use {}",
+                allowed.join(" or ")
+            ),
+        );
+    }
+    let Some(size) = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .cloned()
+    else {
+        return never(
+            Never::Size,
+            "the claim requests no storage size; set spec.resources.requests.storage".into(),
+        );
+    };
+    let size_bytes = match crate::protocol::quantity::parse_size(&size.0) {
+        Ok(b) => b,
+        Err(why) => {
+            return never(
+                Never::Size,
+                format!("the claim's storage request {:?} {why}", size.0),
+            );
+        }
+    };
+    let source = match data_source_name(claim) {
+        Ok(s) => s,
+        Err(message) => return never(Never::DataSource, message),
+    };
+    Ok(ClaimPlan {
+        size,
+        size_bytes,
+        access_modes: modes,
+        source,
+    })
+}
+
+/// Why a clone's source does not allow the copy (yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceRefusal {
+    /// Not yet: the source is not Bound, or its PV could not be read. The claim keeps its node
+    /// and is tried again.
+    Wait(String),
+    /// Never ([`Never::CloneSource`]): the message says why.
+    Never(String),
+}
+
+impl SourceRefusal {
+    /// The message for the claim's event.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Wait(m) | Self::Never(m) => m,
+        }
+    }
+}
+
+/// The first part of [`check_clone_source`], which needs no PV: the source claim
+/// `namespace/source_name` (as read in the new claim's own namespace) exists, is that claim, and
+/// is Bound; `Ok` is the name of its PV. Shared with the scheduler extender, which counts a clone
+/// against a node only once its source passes this.
+pub fn source_claim_ready<'a>(
+    namespace: &str,
+    source_name: &str,
+    source_claim: Option<&'a PersistentVolumeClaim>,
+) -> Result<&'a str, SourceRefusal> {
+    let what = format!("its source claim {namespace}/{source_name}");
+    let Some(sc) = source_claim else {
+        return Err(SourceRefusal::Never(format!(
+            "{what} does not exist (a source must be a claim of the same namespace); nothing was created"
+        )));
+    };
+    if sc.metadata.namespace.as_deref() != Some(namespace)
+        || sc.metadata.name.as_deref() != Some(source_name)
+    {
+        return Err(SourceRefusal::Never(format!(
+            "{what} is not the claim read; nothing was created"
+        )));
+    }
+    let bound_to = sc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|v| !v.is_empty());
+    let phase = sc.status.as_ref().and_then(|s| s.phase.as_deref());
+    let (Some(pv_name), Some("Bound")) = (bound_to, phase) else {
+        return Err(SourceRefusal::Wait(format!(
+            "{what} is not Bound yet; waiting (a clone copies a provisioned volume)"
+        )));
+    };
+    Ok(pv_name)
+}
+
 /// The claim name a claim's `dataSource` asks to copy (`None`: no data source). Only
 /// `{kind: PersistentVolumeClaim}` of the core group is taken (a clone of a claim of the same
 /// namespace: a `dataSource` has no namespace field), and its name must be a DNS-1123 subdomain,
@@ -214,7 +417,7 @@ pub fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<String>,
 
 /// Whether the claim `namespace/source_name` may be copied into a new volume of `class_name`
 /// made by `provisioner` of at least `size_bytes`, on `node` for a node-local kind (`None` for a
-/// shared kind); `Err` says why not, for the claim's event. `source_claim` is the source claim as
+/// shared kind); `Err` says why not (wait, or never), for the claim's event. `source_claim` is the source claim as
 /// read from the server in the new claim's own namespace (so another tenant's claim is never
 /// even read), `source_pv` the PV it is bound to. The rules (tenant isolation first):
 /// - the source is a claim of the same namespace, Bound, and the PV's `claimRef` names that very
@@ -233,34 +436,16 @@ pub fn check_clone_source(
     source_name: &str,
     source_claim: Option<&PersistentVolumeClaim>,
     source_pv: Option<&PersistentVolume>,
-) -> Result<(), String> {
+) -> Result<(), SourceRefusal> {
     let what = format!("its source claim {namespace}/{source_name}");
-    let Some(sc) = source_claim else {
-        return Err(format!(
-            "{what} does not exist (a source must be a claim of the same namespace); nothing was created"
-        ));
-    };
-    if sc.metadata.namespace.as_deref() != Some(namespace)
-        || sc.metadata.name.as_deref() != Some(source_name)
-    {
-        return Err(format!("{what} is not the claim read; nothing was created"));
-    }
-    let bound_to = sc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .filter(|v| !v.is_empty());
-    let phase = sc.status.as_ref().and_then(|s| s.phase.as_deref());
-    let (Some(pv_name), Some("Bound")) = (bound_to, phase) else {
-        return Err(format!(
-            "{what} is not Bound yet; waiting (a clone copies a provisioned volume)"
-        ));
-    };
+    let pv_name = source_claim_ready(namespace, source_name, source_claim)?;
     let Some(pv) = source_pv.filter(|v| v.metadata.name.as_deref() == Some(pv_name)) else {
-        return Err(format!(
+        return Err(SourceRefusal::Wait(format!(
             "{what} is bound to PV {pv_name}, which cannot be read; retrying"
-        ));
+        )));
     };
+    let never = |m: String| -> Result<(), SourceRefusal> { Err(SourceRefusal::Never(m)) };
+    let source_uid = source_claim.and_then(|c| c.metadata.uid.as_deref());
     let ann = |k: &str| {
         pv.metadata
             .annotations
@@ -273,14 +458,14 @@ pub fn check_clone_source(
     if cref.and_then(|r| r.namespace.as_deref()) != Some(namespace)
         || cref.and_then(|r| r.name.as_deref()) != Some(source_name)
         || cref.and_then(|r| r.uid.as_deref()).is_none()
-        || cref.and_then(|r| r.uid.as_deref()) != sc.metadata.uid.as_deref()
+        || cref.and_then(|r| r.uid.as_deref()) != source_uid
     {
-        return Err(format!(
+        return never(format!(
             "{what}: PV {pv_name} is not bound to that claim; nothing was created"
         ));
     }
     if ann(super::api::ANN_PROVISIONED_BY) != Some(provisioner) {
-        return Err(format!(
+        return never(format!(
             "{what}: PV {pv_name} was not provisioned by {provisioner}; flexvol copies only volumes it made, of the same class; nothing was created"
         ));
     }
@@ -288,19 +473,19 @@ pub fn check_clone_source(
         .and_then(|s| s.storage_class_name.as_deref())
         .unwrap_or("");
     if src_class != class_name {
-        return Err(format!(
+        return never(format!(
             "{what} is of StorageClass {src_class:?}, not {class_name:?}; a clone must be of its source's class; nothing was created"
         ));
     }
     if pv.metadata.deletion_timestamp.is_some() {
-        return Err(format!(
+        return never(format!(
             "{what}: PV {pv_name} is being deleted; nothing was created"
         ));
     }
     if let Some(node) = node {
         let src_node = ann(ANN_NODE).unwrap_or("");
         if src_node != node {
-            return Err(format!(
+            return never(format!(
                 "{what} lives on node {src_node:?}, and this claim's pod was scheduled to {node:?}: a node-local volume is copied on the node that holds it; schedule the pod to {src_node:?} (nodeAffinity/nodeSelector) and recreate the claim; nothing was created"
             ));
         }
@@ -313,12 +498,12 @@ pub fn check_clone_source(
                 .and_then(|q| crate::protocol::quantity::parse_size(&q.0).ok())
         });
     let Some(src_size) = src_size else {
-        return Err(format!(
+        return never(format!(
             "{what}: PV {pv_name} has no size; nothing was created"
         ));
     };
     if size_bytes < src_size {
-        return Err(format!(
+        return never(format!(
             "it requests {size_bytes} bytes, less than its source {namespace}/{source_name} ({src_size} bytes); a clone is at least as large as its source: request {src_size} or more; nothing was created"
         ));
     }
@@ -382,6 +567,38 @@ mod clone_tests {
         v: Option<&PersistentVolume>,
     ) -> Result<(), String> {
         check_clone_source(ns, "local", P, node, size, "src", sc, v)
+            .map_err(|e| e.message().to_owned())
+    }
+
+    /// Only a source that is not Bound yet, or whose PV cannot be read, is waited for; every
+    /// other refusal is for good (the provisioner then sends the claim back).
+    #[test]
+    fn waiting_is_told_apart_from_never() {
+        let (sc, v) = fixture();
+        let typed =
+            |ns, node, size, sc, v| check_clone_source(ns, "local", P, node, size, "src", sc, v);
+        let unbound = claim("a", "src", "u1", None, "Pending");
+        assert!(matches!(
+            typed("a", Some("n"), 1 << 20, Some(&unbound), None),
+            Err(SourceRefusal::Wait(_))
+        ));
+        assert!(matches!(
+            typed("a", Some("n"), 1 << 20, Some(&sc), None),
+            Err(SourceRefusal::Wait(_))
+        ));
+        for (ns, node, size, sc) in [
+            ("b", Some("n"), 1 << 20, None),
+            ("a", Some("m"), 1 << 20, Some(&sc)),
+            ("a", Some("n"), (1 << 20) - 1, Some(&sc)),
+        ] {
+            assert!(
+                matches!(
+                    typed(ns, node, size, sc, Some(&v)),
+                    Err(SourceRefusal::Never(_))
+                ),
+                "{ns} {node:?} {size}"
+            );
+        }
     }
 
     #[test]

@@ -50,7 +50,7 @@ use super::api::{
 };
 use super::provisioner::{
     ANN_NODE, ANN_SIZE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-    check_clone_source, data_source_name,
+    SourceRefusal, awaits_volume, check_clone_source, plan_claim,
 };
 use super::queue::{Backoff, Breakers};
 use crate::node::capability;
@@ -135,6 +135,9 @@ pub struct Report {
     pub resized: Vec<(String, u64)>,
     /// Claims sent back to the scheduler.
     pub rescheduled: Vec<String>,
+    /// Claims that can never be provisioned as written whose `selected-node` was removed (also
+    /// in `failed`).
+    pub refused: Vec<String>,
     /// Failures (also sent as events where there is an object to attach them to).
     pub failed: Vec<String>,
     /// Advice to the operator about this node's labels (said once per change).
@@ -250,6 +253,7 @@ impl Report {
         self.deleted.extend(other.deleted);
         self.resized.extend(other.resized);
         self.rescheduled.extend(other.rescheduled);
+        self.refused.extend(other.refused);
         self.failed.extend(other.failed);
         self.advice.extend(other.advice);
         self.protected.extend(other.protected);
@@ -372,8 +376,13 @@ enum Step {
     Done(String, String),
     /// This node cannot serve it: send it back to the scheduler.
     Reschedule(String),
-    /// It cannot be provisioned as asked; say so and leave nothing behind.
+    /// It cannot be provisioned now (a step failed, its source is not ready); say so and leave
+    /// nothing behind; the claim keeps its node and is tried again.
     Fail(String),
+    /// It can never be provisioned as asked ([`super::provisioner::Never`]): say why and what to
+    /// change, and remove its `selected-node`, so that it holds no node (the scheduler
+    /// extender would not count it anyway: the same [`plan_claim`] decides).
+    Never(String),
 }
 
 fn ann<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
@@ -774,6 +783,31 @@ impl<C: Cluster> Reconciler<C> {
                 )
                 .await;
             }
+            Step::Never(why) => {
+                // As external-provisioner on a final error under delayed binding: the claim is
+                // sent back (it holds no node), and says what to change. The event is said once
+                // per message, however often its author writes selected-node again.
+                let ns = c.metadata.namespace.as_deref().unwrap_or("");
+                let name = c.metadata.name.as_deref().unwrap_or("");
+                let mut msg = format!("flexvol on node {}: {why}", self.id.node);
+                if ann(&c.metadata, ANN_SELECTED_NODE) == Some(self.id.node.as_str()) {
+                    match self.cluster.unselect_node(ns, name, &self.id.node).await {
+                        Ok(()) => {
+                            msg.push_str(&format!(
+                                "; this claim can never be provisioned as written, so its {ANN_SELECTED_NODE} annotation was removed (it holds no room on any node); create a new claim that fixes this"
+                            ));
+                            report.refused.push(who.clone());
+                        }
+                        Err(e) => report.failed.push(format!("{who}: {e}; retrying")),
+                    }
+                }
+                report.failed.push(format!("{who}: {msg}"));
+                self.say(
+                    Self::claim_event(c, true, "ProvisioningFailed", msg),
+                    report,
+                )
+                .await;
+            }
             Step::Reschedule(why) => {
                 let ns = c.metadata.namespace.as_deref().unwrap_or("");
                 let name = c.metadata.name.as_deref().unwrap_or("");
@@ -869,17 +903,11 @@ impl<C: Cluster> Reconciler<C> {
         // only add failure events beside another's success).
         if (node_local && ann(meta, ANN_SELECTED_NODE) != Some(self.id.node.as_str()))
             || (!node_local && !self.serving[bi])
-            || meta.deletion_timestamp.is_some()
+            || !awaits_volume(c)
         {
             return Step::Skip;
         }
         let spec = c.spec.clone().unwrap_or_default();
-        let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
-        if spec.volume_name.as_deref().is_some_and(|v| !v.is_empty())
-            || phase.is_some_and(|p| p != "Pending")
-        {
-            return Step::Skip;
-        }
         let (Some(uid), Some(ns), Some(name)) = (&meta.uid, &meta.namespace, &meta.name) else {
             return Step::Skip;
         };
@@ -907,55 +935,22 @@ impl<C: Cluster> Reconciler<C> {
             (h, _) => h.as_deref().unwrap_or(&self.id.node),
         };
 
-        // Validate everything before anything exists.
-        let kind = self.backends[bi].kind().name;
+        // Validate everything before anything exists: the decision the scheduler extender
+        // shares (a claim refused here is never counted against a node there).
         let params = class.parameters.clone().unwrap_or_default();
-        if let Err(why) = self.backends[bi].check_class(&params) {
-            return Step::Fail(format!(
-                "StorageClass {class_name}: {why}; fix the class (a new class, since parameters cannot be edited) and recreate the claim; nothing was created"
-            ));
-        }
-        if spec.volume_mode.as_deref() == Some("Block") {
-            return Step::Fail(format!(
-                "volumeMode Block is not supported by the {kind} provisioner; use volumeMode Filesystem"
-            ));
-        }
-        if spec.selector.is_some() {
-            return Step::Fail(format!(
-                "claims with a selector are not supported by the {kind} provisioner; remove spec.selector"
-            ));
-        }
-        let modes = spec.access_modes.clone().unwrap_or_default();
-        let allowed = self.backends[bi].kind().access_modes;
-        if modes.is_empty() || modes.iter().any(|m| !allowed.contains(&m.as_str())) {
-            return Step::Fail(format!(
-                "access modes {modes:?} are not supported by the {kind} provisioner; use {}",
-                allowed.join(" or ")
-            ));
-        }
-        let Some(size) = spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage"))
-            .cloned()
-        else {
-            return Step::Fail(
-                "the claim requests no storage size; set spec.resources.requests.storage".into(),
-            );
+        let class_check = self.backends[bi]
+            .check_class(&params)
+            .map_err(|e| e.to_string());
+        let plan = match plan_claim(self.backends[bi].kind(), &class_name, class_check, c) {
+            Ok(p) => p,
+            Err(never) => return Step::Never(never.message),
         };
-        let size_bytes = match parse_size(&size.0) {
-            Ok(b) => b,
-            Err(why) => {
-                return Step::Fail(format!("the claim's storage request {:?} {why}", size.0));
-            }
-        };
+        let (size, size_bytes, modes) = (plan.size, plan.size_bytes, plan.access_modes);
         // A clone: its source is checked (same namespace, ours, same class, this node, not
         // larger) before anything exists; the backend checks its own marks again.
-        let source = match data_source_name(c) {
-            Err(why) => return Step::Fail(why),
-            Ok(None) => None,
-            Ok(Some(src)) => {
+        let source = match plan.source {
+            None => None,
+            Some(src) => {
                 let sc = match self.cluster.get_claim(ns, &src).await {
                     Ok(sc) => sc,
                     Err(e) => {
@@ -994,7 +989,10 @@ impl<C: Cluster> Reconciler<C> {
                     sc.as_ref(),
                     pv.as_ref(),
                 ) {
-                    return Step::Fail(why);
+                    return match why {
+                        SourceRefusal::Wait(why) => Step::Fail(why),
+                        SourceRefusal::Never(why) => Step::Never(why),
+                    };
                 }
                 pv
             }

@@ -607,14 +607,15 @@ fn bad_class_parameters_fail_clearly_and_create_nothing() {
     );
     assert!(ev[1].message.contains("pathPattern"));
     assert!(ev[2].message.contains("numeric id"));
-    // The claims keep their node: rescheduling would not help.
+    // Never provisioned as written (issue #32, 5): sent back, so they hold no node.
     assert!(rec.cluster.claims.borrow().iter().all(|c| {
-        c.metadata
+        !c.metadata
             .annotations
             .as_ref()
             .unwrap()
             .contains_key(ANN_SELECTED_NODE)
     }));
+    assert_eq!(r.refused.len(), 3, "{r:?}");
     // Said once, not every pass.
     block_on(rec.pass(&cfg));
     assert_eq!(rec.cluster.events.borrow().len(), 3);
@@ -1282,6 +1283,178 @@ fn deleting_a_legacy_volume_removes_its_grant() {
         read_legacy_grant(&cfg.state_dir, &Location::HostPath(&path)),
         None
     );
+}
+
+fn selected(rec: &Reconciler<Fake>, name: &str) -> Option<String> {
+    rec.cluster
+        .claims
+        .borrow()
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+        .and_then(|c| {
+            c.metadata
+                .annotations
+                .as_ref()?
+                .get(ANN_SELECTED_NODE)
+                .cloned()
+        })
+}
+
+/// Issue #32, 5: a claim the provisioner can never make as written (each kind of refusal of
+/// `plan_claim`, a clone whose source does not exist) is sent back: its `selected-node` is
+/// removed, with an event that says why and what to change, and nothing is made. A claim that
+/// fails for now (its clone source is not Bound yet, the PV could not be created) keeps its node.
+#[test]
+fn a_claim_that_can_never_be_made_is_sent_back_and_one_that_waits_keeps_its_node() {
+    use k8s_openapi::api::core::v1::TypedLocalObjectReference;
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    let source = |name: &str| TypedLocalObjectReference {
+        api_group: None,
+        kind: "PersistentVolumeClaim".into(),
+        name: name.into(),
+    };
+    type Edit = Box<dyn Fn(&mut PersistentVolumeClaimSpec)>;
+    let never: Vec<(&str, &str, Edit)> = vec![
+        (
+            "rwx",
+            "access modes [\"ReadWriteMany\"]",
+            Box::new(|s| s.access_modes = Some(vec!["ReadWriteMany".into()])),
+        ),
+        (
+            "block",
+            "volumeMode Block",
+            Box::new(|s| s.volume_mode = Some("Block".into())),
+        ),
+        (
+            "selector",
+            "remove spec.selector",
+            Box::new(|s| s.selector = Some(Default::default())),
+        ),
+        (
+            "nosize",
+            "requests no storage size",
+            Box::new(|s| s.resources = None),
+        ),
+        (
+            "snapshot",
+            "dataSource is a",
+            Box::new(|s| {
+                s.data_source = Some(TypedLocalObjectReference {
+                    api_group: Some("snapshot.storage.k8s.io".into()),
+                    kind: "VolumeSnapshot".into(),
+                    name: "s".into(),
+                })
+            }),
+        ),
+        (
+            "ghost",
+            "ns/nothing does not exist",
+            Box::new(move |s| s.data_source = Some(source("nothing"))),
+        ),
+    ];
+    let mut wants = Vec::new();
+    for (i, (name, says, edit)) in never.into_iter().enumerate() {
+        let mut c = claim(name, &format!("u{i}"), "c", Some("node-a"));
+        edit(c.spec.as_mut().unwrap());
+        rec.cluster.claims.borrow_mut().push(c);
+        wants.push((name, says));
+    }
+    // Waiting: a clone of a claim that is not Bound yet.
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("unbound", "u-src", "c", None));
+    let mut waiting = claim("waiting", "u-w", "c", Some("node-a"));
+    waiting.spec.as_mut().unwrap().data_source = Some(source("unbound"));
+    rec.cluster.claims.borrow_mut().push(waiting);
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert!(
+        r.provisioned.is_empty() && rec.cluster.volumes.borrow().is_empty(),
+        "{r:?}"
+    );
+    assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+    let events = rec.cluster.events.borrow().clone();
+    for (name, says) in &wants {
+        assert_eq!(selected(&rec, name), None, "{name}: selected-node kept");
+        let ev: Vec<_> = events.iter().filter(|e| e.name == *name).collect();
+        assert!(
+            ev.len() == 1
+                && ev[0].warning
+                && ev[0].reason == "ProvisioningFailed"
+                && ev[0].message.contains(says)
+                && ev[0]
+                    .message
+                    .contains("selected-node annotation was removed"),
+            "{name}: {ev:?}"
+        );
+    }
+    let mut refused = r.refused.clone();
+    refused.sort();
+    assert_eq!(
+        refused,
+        [
+            "ns/block",
+            "ns/ghost",
+            "ns/nosize",
+            "ns/rwx",
+            "ns/selector",
+            "ns/snapshot"
+        ]
+    );
+    assert_eq!(selected(&rec, "waiting").as_deref(), Some("node-a"));
+    let ev: Vec<_> = events.iter().filter(|e| e.name == "waiting").collect();
+    assert!(
+        ev.len() == 1 && ev[0].message.contains("not Bound yet; waiting"),
+        "{ev:?}"
+    );
+    assert!(!ev[0].message.contains("removed"), "{ev:?}");
+    // Written again by hand: sent back again, the same event not said twice.
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        if c.metadata.name.as_deref() == Some("rwx") {
+            c.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(ANN_SELECTED_NODE.into(), "node-a".into());
+        }
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.refused, ["ns/rwx"]);
+    assert_eq!(selected(&rec, "rwx"), None);
+    assert_eq!(
+        rec.cluster
+            .events
+            .borrow()
+            .iter()
+            .filter(|e| e.name == "rwx")
+            .count(),
+        1
+    );
+
+    // A failure for now (the API server refused the PV): the claim keeps its node.
+    let mut rec = setup("node-a");
+    rec.cluster
+        .classes
+        .borrow_mut()
+        .insert("c".into(), class("c", &[], "Delete"));
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "c", Some("node-a")));
+    rec.cluster.fail_create.set(Some(ApiErrorKind::Timeout));
+    let r = block_on(rec.pass(&cfg));
+    assert!(
+        r.provisioned.is_empty() && r.refused.is_empty() && !r.failed.is_empty(),
+        "{r:?}"
+    );
+    assert_eq!(selected(&rec, "data").as_deref(), Some("node-a"));
 }
 
 /// A claim author may set `selected-node` themselves (issue #20, 9a): a node the scheduler would

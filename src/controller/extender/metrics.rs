@@ -9,6 +9,7 @@
 use super::wire::ExtenderFilterResult;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -22,6 +23,7 @@ pub struct Metrics {
     calls: Family<CallLabels, Counter>,
     seconds: Family<VerbLabels, Histogram>,
     filtered: Counter,
+    uncounted: Gauge,
     registry: Registry,
 }
 
@@ -43,6 +45,7 @@ impl Metrics {
             calls: Family::default(),
             seconds: Family::new_with_constructor(hist),
             filtered: Counter::default(),
+            uncounted: Gauge::default(),
             registry: Registry::default(),
         };
         r.register(
@@ -59,6 +62,11 @@ impl Metrics {
             "flexvol_scheduler_extender_filtered_nodes",
             "Nodes the filter removed because the pod's flexvol claims do not fit there",
             m.filtered.clone(),
+        );
+        r.register(
+            "flexvol_scheduler_extender_uncounted_claims",
+            "Claims headed to a node (selected-node) that are not counted there because their namespace has more than --max-reserved-claims-per-namespace headed to that node (as of the last scrape)",
+            m.uncounted.clone(),
         );
         Self { registry: r, ..m }
     }
@@ -91,6 +99,11 @@ impl Metrics {
         self.seconds
             .get_or_create(&[("verb", verb)])
             .observe(took.as_secs_f64());
+    }
+
+    /// Sets the claims not counted for their namespace's cap ([`super::server::State::uncounted_claims`]).
+    pub fn set_uncounted(&self, n: usize) {
+        self.uncounted.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The registry as OpenMetrics text.

@@ -50,6 +50,11 @@ pub struct SchedulerExtenderArgs {
     /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
     pub vendor: String,
+    /// At most this many unbound claims of one namespace count as headed to one node (their
+    /// `selected-node`); the rest, the newest first, are not counted, so one namespace cannot
+    /// fill a node for the others.
+    #[arg(long, default_value_t = claims::DEFAULT_MAX_RESERVED_PER_NAMESPACE, value_name = "N")]
+    pub max_reserved_claims_per_namespace: usize,
     /// A node's capacity older than this never filters it (it passes, unpreferred).
     #[arg(long, default_value_t = 180, value_name = "SECONDS")]
     pub stale_after_seconds: u64,
@@ -81,10 +86,12 @@ pub fn run(a: &SchedulerExtenderArgs) -> i32 {
             return 1;
         }
     };
-    let state = Arc::new(RwLock::new(server::State::new(
+    let mut state = server::State::new(
         a.vendor.clone(),
         Duration::from_secs(a.stale_after_seconds.max(1)),
-    )));
+    );
+    state.max_reserved_per_namespace = a.max_reserved_claims_per_namespace;
+    let state = Arc::new(RwLock::new(state));
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -57,6 +57,9 @@ pub struct State {
     pub listed: BTreeSet<&'static str>,
     /// Per node, the capacity text last received (a relist of the same text keeps its stamp).
     pub capacity_text: BTreeMap<String, String>,
+    /// At most this many claims of one namespace count as headed to one node
+    /// (`--max-reserved-claims-per-namespace`).
+    pub max_reserved_per_namespace: usize,
 }
 
 impl State {
@@ -74,7 +77,27 @@ impl State {
             synced: false,
             listed: BTreeSet::new(),
             capacity_text: BTreeMap::new(),
+            max_reserved_per_namespace: claims::DEFAULT_MAX_RESERVED_PER_NAMESPACE,
         }
+    }
+
+    /// The caches as [`claims`] reads them.
+    pub fn caches(&self) -> Caches<'_> {
+        Caches {
+            claims: &self.claims,
+            classes: &self.classes,
+            vendor: &self.vendor,
+            max_per_namespace: self.max_reserved_per_namespace,
+        }
+    }
+
+    /// Claims headed to a node that are not counted because their namespace is over its cap
+    /// there (the `flexvol_scheduler_extender_uncounted_claims` gauge, set when scraped).
+    pub fn uncounted_claims(&self) -> usize {
+        claims::reserved(&self.caches(), &[])
+            .uncounted
+            .values()
+            .sum()
     }
 }
 
@@ -112,6 +135,8 @@ struct Decoded {
     needs: Vec<decide::Need>,
     /// The published capacity, with the claims already headed to each node.
     model: Model,
+    /// Per (namespace, node) over its cap, how many of its claims were not counted.
+    uncounted: BTreeMap<(String, String), usize>,
 }
 
 /// Decodes a request against `state`, or says why it cannot be decided.
@@ -131,26 +156,24 @@ fn decode(state: &State, body: &[u8]) -> Result<Decoded, String> {
             .collect(),
         (None, None) => Vec::new(),
     };
-    let c = Caches {
-        claims: &state.claims,
-        classes: &state.classes,
-        vendor: &state.vendor,
-    };
+    let c = state.caches();
     let (needs, notes) = claims::needs_of_pod(&c, pod);
     for n in notes {
         tracing::debug!(target: LOG_TARGET, "pod {}/{}: {n}", pod.metadata.namespace, pod.metadata.name);
     }
     let mut model = state.model.clone();
-    model.reserved = if needs.is_empty() {
-        BTreeMap::new()
+    let reserved = if needs.is_empty() {
+        claims::Reserved::default()
     } else {
         claims::reserved(&c, &needs)
     };
+    model.reserved = reserved.by_node;
     Ok(Decoded {
         args,
         names,
         needs,
         model,
+        uncounted: reserved.uncounted,
     })
 }
 
@@ -173,9 +196,15 @@ pub fn answer(state: &State, method: &str, path: &str, body: &[u8], now: SystemT
                 // One line per decided pod with flexvol claims (pods without are not logged).
                 let failed: Vec<String> =
                     f.failed.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+                // Claims of a namespace over its cap on a node: not counted, said with the pod.
+                let uncounted: String = d
+                    .uncounted
+                    .iter()
+                    .map(|((ns, node), n)| format!("; {n} claim(s) of namespace {ns} headed to {node} not counted (over --max-reserved-claims-per-namespace)"))
+                    .collect();
                 tracing::info!(
                     target: LOG_TARGET,
-                    "filter pod {}/{} ({} flexvol claim(s)): passed [{}]; filtered [{}]",
+                    "filter pod {}/{} ({} flexvol claim(s)): passed [{}]; filtered [{}]{uncounted}",
                     pod.metadata.namespace,
                     pod.metadata.name,
                     d.needs.len(),
@@ -260,6 +289,9 @@ pub async fn serve(
                     let path = req.uri().path().to_owned();
                     let (status, ctype, body) = async {
                         if req.method() == hyper::Method::GET && path == "/metrics" {
+                            if let Ok(s) = state.read() {
+                                metrics.set_uncounted(s.uncounted_claims());
+                            }
                             return match metrics.encode() {
                                 Ok(t) => (200, METRICS, t),
                                 Err(e) => (500, TEXT, format!("{e}\n")),
@@ -373,7 +405,8 @@ mod tests {
         s.classes.insert("local".into(), class);
         let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "data", "namespace": "ns"},
-            "spec": {"storageClassName": "local", "resources": {"requests": {"storage": "1Gi"}}}}))
+            "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}}))
         .unwrap();
         s.claims.insert("ns/data".into(), claim);
         s.synced = true;
@@ -404,6 +437,43 @@ mod tests {
             [0, 5, 0],
             "{text}"
         );
+    }
+
+    /// Issue #32, 5, end to end through the handler: another namespace's claims headed to
+    /// "roomy" by a hand-written selected-node, each larger than the node, filter this pod off
+    /// it only when the provisioner would make them; a refused one (ReadWriteMany) and the ones
+    /// beyond the namespace's cap are not counted, and the cap's excess is a metric.
+    #[test]
+    fn a_bogus_claim_headed_to_a_node_does_not_filter_other_tenants_off_it() {
+        let mut s = state();
+        let body = format!(r#"{{{POD},"NodeNames":["roomy"]}}"#);
+        let passed = |s: &State| {
+            let (_, _, text) = answer(s, "POST", "/filter", body.as_bytes(), now());
+            let r: ExtenderFilterResult = serde_json::from_str(&text).unwrap();
+            r.node_names.unwrap_or_default() == ["roomy"]
+        };
+        let bogus = |name: &str, mode: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "evil",
+                             "annotations": {crate::provision::api::ANN_SELECTED_NODE: "roomy"}},
+                "spec": {"storageClassName": "local", "accessModes": [mode],
+                         "resources": {"requests": {"storage": "1Pi"}}}}))
+            .unwrap()
+        };
+        s.claims
+            .insert("evil/rwx".into(), bogus("rwx", "ReadWriteMany"));
+        assert!(passed(&s), "a claim the provisioner refuses holds no room");
+        assert_eq!(s.uncounted_claims(), 0);
+        // One it would make holds the node (until it is made, or sent back for want of room).
+        s.claims
+            .insert("evil/big".into(), bogus("big", "ReadWriteOnce"));
+        assert!(!passed(&s));
+        // With a cap of none per namespace, it and its like are not counted, and said.
+        s.claims
+            .insert("evil/big2".into(), bogus("big2", "ReadWriteOnce"));
+        s.max_reserved_per_namespace = 0;
+        assert!(passed(&s));
+        assert_eq!(s.uncounted_claims(), 2);
     }
 
     /// The whole-node form answers with the passing Node objects, untouched.

@@ -15,6 +15,9 @@
 #               `flexvol scheduler-extender` (its token, on the port the config names) and
 #               kube-scheduler restarted with --config = kube-scheduler-config.yaml, changed only in
 #               clientConnection.kubeconfig and the port.
+#               A ReadWriteMany 1 Ti claim with a hand-written selected-node=node-a and no pod
+#               (issue #32, 5) -> node-a removes selected-node with a ProvisioningFailed event;
+#               written again, it holds no room there:
 #               A 10 Mi claim whose pod prefers node-a -> node-a (the preference works when it fits).
 #               A 100 Mi claim whose pod prefers node-a -> Running on node-b on the FIRST try: one
 #               Scheduled event, no FailedScheduling, no ProvisioningFailed, the claim's
@@ -188,7 +191,24 @@ EOF
 	kc_restart_scheduler "$KC_DIR/scheduler-config.yaml"
 	pass "extender: serving on 127.0.0.1:$EXT_PORT; kube-scheduler restarted with --config (drivers/deploy/kube-scheduler-config.yaml)"
 
-	# The preference works when the claim fits: a 10 Mi claim -> node-a.
+	# Issue #32, 5: a claim with a hand-written selected-node, 1 Ti and ReadWriteMany (which the
+	# provisioner refuses for good), no pod: node-a's provisioner sends it back with an event, and
+	# written again it does not keep the next pod off node-a (the extender does not count it; the
+	# unit tests prove that deterministically, this that the real patch and event happen).
+	apply "pvc ext-bogus" <<EOF
+{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"ext-bogus","namespace":"default",
+  "annotations":{"volume.kubernetes.io/selected-node":"node-a"}},
+ "spec":{"accessModes":["ReadWriteMany"],"storageClassName":"flexvol-ext","resources":{"requests":{"storage":"1Ti"}}}}
+EOF
+	wait_until "claim ext-bogus to be sent back by node-a" 30 has_event ext-bogus "ProvisioningFailed: .*ReadWriteMany.*selected-node annotation was removed"
+	[ -z "$(jp pvc ext-bogus '{.metadata.annotations.volume\.kubernetes\.io/selected-node}')" ] ||
+		fail "claim ext-bogus kept its selected-node after node-a refused it: $(events_of ext-bogus)"
+	kc_kubectl annotate --overwrite pvc ext-bogus volume.kubernetes.io/selected-node=node-a >/dev/null ||
+		fail "annotate ext-bogus"
+	pass "extender: a ReadWriteMany 1 Ti claim with a hand-written selected-node is sent back by node-a: '$(first_event ext-bogus 'ProvisioningFailed: .*' 200)'"
+
+	# The preference works when the claim fits: a 10 Mi claim -> node-a (ext-bogus, headed there
+	# again meanwhile, holds no room).
 	ext_claim ext-fits 10Mi
 	pod ext-fits ext-fits node-a
 	wait_until "pod ext-fits to run" 60 pod_running ext-fits
@@ -292,6 +312,7 @@ EOF
 	pass "extender: stopped -> the same 100 Mi claim preferring node-a is scheduled (ignorable: true), to node-a: without the extender the pod goes to the node without room"
 
 	# Cleanup: as before this scenario.
+	kc_kubectl delete pvc ext-bogus --wait=false >/dev/null || fail "delete pvc ext-bogus"
 	ext_cleanup_pod_claim ext-after ext-after
 	ext_cleanup_pod_claim ext-second ext-second
 	ext_cleanup_pod_claim ext-fits ext-fits
