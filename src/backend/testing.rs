@@ -33,13 +33,16 @@ pub const DEV: &str = "/dev/vg0/lv1";
 pub const DEVNUM: (u32, u32) = (0, 100);
 
 /// [`DEV`]'s device number (when present), the swap devices, [`DEVNUM`]'s holders, the
-/// block copies made (`<from> <to> <bytes>`) and other present devices (device number (0, 200+i)).
+/// block copies made (`<from> <to> <bytes>`), other present devices (device number (0, 200+i)),
+/// and what to run while a block copy is made (with its source: a test's look at the node then).
+#[allow(clippy::type_complexity)]
 pub struct FakeDevices(
     pub Mutex<Option<(u32, u32)>>,
     pub Mutex<Vec<(u32, u32)>>,
     pub Mutex<Vec<String>>,
     pub Mutex<Vec<String>>,
     pub Mutex<Vec<PathBuf>>,
+    pub Mutex<Option<Box<dyn FnMut(&Path) + Send>>>,
 );
 
 impl FakeDevices {
@@ -51,6 +54,7 @@ impl FakeDevices {
             Mutex::default(),
             Mutex::default(),
             Mutex::default(),
+            Mutex::default(),
         )
     }
 
@@ -58,6 +62,7 @@ impl FakeDevices {
     pub fn absent() -> Self {
         Self(
             Mutex::new(None),
+            Mutex::default(),
             Mutex::default(),
             Mutex::default(),
             Mutex::default(),
@@ -89,6 +94,9 @@ impl Devices for FakeDevices {
         })
     }
     fn copy_blocks(&self, from: &Path, to: &Path, bytes: u64, _: &Deadline) -> Result<()> {
+        if let Some(f) = self.5.lock().unwrap().as_mut() {
+            f(from);
+        }
         self.3
             .lock()
             .unwrap()

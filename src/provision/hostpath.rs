@@ -174,6 +174,17 @@ impl HostPathProvisioner {
         expect: Option<&(u64, u64)>,
         dst: &std::path::Path,
     ) -> Result<copy::Copied, String> {
+        Self::copy_from_with(spath, expect, dst, &mut || {})
+    }
+
+    /// [`Self::copy_from`], running `meanwhile` after the copy and before the source is looked at
+    /// again (the tests' pause point, where a pod that mounted the source writes it).
+    fn copy_from_with(
+        spath: &std::path::Path,
+        expect: Option<&(u64, u64)>,
+        dst: &std::path::Path,
+        meanwhile: &mut dyn FnMut(),
+    ) -> Result<copy::Copied, String> {
         let src = crate::sys::dirfd::open_dir(spath)
             .map_err(|e| format!("cannot open {}: {e}", spath.display()))?;
         if let Some(want) = expect {
@@ -187,7 +198,19 @@ impl HostPathProvisioner {
         }
         let dst = crate::sys::dirfd::open_dir(dst)
             .map_err(|e| format!("cannot open {}: {e}", dst.display()))?;
-        copy::copy_tree(&src, &dst, &[MARKER])
+        // "Not in use" was decided before the copy; a pod may mount the source meanwhile. Every
+        // change to the tree while it is copied (a write, a new name, a swap) changes its
+        // fingerprint (every entry's change time): such a copy is discarded, never kept.
+        let before = copy::fingerprint(&src)?;
+        let copied = copy::copy_tree(&src, &dst, &[MARKER])?;
+        meanwhile();
+        if copy::fingerprint(&src)? != before {
+            return Err(format!(
+                "{}: a pod mounted and changed it during the copy",
+                copy::CHANGED
+            ));
+        }
+        Ok(copied)
     }
 
     /// Removes this request's own directory (a clone not finished), with its project quota.
@@ -605,5 +628,29 @@ mod tests {
             "{e:?}"
         );
         assert!(!root.join("pvc-u3_ns_u3").exists());
+    }
+
+    /// Issue #32, 1: "not in use" is decided before the copy, and a pod may mount the source
+    /// and write it while it is copied: any change to the source during the copy (here a write
+    /// at the pause point after it) fails the copy as changed, so the torn copy is never kept.
+    #[test]
+    fn a_source_changed_during_the_copy_is_not_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let d = d.path().canonicalize().unwrap();
+        let (src, dst) = (d.join("src"), d.join("dst"));
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::create_dir_all(&dst).unwrap();
+        std::fs::write(src.join("sub/f"), b"one").unwrap();
+        let f = src.join("sub/f");
+        let e = HostPathProvisioner::copy_from_with(&src, None, &dst, &mut || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::fs::write(&f, b"two").unwrap();
+        })
+        .unwrap_err();
+        assert!(e.starts_with(copy::CHANGED), "{e}");
+        let dst2 = d.join("dst2");
+        std::fs::create_dir_all(&dst2).unwrap();
+        let c = HostPathProvisioner::copy_from(&src, None, &dst2).unwrap();
+        assert_eq!(c.files, 1, "unchanged, it is kept");
     }
 }

@@ -936,7 +936,21 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
         .lock()
         .unwrap()
         .extend(["/dev/vg0/pvc-tsrc".into(), "/dev/vg0/pvc-k1".into()]);
+    // Issue #32, 1: while the blocks are copied, the source is held against the drivers' verbs
+    // (they take the same lock): a mountdevice of the source asked then could not start.
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (dir, seen) = (w.config.lock_dir(), held.clone());
+    *w.devices.5.lock().unwrap() = Some(Box::new(move |_| {
+        let key = crate::backend::lock_key(crate::backend::Backend::Lvm, "vg0/pvc-tsrc");
+        let got = crate::sys::lock::VolumeLock::acquire(&dir, &key, std::time::Duration::ZERO);
+        seen.lock().unwrap().push(got.is_err());
+    }));
     let made = clone_on(&w, &lvm, "pvc-k1", &thick, 100 * MI, &tsrc).unwrap();
+    assert_eq!(
+        *held.lock().unwrap(),
+        [true],
+        "the source's lock was free during the copy"
+    );
     assert_eq!(made.capacity_bytes, 100 * MI);
     assert_eq!(
         lvm.calls()[n..],
