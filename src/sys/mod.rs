@@ -1,8 +1,9 @@
 //! System seams: starting other programs ([`exec`]), mounts and the mount table ([`mount`],
 //! [`mountinfo`]), locks ([`lock`], [`names`]), symlink-safe paths ([`paths`]), our own process
-//! (start-up, signals, deadlines: [`process`]) and the file system calls made through directory
-//! descriptors — opening beneath a root without symlinks, renames that never replace, links,
-//! `statx`/`statfs`, the flags ioctl ([`dirfd`]), entering the host's mount namespace ([`hostns`],
+//! (start-up, signals, deadlines: [`process`]) and the one file layer for names a tenant controls,
+//! made through directory descriptors — opening beneath a root without symlinks, regular files
+//! only through `O_PATH` and a checked non-blocking reopen, bounded reads, listings by descriptor,
+//! renames that never replace, links, `statx`/`statfs`, the flags ioctl ([`dirfd`]), entering the host's mount namespace ([`hostns`],
 //! the provisioner's `--host-mount-namespace`), a pod's fsGroup applied to a tree ([`ownership`])
 //! — live here, behind small traits
 //! ([`exec::Runner`], [`mount::Mounter`]) that tests can replace, or small functions.
