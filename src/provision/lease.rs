@@ -284,16 +284,23 @@ pub fn spawn(
         namespace,
         name,
         holder,
-        Part { eligible, stopping },
+        Part {
+            eligible,
+            fit: Arc::new(AtomicBool::new(true)),
+            stopping,
+        },
         TIMING,
         None,
     )
 }
 
-/// When an elector takes part: while `eligible`, and until `stopping` turns true (the process
-/// stops: from then on it releases what it holds and takes nothing).
+/// When an elector takes part: while `eligible` and `fit`, and until `stopping` turns true (the
+/// process stops: from then on it releases what it holds and takes nothing). `fit` is false while
+/// a lane of this instance is stuck ([`Leadership::set_fit`]): it releases what it holds and
+/// takes nothing until the lane moves again.
 struct Part {
     eligible: Arc<AtomicBool>,
+    fit: Arc<AtomicBool>,
     stopping: watch::Receiver<bool>,
 }
 
@@ -328,7 +335,7 @@ fn start(
     if let Some(g) = &e.gauge {
         g.set(0);
     }
-    tokio::spawn(e.run(part.eligible, part.stopping));
+    tokio::spawn(e.run(part));
     Leader { rx, until, holds }
 }
 
@@ -341,6 +348,8 @@ pub struct Leadership {
     pub nfs: Leader,
     /// Set when the process stops: no elector is eligible any more (each releases what it holds).
     stop: Arc<watch::Sender<bool>>,
+    /// Cleared while a lane is stuck: no elector is eligible (each releases what it holds).
+    fit: Arc<AtomicBool>,
 }
 
 impl Leadership {
@@ -356,6 +365,7 @@ impl Leadership {
     ) -> Self {
         let ns = namespace.unwrap_or(client.default_namespace()).to_owned();
         let (stop, stopping) = watch::channel(false);
+        let fit = Arc::new(AtomicBool::new(true));
         let elect = |name: &str, eligible: Arc<AtomicBool>| {
             start(
                 client.clone(),
@@ -364,6 +374,7 @@ impl Leadership {
                 node.to_owned(),
                 Part {
                     eligible,
+                    fit: fit.clone(),
                     stopping: stopping.clone(),
                 },
                 TIMING,
@@ -374,7 +385,18 @@ impl Leadership {
             claims: elect(CLAIMS_LEASE, Arc::new(AtomicBool::new(true))),
             nfs: elect(NFS_LEASE, serves_shared),
             stop: Arc::new(stop),
+            fit,
         }
+    }
+
+    /// Whether this instance is fit to lead: `false` while a lane is stuck
+    /// ([`super::telemetry::Health::live`]). Unfit, each elector at its next round (at most
+    /// [`RETRY_PERIOD`] later) stops leading and releases a Lease it holds, as when it is no
+    /// longer eligible, so that a healthy instance takes the shared work over at its next read
+    /// instead of never (a stuck instance that still renews would keep it forever); fit again,
+    /// it takes part again.
+    pub fn set_fit(&self, fit: bool) {
+        self.fit.store(fit, Ordering::Relaxed);
     }
 
     /// Stops taking part (the process is stopping): each elector stops leading at once and
@@ -468,7 +490,12 @@ struct Elector {
 }
 
 impl Elector {
-    async fn run(mut self, eligible: Arc<AtomicBool>, mut stopping: watch::Receiver<bool>) {
+    async fn run(mut self, part: Part) {
+        let Part {
+            eligible,
+            fit,
+            mut stopping,
+        } = part;
         loop {
             // No handle left: nobody acts on the answer; let go of the Lease and stop. The
             // process stopping: the same, at once.
@@ -477,7 +504,8 @@ impl Elector {
             if stop {
                 self.drop_lead("this instance is stopping");
             }
-            let may = eligible.load(Ordering::Relaxed) && !closed && !stop;
+            let may =
+                eligible.load(Ordering::Relaxed) && fit.load(Ordering::Relaxed) && !closed && !stop;
             self.tick(may).await;
             self.holds.store(self.holds_record(), Ordering::Release);
             self.report("not renewed within the renew deadline");
@@ -648,7 +676,7 @@ impl Elector {
         };
         if step == Step::Release {
             // Stop working before anyone else can start.
-            self.drop_lead("released: this instance is no longer eligible");
+            self.drop_lead("released: this instance is no longer eligible (or a lane is stuck)");
         }
         let sent = Instant::now();
         let limit = self.limit(sent);
@@ -1080,7 +1108,11 @@ mod tests {
                     "ns".into(),
                     "lease".into(),
                     me,
-                    Part { eligible, stopping },
+                    Part {
+                        eligible,
+                        fit: Arc::new(AtomicBool::new(true)),
+                        stopping,
+                    },
                     FAST,
                     None,
                 );
