@@ -11,6 +11,10 @@
 //! ([`super::queue::Breakers`]): the next claims on it fail fast until a single attempt after the
 //! breaker's delay shows it back.
 //!
+//! Each lane beats its own heartbeat ([`telemetry::Health`]) after every object and every pass: a
+//! lane stuck in a system call turns the probes red and makes the instance give up its Leases,
+//! though the other lane still passes. Nothing ever joins a lane's thread.
+//!
 //! Concurrency is bounded: two lanes, one object at a time in each. The volume work is
 //! synchronous (commands, mounts, each under its deadline) and holds only its own lane's thread.
 //!

@@ -29,6 +29,9 @@
 //! duration while another holds it (it reads again only when that record could have expired); the Lease is a
 //! few hundred bytes.
 //!
+//! An instance with a stuck lane is unfit ([`Leadership::set_fit`]): its electors take part in
+//! nothing and release what they hold, as when they are no longer eligible.
+//!
 //! RBAC (drivers/deploy/rbac.yaml): `get` and `update` on the Leases [`CLAIMS_LEASE`] and
 //! [`NFS_LEASE`] only, and `create` of Leases, in the Leases' namespace (kube-system).
 

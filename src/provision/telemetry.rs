@@ -10,9 +10,14 @@
 //!   [`super::run`]: the driver verbs never reach this module.
 //! - **Metrics** ([`Metrics`]): the names in drivers/deploy/README.md ("7. Metrics, health and logs"), kept in a
 //!   `prometheus-client` registry, served as OpenMetrics text (which Prometheus reads).
-//! - **Health** ([`Health`]): `/healthz` answers 200 while the loop is alive (a pass ended, or
-//!   the loop waited for a config, within [`Health::live_window`]); `/readyz` answers 200 once the
-//!   watch caches have listed and a pass ended within [`Health::ready_window`].
+//! - **Health** ([`Health`]), per lane: `/healthz` answers 200 while every lane makes progress (a
+//!   pass or one object's work ended, or it waited for its config or client, within
+//!   [`Health::live_window`]), else 503 naming the stuck lane and since when; `/readyz` answers
+//!   200 once the watch caches have listed, no lane is stuck and each lane's last pass ended
+//!   within [`Health::ready_window`].
+//!
+//! The server holds at most [`LIMITS`] connections (per peer address and in all; each for a
+//! bounded time): anything in the pod network can connect to it.
 //!
 //! The HTTP server ([`serve`]) runs on a thread of its own with its own single-threaded runtime:
 //! a pass does blocking work (mounts, `lvm` commands, NFS servers that may not answer), which on
