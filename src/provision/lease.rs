@@ -1079,7 +1079,7 @@ mod tests {
         me: &str,
         eligible: Arc<AtomicBool>,
     ) -> (Leader, tokio::sync::oneshot::Sender<()>) {
-        let (leader, kill, _stop) = stoppable(url, me, eligible);
+        let (leader, kill, _stop) = stoppable(url, me, eligible, Arc::new(AtomicBool::new(true)));
         (leader, kill)
     }
 
@@ -1088,6 +1088,7 @@ mod tests {
         url: &str,
         me: &str,
         eligible: Arc<AtomicBool>,
+        fit: Arc<AtomicBool>,
     ) -> (
         Leader,
         tokio::sync::oneshot::Sender<()>,
@@ -1113,7 +1114,7 @@ mod tests {
                     me,
                     Part {
                         eligible,
-                        fit: Arc::new(AtomicBool::new(true)),
+                        fit,
                         stopping,
                     },
                     FAST,
@@ -1255,8 +1256,9 @@ mod tests {
         let api = Arc::new(FakeApi::default());
         let url = start_fake(api.clone());
         let names = ["node-a", "node-b"];
-        let (a, kill_a, stop_a) = stoppable(&url, names[0], Arc::new(AtomicBool::new(true)));
-        let (b, kill_b, stop_b) = stoppable(&url, names[1], Arc::new(AtomicBool::new(true)));
+        let yes = || Arc::new(AtomicBool::new(true));
+        let (a, kill_a, stop_a) = stoppable(&url, names[0], yes(), yes());
+        let (b, kill_b, stop_b) = stoppable(&url, names[1], yes(), yes());
         wait_for("a leader", Duration::from_secs(3), || {
             a.is_leading() || b.is_leading()
         });
@@ -1288,6 +1290,47 @@ mod tests {
         let took = t0.elapsed();
         let end = watch_exclusive(&api, &both, Duration::from_secs(1));
         assert_eq!(end, Some(o), "after {took:?}");
+        assert_eq!(holder_on(&api).as_deref(), Some(names[o]));
+        let _ = kill_a.send(());
+        let _ = kill_b.send(());
+    }
+
+    /// Issue #32, 7: a holder whose lane is stuck (unfit: `Leadership::set_fit(false)`) stops
+    /// leading and releases the Lease at its next round, so the other takes over at its next read;
+    /// fit again, it does not take the Lease back from the live holder.
+    #[test]
+    fn an_unfit_holder_releases_and_the_other_takes_over() {
+        let api = Arc::new(FakeApi::default());
+        let url = start_fake(api.clone());
+        let names = ["node-a", "node-b"];
+        let fits = [
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(true)),
+        ];
+        let yes = || Arc::new(AtomicBool::new(true));
+        let (a, kill_a, _stop_a) = stoppable(&url, names[0], yes(), fits[0].clone());
+        let (b, kill_b, _stop_b) = stoppable(&url, names[1], yes(), fits[1].clone());
+        wait_for("a leader", Duration::from_secs(3), || {
+            a.is_leading() || b.is_leading()
+        });
+        let both = [(names[0], &a), (names[1], &b)];
+        let h = watch_exclusive(&api, &both, Duration::from_secs(1)).expect("a leader");
+        let o = 1 - h;
+        let handles = [&a, &b];
+        fits[h].store(false, Ordering::SeqCst);
+        // One round (250 ms) and the write: released, no longer leading.
+        wait_for("the release", Duration::from_secs(2), || {
+            holder_on(&api).is_none() && !handles[h].is_leading() && !handles[h].holds()
+                || handles[o].is_leading()
+        });
+        wait_for(
+            "the takeover",
+            Duration::from_millis(2 * 2000 + 500),
+            || handles[o].is_leading(),
+        );
+        fits[h].store(true, Ordering::SeqCst);
+        let end = watch_exclusive(&api, &both, Duration::from_secs(1));
+        assert_eq!(end, Some(o));
         assert_eq!(holder_on(&api).as_deref(), Some(names[o]));
         let _ = kill_a.send(());
         let _ = kill_b.send(());
