@@ -36,14 +36,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc::UnboundedSender, watch};
 use tracing::warn;
 
-/// Which lane works on a kind: the node-local kinds' or the shared kinds'.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Lane {
-    /// hostPath, LVM: this node's volumes.
-    Local,
-    /// NFS: volumes any node may make, made by the one instance that leads them.
-    Shared,
-}
+/// Which lane works on a kind (defined with the lanes' queues, which telemetry may name too).
+pub use super::queue::Lane;
 
 /// What this instance leads right now (see [`super::lease`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

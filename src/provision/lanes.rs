@@ -11,6 +11,10 @@
 //! ([`super::queue::Breakers`]): the next claims on it fail fast until a single attempt after the
 //! breaker's delay shows it back.
 //!
+//! Each lane beats its own heartbeat ([`telemetry::Health`]) after every object and every pass: a
+//! lane stuck in a system call turns the probes red and makes the instance give up its Leases,
+//! though the other lane still passes. Nothing ever joins a lane's thread.
+//!
 //! Concurrency is bounded: two lanes, one object at a time in each. The volume work is
 //! synchronous (commands, mounts, each under its deadline) and holds only its own lane's thread.
 //!
@@ -47,10 +51,7 @@ const SETTLE: Duration = Duration::from_millis(50);
 
 /// A lane's name in logs and metrics.
 pub fn lane_name(lane: Lane) -> &'static str {
-    match lane {
-        Lane::Local => "node-local",
-        Lane::Shared => "shared",
-    }
+    lane.name()
 }
 
 /// What a lane needs.
@@ -121,9 +122,9 @@ pub fn all_kinds(id: &Identity) -> Vec<&'static Kind> {
 }
 
 /// Waits until the node config loads (the installer container writes it).
-async fn load_config(shared: &telemetry::Shared) -> Config {
+async fn load_config(shared: &telemetry::Shared, lane: Lane) -> Config {
     loop {
-        shared.health.beat(Instant::now());
+        shared.health.beat_lane(lane, Instant::now());
         match Config::load() {
             Ok(c) => return c,
             Err(e) => warn!(target: LOG_TARGET, "{e}; waiting for a valid config"),
@@ -135,7 +136,7 @@ async fn load_config(shared: &telemetry::Shared) -> Config {
 async fn run(mut a: LaneArgs) {
     let lane = a.lane;
     let name = lane_name(lane);
-    let mut config = load_config(&a.shared).await;
+    let mut config = load_config(&a.shared, lane).await;
     // A client of the lane's own, on this runtime (see KubeCluster::with_client).
     let client = loop {
         match super::apiclient::client(a.kubeconfig.as_deref(), a.service_account_dir.as_deref())
@@ -144,6 +145,7 @@ async fn run(mut a: LaneArgs) {
             Ok(c) => break c,
             Err(e) => {
                 warn!(target: LOG_TARGET, "lane {name}: {e}; retrying");
+                a.shared.health.beat_lane(lane, Instant::now());
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }
@@ -177,6 +179,12 @@ async fn run(mut a: LaneArgs) {
         }
         let keys = queue.take(now);
         if !keys.is_empty() || resync {
+            // Test hook (tests/suite/provisioner_health.rs): FLEXVOL_TEST_HANG_AT=lane-shared-pass
+            // blocks this lane here for good, as a system call that never returns would.
+            crate::sys::process::checkpoint(match lane {
+                Lane::Local => "lane-node-local-pass",
+                Lane::Shared => "lane-shared-pass",
+            });
             match Config::load() {
                 Ok(c) => config = c,
                 Err(e) => warn!(target: LOG_TARGET, "{e}; keeping the last valid config"),
@@ -194,6 +202,8 @@ async fn run(mut a: LaneArgs) {
                     break;
                 }
                 let r = rec.sync(k, &config).await;
+                // Progress: a long batch of slow objects is not a stuck lane.
+                a.shared.health.beat_lane(lane, Instant::now());
                 queue.done(k, r.failed.is_empty(), Instant::now());
                 report.merge(r);
             }
@@ -233,7 +243,7 @@ async fn run(mut a: LaneArgs) {
                 }
                 capacity_at = Some(Instant::now());
             }
-            a.shared.health.passed(Instant::now());
+            a.shared.health.passed(lane, Instant::now());
         }
         if resync {
             resync_at = Instant::now() + a.resync;

@@ -29,6 +29,9 @@
 //! duration while another holds it (it reads again only when that record could have expired); the Lease is a
 //! few hundred bytes.
 //!
+//! An instance with a stuck lane is unfit ([`Leadership::set_fit`]): its electors take part in
+//! nothing and release what they hold, as when they are no longer eligible.
+//!
 //! RBAC (drivers/deploy/rbac.yaml): `get` and `update` on the Leases [`CLAIMS_LEASE`] and
 //! [`NFS_LEASE`] only, and `create` of Leases, in the Leases' namespace (kube-system).
 
@@ -284,16 +287,23 @@ pub fn spawn(
         namespace,
         name,
         holder,
-        Part { eligible, stopping },
+        Part {
+            eligible,
+            fit: Arc::new(AtomicBool::new(true)),
+            stopping,
+        },
         TIMING,
         None,
     )
 }
 
-/// When an elector takes part: while `eligible`, and until `stopping` turns true (the process
-/// stops: from then on it releases what it holds and takes nothing).
+/// When an elector takes part: while `eligible` and `fit`, and until `stopping` turns true (the
+/// process stops: from then on it releases what it holds and takes nothing). `fit` is false while
+/// a lane of this instance is stuck ([`Leadership::set_fit`]): it releases what it holds and
+/// takes nothing until the lane moves again.
 struct Part {
     eligible: Arc<AtomicBool>,
+    fit: Arc<AtomicBool>,
     stopping: watch::Receiver<bool>,
 }
 
@@ -328,7 +338,7 @@ fn start(
     if let Some(g) = &e.gauge {
         g.set(0);
     }
-    tokio::spawn(e.run(part.eligible, part.stopping));
+    tokio::spawn(e.run(part));
     Leader { rx, until, holds }
 }
 
@@ -341,6 +351,8 @@ pub struct Leadership {
     pub nfs: Leader,
     /// Set when the process stops: no elector is eligible any more (each releases what it holds).
     stop: Arc<watch::Sender<bool>>,
+    /// Cleared while a lane is stuck: no elector is eligible (each releases what it holds).
+    fit: Arc<AtomicBool>,
 }
 
 impl Leadership {
@@ -356,6 +368,7 @@ impl Leadership {
     ) -> Self {
         let ns = namespace.unwrap_or(client.default_namespace()).to_owned();
         let (stop, stopping) = watch::channel(false);
+        let fit = Arc::new(AtomicBool::new(true));
         let elect = |name: &str, eligible: Arc<AtomicBool>| {
             start(
                 client.clone(),
@@ -364,6 +377,7 @@ impl Leadership {
                 node.to_owned(),
                 Part {
                     eligible,
+                    fit: fit.clone(),
                     stopping: stopping.clone(),
                 },
                 TIMING,
@@ -374,7 +388,18 @@ impl Leadership {
             claims: elect(CLAIMS_LEASE, Arc::new(AtomicBool::new(true))),
             nfs: elect(NFS_LEASE, serves_shared),
             stop: Arc::new(stop),
+            fit,
         }
+    }
+
+    /// Whether this instance is fit to lead: `false` while a lane is stuck
+    /// ([`super::telemetry::Health::live`]). Unfit, each elector at its next round (at most
+    /// [`RETRY_PERIOD`] later) stops leading and releases a Lease it holds, as when it is no
+    /// longer eligible, so that a healthy instance takes the shared work over at its next read
+    /// instead of never (a stuck instance that still renews would keep it forever); fit again,
+    /// it takes part again.
+    pub fn set_fit(&self, fit: bool) {
+        self.fit.store(fit, Ordering::Relaxed);
     }
 
     /// Stops taking part (the process is stopping): each elector stops leading at once and
@@ -468,7 +493,12 @@ struct Elector {
 }
 
 impl Elector {
-    async fn run(mut self, eligible: Arc<AtomicBool>, mut stopping: watch::Receiver<bool>) {
+    async fn run(mut self, part: Part) {
+        let Part {
+            eligible,
+            fit,
+            mut stopping,
+        } = part;
         loop {
             // No handle left: nobody acts on the answer; let go of the Lease and stop. The
             // process stopping: the same, at once.
@@ -477,7 +507,8 @@ impl Elector {
             if stop {
                 self.drop_lead("this instance is stopping");
             }
-            let may = eligible.load(Ordering::Relaxed) && !closed && !stop;
+            let may =
+                eligible.load(Ordering::Relaxed) && fit.load(Ordering::Relaxed) && !closed && !stop;
             self.tick(may).await;
             self.holds.store(self.holds_record(), Ordering::Release);
             self.report("not renewed within the renew deadline");
@@ -648,7 +679,7 @@ impl Elector {
         };
         if step == Step::Release {
             // Stop working before anyone else can start.
-            self.drop_lead("released: this instance is no longer eligible");
+            self.drop_lead("released: this instance is no longer eligible (or a lane is stuck)");
         }
         let sent = Instant::now();
         let limit = self.limit(sent);
@@ -1048,7 +1079,7 @@ mod tests {
         me: &str,
         eligible: Arc<AtomicBool>,
     ) -> (Leader, tokio::sync::oneshot::Sender<()>) {
-        let (leader, kill, _stop) = stoppable(url, me, eligible);
+        let (leader, kill, _stop) = stoppable(url, me, eligible, Arc::new(AtomicBool::new(true)));
         (leader, kill)
     }
 
@@ -1057,6 +1088,7 @@ mod tests {
         url: &str,
         me: &str,
         eligible: Arc<AtomicBool>,
+        fit: Arc<AtomicBool>,
     ) -> (
         Leader,
         tokio::sync::oneshot::Sender<()>,
@@ -1080,7 +1112,11 @@ mod tests {
                     "ns".into(),
                     "lease".into(),
                     me,
-                    Part { eligible, stopping },
+                    Part {
+                        eligible,
+                        fit,
+                        stopping,
+                    },
                     FAST,
                     None,
                 );
@@ -1220,8 +1256,9 @@ mod tests {
         let api = Arc::new(FakeApi::default());
         let url = start_fake(api.clone());
         let names = ["node-a", "node-b"];
-        let (a, kill_a, stop_a) = stoppable(&url, names[0], Arc::new(AtomicBool::new(true)));
-        let (b, kill_b, stop_b) = stoppable(&url, names[1], Arc::new(AtomicBool::new(true)));
+        let yes = || Arc::new(AtomicBool::new(true));
+        let (a, kill_a, stop_a) = stoppable(&url, names[0], yes(), yes());
+        let (b, kill_b, stop_b) = stoppable(&url, names[1], yes(), yes());
         wait_for("a leader", Duration::from_secs(3), || {
             a.is_leading() || b.is_leading()
         });
@@ -1253,6 +1290,47 @@ mod tests {
         let took = t0.elapsed();
         let end = watch_exclusive(&api, &both, Duration::from_secs(1));
         assert_eq!(end, Some(o), "after {took:?}");
+        assert_eq!(holder_on(&api).as_deref(), Some(names[o]));
+        let _ = kill_a.send(());
+        let _ = kill_b.send(());
+    }
+
+    /// Issue #32, 7: a holder whose lane is stuck (unfit: `Leadership::set_fit(false)`) stops
+    /// leading and releases the Lease at its next round, so the other takes over at its next read;
+    /// fit again, it does not take the Lease back from the live holder.
+    #[test]
+    fn an_unfit_holder_releases_and_the_other_takes_over() {
+        let api = Arc::new(FakeApi::default());
+        let url = start_fake(api.clone());
+        let names = ["node-a", "node-b"];
+        let fits = [
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(true)),
+        ];
+        let yes = || Arc::new(AtomicBool::new(true));
+        let (a, kill_a, _stop_a) = stoppable(&url, names[0], yes(), fits[0].clone());
+        let (b, kill_b, _stop_b) = stoppable(&url, names[1], yes(), fits[1].clone());
+        wait_for("a leader", Duration::from_secs(3), || {
+            a.is_leading() || b.is_leading()
+        });
+        let both = [(names[0], &a), (names[1], &b)];
+        let h = watch_exclusive(&api, &both, Duration::from_secs(1)).expect("a leader");
+        let o = 1 - h;
+        let handles = [&a, &b];
+        fits[h].store(false, Ordering::SeqCst);
+        // One round (250 ms) and the write: released, no longer leading.
+        wait_for("the release", Duration::from_secs(2), || {
+            holder_on(&api).is_none() && !handles[h].is_leading() && !handles[h].holds()
+                || handles[o].is_leading()
+        });
+        wait_for(
+            "the takeover",
+            Duration::from_millis(2 * 2000 + 500),
+            || handles[o].is_leading(),
+        );
+        fits[h].store(true, Ordering::SeqCst);
+        let end = watch_exclusive(&api, &both, Duration::from_secs(1));
+        assert_eq!(end, Some(o));
         assert_eq!(holder_on(&api).as_deref(), Some(names[o]));
         let _ = kill_a.send(());
         let _ = kill_b.send(());

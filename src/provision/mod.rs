@@ -70,6 +70,11 @@ pub struct ProvisionerArgs {
     /// A full pass at least this often, even without changes seen by the watches.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub resync_seconds: u64,
+    /// A lane (node-local, shared) that has made no progress for this long is stuck: /healthz and
+    /// /readyz fail naming it, and this instance gives up its Leases until it moves again
+    /// (default: 10 resyncs, at least 300).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub lane_timeout_seconds: Option<u64>,
     /// Serve /metrics, /healthz and /readyz here (the DaemonSet's pod network; the probes use it;
     /// on the host's network, as the systemd unit runs, pick a port free on every node).
     #[arg(long, default_value = "0.0.0.0:9479", value_name = "ADDRESS:PORT")]
@@ -226,7 +231,8 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
     let resync = Duration::from_secs(a.resync_seconds.max(1));
     let shared = Arc::new(telemetry::Shared {
         metrics: telemetry::Metrics::new(),
-        health: telemetry::Health::new(Instant::now(), resync),
+        health: telemetry::Health::new(Instant::now(), resync)
+            .stuck_after(a.lane_timeout_seconds.map(Duration::from_secs)),
     });
     match telemetry::serve(a.metrics_address, shared.clone()) {
         Ok(at) => {
@@ -378,6 +384,8 @@ async fn serve(
         config.local_path.node_roots(&id.node)
     );
     let resync = Duration::from_secs(a.resync_seconds.max(1));
+    // Each lane's window counts from its start, not from the waits above.
+    health.beat(Instant::now());
     let mut lanes = Vec::new();
     for (lane, keys) in [
         (cache::Lane::Local, local_rx),
@@ -399,10 +407,27 @@ async fn serve(
         lanes.push(lanes::spawn(args).map_err(|e| format!("cannot start a lane: {e}"))?);
     }
     // The watches, the electors and the API calls run on this runtime; the lanes on their own
-    // threads. Every 200 ms: what this instance leads (a lead lost at its renew deadline shows
-    // here even if the elector's reports are late), and readiness once the caches are listed.
+    // threads. Every 200 ms: whether a lane is stuck (then the electors give up the Leases, so
+    // that a healthy instance takes the shared work over: a stuck lane must not keep it), what
+    // this instance leads (a lead lost at its renew deadline shows here even if the elector's
+    // reports are late), and readiness once the caches are listed. Nothing here ever waits for
+    // a lane: a stuck one cannot hold up this loop, the Leases or a stop.
     SERVING.store(true, std::sync::atomic::Ordering::Release);
+    let mut fit = true;
     loop {
+        let live = health.live(Instant::now());
+        if live.is_ok() != fit {
+            fit = live.is_ok();
+            leadership.set_fit(fit);
+            match &live {
+                Err(why) => error!(target: LOG_TARGET,
+                    "{}; giving up the Leases this instance holds until it moves again (kubelet's liveness probe restarts the container)",
+                    why.replace('\n', "; ")),
+                Ok(()) => {
+                    info!(target: LOG_TARGET, "every lane moves again: taking part in the Leases again")
+                }
+            }
+        }
         leads_tx.send_if_modified(|l| {
             let now = leadership.leads();
             std::mem::replace(l, now) != now

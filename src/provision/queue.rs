@@ -19,6 +19,25 @@
 //! Pure data structures: the caller passes the time, so the tests need no clock.
 
 use std::collections::{BTreeSet, HashMap};
+
+/// Which lane works on a kind: the node-local kinds' or the shared kinds'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// hostPath, LVM: this node's volumes.
+    Local,
+    /// NFS: volumes any node may make, made by the one instance that leads them.
+    Shared,
+}
+
+impl Lane {
+    /// The lane's name in logs, metrics and health answers.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lane::Local => "node-local",
+            Lane::Shared => "shared",
+        }
+    }
+}
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 

@@ -10,15 +10,21 @@
 //!   [`super::run`]: the driver verbs never reach this module.
 //! - **Metrics** ([`Metrics`]): the names in drivers/deploy/README.md ("7. Metrics, health and logs"), kept in a
 //!   `prometheus-client` registry, served as OpenMetrics text (which Prometheus reads).
-//! - **Health** ([`Health`]): `/healthz` answers 200 while the loop is alive (a pass ended, or
-//!   the loop waited for a config, within [`Health::live_window`]); `/readyz` answers 200 once the
-//!   watch caches have listed and a pass ended within [`Health::ready_window`].
+//! - **Health** ([`Health`]), per lane: `/healthz` answers 200 while every lane makes progress (a
+//!   pass or one object's work ended, or it waited for its config or client, within
+//!   [`Health::live_window`]), else 503 naming the stuck lane and since when; `/readyz` answers
+//!   200 once the watch caches have listed, no lane is stuck and each lane's last pass ended
+//!   within [`Health::ready_window`].
+//!
+//! The server holds at most [`LIMITS`] connections (per peer address and in all; each for a
+//! bounded time): anything in the pod network can connect to it.
 //!
 //! The HTTP server ([`serve`]) runs on a thread of its own with its own single-threaded runtime:
 //! a pass does blocking work (mounts, `lvm` commands, NFS servers that may not answer), which on
 //! the loop's runtime would stall a scrape and fail a probe; and a slow scraper never touches the
 //! loop, which only updates atomics and the registry's short-held locks.
 
+use super::queue::Lane;
 use super::reconcile::{Action, Outcome, Report};
 use crate::node::config::Config;
 use prometheus_client::metrics::counter::Counter;
@@ -414,58 +420,128 @@ pub fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<S
     (pools, failed)
 }
 
-/// Liveness and readiness, from the loop's heartbeats (milliseconds since `start`, atomics: the
-/// loop never waits for a probe).
+/// Liveness and readiness, per lane ([`super::lanes`]), from each lane's heartbeats
+/// (milliseconds since `start`, atomics: a lane never waits for a probe, and a probe never waits
+/// for a lane). A lane blocked in a system call (an NFS server that does not answer, a FIFO)
+/// stops beating while the other goes on: `/healthz` and `/readyz` then fail and name it, and
+/// `serve` gives up the Leases ([`Health::live`] is what it asks).
 #[derive(Debug)]
 pub struct Health {
     start: Instant,
-    /// The loop's last sign of life (a pass ended or the loop waited for a config).
-    beat: AtomicU64,
-    /// The end of the last pass (`NEVER` before the first).
-    pass: AtomicU64,
+    /// The wall-clock time of `start`, for the messages ("since when").
+    wall: SystemTime,
+    /// Indexed by [`lane_index`].
+    lanes: [LaneBeat; 2],
     synced: AtomicBool,
     resync: Duration,
+    /// `--lane-timeout-seconds` (`None`: [`Health::live_window`]'s default).
+    stuck_after: Option<Duration>,
+}
+
+/// One lane's heartbeats.
+#[derive(Debug)]
+struct LaneBeat {
+    /// The lane's last sign of progress: a pass or one object's work ended, or it waited for its
+    /// config or its API client.
+    beat: AtomicU64,
+    /// The end of its last pass (`NEVER` before the first).
+    pass: AtomicU64,
+}
+
+impl LaneBeat {
+    fn new() -> Self {
+        Self {
+            beat: AtomicU64::new(0),
+            pass: AtomicU64::new(NEVER),
+        }
+    }
 }
 
 const NEVER: u64 = u64::MAX;
 
+/// The lanes, in the order of [`Health`]'s slots.
+const LANES: [Lane; 2] = [Lane::Local, Lane::Shared];
+
+fn lane_index(lane: Lane) -> usize {
+    match lane {
+        Lane::Local => 0,
+        Lane::Shared => 1,
+    }
+}
+
 impl Health {
-    /// Health of a loop that passes at least every `resync`; alive as of `start`.
+    /// Health of lanes that pass at least every `resync`; alive as of `start`.
     pub fn new(start: Instant, resync: Duration) -> Self {
+        let wall = SystemTime::now()
+            .checked_sub(Instant::now().saturating_duration_since(start))
+            .unwrap_or_else(SystemTime::now);
         Self {
             start,
-            beat: AtomicU64::new(0),
-            pass: AtomicU64::new(NEVER),
+            wall,
+            lanes: [LaneBeat::new(), LaneBeat::new()],
             synced: AtomicBool::new(false),
             resync,
+            stuck_after: None,
         }
+    }
+
+    /// With the liveness window `--lane-timeout-seconds` gave (`None`: the default).
+    #[must_use]
+    pub fn stuck_after(mut self, window: Option<Duration>) -> Self {
+        self.stuck_after = window;
+        self
     }
 
     fn ms(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.start).as_millis()).unwrap_or(NEVER - 1)
     }
 
-    /// How long the loop may go without a sign of life: 10 resyncs, at least 5 minutes (a pass
-    /// waits out API deadlines and slow volume work; a restart would not make it quicker).
+    fn wall_at(&self, ms: u64) -> String {
+        let t = self
+            .wall
+            .checked_add(Duration::from_millis(ms))
+            .unwrap_or(self.wall);
+        crate::node::calllog::rfc3339(t)
+    }
+
+    /// How long a lane may go without a sign of progress before it is stuck:
+    /// `--lane-timeout-seconds`, else 10 resyncs, at least 5 minutes (every object's work waits
+    /// out its deadlines, and a restart would not make a slow one quicker).
     pub fn live_window(&self) -> Duration {
-        (self.resync * 10).max(Duration::from_secs(300))
+        self.stuck_after
+            .unwrap_or_else(|| (self.resync * 10).max(Duration::from_secs(300)))
     }
 
-    /// How old the last pass may be for the instance to be ready: 3 resyncs, at least a minute.
+    /// How old a lane's last pass may be for the instance to be ready: 3 resyncs, at least a
+    /// minute (never more than the live window).
     pub fn ready_window(&self) -> Duration {
-        (self.resync * 3).max(Duration::from_secs(60))
+        (self.resync * 3)
+            .max(Duration::from_secs(60))
+            .min(self.live_window())
     }
 
-    /// The loop is alive at `at` (waiting for a config, or between passes).
+    /// Every lane is alive at `at` (before the lanes start: `serve` waits for its config and its
+    /// first lists).
     pub fn beat(&self, at: Instant) {
-        self.beat.store(self.ms(at), Ordering::Relaxed);
+        for l in LANES {
+            self.beat_lane(l, at);
+        }
     }
 
-    /// A pass ended at `at`.
-    pub fn passed(&self, at: Instant) {
+    /// `lane` made progress at `at` (one object's work ended, or it waited for its config or
+    /// client).
+    pub fn beat_lane(&self, lane: Lane, at: Instant) {
+        self.lanes[lane_index(lane)]
+            .beat
+            .store(self.ms(at), Ordering::Relaxed);
+    }
+
+    /// A pass of `lane` ended at `at`.
+    pub fn passed(&self, lane: Lane, at: Instant) {
         let ms = self.ms(at);
-        self.pass.store(ms, Ordering::Relaxed);
-        self.beat.store(ms, Ordering::Relaxed);
+        let l = &self.lanes[lane_index(lane)];
+        l.pass.store(ms, Ordering::Relaxed);
+        l.beat.store(ms, Ordering::Relaxed);
     }
 
     /// Both watch caches hold a first full list.
@@ -482,34 +558,78 @@ impl Health {
         (ms != NEVER).then(|| Duration::from_millis(self.ms(at).saturating_sub(ms)))
     }
 
-    /// `/healthz` at `at`: `Err` says why not.
-    pub fn live(&self, at: Instant) -> Result<(), String> {
-        let age = self
-            .age(self.beat.load(Ordering::Relaxed), at)
-            .unwrap_or_default();
-        if age > self.live_window() {
-            return Err(format!(
-                "no pass has ended for {}s (limit {}s): the reconcile loop is stuck",
-                age.as_secs(),
-                self.live_window().as_secs()
-            ));
-        }
-        Ok(())
+    /// The lanes stuck at `at`: each with how long it has gone without progress and since when.
+    fn stuck(&self, at: Instant) -> Vec<String> {
+        let window = self.live_window();
+        LANES
+            .iter()
+            .filter_map(|l| {
+                let ms = self.lanes[lane_index(*l)].beat.load(Ordering::Relaxed);
+                let age = self.age(ms, at).unwrap_or_default();
+                (age > window).then(|| {
+                    format!(
+                        "lane {}: no progress for {}s (limit {}s), since {}: stuck (a system call \
+                         that does not return, e.g. on an NFS server that does not answer)",
+                        l.name(),
+                        age.as_secs(),
+                        window.as_secs(),
+                        self.wall_at(ms)
+                    )
+                })
+            })
+            .collect()
     }
 
-    /// `/readyz` at `at`: `Err` says why not.
+    /// What each lane's last pass was at `at`, one line each (with a failed probe's reason).
+    fn passes(&self, at: Instant) -> String {
+        LANES
+            .iter()
+            .map(|l| {
+                let ms = self.lanes[lane_index(*l)].pass.load(Ordering::Relaxed);
+                let name = l.name();
+                match self.age(ms, at) {
+                    None => format!("lane {name}: no pass has ended yet\n"),
+                    Some(a) => format!("lane {name}: last pass ended {}s ago\n", a.as_secs()),
+                }
+            })
+            .collect()
+    }
+
+    /// `/healthz` at `at`: `Err` names the stuck lanes, and says how every lane's last pass was.
+    pub fn live(&self, at: Instant) -> Result<(), String> {
+        let stuck = self.stuck(at);
+        if stuck.is_empty() {
+            return Ok(());
+        }
+        Err(format!("{}\n{}", stuck.join("\n"), self.passes(at))
+            .trim_end()
+            .to_owned())
+    }
+
+    /// `/readyz` at `at`: `Err` says why not (a lane stuck, the caches not listed, a lane
+    /// without a recent pass).
     pub fn ready(&self, at: Instant) -> Result<(), String> {
+        self.live(at)?;
         if !self.is_synced() {
             return Err("the watches of claims and PVs have not listed yet".into());
         }
-        match self.age(self.pass.load(Ordering::Relaxed), at) {
-            None => Err("no pass has ended yet".into()),
-            Some(a) if a > self.ready_window() => Err(format!(
-                "the last pass ended {}s ago (limit {}s)",
-                a.as_secs(),
-                self.ready_window().as_secs()
-            )),
-            Some(_) => Ok(()),
+        let mut late = Vec::new();
+        for l in LANES {
+            let name = l.name();
+            match self.age(self.lanes[lane_index(l)].pass.load(Ordering::Relaxed), at) {
+                None => late.push(format!("lane {name}: no pass has ended yet")),
+                Some(a) if a > self.ready_window() => late.push(format!(
+                    "lane {name}: the last pass ended {}s ago (limit {}s)",
+                    a.as_secs(),
+                    self.ready_window().as_secs()
+                )),
+                Some(_) => {}
+            }
+        }
+        if late.is_empty() {
+            Ok(())
+        } else {
+            Err(late.join("\n"))
         }
     }
 }
@@ -540,11 +660,50 @@ pub fn answer(shared: &Shared, path: &str, at: Instant) -> (u16, String) {
     }
 }
 
+/// How many connections the server holds at once, and for how long. Anything in the pod network
+/// (every tenant's pods) can connect to `--metrics-address`: without a bound, one pod opening
+/// connections and sending nothing would hold sockets and tasks until the process runs out of
+/// descriptors, and kubelet's probes would fail with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections held at once from one peer address (the excess is closed at once, unread).
+    pub per_peer: usize,
+    /// Connections held at once in all (the excess is closed at once, unread).
+    pub total: usize,
+    /// A connection must send its request head within this.
+    pub header: Duration,
+    /// A connection is closed this long after it was accepted, whatever it is doing (a client
+    /// that sends slowly or never reads the answer).
+    pub connection: Duration,
+}
+
+/// The server's [`Limits`]: a pod (one peer address) holds at most 4 connections, everyone at
+/// most 64, each at most 10 s. kubelet's probes come from the node's address (one at a time per
+/// probe, each within its 5 s timeout) and Prometheus scrapes from its own: neither is a tenant's
+/// pod, so one tenant's pod cannot crowd them out; only 16 pods of distinct addresses together
+/// can fill the total, for 10 s at a time (a NetworkPolicy keeps them out altogether:
+/// drivers/deploy/README.md, section 7).
+pub const LIMITS: Limits = Limits {
+    per_peer: 4,
+    total: 64,
+    header: Duration::from_secs(5),
+    connection: Duration::from_secs(10),
+};
+
 /// Binds `addr` now (so a port in use is an error at start) and serves `/metrics`, `/healthz` and
-/// `/readyz` on a thread of its own until the process ends. Connections must send their request
-/// head within 5 s; no keep-alive, so a connection lives for one request. Returns the address
-/// bound (port 0: the one the kernel chose).
+/// `/readyz` on a thread of its own until the process ends, within [`LIMITS`]. No keep-alive, so
+/// a connection lives for one request. Returns the address bound (port 0: the one the kernel
+/// chose).
 pub fn serve(addr: SocketAddr, shared: Arc<Shared>) -> Result<SocketAddr, String> {
+    serve_within(addr, shared, LIMITS)
+}
+
+/// [`serve`] within `limits` (shorter ones in tests).
+pub fn serve_within(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    limits: Limits,
+) -> Result<SocketAddr, String> {
     let listener = std::net::TcpListener::bind(addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| {
@@ -566,7 +725,7 @@ pub fn serve(addr: SocketAddr, shared: Arc<Shared>) -> Result<SocketAddr, String
                     return;
                 }
             };
-            if let Err(e) = rt.block_on(http(listener, shared)) {
+            if let Err(e) = rt.block_on(http(listener, shared, limits)) {
                 tracing::error!(target: LOG_TARGET, "the metrics server stopped: {e}; no /metrics, /healthz or /readyz");
             }
         })
@@ -574,47 +733,122 @@ pub fn serve(addr: SocketAddr, shared: Arc<Shared>) -> Result<SocketAddr, String
     Ok(bound)
 }
 
-async fn http(listener: std::net::TcpListener, shared: Arc<Shared>) -> Result<(), String> {
-    use hyper::service::{make_service_fn, service_fn};
-    use hyper::{Body, Method, Response, StatusCode, header};
-    let incoming = hyper::server::conn::AddrIncoming::from_listener(
-        tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
-    let make = make_service_fn(move |_| {
-        let shared = shared.clone();
-        async move {
-            Ok::<_, std::convert::Infallible>(service_fn(move |req: hyper::Request<Body>| {
-                let shared = shared.clone();
-                async move {
-                    let (status, body) = if req.method() == Method::GET {
-                        answer(&shared, req.uri().path(), Instant::now())
-                    } else {
-                        (405, "GET only\n".to_owned())
-                    };
-                    let ctype = if status == 200 && req.uri().path() == "/metrics" {
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8"
-                    } else {
-                        "text/plain; charset=utf-8"
-                    };
-                    let mut resp = Response::new(Body::from(body));
-                    *resp.status_mut() =
-                        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                    resp.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        header::HeaderValue::from_static(ctype),
-                    );
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            }))
+/// The connections held, by peer address.
+#[derive(Debug, Default)]
+struct Held {
+    by_peer: std::collections::HashMap<std::net::IpAddr, usize>,
+    total: usize,
+}
+
+/// One connection's place in [`Held`]; given back when dropped.
+struct Slot {
+    held: Arc<std::sync::Mutex<Held>>,
+    peer: std::net::IpAddr,
+}
+
+impl Slot {
+    /// A place for a connection from `peer`, unless `peer` or everyone holds the most `limits`
+    /// allow.
+    fn take(
+        held: &Arc<std::sync::Mutex<Held>>,
+        peer: std::net::IpAddr,
+        limits: Limits,
+    ) -> Option<Self> {
+        let mut h = held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = h.by_peer.get(&peer).copied().unwrap_or(0);
+        if mine >= limits.per_peer || h.total >= limits.total {
+            return None;
         }
-    });
-    hyper::Server::builder(incoming)
-        .http1_keepalive(false)
-        .http1_header_read_timeout(Duration::from_secs(5))
-        .serve(make)
-        .await
-        .map_err(|e| e.to_string())
+        h.by_peer.insert(peer, mine + 1);
+        h.total += 1;
+        Some(Self {
+            held: held.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut h = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        h.total = h.total.saturating_sub(1);
+        if let Some(n) = h.by_peer.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                h.by_peer.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// The answer to one request.
+fn respond(shared: &Shared, req: &hyper::Request<hyper::Body>) -> hyper::Response<hyper::Body> {
+    use hyper::{Body, Method, Response, StatusCode, header};
+    let (status, body) = if req.method() == Method::GET {
+        answer(shared, req.uri().path(), Instant::now())
+    } else {
+        (405, "GET only\n".to_owned())
+    };
+    let ctype = if status == 200 && req.uri().path() == "/metrics" {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(ctype),
+    );
+    resp
+}
+
+async fn http(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    limits: Limits,
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+    let held = Arc::new(std::sync::Mutex::new(Held::default()));
+    let mut conn = hyper::server::conn::Http::new();
+    conn.http1_only(true)
+        .http1_keep_alive(false)
+        .http1_header_read_timeout(limits.header);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was accepted: the
+                // listener stays; try again shortly.
+                tracing::debug!(target: LOG_TARGET, "metrics server: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // An IPv4 peer on a dual-stack socket counts as its IPv4 address.
+        let Some(slot) = Slot::take(&held, peer.ip().to_canonical(), limits) else {
+            // Over the cap: closed at once, unread.
+            drop(stream);
+            continue;
+        };
+        let shared = shared.clone();
+        let serving = conn.serve_connection(
+            stream,
+            hyper::service::service_fn(move |req| {
+                let resp = respond(&shared, &req);
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            }),
+        );
+        tokio::spawn(async move {
+            let _slot = slot;
+            let _ = tokio::time::timeout(limits.connection, serving).await;
+        });
+    }
 }
 
 #[cfg(test)]

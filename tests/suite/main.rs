@@ -25,6 +25,7 @@ mod lints;
 mod manifests;
 mod ops;
 mod provisioner_env;
+mod provisioner_health;
 mod root_hostpath;
 mod security_policy;
 mod util;

@@ -184,7 +184,7 @@ fn capacity_is_this_nodes_roots() {
 }
 
 #[test]
-fn liveness_follows_the_loops_heartbeat() {
+fn liveness_follows_each_lanes_heartbeat() {
     let t0 = Instant::now();
     let h = Health::new(t0, Duration::from_secs(30));
     assert_eq!(h.live_window(), Duration::from_secs(300));
@@ -197,24 +197,69 @@ fn liveness_follows_the_loops_heartbeat() {
     );
     h.beat(t0 + Duration::from_secs(290));
     assert_eq!(h.live(t0 + Duration::from_secs(500)), Ok(()));
-    h.passed(t0 + Duration::from_secs(600));
+    h.passed(Lane::Local, t0 + Duration::from_secs(600));
+    h.passed(Lane::Shared, t0 + Duration::from_secs(600));
     assert_eq!(h.live(t0 + Duration::from_secs(900)), Ok(()));
     assert!(h.live(t0 + Duration::from_secs(901)).is_err());
-    // The window follows a long resync.
+    // The window follows a long resync, or --lane-timeout-seconds.
     assert_eq!(
         Health::new(t0, Duration::from_secs(60)).live_window(),
         Duration::from_secs(600)
     );
+    let h = Health::new(t0, Duration::from_secs(30)).stuck_after(Some(Duration::from_secs(7)));
+    assert_eq!(h.live_window(), Duration::from_secs(7));
+    assert_eq!(h.ready_window(), Duration::from_secs(7));
+}
+
+/// Issue #32, 7: one lane stuck (no progress: here the shared lane's last beat is old) turns
+/// /healthz and /readyz red, naming that lane and since when, while the other lane passing does
+/// not hide it (before: one heartbeat for both lanes, which the passing lane kept fresh).
+#[test]
+fn a_stuck_lane_is_named_while_the_other_passes() {
+    let t0 = Instant::now();
+    let h = Health::new(t0, Duration::from_secs(30));
+    h.synced();
+    let at = |s| t0 + Duration::from_secs(s);
+    h.passed(Lane::Shared, at(10));
+    for s in (20..=400).step_by(20) {
+        h.passed(Lane::Local, at(s));
+    }
+    assert_eq!(h.live(at(310)), Ok(()));
+    let e = h.live(at(311)).unwrap_err();
+    assert!(
+        e.contains("lane shared: no progress for 301s (limit 300s), since "),
+        "{e}"
+    );
+    assert!(e.contains("stuck"), "{e}");
+    assert!(!e.contains("lane node-local: no progress"), "{e}");
+    assert!(e.contains("lane node-local: last pass ended 0s ago"), "{e}");
+    let r = h.ready(at(311)).unwrap_err();
+    assert!(r.contains("lane shared: no progress"), "{r}");
+    // Progress within a pass (one object's work ended) is not stuck; a pass ending clears it.
+    h.beat_lane(Lane::Shared, at(311));
+    assert_eq!(h.live(at(312)), Ok(()));
+    assert!(
+        h.ready(at(312))
+            .unwrap_err()
+            .contains("lane shared: the last pass ended 302s ago")
+    );
+    h.passed(Lane::Shared, at(312));
+    assert_eq!(h.ready(at(312)), Ok(()));
+    // And the other way round.
+    let e = h.live(at(400 + 301)).unwrap_err();
+    assert!(e.contains("lane node-local: no progress"), "{e}");
+    assert!(e.contains("lane shared: no progress"), "{e}");
 }
 
 #[test]
-fn readiness_needs_synced_caches_and_a_recent_pass() {
+fn readiness_needs_synced_caches_and_a_recent_pass_of_each_lane() {
     let t0 = Instant::now();
     let h = Health::new(t0, Duration::from_secs(3));
     assert_eq!(h.ready_window(), Duration::from_secs(60));
     let at = |s| t0 + Duration::from_secs(s);
     assert!(h.ready(at(1)).unwrap_err().contains("not listed"));
-    h.passed(at(2)); // a pass on caches not listed yet
+    h.passed(Lane::Local, at(2)); // a pass on caches not listed yet
+    h.passed(Lane::Shared, at(2));
     assert!(h.ready(at(3)).unwrap_err().contains("not listed"));
     h.synced();
     assert_eq!(h.ready(at(3)), Ok(()));
@@ -222,7 +267,11 @@ fn readiness_needs_synced_caches_and_a_recent_pass() {
     assert!(h.ready(at(63)).unwrap_err().contains("61s ago"));
     let h = Health::new(t0, Duration::from_secs(3));
     h.synced();
-    assert_eq!(h.ready(at(1)), Err("no pass has ended yet".into()));
+    h.passed(Lane::Local, at(1));
+    assert_eq!(
+        h.ready(at(1)),
+        Err("lane shared: no pass has ended yet".into())
+    );
 }
 
 #[test]
@@ -272,7 +321,8 @@ fn the_server_answers_on_its_own_thread() {
     assert_eq!(status, 503);
     assert!(body.contains("not listed"), "{body}");
     shared.health.synced();
-    shared.health.passed(Instant::now());
+    shared.health.passed(Lane::Local, Instant::now());
+    shared.health.passed(Lane::Shared, Instant::now());
     assert_eq!(get(addr, "/readyz"), (200, "ok\n".into()));
     shared.metrics.record(
         &Report {
@@ -334,4 +384,130 @@ esac
         failed[0].contains("capacity of volume group gone"),
         "{failed:?}"
     );
+}
+
+/// Connects to `addr` from the loopback address `from` (127.0.0.0/8 is all loopback on Linux:
+/// each is another peer to the server).
+fn connect_from(from: [u8; 4], addr: SocketAddr) -> std::net::TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(SocketAddr::from((from, 0))).unwrap();
+        s.connect(addr).await.unwrap()
+    });
+    let s = s.into_std().unwrap();
+    s.set_nonblocking(false).unwrap();
+    s
+}
+
+/// GET `path` over `s`: the status, or `None` when the server closed it unanswered.
+fn get_on(mut s: std::net::TcpStream, path: &str) -> Option<u16> {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split(' ').nth(1).map(|c| c.parse().unwrap())
+}
+
+/// Whether the server closed `s` (EOF or reset) within `limit`, without answering anything.
+fn closed_unanswered(s: &mut std::net::TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// Issue #32, 11: any pod can reach /metrics. One peer holding connections open (sending
+/// nothing) gets at most `per_peer` of them; the excess is closed at once, and kubelet's probes
+/// (another peer) still answer. Peers together get at most `total`. Every connection ends after
+/// `connection`, whatever it does.
+#[test]
+fn the_server_caps_connections_per_peer_and_in_all() {
+    let shared = Arc::new(Shared {
+        metrics: Metrics::new(),
+        health: Health::new(Instant::now(), Duration::from_secs(3)),
+    });
+    let limits = Limits {
+        per_peer: 3,
+        total: 6,
+        header: Duration::from_secs(30),
+        connection: Duration::from_secs(30),
+    };
+    let addr = serve_within("127.0.0.1:0".parse().unwrap(), shared.clone(), limits).unwrap();
+    let probe = [127, 0, 0, 2];
+    // A hostile pod (127.0.0.1): 3 idle connections held, then every further one closed unread.
+    let mut held: Vec<_> = (0..3).map(|_| connect_from([127, 0, 0, 1], addr)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for s in &mut held {
+        assert!(
+            !closed_unanswered(s, Duration::from_millis(100)),
+            "a held connection was closed"
+        );
+    }
+    for _ in 0..5 {
+        let mut extra = connect_from([127, 0, 0, 1], addr);
+        assert!(
+            closed_unanswered(&mut extra, Duration::from_secs(5)),
+            "a connection over the peer's cap was kept"
+        );
+    }
+    // The probe, from another address, is answered.
+    assert_eq!(get_on(connect_from(probe, addr), "/healthz"), Some(200));
+    // Another peer fills the total (3 + 3): now everyone's excess is closed, the probe's too.
+    let more: Vec<_> = (0..3).map(|_| connect_from([127, 0, 0, 3], addr)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut over = connect_from([127, 0, 0, 4], addr);
+    assert!(
+        closed_unanswered(&mut over, Duration::from_secs(5)),
+        "over the total cap, kept"
+    );
+    // A slot given back is taken again.
+    drop(more);
+    let t0 = Instant::now();
+    while get_on(connect_from(probe, addr), "/healthz") != Some(200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "slots not given back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(held);
+}
+
+/// Every connection ends at `connection` (here 1 s), also one that sent half a request and
+/// never reads: a slow client holds its slot for at most that long.
+#[test]
+fn a_connection_lives_at_most_its_limit() {
+    let shared = Arc::new(Shared {
+        metrics: Metrics::new(),
+        health: Health::new(Instant::now(), Duration::from_secs(3)),
+    });
+    let limits = Limits {
+        per_peer: 1,
+        total: 4,
+        header: Duration::from_secs(30),
+        connection: Duration::from_secs(1),
+    };
+    let addr = serve_within("127.0.0.1:0".parse().unwrap(), shared, limits).unwrap();
+    let mut slow = connect_from([127, 0, 0, 1], addr);
+    write!(slow, "GET /metrics HTTP/1.1\r\n").unwrap();
+    let t0 = Instant::now();
+    assert!(closed_unanswered(&mut slow, Duration::from_secs(10)));
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    // Its slot is free again: the same peer is answered.
+    let t0 = Instant::now();
+    while get_on(connect_from([127, 0, 0, 1], addr), "/healthz") != Some(200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the slot was not given back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
