@@ -158,6 +158,31 @@ pub fn finish_resize_patch(claim: &serde_json::Value, capacity: &Quantity) -> se
     })
 }
 
+/// The merge patch that adds `labels` to a PV (the rest of its labels kept).
+pub fn label_volume_patch(labels: &BTreeMap<String, String>) -> serde_json::Value {
+    serde_json::json!({"metadata": {"labels": labels}})
+}
+
+/// The merge patch that removes `volume.kubernetes.io/selected-node` from a claim read at
+/// `resource_version`: conditional on it (a 409 if the claim changed meanwhile).
+pub fn unselect_node_patch(resource_version: Option<&str>) -> serde_json::Value {
+    serde_json::json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": {super::api::ANN_SELECTED_NODE: null},
+    }})
+}
+
+/// The merge patch that sets a PV's capacity and merges `annotations` into its annotations.
+pub fn grow_volume_patch(
+    capacity: &Quantity,
+    annotations: &BTreeMap<String, String>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": annotations},
+        "spec": {"capacity": {"storage": capacity}},
+    })
+}
+
 fn json_patch(v: serde_json::Value) -> Result<json_patch::Patch, ApiError> {
     serde_json::from_value(v)
         .map_err(|e| ApiError::new("build a JSON patch", ApiErrorKind::Other, e.to_string()))
@@ -297,7 +322,7 @@ impl Cluster for KubeCluster {
 
     async fn label_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> ApiResult<()> {
         let api = Api::<PersistentVolume>::all(self.client.clone());
-        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        let patch = label_volume_patch(labels);
         call(
             format!("label PersistentVolume {name}"),
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
@@ -381,11 +406,7 @@ impl Cluster for KubeCluster {
         if sel.map(String::as_str) != Some(node) {
             return Ok(()); // the scheduler moved on already
         }
-        // resourceVersion makes the patch conditional: a 409 if the claim changed meanwhile.
-        let patch = serde_json::json!({"metadata": {
-            "resourceVersion": c.metadata.resource_version,
-            "annotations": {super::api::ANN_SELECTED_NODE: null},
-        }});
+        let patch = unselect_node_patch(c.metadata.resource_version.as_deref());
         call(
             what,
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
@@ -406,10 +427,7 @@ impl Cluster for KubeCluster {
         annotations: &BTreeMap<String, String>,
     ) -> ApiResult<()> {
         let api = Api::<PersistentVolume>::all(self.client.clone());
-        let patch = serde_json::json!({
-            "metadata": {"annotations": annotations},
-            "spec": {"capacity": {"storage": capacity}},
-        });
+        let patch = grow_volume_patch(capacity, annotations);
         call(
             format!("set capacity of PersistentVolume {name} to {}", capacity.0),
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),

@@ -9,6 +9,7 @@
     clippy::expect_used
 )]
 
+mod admission_policy;
 mod conformance;
 mod contract;
 mod controller_manifests;

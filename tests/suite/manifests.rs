@@ -781,11 +781,13 @@ fn contract_manifests_kustomization_lists_every_manifest() {
         .map(|f| f.file_name().unwrap().to_str().unwrap().to_owned())
         // The static-pod snippet is not an object; controller.yaml (`flexvol controller`, node
         // loss) is opt-in and applied on its own (drivers/deploy/README.md section 8).
-        // scheduler-extender.yaml is opt-in too (it needs kube-scheduler configured).
+        // scheduler-extender.yaml is opt-in too (it needs kube-scheduler configured), and
+        // admission-policy.yaml (it needs 1.30 and the node-name extra: docs/security.md).
         .filter(|n| {
             n != "kube-controller-manager.yaml"
                 && n != "controller.yaml"
                 && n != "scheduler-extender.yaml"
+                && n != "admission-policy.yaml"
         })
         .collect();
     assert_eq!(
