@@ -96,8 +96,8 @@ pub fn finish(reply: &Reply) -> i32 {
         calllog::record_final(reply);
         reply.exit_code()
     } else {
-        // The guard thread (deadline or signal) answered first and is exiting with 1.
-        1
+        // The guard thread (deadline or signal) answered first and is exiting with its code.
+        crate::sys::process::failed_exit_code()
     }
 }
 

@@ -36,9 +36,12 @@ extern "C" fn main(
     // Before any thread exists, so that every thread inherits the mask (see sys::process).
     flexvol::sys::process::start();
     std::panic::set_hook(Box::new(|info| {
-        flexvol::sys::process::fail_and_exit(&format!(
-            "internal error in flexvol ({info}); please report it with the matching line of the flexvol log"
-        ))
+        flexvol::sys::process::fail_and_exit(
+            &format!(
+                "internal error in flexvol ({info}); please report it with the matching line of the flexvol log"
+            ),
+            false,
+        )
     }));
     std::process::exit(flexvol::cli::main_os(std::env::args_os().collect()));
 }

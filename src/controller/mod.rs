@@ -5,7 +5,9 @@
 //! Today it does one job, node loss ([`nodeloss`]; the decisions are
 //! [`crate::provision::nodeloss`]'s): for a class of a node-local kind that opts in
 //! (`nodeLossGracePeriod`), the claims and PVs flexvol made on a node whose Node object has been
-//! deleted for that long are deleted, with events, so that their owners recreate them elsewhere.
+//! deleted for that long, with its kubelet silent (no renewed `kube-node-lease` Lease, and none
+//! being renewed when the Node was last seen), are deleted, with events, so that their owners
+//! recreate them elsewhere.
 //!
 //! **Why not in the node provisioner.** Deleting claims must not be a power of the node
 //! credential: every node runs `flexvol provisioner` with the token of drivers/deploy/rbac.yaml,
@@ -14,8 +16,8 @@
 //! Deployment whose pod can be kept off tenant workloads' nodes (docs/security.md).
 //!
 //! Contract of the loop ([`run`]): a pass every `--resync-seconds` (sooner when a grace ends
-//! before that) lists every Node and every PV labelled `flexvol/kind` of a node-local kind, each
-//! list complete or the pass decides nothing; every API call has [`crate::provision::kube::DEADLINE`];
+//! before that) lists every kubelet Lease (`kube-node-lease`), every Node and every PV labelled
+//! `flexvol/kind` of a node-local kind, each list complete or the pass decides nothing; every API call has [`crate::provision::kube::DEADLINE`];
 //! a PV whose work failed is retried after a per-PV backoff (1 s doubling to 5 min,
 //! [`crate::provision::queue::WorkQueue`]); every write is conditional (resourceVersion or uid
 //! preconditions), so two replicas running by mistake (a rollout) do the same work once.

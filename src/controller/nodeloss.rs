@@ -2,11 +2,15 @@
 //! [`crate::provision::nodeloss::decide`] what to do with each, and does it.
 //!
 //! Safety rules, in the order they apply:
-//! - the Node list and the PV list are each read completely (all pages) in the same pass, or the
-//!   pass does nothing; an empty Node list is taken as a broken read, not as every node gone;
+//! - the kubelets' Leases (`kube-node-lease`), the Node list and the PV list are each read
+//!   completely (all pages) in the same pass, the Leases first, or the pass does nothing; an empty
+//!   Node list is taken as a broken read, not as every node gone;
+//! - every pass records, in memory, whether each existing Node's kubelet was renewing its Lease
+//!   ([`Heartbeats`]): a Node that disappears after such a pass is held, never acted on (its Lease
+//!   goes with it, so this is the only evidence left that its machine was alive);
 //! - before deleting anything for a PV, its node is read again by name (the `flexvol/node` name and
-//!   every hostname of the PV's affinity): one that exists stops it; the PV is read again and
-//!   decided again from what it says now (its mark, its uid);
+//!   every hostname of the PV's affinity): one that exists stops it; so are its Leases, and the PV,
+//!   and it is decided again from what they say now (its mark, its uid, a renewed Lease);
 //! - the claim is deleted only while its uid is the one the PV's `claimRef` names (a precondition
 //!   on the delete as well); the PV only with its reclaim policy Delete, with a uid precondition;
 //!   of the PV's finalizers only the provisioner's is removed (a JSON patch that tests the entry);
@@ -17,11 +21,13 @@ use super::LOG_TARGET;
 use crate::provision::api::{ApiError, ApiErrorKind, ApiResult};
 use crate::provision::kube::{call, remove_finalizer_patch};
 use crate::provision::nodeloss::{
-    ANN_MISSING_SINCE, ClaimStep, ClassGrace, Decision, Nodes, Target, claim_step, class_grace,
-    decide, event_message, target,
+    ANN_DELETED_ALIVE, ANN_LEASE_AT_MARK, ANN_MISSING_SINCE, ClaimStep, ClassGrace, Decision,
+    Heartbeats, LEASE_NAMESPACE, LeaseSeen, Life, Nodes, Target, claim_step, class_grace, decide,
+    event_message, target,
 };
 use crate::provision::queue::{Backoff, WorkQueue};
 use crate::provision::reconcile::LABEL_KIND;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
@@ -39,6 +45,8 @@ const PAGE: u32 = 500;
 pub const REASON_MISSING: &str = "NodeMissing";
 /// Event reason when the claim and PV of a lost node are deleted.
 pub const REASON_LOST: &str = "NodeLost";
+/// Event reason when a PV's Node is gone but its kubelet was seen alive: nothing will be deleted.
+pub const REASON_HELD: &str = "NodeDeletedAlive";
 
 /// The node-loss worker: its client, what it looks at, and its per-PV backoff.
 pub struct NodeLoss {
@@ -48,6 +56,8 @@ pub struct NodeLoss {
     queue: WorkQueue<String>,
     /// (PV, message) said already: an invalid class is logged once, not every pass.
     said: HashSet<(String, String)>,
+    /// Whether each Node's kubelet was renewing its Lease when the Node was last seen.
+    beats: Heartbeats,
 }
 
 /// A 403 names the controller's manifest, not the provisioner's.
@@ -77,7 +87,48 @@ impl NodeLoss {
             local_kinds,
             queue: WorkQueue::new(Backoff::DEFAULT),
             said: HashSet::new(),
+            beats: Heartbeats::default(),
         }
+    }
+
+    /// Every kubelet Lease, by name (all pages).
+    async fn list_leases(&self) -> ApiResult<HashMap<String, LeaseSeen>> {
+        let api = Api::<Lease>::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let mut out = HashMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut lp = ListParams::default().limit(PAGE);
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let page = call(format!("list Leases in {LEASE_NAMESPACE}"), api.list(&lp))
+                .await
+                .map_err(ours)?;
+            for l in &page.items {
+                if let Some(n) = &l.metadata.name {
+                    out.insert(n.clone(), LeaseSeen::from_lease(l));
+                }
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The Leases of `t`'s node names, each read by name just now.
+    async fn get_leases(&self, t: &Target) -> ApiResult<HashMap<String, LeaseSeen>> {
+        let api = Api::<Lease>::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let mut out = HashMap::new();
+        for n in t.node_names() {
+            let got = call(format!("get Lease {LEASE_NAMESPACE}/{n}"), api.get_opt(n))
+                .await
+                .map_err(ours)?;
+            if let Some(l) = got {
+                out.insert(n.to_owned(), LeaseSeen::from_lease(&l));
+            }
+        }
+        Ok(out)
     }
 
     async fn list_nodes(&self) -> ApiResult<Vec<Node>> {
@@ -122,6 +173,15 @@ impl NodeLoss {
     /// One pass; returns how soon the next is wanted (the shortest grace left), if sooner than
     /// the caller's resync matters.
     pub async fn pass(&mut self) -> Option<Duration> {
+        // The Leases before the Nodes (Heartbeats::observe says why), and the time before both.
+        let read_at = Utc::now();
+        let leases = match self.list_leases().await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(target: LOG_TARGET, "{e}; deciding nothing this pass");
+                return None;
+            }
+        };
         let (nodes, pvs) = match (self.list_nodes().await, self.list_volumes().await) {
             (Ok(n), Ok(v)) => (n, v),
             (Err(e), _) | (_, Err(e)) => {
@@ -136,6 +196,7 @@ impl NodeLoss {
             );
             return None;
         }
+        self.beats.observe(&nodes, &leases, read_at);
         let nodes = Nodes::from_list(&nodes);
         let local: Vec<&str> = self.local_kinds.clone();
         let mut targets: HashMap<String, (Target, PersistentVolume)> = HashMap::new();
@@ -153,7 +214,7 @@ impl NodeLoss {
                 self.queue.forget(&name);
                 continue;
             };
-            let r = self.one(t, pv, &nodes, &mut classes).await;
+            let r = self.one(t, pv, &nodes, &leases, &mut classes).await;
             match r {
                 Ok(Some(d)) => {
                     soonest = Some(soonest.map_or(d, |s| s.min(d)));
@@ -195,9 +256,12 @@ impl NodeLoss {
         t: &Target,
         pv: &PersistentVolume,
         nodes: &Nodes,
+        leases: &HashMap<String, LeaseSeen>,
         classes: &mut HashMap<String, Option<StorageClass>>,
     ) -> ApiResult<Option<Duration>> {
-        if nodes.holds(t) && t.missing_since.is_none() {
+        let annotated =
+            t.missing_since.is_some() || t.lease_at_mark.is_some() || t.deleted_alive.is_some();
+        if nodes.holds(t) && !annotated {
             return Ok(None); // the usual case: no class read
         }
         let class = if t.class.is_empty() {
@@ -206,7 +270,8 @@ impl NodeLoss {
             self.class(&t.class, classes).await?
         };
         let grace = class_grace(class.as_ref(), &t.provisioner);
-        match decide(t, nodes, &grace, Utc::now()) {
+        let life = Life::of(t, leases, &self.beats);
+        match decide(t, nodes, &life, &grace, Utc::now()) {
             Decision::Nothing => Ok(None),
             Decision::Wait(d) => {
                 debug!(target: LOG_TARGET, pv = %t.pv, "PV {}: node {} gone, {}s of grace left", t.pv, t.node, d.as_secs());
@@ -219,17 +284,30 @@ impl NodeLoss {
                 Ok(None)
             }
             Decision::Clear => {
-                self.annotate(pv, None).await?;
-                info!(target: LOG_TARGET, pv = %t.pv, "PV {}: node {} is back (or its class {} no longer sets the grace): {ANN_MISSING_SINCE} removed", t.pv, t.node, t.class);
+                self.annotate(pv, None, None, None).await?;
+                info!(target: LOG_TARGET, pv = %t.pv, "PV {}: node {} is back (or its class {} no longer sets the grace): {ANN_MISSING_SINCE}, {ANN_LEASE_AT_MARK} and {ANN_DELETED_ALIVE} removed", t.pv, t.node, t.class);
                 Ok(None)
             }
-            Decision::Mark(at) => {
-                self.annotate(pv, Some(&at)).await?;
+            Decision::Hold { at, why } => {
+                self.annotate(pv, None, None, Some(&at)).await?;
+                let msg = format!(
+                    "node {} has no Node object, but {why}: its machine is taken as alive and nothing is deleted for this claim or its PV {}. If the Node was deleted by mistake, restart the kubelet on that machine (it registers the Node again, and this is cleared); if the machine is gone for good, remove the annotation {ANN_DELETED_ALIVE} from PV {} and the class's grace runs from then",
+                    t.node, t.pv, t.pv
+                );
+                warn!(target: LOG_TARGET, pv = %t.pv, "PV {}: {msg}", t.pv);
+                if let Some((ns, name, uid)) = &t.claim {
+                    self.event("PersistentVolumeClaim", ns, name, uid, REASON_HELD, &msg)
+                        .await;
+                }
+                Ok(None)
+            }
+            Decision::Mark { since: at, lease } => {
+                self.annotate(pv, Some(&at), lease.as_deref(), None).await?;
                 let ClassGrace::Grace(g) = grace else {
                     return Ok(None);
                 };
                 let msg = format!(
-                    "node {} has no Node object (since {at}); unless it is back within the class {}'s {} of {}s, this claim and its PV {} are deleted so that the claim can be recreated on another node",
+                    "node {} has no Node object (since {at}) and its kubelet does not renew its Lease; unless either is back within the class {}'s {} of {}s, this claim and its PV {} are deleted so that the claim can be recreated on another node",
                     t.node,
                     t.class,
                     crate::provision::nodeloss::PARAM,
@@ -247,17 +325,28 @@ impl NodeLoss {
         }
     }
 
-    /// Writes (`Some`) or removes (`None`) the mark, conditional on the PV as read.
-    async fn annotate(&self, pv: &PersistentVolume, value: Option<&str>) -> ApiResult<()> {
+    /// Writes (`Some`) or removes (`None`) the mark, the Lease at the mark and the hold, in one
+    /// patch conditional on the PV as read.
+    async fn annotate(
+        &self,
+        pv: &PersistentVolume,
+        missing_since: Option<&str>,
+        lease_at_mark: Option<&str>,
+        deleted_alive: Option<&str>,
+    ) -> ApiResult<()> {
         let name = pv.metadata.name.as_deref().unwrap_or_default();
         let api = Api::<PersistentVolume>::all(self.client.clone());
         let patch = serde_json::json!({"metadata": {
             "resourceVersion": pv.metadata.resource_version,
-            "annotations": {ANN_MISSING_SINCE: value},
+            "annotations": {
+                ANN_MISSING_SINCE: missing_since,
+                ANN_LEASE_AT_MARK: lease_at_mark,
+                ANN_DELETED_ALIVE: deleted_alive,
+            },
         }});
         ok_if_gone(
             call(
-                format!("annotate PersistentVolume {name} with {ANN_MISSING_SINCE}"),
+                format!("annotate PersistentVolume {name} (node loss)"),
                 api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
             )
             .await
@@ -291,7 +380,8 @@ impl NodeLoss {
         let Some(t) = target(&pv, &self.vendor, &local).filter(|n| n.uid == t.uid) else {
             return Ok(()); // another PV of that name, or no longer ours to judge
         };
-        let Decision::Act { since, grace } = decide(&t, nodes, grace, Utc::now()) else {
+        let life = Life::of(&t, &self.get_leases(&t).await?, &self.beats);
+        let Decision::Act { since, grace } = decide(&t, nodes, &life, grace, Utc::now()) else {
             return Ok(()); // the next pass decides from what it reads
         };
         let claim_api;

@@ -82,7 +82,7 @@ pub fn record_final(reply: &Reply) {
         return;
     };
     if let Some(socket) = &p.syslog {
-        send_syslog(socket, &line, reply.exit_code() != 0);
+        send_syslog(socket, &line, reply.is_failure());
     }
     if let Some(path) = p.file {
         line.push('\n');

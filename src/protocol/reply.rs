@@ -116,12 +116,21 @@ impl Reply {
         }
     }
 
-    /// The process exit code that goes with this reply: 1 only for Failure.
+    /// The process exit code that goes with this reply: 0, Failure included (issue #32, item 12).
+    /// kubelet's `DriverCall.Run` returns the same error for a Failure whatever the exit status,
+    /// but after a non-zero one it also logs the whole argv, options JSON included (capability
+    /// tokens, `kubernetes.io/secret/*` values), at warning level (docs/protocol.md §1.2). The one
+    /// Failure that exits 1 is the answer to a signal ([`crate::sys::process::fail_and_exit`]):
+    /// kubelet's own timeout needs the exec error to report a timeout.
     pub fn exit_code(&self) -> i32 {
         match self.status {
-            Status::Success | Status::NotSupported => 0,
-            Status::Failure => 1,
+            Status::Success | Status::NotSupported | Status::Failure => 0,
         }
+    }
+
+    /// Whether this reply is a Failure.
+    pub fn is_failure(&self) -> bool {
+        self.status == Status::Failure
     }
 
     /// The reply as one line of compact JSON (what goes on stdout, without the newline).
@@ -197,13 +206,15 @@ mod tests {
     }
 
     #[test]
-    fn failure_escapes_message_and_exits_1() {
+    fn failure_escapes_message_and_exits_0() {
         let r = Reply::failure("bad \"path\"\n/x");
         assert_eq!(
             r.to_json(),
             r#"{"status":"Failure","message":"bad \"path\"\n/x"}"#
         );
-        assert_eq!(r.exit_code(), 1);
+        // 0: with any other status kubelet logs the whole argv, options and tokens included.
+        assert_eq!(r.exit_code(), 0);
+        assert!(r.is_failure() && !Reply::success().is_failure());
         assert_eq!(Reply::not_supported().exit_code(), 0);
         assert_eq!(Reply::success().exit_code(), 0);
     }

@@ -19,11 +19,29 @@
 //! down may come back with its disk, and its volume with it. (The controller also reads the Node
 //! by name just before acting, so a Node that came back meanwhile stops it.)
 //!
+//! **A missing Node is not enough: its kubelet must be silent too** (issue #32, item 6). A Node
+//! object can be deleted while its machine runs (`kubectl delete node`, a cloud controller or an
+//! autoscaler by mistake), and that kubelet does not register again until it restarts. Its
+//! `kube-node-lease` Lease does not help afterwards: it carries an owner reference to the Node, so
+//! the garbage collector deletes it with the Node, and the kubelet cannot create it again while the
+//! Node is missing (its lease controller only creates a Lease it can point at its Node: 1.20's
+//! `component-helpers/apimachinery/lease/controller.go`, `ensureLease`/`newLease`, and
+//! `pkg/kubelet/util/nodelease.go`, `SetNodeOwnerFunc`; unchanged since). So the evidence is taken
+//! while it exists: [`Heartbeats`] remembers, pass by pass, whether each Node's Lease was being
+//! renewed while the Node existed (renewed within its `leaseDurationSeconds`, or its `renewTime`
+//! changed since the pass before). A PV whose node is gone is **held** ([`Decision::Hold`],
+//! [`ANN_DELETED_ALIVE`], never acted on automatically) when its kubelet was renewing its Lease the
+//! last time the controller saw its Node, when a Lease of that name is fresh now, or when the Lease
+//! was renewed after the mark ([`ANN_LEASE_AT_MARK`] differs). Only a Node gone with a Lease
+//! absent or unchanged and stale, for the whole grace, is taken as lost.
+//!
 //! **The grace is recorded on the PV.** The first pass that sees the node gone writes
-//! [`ANN_MISSING_SINCE`] (RFC 3339, the controller's clock) on the PV; every later pass measures
+//! [`ANN_MISSING_SINCE`] (RFC 3339, the controller's clock) on the PV, and the node's Lease as it
+//! was then ([`ANN_LEASE_AT_MARK`]: its `renewTime`, absent when there was no Lease, compared
+//! with the kubelet's own later values only, never with the controller's clock); every later pass measures
 //! from it, so a restarted or replaced controller neither resets nor skips the grace. A Node that
-//! comes back (same name, or a Node carrying the hostname) clears it ([`Decision::Clear`]); so
-//! does a class that no longer opts in. A value that does not parse, or lies in the future by
+//! comes back (same name, or a Node carrying the hostname) clears it and a hold
+//! ([`Decision::Clear`]); so does a class that no longer opts in. A value that does not parse, or lies in the future by
 //! more than a minute (another clock), is written again with now.
 //!
 //! **What is done after the grace** ([`Decision::Act`]; the controller's order): an event on the
@@ -39,10 +57,11 @@
 use super::api::{ANN_PROVISIONED_BY, FINALIZER, HOSTNAME_LABEL};
 use super::provisioner::ANN_NODE;
 use super::reconcile::LABEL_KIND;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::chrono::{DateTime, SecondsFormat, Utc};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 /// The class parameter that opts a node-local class in: how long a PV's node must have had no
@@ -50,8 +69,20 @@ use std::time::Duration;
 pub const PARAM: &str = "nodeLossGracePeriod";
 /// PV annotation: when the controller first saw the PV's node gone (RFC 3339, UTC).
 pub const ANN_MISSING_SINCE: &str = "flexvol/node-missing-since";
-/// The shortest grace accepted. A deleted Node whose kubelet still runs is registered again
-/// within seconds; a grace shorter than a few minutes is for tests.
+/// PV annotation written with [`ANN_MISSING_SINCE`]: the `renewTime` of the node's Lease as it was
+/// then ([`LeaseSeen::token`]); absent when the node had no Lease. A Lease that differs later was
+/// renewed during the grace.
+pub const ANN_LEASE_AT_MARK: &str = "flexvol/node-lease-at-mark";
+/// PV annotation: the PV's Node is gone but its kubelet was seen alive (RFC 3339, UTC, when the
+/// hold was written). Nothing is ever deleted for a PV that carries it; it goes when the Node comes
+/// back, or when an admin removes it (then the grace runs from the next pass).
+pub const ANN_DELETED_ALIVE: &str = "flexvol/node-deleted-alive";
+/// The namespace of the kubelets' Leases (one per Node, named like it).
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// kubelet's default `nodeLeaseDurationSeconds`, for a Lease that does not say (it renews every
+/// quarter of it).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
+/// The shortest grace accepted. A grace shorter than a few minutes is for tests.
 pub const MIN_GRACE: Duration = Duration::from_secs(10);
 /// The longest grace accepted (a year).
 pub const MAX_GRACE: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -190,6 +221,10 @@ pub struct Target {
     pub claim: Option<(String, String, String)>,
     /// [`ANN_MISSING_SINCE`] as written, if any.
     pub missing_since: Option<String>,
+    /// [`ANN_LEASE_AT_MARK`] as written, if any.
+    pub lease_at_mark: Option<String>,
+    /// [`ANN_DELETED_ALIVE`] as written, if any.
+    pub deleted_alive: Option<String>,
     /// Reclaim policy Delete.
     pub reclaim_delete: bool,
     /// Being deleted (`deletionTimestamp`).
@@ -259,6 +294,8 @@ pub fn target(pv: &PersistentVolume, vendor: &str, local_kinds: &[&str]) -> Opti
         class: spec.storage_class_name.clone().unwrap_or_default(),
         claim,
         missing_since: ann(pv, ANN_MISSING_SINCE).map(str::to_owned),
+        lease_at_mark: ann(pv, ANN_LEASE_AT_MARK).map(str::to_owned),
+        deleted_alive: ann(pv, ANN_DELETED_ALIVE).map(str::to_owned),
         reclaim_delete: spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete"),
         deleting: pv.metadata.deletion_timestamp.is_some(),
         finalizer: pv
@@ -270,6 +307,147 @@ pub fn target(pv: &PersistentVolume, vendor: &str, local_kinds: &[&str]) -> Opti
             .any(|f| f == FINALIZER),
         released: pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released"),
     })
+}
+
+impl Target {
+    /// The names its node's Lease may have: its node, then its hostnames (deduplicated).
+    pub fn node_names(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for n in std::iter::once(&self.node).chain(self.hostnames.iter()) {
+            if !out.contains(&n.as_str()) {
+                out.push(n);
+            }
+        }
+        out
+    }
+}
+
+/// A kubelet's Lease (`kube-node-lease/<node>`) as read: only what the decisions use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSeen {
+    /// `spec.renewTime` (the kubelet's clock).
+    pub renew: Option<DateTime<Utc>>,
+    /// `spec.leaseDurationSeconds`, [`DEFAULT_LEASE_DURATION`] when absent or not positive.
+    pub duration: Duration,
+}
+
+impl LeaseSeen {
+    /// From a Lease as read.
+    pub fn from_lease(l: &Lease) -> Self {
+        let spec = l.spec.as_ref();
+        Self {
+            renew: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|d| u64::try_from(d).ok())
+                .filter(|d| *d > 0)
+                .map_or(DEFAULT_LEASE_DURATION, |d| {
+                    Duration::from_secs(d).min(MAX_GRACE)
+                }),
+        }
+    }
+
+    /// Renewed within its own duration of `now`, by the controller's clock. A `renewTime` ahead of
+    /// `now` counts as fresh: a kubelet's clock ahead of ours holds its volumes, never the reverse.
+    pub fn fresh(&self, now: DateTime<Utc>) -> bool {
+        let Some(r) = self.renew else {
+            return false;
+        };
+        match (now - r).to_std() {
+            Ok(age) => age <= self.duration,
+            Err(_) => true, // in the future
+        }
+    }
+
+    /// What [`ANN_LEASE_AT_MARK`] holds: `renewTime` to the microsecond, or `never`.
+    pub fn token(&self) -> String {
+        self.renew.map_or_else(
+            || "never".to_owned(),
+            |r| r.to_rfc3339_opts(SecondsFormat::Micros, true),
+        )
+    }
+}
+
+/// What the controller has seen of each node's Lease while its Node existed, one entry per Node
+/// name and `kubernetes.io/hostname` label, kept in memory across passes (module docs). Only the
+/// last observation of a Node that exists is kept: once the Node is gone, its entry says whether
+/// its kubelet was alive when it was last seen.
+#[derive(Debug, Default)]
+pub struct Heartbeats {
+    last: HashMap<String, Beat>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Beat {
+    renew: Option<DateTime<Utc>>,
+    alive: bool,
+}
+
+impl Heartbeats {
+    /// Records one pass: `nodes`, the complete list of the Nodes that exist, read **after**
+    /// `leases` (the kubelets' Leases by name, all of them, read first: a Lease that the garbage
+    /// collector removed with its Node between the two reads can then only belong to a Node that is
+    /// absent from the list, which leaves that Node's last observation as it was).
+    pub fn observe<'a>(
+        &mut self,
+        nodes: impl IntoIterator<Item = &'a Node>,
+        leases: &HashMap<String, LeaseSeen>,
+        now: DateTime<Utc>,
+    ) {
+        for node in nodes {
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
+            };
+            let lease = leases.get(name);
+            let renew = lease.and_then(|l| l.renew);
+            let changed = renew.is_some()
+                && self
+                    .last
+                    .get(name)
+                    .is_some_and(|b| b.renew.is_some() && b.renew != renew);
+            let beat = Beat {
+                renew,
+                alive: changed || lease.is_some_and(|l| l.fresh(now)),
+            };
+            if let Some(h) = node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(HOSTNAME_LABEL))
+                .filter(|h| h.as_str() != name)
+            {
+                self.last.insert(h.clone(), beat.clone());
+            }
+            self.last.insert(name.to_owned(), beat);
+        }
+    }
+
+    /// Whether the kubelet of `t`'s node (any of its names) was renewing its Lease the last time
+    /// its Node was seen by this process.
+    pub fn was_alive(&self, t: &Target) -> bool {
+        t.node_names()
+            .iter()
+            .any(|n| self.last.get(*n).is_some_and(|b| b.alive))
+    }
+}
+
+/// The evidence about a target's kubelet, as read for one decision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Life {
+    /// Its Lease now (the first of [`Target::node_names`] that has one); `None`: no Lease.
+    pub lease: Option<LeaseSeen>,
+    /// [`Heartbeats::was_alive`].
+    pub was_alive: bool,
+}
+
+impl Life {
+    /// From the Leases read (by name) and the heartbeats remembered.
+    pub fn of(t: &Target, leases: &HashMap<String, LeaseSeen>, beats: &Heartbeats) -> Self {
+        Self {
+            lease: t.node_names().iter().find_map(|n| leases.get(*n)).cloned(),
+            was_alive: beats.was_alive(t),
+        }
+    }
 }
 
 /// The class as read at decision time.
@@ -303,13 +481,28 @@ pub fn class_grace(class: Option<&StorageClass>, provisioner: &str) -> ClassGrac
 /// What to do with one [`Target`] now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Nothing: the node exists (with no mark to clear), or the class does not opt in (no mark).
+    /// Nothing: the node exists (with no mark to clear), the class does not opt in (no mark), or
+    /// the PV is held already ([`ANN_DELETED_ALIVE`]).
     Nothing,
-    /// Remove [`ANN_MISSING_SINCE`]: the node is back, or the class no longer opts in.
+    /// Remove [`ANN_MISSING_SINCE`], [`ANN_LEASE_AT_MARK`] and [`ANN_DELETED_ALIVE`]: the node is
+    /// back, or the class no longer opts in.
     Clear,
-    /// Write [`ANN_MISSING_SINCE`] with this value (now): the node was just seen gone, or the
-    /// value written is garbage.
-    Mark(String),
+    /// Write [`ANN_MISSING_SINCE`] (now) and [`ANN_LEASE_AT_MARK`] (`None`: remove it): the node
+    /// was just seen gone with its kubelet silent, or the value written is garbage.
+    Mark {
+        /// [`ANN_MISSING_SINCE`].
+        since: String,
+        /// [`ANN_LEASE_AT_MARK`].
+        lease: Option<String>,
+    },
+    /// The Node is gone but its kubelet was seen alive: write [`ANN_DELETED_ALIVE`] (now), remove
+    /// any mark, and never act; say why.
+    Hold {
+        /// [`ANN_DELETED_ALIVE`].
+        at: String,
+        /// What was seen, for the event and the log.
+        why: String,
+    },
     /// The node is gone, the grace not over: look again after this long.
     Wait(Duration),
     /// The node has been gone longer than the grace: events, claim, PV, finalizer.
@@ -328,10 +521,17 @@ pub fn stamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-/// The decision for `t` (see the module docs), given the Nodes just listed, its class as read
-/// now, and the time.
-pub fn decide(t: &Target, nodes: &Nodes, class: &ClassGrace, now: DateTime<Utc>) -> Decision {
-    let marked = t.missing_since.is_some();
+/// The decision for `t` (see the module docs), given the Nodes just listed, what is known of its
+/// kubelet, its class as read now, and the time.
+pub fn decide(
+    t: &Target,
+    nodes: &Nodes,
+    life: &Life,
+    class: &ClassGrace,
+    now: DateTime<Utc>,
+) -> Decision {
+    let marked =
+        t.missing_since.is_some() || t.lease_at_mark.is_some() || t.deleted_alive.is_some();
     if nodes.holds(t) {
         return if marked {
             Decision::Clear
@@ -345,20 +545,51 @@ pub fn decide(t: &Target, nodes: &Nodes, class: &ClassGrace, now: DateTime<Utc>)
         ClassGrace::Invalid(e) => return Decision::Invalid(e.clone()),
         ClassGrace::Grace(g) => *g,
     };
+    if t.deleted_alive.is_some() {
+        return Decision::Nothing; // held: until the Node is back or an admin lifts it
+    }
+    let hold = |why: String| Decision::Hold {
+        at: stamp(now),
+        why,
+    };
+    if life.was_alive {
+        return hold(format!(
+            "its kubelet was renewing its Lease {LEASE_NAMESPACE}/{} when its Node was last seen",
+            t.node
+        ));
+    }
+    let lease_now = life.lease.as_ref().map(LeaseSeen::token);
+    if let Some(l) = life.lease.as_ref().filter(|l| l.fresh(now)) {
+        return hold(format!(
+            "its kubelet renews its Lease (renewTime {}) although its Node is gone",
+            l.token()
+        ));
+    }
+    if t.missing_since.is_some() && lease_now.is_some() && lease_now != t.lease_at_mark {
+        return hold(format!(
+            "its Lease was renewed during the grace (renewTime {} now, {} when marked)",
+            lease_now.as_deref().unwrap_or_default(),
+            t.lease_at_mark.as_deref().unwrap_or("no Lease")
+        ));
+    }
+    let mark = || Decision::Mark {
+        since: stamp(now),
+        lease: lease_now.clone(),
+    };
     let since = t
         .missing_since
         .as_deref()
         .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
         .map(|d| d.with_timezone(&Utc));
     let Some(since) = since else {
-        return Decision::Mark(stamp(now));
+        return mark();
     };
     let Ok(elapsed) = (now - since).to_std() else {
         // In the future: another clock by a little (wait), or garbage (write it again).
         return if (since - now).to_std().is_ok_and(|d| d <= FUTURE_SLACK) {
             Decision::Wait(grace)
         } else {
-            Decision::Mark(stamp(now))
+            mark()
         };
     };
     if elapsed >= grace && t.released && !t.reclaim_delete && !t.deleting {
@@ -420,7 +651,7 @@ pub fn event_message(t: &Target, since: &str, grace: Duration, claim_deleted: bo
         )
     };
     format!(
-        "node {} has had no Node object since {since}, longer than the class {}'s {PARAM} of {}s: its {} volume is taken as lost with it; {what}; {pv}",
+        "node {} has had no Node object since {since}, and no renewed Lease, longer than the class {}'s {PARAM} of {}s: its {} volume is taken as lost with it; {what}; {pv}",
         t.node,
         t.class,
         grace.as_secs(),
@@ -641,7 +872,10 @@ mod tests {
             node("node-b", false, true),  // and cordoned
         ] {
             let nodes = Nodes::from_list([&node("node-a", true, false), &n]);
-            assert_eq!(decide(&t, &nodes, &grace, at(1_000_000)), Decision::Nothing);
+            assert_eq!(
+                decide(&t, &nodes, &Life::default(), &grace, at(1_000_000)),
+                Decision::Nothing
+            );
         }
         // Marked long ago, node present: the mark is cleared, nothing deleted.
         let tm = target(
@@ -651,7 +885,10 @@ mod tests {
         )
         .unwrap();
         let nodes = Nodes::from_list([&node("node-b", false, true)]);
-        assert_eq!(decide(&tm, &nodes, &grace, at(0)), Decision::Clear);
+        assert_eq!(
+            decide(&tm, &nodes, &Life::default(), &grace, at(0)),
+            Decision::Clear
+        );
         // A Node of another name carrying the PV's hostname label counts as present.
         let mut other = node("node-b-renamed", false, false);
         other
@@ -661,7 +898,10 @@ mod tests {
             .unwrap()
             .insert(HOSTNAME_LABEL.into(), "node-b".into());
         let nodes = Nodes::from_list([&other]);
-        assert_eq!(decide(&tm, &nodes, &grace, at(0)), Decision::Clear);
+        assert_eq!(
+            decide(&tm, &nodes, &Life::default(), &grace, at(0)),
+            Decision::Clear
+        );
     }
 
     #[test]
@@ -670,17 +910,20 @@ mod tests {
         let grace = ClassGrace::Grace(TEN_MIN);
         let t = target(&pv("hostpath", "node-b"), "flexvol", &LOCAL).unwrap();
         assert_eq!(
-            decide(&t, &nodes, &grace, at(0)),
-            Decision::Mark("2026-11-26T09:00:00Z".into())
+            decide(&t, &nodes, &Life::default(), &grace, at(0)),
+            Decision::Mark {
+                since: "2026-11-26T09:00:00Z".into(),
+                lease: None
+            }
         );
         let v = marked(pv("hostpath", "node-b"), "2026-11-26T09:00:00Z");
         let t = target(&v, "flexvol", &LOCAL).unwrap();
         assert_eq!(
-            decide(&t, &nodes, &grace, at(599)),
+            decide(&t, &nodes, &Life::default(), &grace, at(599)),
             Decision::Wait(Duration::from_secs(1))
         );
         assert_eq!(
-            decide(&t, &nodes, &grace, at(600)),
+            decide(&t, &nodes, &Life::default(), &grace, at(600)),
             Decision::Act {
                 since: "2026-11-26T09:00:00Z".into(),
                 grace: TEN_MIN
@@ -688,7 +931,7 @@ mod tests {
         );
         // A restarted controller reads the same mark: neither reset nor skipped.
         assert!(matches!(
-            decide(&t, &nodes, &grace, at(300)),
+            decide(&t, &nodes, &Life::default(), &grace, at(300)),
             Decision::Wait(d) if d == Duration::from_secs(300)
         ));
         // An LVM PV is judged the same way.
@@ -699,7 +942,7 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(
-            decide(&t, &nodes, &grace, at(601)),
+            decide(&t, &nodes, &Life::default(), &grace, at(601)),
             Decision::Act { .. }
         ));
     }
@@ -712,7 +955,7 @@ mod tests {
         v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Retain".into());
         let t = target(&v, "flexvol", &LOCAL).unwrap();
         assert!(matches!(
-            decide(&t, &nodes, &grace, at(600)),
+            decide(&t, &nodes, &Life::default(), &grace, at(600)),
             Decision::Act { .. }
         ));
         v.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
@@ -720,12 +963,15 @@ mod tests {
             ..Default::default()
         });
         let t = target(&v, "flexvol", &LOCAL).unwrap();
-        assert_eq!(decide(&t, &nodes, &grace, at(600)), Decision::Nothing);
+        assert_eq!(
+            decide(&t, &nodes, &Life::default(), &grace, at(600)),
+            Decision::Nothing
+        );
         // Deleted by its admin: the provisioner's finalizer still has to go.
         v.metadata.deletion_timestamp = Some(Time(at(599)));
         let t = target(&v, "flexvol", &LOCAL).unwrap();
         assert!(matches!(
-            decide(&t, &nodes, &grace, at(600)),
+            decide(&t, &nodes, &Life::default(), &grace, at(600)),
             Decision::Act { .. }
         ));
     }
@@ -737,8 +983,11 @@ mod tests {
         for bad in ["yesterday", "2099-01-01T00:00:00Z"] {
             let t = target(&marked(pv("hostpath", "n"), bad), "flexvol", &LOCAL).unwrap();
             assert_eq!(
-                decide(&t, &nodes, &grace, at(0)),
-                Decision::Mark(stamp(at(0))),
+                decide(&t, &nodes, &Life::default(), &grace, at(0)),
+                Decision::Mark {
+                    since: stamp(at(0)),
+                    lease: None
+                },
                 "{bad}"
             );
         }
@@ -749,7 +998,10 @@ mod tests {
             &LOCAL,
         )
         .unwrap();
-        assert_eq!(decide(&t, &nodes, &grace, at(0)), Decision::Wait(TEN_MIN));
+        assert_eq!(
+            decide(&t, &nodes, &Life::default(), &grace, at(0)),
+            Decision::Wait(TEN_MIN)
+        );
     }
 
     #[test]
@@ -758,7 +1010,10 @@ mod tests {
         let t = target(&pv("hostpath", "node-b"), "flexvol", &LOCAL).unwrap();
         let off = class_grace(Some(&class(&[("mode", "0770")])), "flexvol/hostpath");
         assert_eq!(off, ClassGrace::Off);
-        assert_eq!(decide(&t, &nodes, &off, at(1_000_000)), Decision::Nothing);
+        assert_eq!(
+            decide(&t, &nodes, &Life::default(), &off, at(1_000_000)),
+            Decision::Nothing
+        );
         // Gone, or now naming another provisioner: off too.
         assert_eq!(class_grace(None, "flexvol/hostpath"), ClassGrace::Off);
         assert_eq!(
@@ -776,11 +1031,14 @@ mod tests {
             &LOCAL,
         )
         .unwrap();
-        assert_eq!(decide(&tm, &nodes, &off, at(0)), Decision::Clear);
+        assert_eq!(
+            decide(&tm, &nodes, &Life::default(), &off, at(0)),
+            Decision::Clear
+        );
         // Edited into something invalid: nothing, and said.
         let bad = class_grace(Some(&class(&[(PARAM, "often")])), "flexvol/hostpath");
         assert!(
-            matches!(decide(&tm, &nodes, &bad, at(0)), Decision::Invalid(e) if e.contains("often"))
+            matches!(decide(&tm, &nodes, &Life::default(), &bad, at(0)), Decision::Invalid(e) if e.contains("often"))
         );
     }
 
@@ -835,5 +1093,208 @@ mod tests {
         v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Retain".into());
         let t = target(&v, "flexvol", &LOCAL).unwrap();
         assert!(event_message(&t, "x", TEN_MIN, true).contains("is kept"));
+    }
+
+    fn lease(renew: Option<DateTime<Utc>>) -> Lease {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        Lease {
+            metadata: ObjectMeta {
+                name: Some("node-b".into()),
+                namespace: Some(LEASE_NAMESPACE.into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("node-b".into()),
+                lease_duration_seconds: Some(40),
+                renew_time: renew.map(MicroTime),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn leases(renew: Option<DateTime<Utc>>) -> HashMap<String, LeaseSeen> {
+        HashMap::from([("node-b".to_owned(), LeaseSeen::from_lease(&lease(renew)))])
+    }
+
+    /// Issue #32, item 6: `kubectl delete node` on a machine whose kubelet runs. The garbage
+    /// collector removes its Lease with the Node and the kubelet cannot create it again, so what
+    /// stops the deletion is what the controller saw while the Node existed.
+    #[test]
+    fn a_node_deleted_while_its_kubelet_renews_its_lease_loses_nothing_however_long() {
+        let grace = ClassGrace::Grace(TEN_MIN);
+        let t = target(&pv("hostpath", "node-b"), "flexvol", &LOCAL).unwrap();
+        let mut beats = Heartbeats::default();
+        // Passes while the Node exists: its kubelet renews every 10 s.
+        let both = [node("node-a", true, false), node("node-b", true, false)];
+        for s in [0, 10, 20] {
+            beats.observe(&both, &leases(Some(at(s))), at(s + 2));
+        }
+        // The Node is deleted; its Lease goes with it (garbage collector) and is never recreated.
+        let left = [node("node-a", true, false)];
+        beats.observe(&left, &HashMap::new(), at(32));
+        let nodes = Nodes::from_list(&left);
+        let life = Life::of(&t, &HashMap::new(), &beats);
+        assert!(life.was_alive && life.lease.is_none());
+        let Decision::Hold { at: held, why } = decide(&t, &nodes, &life, &grace, at(32)) else {
+            panic!("not held")
+        };
+        assert_eq!(held, stamp(at(32)));
+        assert!(why.contains("kube-node-lease/node-b"), "{why}");
+        // Held: nothing, a day or a year later, with the Lease absent, stale or present.
+        let v = marked(pv("hostpath", "node-b"), "2026-11-26T09:00:00Z");
+        let mut v = v;
+        v.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANN_DELETED_ALIVE.into(), held.clone());
+        let th = target(&v, "flexvol", &LOCAL).unwrap();
+        for (secs, l) in [(86_400, None), (31_000_000, Some(at(0)))] {
+            let life = Life {
+                lease: l.map(|r| LeaseSeen::from_lease(&lease(Some(r)))),
+                was_alive: false, // a restarted controller remembers nothing
+            };
+            assert_eq!(
+                decide(&th, &nodes, &life, &grace, at(secs)),
+                Decision::Nothing
+            );
+        }
+        // The Node back: the hold goes.
+        let nodes = Nodes::from_list(&both);
+        assert_eq!(
+            decide(&th, &nodes, &Life::default(), &grace, at(0)),
+            Decision::Clear
+        );
+        // A kubelet whose clock is behind ours (its renewTime always looks old): the change
+        // between two passes is the evidence.
+        let mut beats = Heartbeats::default();
+        beats.observe(&both, &leases(Some(at(-3600))), at(0));
+        assert!(!beats.was_alive(&t));
+        beats.observe(&both, &leases(Some(at(-3590))), at(10));
+        assert!(beats.was_alive(&t));
+        // The Lease read before the Nodes: a Lease already removed with its Node while the Node
+        // list still held it cannot happen; one removed after is not seen as absent.
+        beats.observe(&left, &HashMap::new(), at(20));
+        assert!(beats.was_alive(&t));
+    }
+
+    #[test]
+    fn a_lease_fresh_now_or_renewed_mid_grace_cancels_the_grace() {
+        let grace = ClassGrace::Grace(TEN_MIN);
+        let nodes = Nodes::from_list([&node("node-a", true, false)]);
+        let t = target(&pv("hostpath", "node-b"), "flexvol", &LOCAL).unwrap();
+        // A Lease renewed 5 s ago although the Node is gone (deleted with --cascade=orphan, or
+        // read before the garbage collector): held, never marked.
+        let life = Life::of(&t, &leases(Some(at(-5))), &Heartbeats::default());
+        assert!(matches!(
+            decide(&t, &nodes, &life, &grace, at(0)),
+            Decision::Hold { why, .. } if why.contains("renews its Lease")
+        ));
+        // Marked with the Lease stale (renewed long ago, by its own clock), then renewed
+        // mid-grace: held, whatever the clocks say (the kubelet's clock is an hour behind here).
+        let stale = Life::of(&t, &leases(Some(at(-3600))), &Heartbeats::default());
+        let Decision::Mark { since, lease } = decide(&t, &nodes, &stale, &grace, at(0)) else {
+            panic!("not marked")
+        };
+        assert_eq!(lease.as_deref(), Some("2026-11-26T08:00:00.000000Z"));
+        let mut v = marked(pv("hostpath", "node-b"), &since);
+        v.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANN_LEASE_AT_MARK.into(), lease.unwrap());
+        let tm = target(&v, "flexvol", &LOCAL).unwrap();
+        assert_eq!(
+            decide(&tm, &nodes, &stale, &grace, at(300)),
+            Decision::Wait(Duration::from_secs(300))
+        );
+        let renewed = Life::of(&tm, &leases(Some(at(-3300))), &Heartbeats::default());
+        assert!(matches!(
+            decide(&tm, &nodes, &renewed, &grace, at(300)),
+            Decision::Hold { why, .. } if why.contains("renewed during the grace")
+        ));
+        assert!(matches!(
+            decide(&tm, &nodes, &renewed, &grace, at(601)),
+            Decision::Hold { .. }
+        ));
+        // Marked with no Lease, a Lease appears (stale by our clock): renewed, held.
+        let tn = target(&marked(pv("hostpath", "node-b"), &since), "flexvol", &LOCAL).unwrap();
+        assert!(matches!(
+            decide(&tn, &nodes, &stale, &grace, at(601)),
+            Decision::Hold { .. }
+        ));
+        // A kubelet's clock ahead of ours: fresh, held (never the reverse).
+        let ahead = Life::of(&t, &leases(Some(at(7200))), &Heartbeats::default());
+        assert!(matches!(
+            decide(&t, &nodes, &ahead, &grace, at(0)),
+            Decision::Hold { .. }
+        ));
+    }
+
+    #[test]
+    fn a_node_gone_with_its_lease_stale_or_absent_for_the_grace_is_still_recovered() {
+        let grace = ClassGrace::Grace(TEN_MIN);
+        let t = target(&pv("hostpath", "node-b"), "flexvol", &LOCAL).unwrap();
+        // Seen while it existed: its kubelet stopped at 0 (NotReady), the Node deleted at 100.
+        let mut beats = Heartbeats::default();
+        let both = [node("node-a", true, false), node("node-b", false, false)];
+        for s in [50, 60, 98] {
+            beats.observe(&both, &leases(Some(at(0))), at(s));
+        }
+        assert!(!beats.was_alive(&t));
+        let left = [node("node-a", true, false)];
+        let nodes = Nodes::from_list(&left);
+        // Its Lease still there (the garbage collector not yet through), stale.
+        let life = Life::of(&t, &leases(Some(at(0))), &beats);
+        let Decision::Mark { since, lease } = decide(&t, &nodes, &life, &grace, at(100)) else {
+            panic!("not marked")
+        };
+        let mut v = marked(pv("hostpath", "node-b"), &since);
+        v.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANN_LEASE_AT_MARK.into(), lease.unwrap());
+        let tm = target(&v, "flexvol", &LOCAL).unwrap();
+        // Then removed with its Node: absent for the rest of the grace.
+        let gone = Life::of(&tm, &HashMap::new(), &beats);
+        assert_eq!(
+            decide(&tm, &nodes, &gone, &grace, at(699)),
+            Decision::Wait(Duration::from_secs(1))
+        );
+        assert_eq!(
+            decide(&tm, &nodes, &gone, &grace, at(700)),
+            Decision::Act {
+                since: stamp(at(100)),
+                grace: TEN_MIN
+            }
+        );
+        // Still there and unchanged, stale: the same.
+        assert!(matches!(
+            decide(&tm, &nodes, &life, &grace, at(700)),
+            Decision::Act { .. }
+        ));
+        // A controller that never saw the Node (started after it went): no evidence of life.
+        let fresh_start = Life::of(&tm, &HashMap::new(), &Heartbeats::default());
+        assert!(matches!(
+            decide(&tm, &nodes, &fresh_start, &grace, at(700)),
+            Decision::Act { .. }
+        ));
+    }
+
+    #[test]
+    fn lease_fields_are_read_defensively() {
+        let mut l = lease(None);
+        assert_eq!(LeaseSeen::from_lease(&l).token(), "never");
+        assert!(!LeaseSeen::from_lease(&l).fresh(at(0)));
+        for bad in [Some(-5), Some(0), None] {
+            l.spec.as_mut().unwrap().lease_duration_seconds = bad;
+            assert_eq!(LeaseSeen::from_lease(&l).duration, DEFAULT_LEASE_DURATION);
+        }
+        l.spec.as_mut().unwrap().lease_duration_seconds = Some(i32::MAX);
+        assert_eq!(LeaseSeen::from_lease(&l).duration, MAX_GRACE);
+        l.spec = None;
+        assert_eq!(LeaseSeen::from_lease(&l).renew, None);
     }
 }

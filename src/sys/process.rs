@@ -34,12 +34,15 @@ use crate::protocol::reply::{self, Reply};
 use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 static CHILD_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 /// What runs after [`fail_and_exit`] wrote its reply (the driver's call record).
 static AFTER_REPLY: OnceLock<fn(&Reply)> = OnceLock::new();
+/// The exit status [`fail_and_exit`] chose, for a thread whose own reply lost the race to it.
+static FAILED_EXIT: AtomicI32 = AtomicI32::new(0);
 
 /// Registers `f` to run after a reply that [`fail_and_exit`] writes (the deadline, a signal, a
 /// panic), so that those replies reach the call log too without this layer knowing about it.
@@ -73,21 +76,40 @@ pub fn kill_children() {
     }
 }
 
-/// Replies Failure (unless a reply went out already), kills our children and exits 1.
+/// Replies Failure (unless a reply went out already), kills our children and exits with
+/// [`exit_code_for`] `interrupted` (0 when another reply went out first: the status that goes with
+/// it, [`Reply::exit_code`]).
 ///
 /// The reply goes first: killing a helper makes the verb's own thread fail too (its tool died of
 /// SIGKILL), and that reply must not win the race against the reason (the signal, the deadline).
 /// The children die before the process ends, so the message's "were killed" is true by the time
 /// kubelet sees end of file.
 #[allow(clippy::exit)]
-pub fn fail_and_exit(message: &str) -> ! {
+pub fn fail_and_exit(message: &str, interrupted: bool) -> ! {
+    let code = exit_code_for(interrupted);
+    FAILED_EXIT.store(code, Ordering::SeqCst);
     let reply = Reply::failure(message);
     let ours = reply::emit(&reply);
     kill_children();
     if ours && let Some(f) = AFTER_REPLY.get() {
         f(&reply);
     }
-    std::process::exit(1)
+    std::process::exit(if ours { code } else { 0 })
+}
+
+/// The exit status of a Failure that [`fail_and_exit`] writes: 1 when it answers a signal
+/// (`interrupted`), else 0 like every other reply ([`Reply::exit_code`]). kubelet's `DriverCall.Run`
+/// (1.20.2 and current) reports its own timeout only when the driver's exit is an error (it sends
+/// SIGTERM, then reads `execErr`); that report skips the warning that logs argv. A Failure that
+/// exits 0 returns the same error as one that exits 1, without that warning
+/// (docs/protocol.md §1.2).
+pub fn exit_code_for(interrupted: bool) -> i32 {
+    i32::from(interrupted)
+}
+
+/// The exit status [`fail_and_exit`] chose, for the thread whose reply it pre-empted.
+pub fn failed_exit_code() -> i32 {
+    FAILED_EXIT.load(Ordering::SeqCst)
 }
 
 /// A point in time by which the current call must have answered.
@@ -240,11 +262,11 @@ pub fn start_guards() {
             fail_and_exit(&format!(
                 "{verb} did not finish within its deadline of {secs}s; its helper processes were killed. \
                  Check the node (a hung NFS server or device?) and the flexvol log; raise verbTimeoutSeconds in the config if the work is legitimately slow"
-            ));
+            ), false);
         }
         fail_and_exit(&format!(
             "{verb} was interrupted by {sig:?} (kubelet sends SIGTERM when a call exceeds its own timeout); its helper processes were killed and the call can be retried"
-        ));
+        ), true);
     });
     if spawned.is_ok() {
         nix::unistd::alarm::set(alarm_secs);

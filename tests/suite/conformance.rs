@@ -73,11 +73,17 @@ fn contract_conformance_passes_a_correct_driver_and_catches_classic_bugs() {
         ("exitcode", GOOD.replace("*) echo '{\"status\":\"Not supported\"}' ;;", "*) echo '{\"status\":\"Not supported\"}'; exit 3 ;;"), "exit code agrees"),
         ("lingering", GOOD.replace("case \"$1\" in", "sleep 30 &\ncase \"$1\" in"), "no end of output"),
         ("silent", "#!/bin/sh\nexit 0\n".to_string(), "unexpected end of JSON input"),
-        ("failure0", failure_exit0, "malformed options JSON: Failure, non-zero exit"),
         ("mkdirp", mkdirp, "mount on a pod directory that does not exist"),
         ("lowercase", lowercase, "malformed options JSON"),
         ("nomessage", silent_failure, "malformed options JSON"),
     ];
+    // A Failure that exits 0 is what kubelet wants (no argv in its log, docs/protocol.md §1.2).
+    let (_, text) = judge(p, "failure0", &failure_exit0, &[]);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("PASS") && l.contains("malformed options JSON: Failure")),
+        "a Failure with exit 0 must pass:\n{text}"
+    );
     for (name, script, expect) in cases {
         let (ok, text) = judge(p, name, script, &[]);
         assert!(!ok, "{name}: the runner passed a broken driver:\n{text}");

@@ -1,5 +1,5 @@
-//! drivers/deploy/controller.yaml (`flexvol controller`, issue #24): its ClusterRole grants exactly
-//! the calls of src/controller/nodeloss.rs, the claim delete it needs is granted to it and never to
+//! drivers/deploy/controller.yaml (`flexvol controller`, issue #24): its ClusterRole and its Role in
+//! kube-node-lease grant exactly the calls of src/controller/nodeloss.rs, the claim delete it needs is granted to it and never to
 //! the node provisioner's ServiceAccount (rbac.yaml), and the Deployment runs one replica as
 //! `flexvol controller` with the token in its one container.
 
@@ -30,6 +30,37 @@ fn contract_controller_token_is_exactly_its_calls_and_claim_delete_is_not_the_no
         granted(role),
         needed,
         "controller.yaml's ClusterRole vs the calls"
+    );
+    // The kubelets' Leases (issue #32, item 6): list each pass, get before acting; read only, and
+    // only in kube-node-lease (a Role, not a ClusterRole over every Lease).
+    let leases = one(&d, "Role", "flexvol-controller-leases");
+    assert_eq!(leases["metadata"]["namespace"], "kube-node-lease");
+    let want: BTreeSet<(String, String, String)> = ["list", "get"]
+        .iter()
+        .map(|v| {
+            (
+                "coordination.k8s.io".to_owned(),
+                "leases".to_owned(),
+                (*v).to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        granted(leases),
+        want,
+        "controller.yaml's Lease Role vs the calls"
+    );
+    let lb = one(&d, "RoleBinding", "flexvol-controller-leases");
+    assert_eq!(lb["metadata"]["namespace"], "kube-node-lease");
+    assert_eq!(lb["roleRef"]["kind"], "Role");
+    assert_eq!(lb["roleRef"]["name"], "flexvol-controller-leases");
+    assert_eq!(
+        lb["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "flexvol-controller", "namespace": "kube-system"}])
+    );
+    assert!(
+        !granted(role).iter().any(|(_, r, _)| r == "leases"),
+        "the ClusterRole must not grant Leases"
     );
     let b = one(&d, "ClusterRoleBinding", "flexvol-controller");
     assert_eq!(b["roleRef"]["name"], "flexvol-controller");

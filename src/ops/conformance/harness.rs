@@ -54,7 +54,9 @@ pub(super) struct Driver {
     pub checks: Vec<Check>,
     /// Calls made.
     pub calls: usize,
-    /// Calls whose exit code disagreed with their status.
+    /// Calls whose exit code disagreed with their status: Success or Not supported with a non-zero
+    /// exit (kubelet takes it as an error). A Failure may exit with any status: kubelet returns the
+    /// same error, and logs the argv only after a non-zero one (docs/protocol.md §1.2).
     pub disagreements: Vec<String>,
 }
 
@@ -135,7 +137,7 @@ impl Driver {
         if let Ok(st) = &decoded {
             let agrees = match st.status.as_str() {
                 "Success" | "Not supported" => out.code == Some(0),
-                _ => out.code.is_some_and(|c| c != 0),
+                _ => out.code.is_some(),
             };
             if !agrees {
                 self.disagreements.push(format!(

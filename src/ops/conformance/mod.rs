@@ -17,7 +17,7 @@
 //!   successful teardown, and cache "Not supported" per verb, using kubelet's default instead
 //!   ([`lifecycle`]);
 //! - error paths are exercised with and without options ([`errors`]): a refusal must be a Failure
-//!   with a non-zero exit that mounts and creates nothing.
+//!   (any exit status) that mounts and creates nothing.
 //!
 //! The runner creates its own kubelet root (or uses `--kubelet-root`); anything a judged driver
 //! leaves mounted under it is detached at the end and reported, and the temporary root is removed
@@ -55,7 +55,7 @@ pub struct ConformanceArgs {
     #[arg(long, value_name = "JSON")]
     pub options: Option<String>,
     /// Options this driver must refuse (JSON, repeatable), e.g. a path that does not exist or a
-    /// missing required option: each must end in Failure with a non-zero exit, nothing mounted and
+    /// missing required option: each must end in Failure (any exit status), nothing mounted and
     /// nothing created (no option path that did not exist before).
     #[arg(long = "bad-options", value_name = "JSON")]
     pub bad_options: Vec<String>,
@@ -345,7 +345,7 @@ fn judge_driver(
     let n = d.calls;
     let dis = d.disagreements.clone();
     d.check(
-        "exit code agrees with status on every call (0: Success/Not supported, non-0: Failure)",
+        "exit code agrees with status on every call (0 for Success and Not supported; any for Failure)",
         dis.is_empty(),
         if dis.is_empty() {
             format!("{n} calls")

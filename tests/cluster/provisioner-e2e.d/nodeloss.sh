@@ -12,6 +12,13 @@
 #               Class flexvol-nodeloss (hostPath, nodeLossGracePeriod NL_GRACE s, default 20) with a
 #               root on both nodes (storageClassConfigs); a claim used by a pod pinned to node-b ->
 #               Running there, PV pinned to node-b.
+#               Node node-b deleted while its kubelet runs (issue #32, 6: `kubectl delete node`, a
+#               cloud controller or autoscaler by mistake) -> flexvol/node-deleted-alive on the PV
+#               and a NodeDeletedAlive event; NL_GRACE + 6 s after the delete nothing is lost (claim
+#               Bound, same uid, PV and its directory there, no mark, no NodeLost) while the Node is
+#               still missing (the kubelet does not register again by itself; prints whether its
+#               Lease exists: the garbage collector removes it with the Node). The kubelet
+#               restarted -> the Node registered again, the hold removed, node-b Ready.
 #               node-b's kubelet and provisioner stopped -> node-b NotReady; NL_GRACE + 6 s later
 #               nothing touched (PV unmarked, claim Bound, no event).
 #               Node node-b deleted -> flexvol/node-missing-since on the PV and a NodeMissing event;
@@ -59,7 +66,8 @@ nl_controller_setup() {
 	# Its calls (src/controller/nodeloss.rs) and nothing near them.
 	for v in "list nodes" "get nodes" "list persistentvolumes" "get persistentvolumes" \
 		"patch persistentvolumes" "delete persistentvolumes" "get persistentvolumeclaims -n default" \
-		"delete persistentvolumeclaims -n default" "get storageclasses.storage.k8s.io" "create events -n default"; do
+		"delete persistentvolumeclaims -n default" "get storageclasses.storage.k8s.io" "create events -n default" \
+		"get leases.coordination.k8s.io -n kube-node-lease" "list leases.coordination.k8s.io -n kube-node-lease"; do
 		# shellcheck disable=SC2086 # the words of one entry
 		[ "$(can_i_as "$CTL_USER" $v)" = yes ] || fail "controller.yaml refuses '$v', which the controller calls"
 		n=$((n + 1))
@@ -69,7 +77,9 @@ nl_controller_setup() {
 		"list persistentvolumeclaims -A" "deletecollection persistentvolumeclaims -n default" \
 		"get pods -n default" "delete pods -n default" "get secrets -n kube-system" \
 		"create serviceaccounts --subresource=token -n kube-system" "patch storageclasses.storage.k8s.io" \
-		"get leases.coordination.k8s.io -n kube-system" "impersonate users"; do
+		"get leases.coordination.k8s.io -n kube-system" "list leases.coordination.k8s.io -A" \
+		"update leases.coordination.k8s.io -n kube-node-lease" "delete leases.coordination.k8s.io -n kube-node-lease" \
+		"impersonate users"; do
 		# shellcheck disable=SC2086
 		[ "$(can_i_as "$CTL_USER" $v)" = no ] || fail "controller.yaml allows '$v'"
 		n=$((n + 1))
@@ -85,10 +95,13 @@ nl_controller_setup() {
 pv_ann() { jp pv "$1" "{.metadata.annotations.flexvol/node-missing-since}"; }
 claim_deleting() { [ -n "$(jp pvc "$1" '{.metadata.deletionTimestamp}')" ] || gone pvc "$1"; }
 marked() { [ -n "$(pv_ann "$1")" ]; }
+held() { [ -n "$(jp pv "$1" "{.metadata.annotations.flexvol/node-deleted-alive}")" ]; }
+not_held() { ! held "$1"; }
+node_exists() { lookup node "$1"; }
 not_ready() { ! kc_node_ready "$1"; }
 
 scenario_nodeloss() {
-	local pv uid t0 t_del t_mark t_act t_gone out dirs
+	local pv uid t0 t_del t_mark t_act t_gone t_held out dirs lease log_lines
 	mkdir -p "$CLUSTER_DIR/roots/nl-a" "$CLUSTER_DIR/roots/nl-b"
 	nl_config add
 	apply "class flexvol-nodeloss" <<EOF
@@ -121,7 +134,37 @@ EOF
 	[ -z "$(jp pvc nl-data '{.metadata.deletionTimestamp}')" ] || fail "claim nl-data is being deleted after the provisioner's attempt"
 	pass "nodeloss: claim nl-data bound to $pv on node-b, pod Running there; the provisioner's token is Forbidden to delete it"
 
+	# Node node-b deleted while its kubelet runs: the controller saw that kubelet renew its Lease
+	# while the Node existed (a pass every 2 s), so the PV is held and nothing is deleted, however
+	# long the Node stays missing.
+	t_del="$(kl_now)"
+	kc_kubectl delete node node-b >/dev/null || fail "delete node node-b (its kubelet running)"
+	wait_until "PV $pv to be held (flexvol/node-deleted-alive)" 15 held "$pv"
+	t_held="$(kl_since "$t_del")"
+	wait_until "a NodeDeletedAlive event on nl-data" 15 has_event nl-data '^NodeDeletedAlive: node node-b has no Node object, but its kubelet was renewing its Lease'
+	sleep "$(awk -v h="$(kl_since "$t_del")" -v g="$NL_GRACE" 'BEGIN { s = g + 6 - h; print (s > 0 ? s : 0) }')"
+	! node_exists node-b || fail "Node node-b is back by itself while its kubelet runs: this step proves nothing (kubelet 1.20 registers only at its start)"
+	still_there pv "$pv" || fail "PV $pv is gone: Node node-b deleted while its kubelet runs"
+	[ "$(claim_uid nl-data)" = "$uid" ] || fail "claim nl-data changed: Node node-b deleted while its kubelet runs"
+	[ "$(jp pvc nl-data '{.status.phase}')" = Bound ] || fail "claim nl-data not Bound: Node node-b deleted while its kubelet runs"
+	[ -z "$(jp pvc nl-data '{.metadata.deletionTimestamp}')" ] || fail "claim nl-data deleted: Node node-b deleted while its kubelet runs"
+	[ -z "$(pv_ann "$pv")" ] || fail "PV $pv marked flexvol/node-missing-since although held: $(pv_ann "$pv")"
+	held "$pv" || fail "PV $pv no longer held while Node node-b is missing"
+	! has_event nl-data 'NodeMissing|NodeLost' || fail "NodeMissing/NodeLost on nl-data while node-b's kubelet runs: $(events_of nl-data)"
+	[ "$(find "$CLUSTER_DIR/roots/nl-b" -mindepth 1 -maxdepth 1 -name "${pv}_*" | wc -l)" = 1 ] || fail "the directory of $pv under node-b's root is gone"
+	if kc_kubectl -n kube-node-lease get lease node-b -o name >/dev/null 2>&1; then lease=present; else lease="absent (or unreadable)"; fi
+	echo "provisioner-e2e: nodeloss: $(kl_since "$t_del") s after Node node-b was deleted with its kubelet running: held at $t_held s, Lease kube-node-lease/node-b $lease"
+	pass "nodeloss: Node node-b deleted with its kubelet running -> held at $t_held s (NodeDeletedAlive), and more than the grace (${NL_GRACE} s) later claim Bound, PV and its data there, no NodeMissing/NodeLost"
+	# The operator's way back: restart the kubelet, which registers the Node again; the hold goes.
+	kc_stop_name kubelet-node-b 10
+	kc_start_kubelet node-b 1
+	wait_until "node-b to register again" 60 node_exists node-b
+	wait_until "the hold on PV $pv to be removed" 15 not_held "$pv"
+	wait_until "node-b to be Ready again" 120 kc_node_ready node-b
+	pass "nodeloss: node-b's kubelet restarted -> Node registered again, hold removed"
+
 	# node-b down but its Node still there: nothing is touched, however long.
+	log_lines="$(wc -l <"$KC_DIR/logs/controller-1.log")"
 	stop_provisioner node-b
 	kc_stop_name kubelet-node-b 10
 	t0="$(kl_now)"
@@ -134,7 +177,8 @@ EOF
 	[ -z "$(jp pvc nl-data '{.metadata.deletionTimestamp}')" ] || fail "claim nl-data deleted while node-b is only NotReady"
 	[ -z "$(pv_ann "$pv")" ] || fail "PV $pv marked while node-b is only NotReady: $(pv_ann "$pv")"
 	! has_event nl-data 'NodeMissing|NodeLost' || fail "events on nl-data while node-b is only NotReady: $(events_of nl-data)"
-	! grep -q 'node-b' "$KC_DIR"/logs/controller-*.log || fail "the controller acted on node-b while it is only NotReady: $(grep node-b "$KC_DIR"/logs/controller-*.log)"
+	out="$(tail -n +"$((log_lines + 1))" "$KC_DIR/logs/controller-1.log" | grep node-b || true)"
+	[ -z "$out" ] || fail "the controller acted on node-b while it is only NotReady: $out"
 	pass "nodeloss: node-b NotReady for more than the grace (${NL_GRACE} s): PV unmarked, claim Bound, no event"
 
 	# The Node object deleted: marked, then after the grace the claim and PV are deleted.
