@@ -15,8 +15,10 @@
 
 use super::nodeloss;
 use super::provisioner::{
-    ANN_NODE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    ANN_NODE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal,
+    Request, SizeCheck,
 };
+use super::quota::DriftCheck;
 use super::volumedir::{
     Deleted, DirParams, DirState, MARKER, Marker, Root, check_ours, create_volume_dir,
     default_rel_path, delete_volume_dir, expand_pattern, finish_deletes, locate, read_record,
@@ -423,6 +425,26 @@ impl Provisioner for HostPathProvisioner {
             Err(e) => Some(format!(
                 "PV {name}: cannot write the ownership record of its old volume: {e}"
             )),
+        }
+    }
+
+    fn check_size(&self, cfg: &Config, pv: &PersistentVolume) -> Option<SizeCheck> {
+        // Only a PV whose size was enforced with a project: the others cost nothing.
+        let ann = |k: &str| pv.metadata.annotations.as_ref().and_then(|a| a.get(k));
+        if ann(ANN_SIZE_ENFORCED).map(String::as_str) != Some("true")
+            || ann(super::quota::ANN_PROJECT).is_none()
+        {
+            return None;
+        }
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        // A PV not below a root of the config: resize and delete say so when they act.
+        let (root, rel, _) = locate_pv(cfg, pv, "").ok()?;
+        let runner = (self.runner)(cfg);
+        match super::quota::check_drift(&*runner, &root, &rel, &name) {
+            Ok(DriftCheck::Clean) => None,
+            Ok(DriftCheck::Restored(d)) => Some(SizeCheck::Restored(d.to_string())),
+            Ok(DriftCheck::NotRestored(d, why)) => Some(SizeCheck::NotRestored(d.to_string(), why)),
+            Err(why) => Some(SizeCheck::Failed(why)),
         }
     }
 }

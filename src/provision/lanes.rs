@@ -277,6 +277,9 @@ fn log_report(r: &Report) {
     for c in &r.rescheduled {
         info!(target: LOG_TARGET, claim = %c, "sent claim {c} back to the scheduler");
     }
+    for (pv, what) in &r.quota_drift {
+        warn!(target: LOG_TARGET, pv = %pv, "quota drift on {pv}: {what}");
+    }
     for a in &r.advice {
         warn!(target: LOG_TARGET, "{a}");
     }
