@@ -105,7 +105,7 @@ pub fn run(a: &StatusArgs) -> i32 {
         }
     };
     let provisioned = super::provisioned::collect(&config);
-    let sizes = crate::provision::quota::size_status(
+    let sizes = crate::provision::quota::size_status_checked(
         &crate::sys::exec::SystemRunner::new(config.tool_dirs.clone()),
         &provisioned,
     );

@@ -828,8 +828,23 @@ pub struct SizeStatus {
     pub drifted: bool,
 }
 
-/// The size status of each directory in `found` (one `xfs_quota report` per filesystem).
+/// The size status of each directory in `found` (one `xfs_quota report` per filesystem), as
+/// the capacity record counts it (no per-volume command).
 pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeStatus> {
+    size_status_of(runner, found, false)
+}
+
+/// [`size_status`], and for each recorded directory with a project whether it still carries it
+/// with the inherit flag ([`drift`]; one `xfs_io lsproj` each): what `flexvol status` shows.
+pub fn size_status_checked(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeStatus> {
+    size_status_of(runner, found, true)
+}
+
+fn size_status_of(
+    runner: &dyn Runner,
+    found: &[volumedir::Found],
+    check_drift: bool,
+) -> Vec<SizeStatus> {
     let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, String>> = BTreeMap::new();
     found
         .iter()
@@ -862,10 +877,12 @@ pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeS
             };
             // The directory's own project and flag, as the provisioner's passes check them (only
             // against a record: an old volume's marker is the pod's to rewrite).
-            let seen = dirfd::open_dir(&f.path)
-                .map_err(|e| e.to_string())
-                .and_then(|fd| read_attrs(runner, &fd));
-            if let Some(d) = seen.ok().and_then(|a| drift(id, a)).filter(|_| f.recorded) {
+            let seen = (check_drift && f.recorded).then(|| {
+                dirfd::open_dir(&f.path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|fd| read_attrs(runner, &fd))
+            });
+            if let Some(d) = seen.and_then(Result::ok).and_then(|a| drift(id, a)) {
                 return SizeStatus {
                     enforced: false,
                     project_id: Some(id),
@@ -1265,4 +1282,133 @@ mod tests {
             r.lines()
         );
     }
+
+    #[test]
+    fn a_directory_out_of_its_project_or_without_the_flag_has_drifted() {
+        let a = |id, inherit| ProjectAttrs { id, inherit };
+        assert_eq!(drift(7, a(7, true)), None, "as recorded");
+        for seen in [a(5, true), a(7, false), a(5, false), a(0, false)] {
+            assert_eq!(
+                drift(7, seen),
+                Some(Drift { recorded: 7, seen }),
+                "{seen:?}"
+            );
+        }
+        let both = drift(7, a(5, false)).unwrap().to_string();
+        assert!(
+            both.starts_with("its directory carries project 5 instead of its recorded 7 and lacks the project-inherit flag"),
+            "{both}"
+        );
+        let flag = drift(7, a(7, false)).unwrap().to_string();
+        assert!(
+            flag.starts_with("its directory lacks the project-inherit flag"),
+            "{flag}"
+        );
+        assert_eq!(parse_lsproj("projid = 1073741999\n"), Some(1_073_741_999));
+        assert_eq!(parse_lsproj("xfs_io: foo\n"), None);
+        assert_eq!(parse_lsproj("projid = x\n"), None);
+    }
+
+    /// A root with the recorded volume directory `<root>/v` of PV `pvc-d` (project `id`).
+    fn recorded_volume(id: Option<u32>) -> (tempfile::TempDir, Root, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let root = volumedir::prepare_root(d.path()).unwrap();
+        let m = Marker {
+            provisioner: "flexvol/hostpath".into(),
+            volume: "pvc-d".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "ud".into(),
+            node: "n".into(),
+            project_id: None,
+        };
+        let dir = volumedir::create_volume_dir(&root, Path::new("v"), Default::default(), &m)
+            .unwrap();
+        let mut rec = volumedir::read_record(&root, "pvc-d").unwrap().unwrap();
+        rec.marker.project_id = id;
+        volumedir::write_record(&root, &rec).unwrap();
+        (d, root, dir)
+    }
+
+    #[test]
+    fn drift_is_checked_on_the_recorded_inode_and_put_back_through_it() {
+        let (_d, root, dir) = recorded_volume(Some(7));
+        let r = FakeRunner::new();
+        // The directory carries project 5 (a pod's chattr -p 5); after chproj it reads 7.
+        r.on("xfs_io", &["lsproj"], 0, "projid = 7\n", "");
+        r.once("xfs_io", &["lsproj"], 0, "projid = 5\n", "");
+        let got = check_drift(&r, &root, Path::new("v"), "pvc-d");
+        let lines = r.lines();
+        // The tool is pointed at the descriptor checked here, never at the path.
+        let fd = format!("/proc/{}/fd/", std::process::id());
+        assert!(
+            lines[0].starts_with(&format!("xfs_io -r -c lsproj {fd}")),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with(&format!("xfs_io -r -c 'chproj 7' {fd}")),
+            "{lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains(dir.to_str().unwrap())),
+            "{lines:?}"
+        );
+        assert_eq!(r.calls()[0].timeout, IO_TIMEOUT);
+        match got {
+            // Where the filesystem takes the inherit flag (ext4, XFS): put back and read back.
+            Ok(DriftCheck::Restored(d)) => {
+                assert_eq!(d.recorded, 7);
+                assert_eq!(d.seen.id, 5);
+                assert!(has_inherit_flag(&dir).unwrap());
+                // The next pass finds it clean and changes nothing.
+                let r2 = FakeRunner::new();
+                r2.on("xfs_io", &["lsproj"], 0, "projid = 7\n", "");
+                assert_eq!(
+                    check_drift(&r2, &root, Path::new("v"), "pvc-d"),
+                    Ok(DriftCheck::Clean)
+                );
+                assert_eq!(r2.lines().len(), 1, "{:?}", r2.lines());
+            }
+            // Elsewhere (tmpfs): the drift is found all the same, and not hidden.
+            Ok(DriftCheck::NotRestored(d, why)) => {
+                assert_eq!(d.seen.id, 5);
+                assert!(why.contains("inherit"), "{why}");
+            }
+            other => {
+                // A filesystem without FS_IOC_GETFLAGS at all: said, nothing run after.
+                let e = format!("{other:?}");
+                assert!(e.contains("flags"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_record_decides_what_is_checked_and_put_back() {
+        // No record naming a project: nothing runs.
+        let (_d, root, dir) = recorded_volume(None);
+        let r = FakeRunner::new();
+        assert_eq!(
+            check_drift(&r, &root, Path::new("v"), "pvc-d"),
+            Ok(DriftCheck::Clean)
+        );
+        assert_eq!(
+            check_drift(&r, &root, Path::new("v"), "pvc-other"),
+            Ok(DriftCheck::Clean)
+        );
+        assert!(r.calls().is_empty());
+        // A PV whose path is not the record's directory: refused.
+        let (_d, root, dir2) = recorded_volume(Some(7));
+        std::fs::create_dir(root.real.join("w")).unwrap();
+        let e = check_drift(&r, &root, Path::new("w"), "pvc-d").unwrap_err();
+        assert!(e.contains("its record names the directory v"), "{e}");
+        // The directory replaced by another (a rename while flexvol was not looking): not the
+        // recorded inode, nothing run on it.
+        std::fs::rename(&dir2, root.real.join("old")).unwrap();
+        std::fs::rename(root.real.join("w"), &dir2).unwrap();
+        let e = check_drift(&r, &root, Path::new("v"), "pvc-d").unwrap_err();
+        assert!(e.contains("replaced"), "{e}");
+        assert!(r.calls().is_empty(), "{:?}", r.lines());
+        drop(dir);
+    }
+
 }
