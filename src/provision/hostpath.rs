@@ -510,6 +510,25 @@ mod tests {
             assert_eq!(p.expand(&cfg, &pv, 2 << 20), Ok(2 << 20));
             assert!(fake.calls().is_empty(), "{:?}", fake.lines());
         }
+        // The size check: nothing for a PV whose size is not enforced, nor for one whose record
+        // names no project (whatever its PV's annotations say); no tool runs for either.
+        let calls = fake.calls().len();
+        let mut enforced = pv.clone();
+        enforced.metadata.annotations.get_or_insert_default().insert(
+            ANN_SIZE_ENFORCED.into(),
+            made.annotations
+                .get(ANN_SIZE_ENFORCED)
+                .cloned()
+                .unwrap_or_default(),
+        );
+        if made.annotations.get(ANN_SIZE_ENFORCED) != Some(&"true".to_owned()) {
+            assert_eq!(p.check_size(&cfg, &enforced), None);
+            let a = enforced.metadata.annotations.get_or_insert_default();
+            a.insert(ANN_SIZE_ENFORCED.into(), "true".into());
+            a.insert(super::super::quota::ANN_PROJECT.into(), "7".into());
+            assert_eq!(p.check_size(&cfg, &enforced), None);
+            assert_eq!(fake.calls().len(), calls, "{:?}", fake.lines());
+        }
         let done = p.delete(&cfg, &pv).unwrap();
         assert!(done.starts_with("removed "), "{done}");
         assert!(!dir.exists());
