@@ -15,8 +15,8 @@
 
 use super::nodeloss;
 use super::provisioner::{
-    ANN_NODE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal,
-    Request, SizeCheck,
+    ANN_NODE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    SizeCheck,
 };
 use super::quota::DriftCheck;
 use super::volumedir::{
@@ -514,13 +514,17 @@ mod tests {
         // names no project (whatever its PV's annotations say); no tool runs for either.
         let calls = fake.calls().len();
         let mut enforced = pv.clone();
-        enforced.metadata.annotations.get_or_insert_default().insert(
-            ANN_SIZE_ENFORCED.into(),
-            made.annotations
-                .get(ANN_SIZE_ENFORCED)
-                .cloned()
-                .unwrap_or_default(),
-        );
+        enforced
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(
+                ANN_SIZE_ENFORCED.into(),
+                made.annotations
+                    .get(ANN_SIZE_ENFORCED)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
         if made.annotations.get(ANN_SIZE_ENFORCED) != Some(&"true".to_owned()) {
             assert_eq!(p.check_size(&cfg, &enforced), None);
             let a = enforced.metadata.annotations.get_or_insert_default();

@@ -722,7 +722,10 @@ pub fn parse_lsproj(text: &str) -> Option<u32> {
 /// The project of the open directory `fd`: its inherit flag by `FS_IOC_GETFLAGS` here, its ID by
 /// `xfs_io -c lsproj` (`FS_IOC_FSGETXATTR`, whose struct no safe binding flexvol uses exposes:
 /// the tool does that one ioctl on this inode).
-pub fn read_attrs(runner: &dyn Runner, fd: &impl std::os::fd::AsFd) -> Result<ProjectAttrs, String> {
+pub fn read_attrs(
+    runner: &dyn Runner,
+    fd: &impl std::os::fd::AsFd,
+) -> Result<ProjectAttrs, String> {
     let inherit = dirfd::project_inherit(fd)
         .map_err(|e| format!("cannot read the directory's flags: {e}"))?;
     let out = run(runner, &xfs_io(fd, "lsproj".into())?)?;
@@ -1322,8 +1325,8 @@ mod tests {
             node: "n".into(),
             project_id: None,
         };
-        let dir = volumedir::create_volume_dir(&root, Path::new("v"), Default::default(), &m)
-            .unwrap();
+        let dir =
+            volumedir::create_volume_dir(&root, Path::new("v"), Default::default(), &m).unwrap();
         let mut rec = volumedir::read_record(&root, "pvc-d").unwrap().unwrap();
         rec.marker.project_id = id;
         volumedir::write_record(&root, &rec).unwrap();
@@ -1410,5 +1413,4 @@ mod tests {
         assert!(r.calls().is_empty(), "{:?}", r.lines());
         drop(dir);
     }
-
 }

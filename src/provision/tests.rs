@@ -2426,12 +2426,20 @@ fn a_drifted_quota_is_counted_each_pass_and_said_once_per_finding() {
 
     // Found and put back: counted, said on the PV.
     let r = block_on(rec.pass(&cfg));
-    assert_eq!(r.quota_drift, [("pvc-1".to_owned(), format!("{moved}; put back"))]);
+    assert_eq!(
+        r.quota_drift,
+        [("pvc-1".to_owned(), format!("{moved}; put back"))]
+    );
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     let ev = said(&rec);
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(
-        (ev[0].kind, ev[0].name.as_str(), ev[0].uid.as_str(), ev[0].warning),
+        (
+            ev[0].kind,
+            ev[0].name.as_str(),
+            ev[0].uid.as_str(),
+            ev[0].warning
+        ),
         ("PersistentVolume", "pvc-1", "pv-uid-1", true)
     );
     assert_eq!(
