@@ -26,7 +26,7 @@
 //! people only).
 //!
 //! Safety rules:
-//! - `xfs_quota` is the only tool, run through the [`Runner`] seam (found in the node's
+//! - `xfs_quota` (and, for one inode's project ID, `xfs_io`) are the only tools, run through the [`Runner`] seam (found in the node's
 //!   `toolDirs`, argv only, a deadline on every call). Its `-c` argument is a command string that
 //!   `xfs_quota` splits itself: nothing goes in it but our own fixed words, numbers, and a
 //!   directory path that passed [`safe_path`] (absolute, characters from a small safe set; others
@@ -48,6 +48,13 @@
 //!   and the error says so. (A pod with `CAP_FOWNER` in the initial user namespace could change
 //!   its directory's project itself; for an old volume, that and a rewritten marker together
 //!   remain possible — records close it for every volume made since.)
+//! - Quota drift ([`check_drift`]): such a pod can move its volume's directory out of its project
+//!   or clear the inherit flag, and its writes escape the size. Each resync the provisioner reads
+//!   the top directory's project and flag on the inode the record names, decides with the pure
+//!   [`drift`], and puts back what differs on that inode: the flag by `FS_IOC_SETFLAGS`, the ID by
+//!   `xfs_io -r -c 'chproj <id>'` pointed at the open descriptor (`/proc/<pid>/fd/<n>`, one ioctl,
+//!   no walk): `FS_IOC_FSSETXATTR` has no safe binding here. Inodes moved out deeper in the tree
+//!   are not found (that is a walk of the whole volume); docs/security.md says what holds.
 
 use super::error::ProvisionError;
 use super::provisioner::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
