@@ -104,18 +104,20 @@ pub fn run(a: &StatusArgs) -> i32 {
             return 2;
         }
     };
+    let provisioned = super::provisioned::collect(&config);
+    let sizes = crate::provision::quota::size_status_checked(
+        &crate::sys::exec::SystemRunner::new(config.tool_dirs.clone()),
+        &provisioned,
+    );
+    // A volume whose directory left its project (quota drift) is a problem too.
     let problems = inv.volumes.iter().filter(|v| v.problem.is_some()).count()
         + inv.corrupt_records.len()
         + inv
             .volumes
             .iter()
             .filter(|v| matches!(v.pod_state, PodState::Gone(_)))
-            .count();
-    let provisioned = super::provisioned::collect(&config);
-    let sizes = crate::provision::quota::size_status(
-        &crate::sys::exec::SystemRunner::new(config.tool_dirs.clone()),
-        &provisioned,
-    );
+            .count()
+        + sizes.iter().filter(|s| s.drifted).count();
     if a.json {
         let provisioned: Vec<serde_json::Value> = provisioned
             .iter()
@@ -254,6 +256,7 @@ mod tests {
             limit_bytes: Some(64 << 20),
             used_bytes: Some(16 << 20),
             note: None,
+            drifted: false,
         };
         assert_eq!(
             size_line(&on),
@@ -265,6 +268,7 @@ mod tests {
             limit_bytes: None,
             used_bytes: None,
             note: Some("filesystem tmpfs on /x has no project quotas".into()),
+            drifted: false,
         };
         assert_eq!(
             size_line(&off),

@@ -619,6 +619,7 @@ mod tests {
             limit_bytes: limit,
             used_bytes: used,
             note: None,
+            drifted: false,
         };
         let sizes = [
             st(true, Some(100), Some(30)),

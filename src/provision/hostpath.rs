@@ -15,8 +15,10 @@
 
 use super::nodeloss;
 use super::provisioner::{
-    ANN_NODE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    ANN_NODE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    SizeCheck,
 };
+use super::quota::DriftCheck;
 use super::volumedir::{
     Deleted, DirParams, DirState, MARKER, Marker, Root, check_ours, create_volume_dir,
     default_rel_path, delete_volume_dir, expand_pattern, finish_deletes, locate, read_record,
@@ -455,6 +457,26 @@ impl Provisioner for HostPathProvisioner {
             )),
         }
     }
+
+    fn check_size(&self, cfg: &Config, pv: &PersistentVolume) -> Option<SizeCheck> {
+        // Only a PV whose size was enforced with a project: the others cost nothing.
+        let ann = |k: &str| pv.metadata.annotations.as_ref().and_then(|a| a.get(k));
+        if ann(ANN_SIZE_ENFORCED).map(String::as_str) != Some("true")
+            || ann(super::quota::ANN_PROJECT).is_none()
+        {
+            return None;
+        }
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        // A PV not below a root of the config: resize and delete say so when they act.
+        let (root, rel, _) = locate_pv(cfg, pv, "").ok()?;
+        let runner = (self.runner)(cfg);
+        match super::quota::check_drift(&*runner, &root, &rel, &name) {
+            Ok(DriftCheck::Clean) => None,
+            Ok(DriftCheck::Restored(d)) => Some(SizeCheck::Restored(d.to_string())),
+            Ok(DriftCheck::NotRestored(d, why)) => Some(SizeCheck::NotRestored(d.to_string(), why)),
+            Err(why) => Some(SizeCheck::Failed(why)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -517,6 +539,29 @@ mod tests {
             // Not enforced here (tmpfs, ext4 without prjquota...): no tool is run at all.
             assert_eq!(p.expand(&cfg, &pv, 2 << 20), Ok(2 << 20));
             assert!(fake.calls().is_empty(), "{:?}", fake.lines());
+        }
+        // The size check: nothing for a PV whose size is not enforced, nor for one whose record
+        // names no project (whatever its PV's annotations say); no tool runs for either.
+        let calls = fake.calls().len();
+        let mut enforced = pv.clone();
+        enforced
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(
+                ANN_SIZE_ENFORCED.into(),
+                made.annotations
+                    .get(ANN_SIZE_ENFORCED)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+        if made.annotations.get(ANN_SIZE_ENFORCED) != Some(&"true".to_owned()) {
+            assert_eq!(p.check_size(&cfg, &enforced), None);
+            let a = enforced.metadata.annotations.get_or_insert_default();
+            a.insert(ANN_SIZE_ENFORCED.into(), "true".into());
+            a.insert(super::super::quota::ANN_PROJECT.into(), "7".into());
+            assert_eq!(p.check_size(&cfg, &enforced), None);
+            assert_eq!(fake.calls().len(), calls, "{:?}", fake.lines());
         }
         let done = p.delete(&cfg, &pv).unwrap();
         assert!(done.starts_with("removed "), "{done}");

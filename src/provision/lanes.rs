@@ -290,6 +290,9 @@ fn log_report(r: &Report) {
     for c in &r.refused {
         info!(target: LOG_TARGET, claim = %c, "removed selected-node from claim {c}, which can never be provisioned as written");
     }
+    for (pv, what) in &r.quota_drift {
+        warn!(target: LOG_TARGET, pv = %pv, "quota drift on {pv}: {what}");
+    }
     for a in &r.advice {
         warn!(target: LOG_TARGET, "{a}");
     }

@@ -173,6 +173,26 @@ pub trait Provisioner {
     fn adopt(&self, _cfg: &Config, _pv: &PersistentVolume) -> Option<String> {
         None
     }
+
+    /// Checks that the size its PV says is enforced (`flexvol/size-enforced: "true"`) still is,
+    /// and puts back what a pod changed (a hostPath directory moved out of its project, see
+    /// [`super::quota::check_drift`]). Called for each PV of this kind (of this node for a
+    /// node-local kind) that is kept, on every resync. `None`: nothing to say (no enforced size,
+    /// or it is as it should be). The default: nothing to check.
+    fn check_size(&self, _cfg: &Config, _pv: &PersistentVolume) -> Option<SizeCheck> {
+        None
+    }
+}
+
+/// What [`Provisioner::check_size`] found wrong with an enforced size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SizeCheck {
+    /// It had drifted (what was found) and was put back.
+    Restored(String),
+    /// It has drifted (what was found) and could not be put back (why); retried next pass.
+    NotRestored(String, String),
+    /// It could not be checked (why).
+    Failed(String),
 }
 
 /// Why a claim can never be provisioned by its class: not on this node, not on any other, not

@@ -26,7 +26,7 @@
 //! people only).
 //!
 //! Safety rules:
-//! - `xfs_quota` is the only tool, run through the [`Runner`] seam (found in the node's
+//! - `xfs_quota` (and, for one inode's project ID, `xfs_io`) are the only tools, run through the [`Runner`] seam (found in the node's
 //!   `toolDirs`, argv only, a deadline on every call). Its `-c` argument is a command string that
 //!   `xfs_quota` splits itself: nothing goes in it but our own fixed words, numbers, and a
 //!   directory path that passed [`safe_path`] (absolute, characters from a small safe set; others
@@ -48,6 +48,13 @@
 //!   and the error says so. (A pod with `CAP_FOWNER` in the initial user namespace could change
 //!   its directory's project itself; for an old volume, that and a rewritten marker together
 //!   remain possible — records close it for every volume made since.)
+//! - Quota drift ([`check_drift`]): such a pod can move its volume's directory out of its project
+//!   or clear the inherit flag, and its writes escape the size. Each resync the provisioner reads
+//!   the top directory's project and flag on the inode the record names, decides with the pure
+//!   [`drift`], and puts back what differs on that inode: the flag by `FS_IOC_SETFLAGS`, the ID by
+//!   `xfs_io -r -c 'chproj <id>'` pointed at the open descriptor (`/proc/<pid>/fd/<n>`, one ioctl,
+//!   no walk): `FS_IOC_FSSETXATTR` has no safe binding here. Inodes moved out deeper in the tree
+//!   are not found (that is a walk of the whole volume); docs/security.md says what holds.
 
 use super::error::ProvisionError;
 use super::provisioner::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
@@ -647,6 +654,172 @@ pub fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> St
     }
 }
 
+/// A directory's project as the filesystem has it: its project ID (`FS_IOC_FSGETXATTR`'s
+/// `fsx_projid`) and whether it has the project-inherit flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectAttrs {
+    /// The project ID the directory is charged to.
+    pub id: u32,
+    /// Whether what is created in it gets its project (`FS_XFLAG_PROJINHERIT`).
+    pub inherit: bool,
+}
+
+/// How a quota-enforced volume directory differs from its record: someone with `CAP_FOWNER`
+/// in the initial user namespace (a root pod under Pod Security `baseline`) moved it to another
+/// project (`chattr -p`, `xfs_io -c chproj`) or cleared its inherit flag (`chattr -P`), both
+/// `FS_IOC_FSSETXATTR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drift {
+    /// The project its root-only record names.
+    pub recorded: u32,
+    /// What the directory carries.
+    pub seen: ProjectAttrs,
+}
+
+impl std::fmt::Display for Drift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let id = (self.seen.id != self.recorded).then(|| {
+            format!(
+                "carries project {} instead of its recorded {}",
+                self.seen.id, self.recorded
+            )
+        });
+        let flag = (!self.seen.inherit).then_some("lacks the project-inherit flag");
+        let what: Vec<String> = id.into_iter().chain(flag.map(str::to_owned)).collect();
+        write!(
+            f,
+            "its directory {} (changed by a process with CAP_FOWNER: chattr -p/-P, FS_IOC_FSSETXATTR); its size was not enforced meanwhile",
+            what.join(" and ")
+        )
+    }
+}
+
+/// Whether a volume directory whose record names project `recorded` has drifted from it: `seen`
+/// is what the directory carries. Pure: the decision, for [`check_drift`] to act on.
+pub fn drift(recorded: u32, seen: ProjectAttrs) -> Option<Drift> {
+    (seen.id != recorded || !seen.inherit).then_some(Drift { recorded, seen })
+}
+
+/// Deadline of one `xfs_io` call (one ioctl on one inode).
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `xfs_io -r -c <command> <dir>`, `dir` naming the inode `fd` holds
+/// ([`dirfd::fd_path_for_child`]): the tool opens that very directory (read-only: the project
+/// ioctls need no more) and does one ioctl on it, never walking below it. `command` is one of
+/// our fixed strings.
+fn xfs_io(fd: &impl std::os::fd::AsFd, command: String) -> Result<Cmd, String> {
+    let target = dirfd::fd_path_for_child(fd)
+        .map_err(|e| format!("cannot name the open directory for xfs_io: {e}"))?;
+    Ok(Cmd::new("xfs_io")
+        .args(["-r", "-c"])
+        .arg(command)
+        .arg(target)
+        .timeout(IO_TIMEOUT))
+}
+
+/// Parses `xfs_io -c lsproj`: `projid = <n>`.
+pub fn parse_lsproj(text: &str) -> Option<u32> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == "projid").then(|| v.trim().parse().ok())?
+    })
+}
+
+/// The project of the open directory `fd`: its inherit flag by `FS_IOC_GETFLAGS` here, its ID by
+/// `xfs_io -c lsproj` (`FS_IOC_FSGETXATTR`, whose struct no safe binding flexvol uses exposes:
+/// the tool does that one ioctl on this inode).
+pub fn read_attrs(
+    runner: &dyn Runner,
+    fd: &impl std::os::fd::AsFd,
+) -> Result<ProjectAttrs, String> {
+    let inherit = dirfd::project_inherit(fd)
+        .map_err(|e| format!("cannot read the directory's flags: {e}"))?;
+    let out = run(runner, &xfs_io(fd, "lsproj".into())?)?;
+    let id = parse_lsproj(&out)
+        .ok_or_else(|| format!("xfs_io lsproj printed no project ID: {:?}", out.trim()))?;
+    Ok(ProjectAttrs { id, inherit })
+}
+
+/// Puts the open directory `fd` back in project `id` with the inherit flag (only what differs
+/// in `seen`), then reads both back. The directory itself only: what a pod moved out deeper in
+/// its tree stays where it is (see docs/security.md).
+pub fn restore(
+    runner: &dyn Runner,
+    fd: &impl std::os::fd::AsFd,
+    id: u32,
+    seen: ProjectAttrs,
+) -> Result<(), String> {
+    if seen.id != id {
+        run(runner, &xfs_io(fd, format!("chproj {id}"))?)?;
+    }
+    if !seen.inherit {
+        dirfd::set_project_inherit(fd)
+            .map_err(|e| format!("cannot set the project-inherit flag: {e}"))?;
+    }
+    let now = read_attrs(runner, fd)?;
+    match drift(id, now) {
+        None => Ok(()),
+        Some(d) => Err(format!("after restoring, {d}")),
+    }
+}
+
+/// What [`check_drift`] found for one volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriftCheck {
+    /// Its directory carries its recorded project and the inherit flag (or it has no project to
+    /// check: a volume without an enforced size, or without a record).
+    Clean,
+    /// It had drifted and was put back.
+    Restored(Drift),
+    /// It has drifted and could not be put back: why (retried on the next pass).
+    NotRestored(Drift, String),
+}
+
+/// Checks the volume directory `<root>/<rel>` of PV `volume` against its root-only record and
+/// puts back what drifted ([`drift`], [`restore`]). Only a record decides: the project is the
+/// record's and the directory must be the very inode it names (opened by descriptor below the
+/// root, no symlink, no mount crossed). A volume without a record (made before records: the next
+/// pass's adoption gives it one) or whose record names no project is [`DriftCheck::Clean`].
+/// `Err`: it could not be checked.
+///
+/// Cost: one small read of the record, one open and one `FS_IOC_GETFLAGS` of the directory, and
+/// one `xfs_io lsproj` (a fork and exec doing one ioctl); a restore adds one `xfs_io chproj`, one
+/// `FS_IOC_SETFLAGS` and the same reads again.
+pub fn check_drift(
+    runner: &dyn Runner,
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+) -> Result<DriftCheck, String> {
+    let rec = match volumedir::read_record(root, volume)? {
+        Some(r) if r.marker.volume == volume => r,
+        _ => return Ok(DriftCheck::Clean),
+    };
+    let Some(id) = rec.marker.project_id else {
+        return Ok(DriftCheck::Clean);
+    };
+    if Path::new(&rec.path) != rel {
+        return Err(format!(
+            "its record names the directory {}, its PV {}; nothing was checked",
+            rec.path,
+            rel.display()
+        ));
+    }
+    let top = dirfd::open_dir(&root.real)
+        .map_err(|e| format!("cannot open {}: {e}", root.real.display()))?;
+    let dir = dirfd::open_child_dir_as(&top, rel, (rec.dev, rec.ino))
+        .map_err(|e| format!("cannot open {}: {e}", root.real.join(rel).display()))?;
+    let seen = read_attrs(runner, &dir)?;
+    let Some(d) = drift(id, seen) else {
+        return Ok(DriftCheck::Clean);
+    };
+    Ok(match restore(runner, &dir, id, seen) {
+        Ok(()) => DriftCheck::Restored(d),
+        Err(why) => DriftCheck::NotRestored(d, why),
+    })
+}
+
 /// What `flexvol status` says about one provisioned directory's size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -661,10 +834,27 @@ pub struct SizeStatus {
     pub used_bytes: Option<u64>,
     /// Why it is not enforced.
     pub note: Option<String>,
+    /// Its directory no longer carries its recorded project or the inherit flag ([`Drift`]).
+    pub drifted: bool,
 }
 
-/// The size status of each directory in `found` (one `xfs_quota report` per filesystem).
+/// The size status of each directory in `found` (one `xfs_quota report` per filesystem), as
+/// the capacity record counts it (no per-volume command).
 pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeStatus> {
+    size_status_of(runner, found, false)
+}
+
+/// [`size_status`], and for each recorded directory with a project whether it still carries it
+/// with the inherit flag ([`drift`]; one `xfs_io lsproj` each): what `flexvol status` shows.
+pub fn size_status_checked(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeStatus> {
+    size_status_of(runner, found, true)
+}
+
+fn size_status_of(
+    runner: &dyn Runner,
+    found: &[volumedir::Found],
+    check_drift: bool,
+) -> Vec<SizeStatus> {
     let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, String>> = BTreeMap::new();
     found
         .iter()
@@ -675,6 +865,7 @@ pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeS
                 limit_bytes: None,
                 used_bytes: None,
                 note: Some(note),
+                drifted: false,
             };
             let id = f.marker.project_id;
             let fs = match detect_with_tool(runner, &f.path) {
@@ -694,6 +885,25 @@ pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeS
                 Ok(r) => r.get(&id).copied().unwrap_or_default(),
                 Err(e) => return not(format!("cannot read its quota: {e}"), Some(id)),
             };
+            // The directory's own project and flag, as the provisioner's passes check them (only
+            // against a record: an old volume's marker is the pod's to rewrite).
+            let seen = (check_drift && f.recorded).then(|| {
+                dirfd::open_dir(&f.path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|fd| read_attrs(runner, &fd))
+            });
+            if let Some(d) = seen.and_then(Result::ok).and_then(|a| drift(id, a)) {
+                return SizeStatus {
+                    enforced: false,
+                    project_id: Some(id),
+                    limit_bytes: Some(usage.limit_bytes),
+                    used_bytes: Some(usage.used_bytes),
+                    note: Some(format!(
+                        "drifted: {d}; the provisioner's next pass puts it back"
+                    )),
+                    drifted: true,
+                };
+            }
             let inherit = has_inherit_flag(&f.path).unwrap_or(false);
             if usage.limit_bytes == 0 || !inherit {
                 return not(
@@ -710,6 +920,7 @@ pub fn size_status(runner: &dyn Runner, found: &[volumedir::Found]) -> Vec<SizeS
                 limit_bytes: Some(usage.limit_bytes),
                 used_bytes: Some(usage.used_bytes),
                 note: None,
+                drifted: false,
             }
         })
         .collect()
@@ -1080,5 +1291,133 @@ mod tests {
             "{:?}",
             r.lines()
         );
+    }
+
+    #[test]
+    fn a_directory_out_of_its_project_or_without_the_flag_has_drifted() {
+        let a = |id, inherit| ProjectAttrs { id, inherit };
+        assert_eq!(drift(7, a(7, true)), None, "as recorded");
+        for seen in [a(5, true), a(7, false), a(5, false), a(0, false)] {
+            assert_eq!(
+                drift(7, seen),
+                Some(Drift { recorded: 7, seen }),
+                "{seen:?}"
+            );
+        }
+        let both = drift(7, a(5, false)).unwrap().to_string();
+        assert!(
+            both.starts_with("its directory carries project 5 instead of its recorded 7 and lacks the project-inherit flag"),
+            "{both}"
+        );
+        let flag = drift(7, a(7, false)).unwrap().to_string();
+        assert!(
+            flag.starts_with("its directory lacks the project-inherit flag"),
+            "{flag}"
+        );
+        assert_eq!(parse_lsproj("projid = 1073741999\n"), Some(1_073_741_999));
+        assert_eq!(parse_lsproj("xfs_io: foo\n"), None);
+        assert_eq!(parse_lsproj("projid = x\n"), None);
+    }
+
+    /// A root with the recorded volume directory `<root>/v` of PV `pvc-d` (project `id`).
+    fn recorded_volume(id: Option<u32>) -> (tempfile::TempDir, Root, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let root = volumedir::prepare_root(d.path()).unwrap();
+        let m = Marker {
+            provisioner: "flexvol/hostpath".into(),
+            volume: "pvc-d".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "ud".into(),
+            node: "n".into(),
+            project_id: None,
+        };
+        let dir =
+            volumedir::create_volume_dir(&root, Path::new("v"), Default::default(), &m).unwrap();
+        let mut rec = volumedir::read_record(&root, "pvc-d").unwrap().unwrap();
+        rec.marker.project_id = id;
+        volumedir::write_record(&root, &rec).unwrap();
+        (d, root, dir)
+    }
+
+    #[test]
+    fn drift_is_checked_on_the_recorded_inode_and_put_back_through_it() {
+        let (_d, root, dir) = recorded_volume(Some(7));
+        let r = FakeRunner::new();
+        // The directory carries project 5 (a pod's chattr -p 5); after chproj it reads 7.
+        r.on("xfs_io", &["lsproj"], 0, "projid = 7\n", "");
+        r.once("xfs_io", &["lsproj"], 0, "projid = 5\n", "");
+        let got = check_drift(&r, &root, Path::new("v"), "pvc-d");
+        let lines = r.lines();
+        // The tool is pointed at the descriptor checked here, never at the path.
+        let fd = format!("/proc/{}/fd/", std::process::id());
+        assert!(
+            lines[0].starts_with(&format!("xfs_io -r -c lsproj {fd}")),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with(&format!("xfs_io -r -c 'chproj 7' {fd}")),
+            "{lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains(dir.to_str().unwrap())),
+            "{lines:?}"
+        );
+        assert_eq!(r.calls()[0].timeout, IO_TIMEOUT);
+        match got {
+            // Where the filesystem takes the inherit flag (ext4, XFS): put back and read back.
+            Ok(DriftCheck::Restored(d)) => {
+                assert_eq!(d.recorded, 7);
+                assert_eq!(d.seen.id, 5);
+                assert!(has_inherit_flag(&dir).unwrap());
+                // The next pass finds it clean and changes nothing.
+                let r2 = FakeRunner::new();
+                r2.on("xfs_io", &["lsproj"], 0, "projid = 7\n", "");
+                assert_eq!(
+                    check_drift(&r2, &root, Path::new("v"), "pvc-d"),
+                    Ok(DriftCheck::Clean)
+                );
+                assert_eq!(r2.lines().len(), 1, "{:?}", r2.lines());
+            }
+            // Elsewhere (tmpfs): the drift is found all the same, and not hidden.
+            Ok(DriftCheck::NotRestored(d, why)) => {
+                assert_eq!(d.seen.id, 5);
+                assert!(why.contains("inherit"), "{why}");
+            }
+            other => {
+                // A filesystem without FS_IOC_GETFLAGS at all: said, nothing run after.
+                let e = format!("{other:?}");
+                assert!(e.contains("flags"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_record_decides_what_is_checked_and_put_back() {
+        // No record naming a project: nothing runs.
+        let (_d, root, dir) = recorded_volume(None);
+        let r = FakeRunner::new();
+        assert_eq!(
+            check_drift(&r, &root, Path::new("v"), "pvc-d"),
+            Ok(DriftCheck::Clean)
+        );
+        assert_eq!(
+            check_drift(&r, &root, Path::new("v"), "pvc-other"),
+            Ok(DriftCheck::Clean)
+        );
+        assert!(r.calls().is_empty());
+        // A PV whose path is not the record's directory: refused.
+        let (_d, root, dir2) = recorded_volume(Some(7));
+        std::fs::create_dir(root.real.join("w")).unwrap();
+        let e = check_drift(&r, &root, Path::new("w"), "pvc-d").unwrap_err();
+        assert!(e.contains("its record names the directory v"), "{e}");
+        // The directory replaced by another (a rename while flexvol was not looking): not the
+        // recorded inode, nothing run on it.
+        std::fs::rename(&dir2, root.real.join("old")).unwrap();
+        std::fs::rename(root.real.join("w"), &dir2).unwrap();
+        let e = check_drift(&r, &root, Path::new("v"), "pvc-d").unwrap_err();
+        assert!(e.contains("replaced"), "{e}");
+        assert!(r.calls().is_empty(), "{:?}", r.lines());
+        drop(dir);
     }
 }

@@ -30,7 +30,10 @@
 //!    gone (asked of the server): re-read it from the server, let the backend remove the volume
 //!    (it checks the ownership marks), delete the PV (with a uid precondition), then remove our
 //!    finalizer ([`FINALIZER`], on every PV we make); a deleted PV of another policy: remove the
-//!    finalizer only, the volume stays; a PV of an older version without the finalizer: add it.
+//!    finalizer only, the volume stays; a PV of an older version without the finalizer: add it;
+//!    a PV that is kept and whose size is enforced: the backend checks that it still is and puts
+//!    back what a pod changed ([`Provisioner::check_size`]: a hostPath directory moved out of its
+//!    project), with a `QuotaDrift` event on the PV and [`Report::quota_drift`].
 //!
 //! Work on a backend's fault domain (an NFS server, [`Provisioner::fault_domain`]) goes through
 //! its breaker ([`Breakers`]): after a failure that is the server's ([`Refusal::Unavailable`],
@@ -50,7 +53,7 @@ use super::api::{
 };
 use super::provisioner::{
     ANN_NODE, ANN_SIZE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-    SourceRefusal, awaits_volume, check_clone_source, plan_claim,
+    SizeCheck, SourceRefusal, awaits_volume, check_clone_source, plan_claim,
 };
 use super::queue::{Backoff, Breakers};
 use crate::node::capability;
@@ -153,7 +156,13 @@ pub struct Report {
     pub seen: (usize, usize),
     /// PVs of ours made before the labels that were given them (the sweep).
     pub labelled: Vec<String>,
+    /// PVs whose enforced size had drifted (a hostPath directory moved out of its project or
+    /// without its inherit flag), with what was found and whether it was put back.
+    pub quota_drift: Vec<(String, String)>,
 }
+
+/// The reason of the event on a PV whose enforced size drifted ([`Provisioner::check_size`]).
+pub const QUOTA_DRIFT: &str = "QuotaDrift";
 
 /// What step 6 does with a PV of ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +269,7 @@ impl Report {
         self.released.extend(other.released);
         self.ops.extend(other.ops);
         self.labelled.extend(other.labelled);
+        self.quota_drift.extend(other.quota_drift);
     }
 
     fn mark(&self, action: Action) -> Mark {
@@ -639,7 +649,7 @@ impl<C: Cluster> Reconciler<C> {
             None => true,
         };
         match fate(v, gone) {
-            Fate::Keep => {}
+            Fate::Keep => self.check_size(v, bi, cfg, report).await,
             Fate::Protect => self.protect(v, report).await,
             Fate::Release => self.release(v, report).await,
             Fate::Reclaim => {
@@ -648,6 +658,58 @@ impl<C: Cluster> Reconciler<C> {
                 report.op(Action::Delete, kind, m);
             }
         }
+    }
+
+    /// Step 6 for a PV that is kept: its backend checks that its enforced size still is
+    /// ([`Provisioner::check_size`]). A drift is counted in [`Report::quota_drift`] (the metric)
+    /// and said in a `QuotaDrift` event on the PV (once per finding: said again after a check that
+    /// found it clean); what could not be checked or put back is a failure, retried next pass.
+    async fn check_size(
+        &mut self,
+        v: &PersistentVolume,
+        bi: usize,
+        cfg: &Config,
+        report: &mut Report,
+    ) {
+        let uid = v.metadata.uid.clone().unwrap_or_default();
+        let Some(found) = self.backends[bi].check_size(cfg, v) else {
+            self.said.remove(&(uid, QUOTA_DRIFT));
+            return;
+        };
+        let name = v.metadata.name.clone().unwrap_or_default();
+        let message = match found {
+            SizeCheck::Restored(what) => {
+                report
+                    .quota_drift
+                    .push((name.clone(), format!("{what}; put back")));
+                format!("{what}; flexvol put it back")
+            }
+            SizeCheck::NotRestored(what, why) => {
+                report
+                    .quota_drift
+                    .push((name.clone(), format!("{what}; not put back: {why}")));
+                report.failed.push(format!(
+                    "PV {name}: {what}; putting it back failed: {why}; retrying"
+                ));
+                format!("{what}; putting it back failed: {why}; retrying")
+            }
+            SizeCheck::Failed(why) => {
+                report.failed.push(format!(
+                    "PV {name}: cannot check its enforced size: {why}; retrying"
+                ));
+                format!("cannot check its enforced size: {why}; retrying")
+            }
+        };
+        let ev = EventSpec {
+            kind: "PersistentVolume",
+            namespace: String::new(),
+            name,
+            uid,
+            warning: true,
+            reason: QUOTA_DRIFT,
+            message: format!("flexvol on node {}: {message}", self.id.node),
+        };
+        self.say(ev, report).await;
     }
 
     /// Step 6 for a PV made before the finalizer (and not being deleted): adds it, so that from

@@ -175,6 +175,7 @@ pub struct Metrics {
     leader: Family<[(&'static str, String); 1], Gauge>,
     watch_events: WatchEvents,
     claim_labels: Family<[(&'static str, &'static str); 1], Counter>,
+    quota_drift: Counter,
 }
 
 impl Default for Metrics {
@@ -207,6 +208,7 @@ impl Metrics {
             leader: Family::default(),
             watch_events: Family::default(),
             claim_labels: Family::default(),
+            quota_drift: Counter::default(),
             registry: Registry::default(),
         };
         r.register(
@@ -284,6 +286,11 @@ impl Metrics {
             "Label writes on claims by the holder of flexvol-claims (flexvol/node, flexvol/kind), by outcome",
             m.claim_labels.clone(),
         );
+        r.register(
+            "flexvol_provisioner_quota_drift",
+            "Enforced hostPath sizes found drifted by a pass (the volume directory moved out of its recorded project or without the project-inherit flag, as a pod with CAP_FOWNER can do), each put back with a QuotaDrift event on the PV",
+            m.quota_drift.clone(),
+        );
         Self { registry: r, ..m }
     }
 
@@ -312,6 +319,8 @@ impl Metrics {
         self.pass_seconds.observe(took.as_secs_f64());
         self.errors
             .inc_by(u64::try_from(r.failed.len()).unwrap_or(u64::MAX));
+        self.quota_drift
+            .inc_by(u64::try_from(r.quota_drift.len()).unwrap_or(u64::MAX));
         for op in &r.ops {
             let l = [
                 ("action", action_name(op.action)),

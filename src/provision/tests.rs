@@ -2508,3 +2508,166 @@ fn capacity_is_published_for_this_node() {
     assert_eq!(r.hostpath[0].path, d.path().display().to_string());
     assert!(r.hostpath[0].default && r.hostpath[0].size > 0);
 }
+
+/// A hostPath backend whose size checks answer from a script (one answer per check).
+struct Drifting {
+    answers: std::rc::Rc<RefCell<std::collections::VecDeque<Option<SizeCheck>>>>,
+}
+
+use super::provisioner::SizeCheck;
+
+impl super::provisioner::Provisioner for Drifting {
+    fn kind(&self) -> &'static super::provisioner::Kind {
+        &super::hostpath::KIND
+    }
+    fn serves(&self, _: &Config, _: &str) -> bool {
+        true
+    }
+    fn check_class(&self, _: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+        Ok(())
+    }
+    fn provision(
+        &mut self,
+        _: &Config,
+        _: &super::provisioner::Request<'_>,
+    ) -> Result<super::provisioner::Provisioned, super::provisioner::Refusal> {
+        Err(super::provisioner::Refusal::Fail("not here".into()))
+    }
+    fn delete(&mut self, _: &Config, _: &PersistentVolume) -> Result<String, ProvisionError> {
+        Ok("gone".into())
+    }
+    fn expand(&mut self, _: &Config, _: &PersistentVolume, b: u64) -> Result<u64, ProvisionError> {
+        Ok(b)
+    }
+    fn recover(&mut self, _: &Config, _: &str) -> Vec<String> {
+        Vec::new()
+    }
+    fn check_size(&self, _: &Config, _: &PersistentVolume) -> Option<SizeCheck> {
+        self.answers
+            .borrow_mut()
+            .pop_front()
+            .expect("asked more often than scripted")
+    }
+}
+
+/// Each pass asks the backend to check every kept PV's enforced size; a drift is counted in the
+/// report (the metric) each time it is found, and said in a QuotaDrift event on the PV once per
+/// finding (again after a pass found it clean); what could not be put back or checked is a
+/// failure too. A PV being deleted is not checked.
+#[test]
+fn a_drifted_quota_is_counted_each_pass_and_said_once_per_finding() {
+    let d = tempfile::tempdir().unwrap();
+    let f = Fake::default();
+    f.nodes.borrow_mut().insert("node-a".into(), node("node-a"));
+    let id = Identity {
+        node: "node-a".into(),
+        vendor: "flexvol".into(),
+    };
+    let moved = "its directory carries project 5 instead of its recorded 7";
+    let answers = std::rc::Rc::new(RefCell::new(std::collections::VecDeque::from([
+        Some(SizeCheck::Restored(moved.into())),
+        Some(SizeCheck::Restored(moved.into())),
+        None,
+        Some(SizeCheck::Restored(moved.into())),
+        Some(SizeCheck::NotRestored(moved.into(), "EPERM".into())),
+        Some(SizeCheck::Failed("cannot open it: ENOENT".into())),
+    ])));
+    let backend = Drifting {
+        answers: answers.clone(),
+    };
+    let mut rec = Reconciler::new(f, id, vec![Box::new(backend)]);
+    let pv = |name: &str, uid: &str, deleting: bool| -> PersistentVolume {
+        let mut v: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "uid": uid, "finalizers": [FINALIZER],
+                         "annotations": {ANN_PROVISIONED_BY: PROV, ANN_NODE: "node-a",
+                                         "flexvol/size-enforced": "true"}},
+            "spec": {"persistentVolumeReclaimPolicy": "Retain",
+                     "claimRef": {"namespace": "ns", "name": "c", "uid": "u1"}},
+            "status": {"phase": "Bound"}
+        }))
+        .unwrap();
+        if deleting {
+            v.metadata.deletion_timestamp = Some(deleted_now());
+        }
+        v
+    };
+    rec.cluster
+        .volumes
+        .borrow_mut()
+        .push(pv("pvc-1", "pv-uid-1", false));
+    let cfg = config("node-a", &[d.path()]);
+    let said = |rec: &Reconciler<Fake>| -> Vec<EventSpec> {
+        rec.cluster
+            .events
+            .borrow()
+            .iter()
+            .filter(|e| e.reason == QUOTA_DRIFT)
+            .cloned()
+            .collect()
+    };
+
+    // Found and put back: counted, said on the PV.
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(
+        r.quota_drift,
+        [("pvc-1".to_owned(), format!("{moved}; put back"))]
+    );
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    let ev = said(&rec);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (
+            ev[0].kind,
+            ev[0].name.as_str(),
+            ev[0].uid.as_str(),
+            ev[0].warning
+        ),
+        ("PersistentVolume", "pvc-1", "pv-uid-1", true)
+    );
+    assert_eq!(
+        ev[0].message,
+        format!("flexvol on node node-a: {moved}; flexvol put it back")
+    );
+    // The same finding on the next pass (a pod doing it again): counted again, not said again.
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.quota_drift.len(), 1);
+    assert_eq!(said(&rec).len(), 1);
+    // Clean: nothing; then found again: said again.
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.quota_drift.is_empty());
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.quota_drift.len(), 1);
+    assert_eq!(said(&rec).len(), 2);
+    // Not put back: counted, a failure (retried), said.
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.quota_drift.len(), 1);
+    assert!(
+        r.failed
+            .iter()
+            .any(|f| f == &format!("PV pvc-1: {moved}; putting it back failed: EPERM; retrying")),
+        "{:?}",
+        r.failed
+    );
+    assert_eq!(said(&rec).len(), 3);
+    // Not checked at all: a failure, said, not counted as a drift.
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.quota_drift.is_empty());
+    assert!(
+        r.failed
+            .iter()
+            .any(|f| f.contains("cannot check its enforced size: cannot open it")),
+        "{:?}",
+        r.failed
+    );
+    assert_eq!(said(&rec).len(), 4);
+    assert!(answers.borrow().is_empty());
+    // A PV being deleted (kept by its reclaim policy: released) is not checked: the script is
+    // empty, so a check would panic.
+    rec.cluster.volumes.borrow_mut().clear();
+    rec.cluster
+        .volumes
+        .borrow_mut()
+        .push(pv("pvc-2", "pv-uid-2", true));
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.quota_drift.is_empty());
+}

@@ -408,6 +408,36 @@ pub fn project_inherit(fd: &impl AsFd) -> rustix::io::Result<bool> {
     rustix::fs::ioctl_getflags(fd).map(|f| f.contains(rustix::fs::IFlags::PROJECT_INHERIT))
 }
 
+/// Gives the open directory the project-inherit flag (`FS_IOC_GETFLAGS`, then `FS_IOC_SETFLAGS`
+/// with the other flags as they were); nothing is written when it has it already.
+pub fn set_project_inherit(fd: &impl AsFd) -> rustix::io::Result<()> {
+    let flags = rustix::fs::ioctl_getflags(fd)?;
+    if flags.contains(rustix::fs::IFlags::PROJECT_INHERIT) {
+        return Ok(());
+    }
+    rustix::fs::ioctl_setflags(fd, flags | rustix::fs::IFlags::PROJECT_INHERIT)
+}
+
+/// The name by which a child process opens the very inode `fd` holds
+/// (`/proc/<this process>/fd/<n>`: a magic link, resolved to that inode whatever its path
+/// points at now), checked here to resolve to it (`ENXIO` otherwise: a `/proc` of another PID
+/// namespace). For a tool that must act on a directory checked here (the project ID, which only
+/// `FS_IOC_FSSETXATTR` sets: the tool does that ioctl, on this inode). The descriptor must stay
+/// open until the tool is done.
+pub fn fd_path_for_child(fd: &impl AsFd) -> nix::Result<std::path::PathBuf> {
+    use std::os::fd::AsRawFd;
+    let p = std::path::PathBuf::from(format!(
+        "/proc/{}/fd/{}",
+        std::process::id(),
+        fd.as_fd().as_raw_fd()
+    ));
+    let there = nix::sys::stat::stat(p.as_path())?;
+    if (there.st_dev, there.st_ino) != dev_ino(fd)? {
+        return Err(nix::Error::ENXIO);
+    }
+    Ok(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

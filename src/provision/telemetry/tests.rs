@@ -511,3 +511,21 @@ fn a_connection_lives_at_most_its_limit() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn quota_drift_is_counted() {
+    let m = Metrics::new();
+    let t = m.encode().unwrap();
+    let name = "flexvol_provisioner_quota_drift_total";
+    assert_eq!(sample(&t, name), Some(0.0), "{t}");
+    let r = Report {
+        quota_drift: vec![
+            ("pvc-a".into(), "its directory carries project 5 ...".into()),
+            ("pvc-b".into(), "its directory lacks ...".into()),
+        ],
+        ..Report::default()
+    };
+    m.record(&r, Duration::from_millis(1));
+    m.record(&r, Duration::from_millis(1));
+    assert_eq!(sample(&m.encode().unwrap(), name), Some(4.0));
+}
