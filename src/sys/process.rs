@@ -295,15 +295,20 @@ pub fn guard_unless_on(local: Option<u64>, paths: &[&std::path::Path]) {
 /// variable `FLEXVOL_TEST_KILL_AT` equals `name`, the process sends itself SIGKILL right here,
 /// exactly like a node losing the process mid-call. The next call must converge. When
 /// `FLEXVOL_TEST_HANG_AT` equals `name`, the call blocks here forever instead, like a step stuck
-/// in the kernel: the deadline tests prove which calls the guard thread answers. Costs two
-/// environment lookups when unset.
+/// in the kernel: the deadline tests prove which calls the guard thread answers; with
+/// `FLEXVOL_TEST_HANG_WHEN` set to a path as well, only once that path exists (so a daemon that
+/// passed the point many times can be stuck there later, from outside). Costs two environment
+/// lookups when unset.
 pub fn checkpoint(name: &str) {
     if std::env::var_os("FLEXVOL_TEST_KILL_AT").is_some_and(|v| v == name) {
         let _ = signal::kill(Pid::this(), Signal::SIGKILL);
         // SIGKILL cannot be blocked; never reached.
         std::thread::park();
     }
-    if std::env::var_os("FLEXVOL_TEST_HANG_AT").is_some_and(|v| v == name) {
+    if std::env::var_os("FLEXVOL_TEST_HANG_AT").is_some_and(|v| v == name)
+        && std::env::var_os("FLEXVOL_TEST_HANG_WHEN")
+            .is_none_or(|when| std::path::Path::new(&when).exists())
+    {
         loop {
             std::thread::park();
         }
