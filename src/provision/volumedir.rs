@@ -29,8 +29,9 @@
 //! very inode ([`DirState::Owned`]). The marker file [`MARKER`] in the directory still says the
 //! same (for people, and for older flexvol versions), but it lives in a directory the pod owns, so
 //! it decides nothing. **Old volumes**, made before records existed (a marker and no record,
-//! [`DirState::Legacy`]), get their record once, on the provisioner's first pass after the
-//! upgrade ([`adopt_legacy`]: the PV read from the API server, whose path is that directory, is
+//! [`DirState::Legacy`]), get their record once: hostPath volumes on the provisioner's first
+//! pass after the upgrade, an NFS volume (whose export is mounted only for work on it) the first
+//! time its PV is checked ([`check_ours`]) ([`adopt_legacy`]: the PV read from the API server, whose path is that directory, is
 //! the evidence; the marker must agree on the PV and claim, and its `projectId` is kept only when
 //! the directory carries that project). Until then such a directory is deleted and resized only
 //! as its own PV's, its `projectId` used only after [`super::quota`] checked it. Nesting and the
@@ -1010,6 +1011,15 @@ pub fn check_ours(
 ) -> Result<DirState, ProvisionError> {
     let state = inspect(root, rel);
     check_owner(&state, &root.real.join(rel), volume, claim_uid, left)?;
+    // An old volume, now shown to be this PV's by the PV the caller read: recorded once, so from
+    // now on nesting and deletion see it by its record ([`adopt_legacy`]; the hostPath
+    // provisioner's pass does this for every volume, with the project checked; here only a
+    // volume without a project is adopted, as NFS volumes are).
+    if let DirState::Legacy(m) = &state
+        && m.project_id.is_none()
+    {
+        let _ = adopt_legacy(root, rel, volume, claim_uid, &|_| false);
+    }
     Ok(state)
 }
 

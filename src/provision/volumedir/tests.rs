@@ -832,3 +832,32 @@ fn scan_finds_marked_directories() {
         vec![("pvc-1", true), ("pvc-2", true), ("pvc-0", false)]
     );
 }
+
+/// An old volume (NFS volumes have no project) is recorded the first time its own PV is checked
+/// (`check_ours`, before an archive or a resize), on that PV's evidence; one with a project is
+/// left to the pass that can check the project.
+#[test]
+fn an_old_volume_without_a_project_is_recorded_when_its_pv_checks_it() {
+    let (_d, r) = root();
+    std::fs::create_dir_all(r.real.join("ns/a")).unwrap();
+    write_marker(&r.real.join("ns/a"), &marker("pvc-a", "ua")).unwrap();
+    assert!(check_ours(&r, Path::new("ns/a"), "pvc-b", "ub", "x").is_err());
+    assert!(matches!(
+        inspect(&r, Path::new("ns/a")),
+        DirState::Legacy(_)
+    ));
+    assert!(matches!(
+        check_ours(&r, Path::new("ns/a"), "pvc-a", "ua", "x").unwrap(),
+        DirState::Legacy(_)
+    ));
+    assert!(matches!(inspect(&r, Path::new("ns/a")), DirState::Owned(_)));
+    std::fs::create_dir_all(r.real.join("ns/q")).unwrap();
+    let mut m = marker("pvc-q", "uq");
+    m.project_id = Some(7);
+    write_marker(&r.real.join("ns/q"), &m).unwrap();
+    check_ours(&r, Path::new("ns/q"), "pvc-q", "uq", "x").unwrap();
+    assert!(matches!(
+        inspect(&r, Path::new("ns/q")),
+        DirState::Legacy(_)
+    ));
+}
