@@ -812,3 +812,45 @@ fn contract_manifests_kustomization_lists_every_manifest() {
         "kustomization.yaml images: does not name {name}"
     );
 }
+
+/// Issue #33, 3: every StorageClass flexvol ships (the deployment's and the drivers' examples)
+/// has parameters its provisioner accepts, as shipped: the NFS class once said `mode: "2770"`,
+/// which the mode rule refuses (set-gid), so every claim of it failed.
+#[test]
+fn contract_manifests_shipped_classes_are_accepted_by_their_provisioner() {
+    use std::collections::BTreeMap;
+    let mut checked = 0;
+    for (path, doc) in docs(&repo().join("drivers")) {
+        if doc["kind"] != "StorageClass" {
+            continue;
+        }
+        let provisioner = doc["provisioner"].as_str().unwrap_or_default();
+        let params: BTreeMap<String, String> = doc["parameters"]
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let r = match provisioner {
+            "flexvol/hostpath" => flexvol::provision::hostpath::check_params(&params),
+            "flexvol/lvm" => flexvol::provision::lvm::check_params(&params),
+            "flexvol/nfs" => flexvol::provision::nfs::NfsClass::parse(
+                &params,
+                &flexvol::backend::nfs::options::NfsConfig::default(),
+            )
+            .map(|_| ()),
+            _ => continue,
+        };
+        assert!(
+            r.is_ok(),
+            "{}: StorageClass {} is refused by its provisioner: {}",
+            path.display(),
+            doc["metadata"]["name"],
+            r.unwrap_err()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} shipped classes found");
+}
