@@ -364,7 +364,7 @@ fn contract_ops_syslog_record_arrives_with_secrets_redacted() {
     let pod = env.pod_dir("u", "v");
     let opts = r#"{"path":"relative/bad","kubernetes.io/secret/password":"czNjcjN0","mountPassword":"hunter2"}"#;
     env.call("hostpath", &["mount", pod.to_str().unwrap(), opts])
-        .failed("absolute");
+        .failed("unknown hostPath option");
     let mut buf = vec![0u8; 65536];
     let n = sock.recv(&mut buf).expect("a syslog datagram arrives");
     let msg = String::from_utf8_lossy(&buf[..n]).into_owned();

@@ -308,8 +308,24 @@ fn expand_pattern(pattern: &str, o: &Options) -> std::result::Result<PathBuf, Op
 }
 
 impl HostPathOptions {
-    /// Validates the options of a `mount` call.
+    /// Validates the options of a `mount` call. An option the driver does not know (a typo such
+    /// as `mdoe`, or `readOnly`, which kubelet sets as `kubernetes.io/readwrite`) is refused by
+    /// name, as the NFS and LVM drivers do: a PV with a misspelt key stops mounting, loudly,
+    /// instead of mounting something other than what its author meant.
     pub fn parse(o: &Options) -> std::result::Result<Self, OptionsError> {
+        if let Some(k) = o
+            .plain()
+            .keys()
+            .find(|k| !k.starts_with("kubernetes.io/") && !OPTION_KEYS.contains(&k.as_str()))
+        {
+            return Err(OptionsError::unknown(
+                k,
+                format!(
+                    "unknown hostPath option; the options are {} (see drivers/hostpath/README.md); a read-only mount is the volume's readOnly: true, not an option",
+                    OPTION_KEYS.join(", ")
+                ),
+            ));
+        }
         let base = o.require("path", "set options.path to an absolute host path")?;
         check_host_path("path", base)?;
         let path_type = PathType::parse(o.get("type").unwrap_or(""))?;
@@ -1103,6 +1119,33 @@ mod tests {
 
     fn opts(json: &str) -> std::result::Result<HostPathOptions, OptionsError> {
         HostPathOptions::parse(&Options::parse(json).unwrap())
+    }
+
+    /// Issue #33, 4: an option the driver does not know is refused by name (its value never
+    /// shown), where it used to be ignored: `{"readOnly":"true","mdoe":"0700"}` mounted a
+    /// read-write 0755 directory. kubelet's own keys (`kubernetes.io/...`) and the documented ones
+    /// pass.
+    #[test]
+    fn unknown_options_are_refused_by_name() {
+        for (json, key) in [
+            (r#"{"path":"/srv/flexvol/x","mdoe":"0700"}"#, "mdoe"),
+            (r#"{"path":"/srv/flexvol/x","readOnly":"true"}"#, "readOnly"),
+            (r#"{"path":"/srv/flexvol/x","Path":"/etc"}"#, "Path"),
+        ] {
+            let e = opts(json).unwrap_err().to_string();
+            assert!(
+                e.contains(key) && e.contains("unknown hostPath option"),
+                "{e}"
+            );
+            assert!(
+                !e.contains("0700") && !e.contains("/etc"),
+                "a value is never echoed: {e}"
+            );
+        }
+        opts(
+            r#"{"path":"/srv/flexvol/x","type":"DirectoryOrCreate","uid":"1","gid":"2","mode":"0750","kubernetes.io/pod.name":"p","kubernetes.io/readwrite":"ro","kubernetes.io/fsType":"","kubernetes.io/pvOrVolumeName":"v"}"#,
+        )
+        .unwrap();
     }
 
     #[test]
