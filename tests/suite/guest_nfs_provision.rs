@@ -520,11 +520,11 @@ fn guest_nfs_provision_inline_volumes_cannot_reach_provisioned_directories() {
     let got = provision(&mut a, &class(&share, &[]), "u1").unwrap();
     let dir = share.join(&got.annotations[nfs::ANN_PATH]);
     std::fs::write(dir.join("secret"), b"team-b's data").unwrap();
-    let payload = |name: &str, server: &str, share: &str, token: Option<&str>| {
+    let payload_in = |ns: &str, name: &str, server: &str, share: &str, token: Option<&str>| {
         let mut j = serde_json::json!({
             "kubernetes.io/fsType": "nfs",
             "kubernetes.io/pod.name": "evil",
-            "kubernetes.io/pod.namespace": "team-evil",
+            "kubernetes.io/pod.namespace": ns,
             "kubernetes.io/pod.uid": "uid-evil",
             "kubernetes.io/pvOrVolumeName": name,
             "kubernetes.io/readwrite": "rw",
@@ -535,6 +535,9 @@ fn guest_nfs_provision_inline_volumes_cannot_reach_provisioned_directories() {
             j["capabilityToken"] = t.into();
         }
         j.to_string()
+    };
+    let payload = |name: &str, server: &str, share: &str, token: Option<&str>| {
+        payload_in("team-evil", name, server, share, token)
     };
     let pod = env.mkdir("kubelet/pods/uid-evil/volumes/flexvol~nfs/data");
     let claim = dir.to_str().unwrap();
@@ -562,13 +565,26 @@ fn guest_nfs_provision_inline_volumes_cannot_reach_provisioned_directories() {
             "{server}:{share} was mounted"
         );
     }
-    // The PV's own options (as kubelet sends them): mounted, and the claim's data is there.
+    // Issue #32, 4: the PV's own options, token included, from a pod of another namespace (an
+    // inline volume named after the PV): refused, nothing mounted.
     env.call(
         "nfs",
         &[
             "mount",
             pod.to_str().unwrap(),
             &payload("pvc-u1", "127.0.0.1", claim, Some(token)),
+        ],
+    )
+    .failed("served only to pods of that namespace, not to namespace team-evil");
+    assert!(nfs_mounts_below(&tmp).is_empty());
+    // The PV's own options (as kubelet sends them for a pod of the claim's namespace): mounted,
+    // and the claim's data is there.
+    env.call(
+        "nfs",
+        &[
+            "mount",
+            pod.to_str().unwrap(),
+            &payload_in("ns", "pvc-u1", "127.0.0.1", claim, Some(token)),
         ],
     )
     .ok();
