@@ -203,16 +203,13 @@ impl HostPathProvisioner {
         // "Not in use" was decided before the copy; a pod may mount the source meanwhile. Every
         // change to the tree while it is copied (a write, a new name, a swap) changes its
         // fingerprint (every entry's change time): such a copy is discarded, never kept.
-        let before = copy::fingerprint(&src)?;
-        let copied = copy::copy_tree(&src, &dst, &[MARKER])?;
-        meanwhile();
-        if copy::fingerprint(&src)? != before {
-            return Err(format!(
+        copy::copy_unchanged(&src, &dst, &[MARKER], meanwhile).map_err(|e| match e {
+            copy::Unchanged::Read(e) | copy::Unchanged::Copy(e) => e,
+            copy::Unchanged::Changed => format!(
                 "{}: a pod mounted and changed it during the copy",
                 copy::CHANGED
-            ));
-        }
-        Ok(copied)
+            ),
+        })
     }
 
     /// Removes this request's own directory (a clone not finished), with its project quota.

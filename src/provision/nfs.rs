@@ -630,22 +630,21 @@ pub fn copy_source(
             }
         }
     };
-    let before = copy::fingerprint(s).map_err(|e| undo(format!("reading its source: {e}")))?;
-    let copied = copy::copy_tree(s, &d, &[volumedir::MARKER]).map_err(|e| {
-        undo(format!(
-            "copying its source {} failed: {e}",
-            spath.display()
-        ))
-    })?;
-    crate::sys::process::checkpoint("provisioner-after-clone-copy");
-    let after = copy::fingerprint(s).map_err(|e| undo(format!("reading its source: {e}")))?;
-    if before != after {
-        return Err(undo(format!(
-            "waiting: its source volume {} changed while it was copied (a pod on some node is writing it); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once nothing writes the source (stop the source's pods, e.g. scale to 0)",
-            src.pv
-        )));
-    }
-    Ok(copied)
+    copy::copy_unchanged(s, &d, &[volumedir::MARKER], &mut || {
+        crate::sys::process::checkpoint("provisioner-after-clone-copy");
+    })
+    .map_err(|e| {
+        undo(match e {
+            copy::Unchanged::Read(e) => format!("reading its source: {e}"),
+            copy::Unchanged::Copy(e) => {
+                format!("copying its source {} failed: {e}", spath.display())
+            }
+            copy::Unchanged::Changed => format!(
+                "waiting: its source volume {} changed while it was copied (a pod on some node is writing it); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once nothing writes the source (stop the source's pods, e.g. scale to 0)",
+                src.pv
+            ),
+        })
+    })
 }
 
 /// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),

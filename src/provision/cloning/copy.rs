@@ -113,6 +113,35 @@ fn copy_tree_with(
     Ok(out)
 }
 
+/// Why [`copy_unchanged`] kept no copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unchanged {
+    /// The source's tree could not be read for its [`fingerprint`].
+    Read(String),
+    /// The copy itself failed ([`copy_tree`]'s error).
+    Copy(String),
+    /// The source changed while it was copied: the copy is not one moment of it.
+    Changed,
+}
+
+/// [`copy_tree`] of a source that must not change meanwhile: its [`fingerprint`] (every entry's
+/// change time) after the copy, and after `meanwhile` (a pause point for the tests and the crash
+/// tests), must equal the one before. The one check the hostPath and NFS clones share.
+pub fn copy_unchanged(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    skip: &[&str],
+    meanwhile: &mut dyn FnMut(),
+) -> Result<Copied, Unchanged> {
+    let before = fingerprint(src).map_err(Unchanged::Read)?;
+    let copied = copy_tree(src, dst, skip).map_err(Unchanged::Copy)?;
+    meanwhile();
+    if fingerprint(src).map_err(Unchanged::Read)? != before {
+        return Err(Unchanged::Changed);
+    }
+    Ok(copied)
+}
+
 /// Whether the directory holds nothing but the names in `skip`.
 pub fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, String> {
     Ok(names(dir)?
