@@ -1,4 +1,9 @@
-//! Link layout of the flexvol executable.
+//! Link layout of the flexvol executable, and the commit it is built from.
+//!
+//! The commit (`FLEXVOL_COMMIT` for the crate, read by `src/version.rs`): the environment's
+//! `FLEXVOL_COMMIT` when set (the release script, or a build from a tarball that knows it), else
+//! `git rev-parse` of the checkout with `-dirty` when tracked files differ from it, else `unknown`
+//! (a build outside any git checkout still builds).
 //!
 //! kubelet execs the driver for every call, so what a call pays to start matters: every 64 KiB
 //! window of code it touches costs a page fault. `tests/perf/hot-symbols.txt` (a build input
@@ -15,6 +20,7 @@
 #![allow(clippy::print_stdout)]
 
 fn main() {
+    commit();
     println!("cargo:rerun-if-changed=tests/perf/hot-symbols.txt");
     println!("cargo:rerun-if-env-changed=FLEXVOL_LINK_MAP");
     if !links_with_lld() {
@@ -52,4 +58,39 @@ fn links_with_lld() -> bool {
         })
         .and_then(|m| m.parse::<u32>().ok());
     target == "x86_64-unknown-linux-gnu" && minor.is_some_and(|m| m >= 90)
+}
+
+/// Sets `FLEXVOL_COMMIT` for the crate (see the module doc).
+fn commit() {
+    println!("cargo:rerun-if-env-changed=FLEXVOL_COMMIT");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let commit = match std::env::var("FLEXVOL_COMMIT") {
+        Ok(c) if !c.is_empty() => c,
+        _ => match git(&["rev-parse", "--short=12", "HEAD"]) {
+            Some(c) if !c.is_empty() => {
+                // A new commit or checkout moves HEAD's reflog; an edit of a tracked file is seen
+                // through the crate's own sources (cargo rebuilds, and this runs again).
+                if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+                    println!("cargo:rerun-if-changed={dir}/HEAD");
+                    println!("cargo:rerun-if-changed={dir}/logs/HEAD");
+                }
+                let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                    .is_some_and(|s| !s.is_empty());
+                if dirty { format!("{c}-dirty") } else { c }
+            }
+            _ => "unknown".to_owned(),
+        },
+    };
+    println!("cargo:rustc-env=FLEXVOL_COMMIT={commit}");
+    let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".to_owned());
+    println!("cargo:rustc-env=FLEXVOL_TARGET={target}");
 }

@@ -33,7 +33,7 @@ Every verb prints exactly one JSON object (the reply kubelet reads) and exits 0 
 by FLEXVOL_CONFIG. Each call is logged as one JSON line to /var/log/flexvol.log by default.";
 
 #[derive(Parser)]
-#[command(name = "flexvol", version, about = ABOUT, long_about = LONG_ABOUT, disable_help_subcommand = true)]
+#[command(name = "flexvol", version = crate::version::LONG, about = ABOUT, long_about = LONG_ABOUT, disable_help_subcommand = true)]
 struct Cli {
     /// Indent the JSON reply (for people; kubelet never passes this).
     #[arg(long, global = true)]
@@ -193,7 +193,7 @@ fn run_by_hand(backend: Backend, args: &[String]) -> i32 {
 }
 
 fn print_version() -> i32 {
-    println!("flexvol {}", env!("CARGO_PKG_VERSION"));
+    println!("{}", crate::version::line());
     0
 }
 

@@ -36,3 +36,4 @@ pub mod ops;
 pub mod protocol;
 pub mod provision;
 pub mod sys;
+pub mod version;

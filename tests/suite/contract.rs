@@ -609,10 +609,22 @@ fn contract_human_cli_help_and_version() {
         .arg("--version")
         .output()
         .unwrap();
+    // Version, commit and target: the same line the crate builds (src/version.rs), and in a git
+    // checkout the commit is HEAD's (12 hex digits, maybe -dirty).
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("flexvol {}\n", env!("CARGO_PKG_VERSION"))
+        format!("{}\n", flexvol::version::line())
     );
+    let commit = flexvol::version::COMMIT.trim_end_matches("-dirty");
+    if std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".git")
+        .exists()
+    {
+        assert!(
+            commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+            "commit {commit:?}"
+        );
+    }
     let out = std::process::Command::new(&bin)
         .args(["hostpath", "mount", "--help"])
         .output()
