@@ -3,7 +3,7 @@
 #   <plugin-dir>/<vendor>~<driver>/<driver>   (default vendor "flexvol")
 #
 # usage: ./install.sh [--plugin-dir DIR] [--vendor NAME] [--drivers hostpath,nfs,lvm]
-#                     [--binary FILE] [--uninstall]
+#                     [--binary FILE] [--uninstall [--purge] [--dry-run]]   (docs/uninstall.md)
 #
 # Without --binary it builds the static release binary first (cargo). The copy itself is done by
 # `flexvol install`: dot-file in the driver directory, fsync, chmod 0755, rename (atomic, so kubelet
@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     --binary) binary=${2:?--binary needs a file}; shift 2 ;;
     --binary=*) binary=${1#--binary=}; shift ;;
     --plugin-dir|--vendor|--drivers) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
-    --plugin-dir=*|--vendor=*|--drivers=*|--uninstall) args+=("$1"); shift ;;
+    --plugin-dir=*|--vendor=*|--drivers=*|--uninstall|--purge|--dry-run) args+=("$1"); shift ;;
     -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument: $1 (see --help)"; exit 2 ;;
   esac

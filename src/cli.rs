@@ -87,10 +87,10 @@ enum Command {
     Provisioner(crate::provision::ProvisionerArgs),
     /// The cluster-wide controller (one replica): deletes the claims and PVs of nodes that are gone, for classes that opt in.
     #[command(
-        after_help = "A class of a node-local kind opts in with the parameter nodeLossGracePeriod (e.g. \"10m\"): once a PV's node has had no Node object for that long, its claim and PV are deleted, with events, so that the claim's owner recreates it on another node. A node that exists (NotReady, cordoned, unreachable) is never acted on. See docs/node-loss.md.\n\nExample:\n  flexvol controller                                  # in the Deployment of drivers/deploy/controller.yaml\n  flexvol controller --kubeconfig ~/.kube/config --resync-seconds 5"
+        after_help = "A class of a node-local kind opts in with the parameter nodeLossGracePeriod (e.g. \"10m\"): once a PV's node has had no Node object for that long, its claim and PV are deleted, with events, so that the claim's owner recreates it on another node. A node that exists (NotReady, cordoned, unreachable) is never acted on. See docs/node-loss.md.\n\nExample:\n  flexvol controller                                  # in the Deployment of drivers/deploy-overlays/node-loss/controller.yaml\n  flexvol controller --kubeconfig ~/.kube/config --resync-seconds 5"
     )]
     Controller(crate::controller::ControllerArgs),
-    /// A kube-scheduler extender that keeps pods off nodes without room for their flexvol claims, from the capacity the node provisioners publish (docs/scheduler-extender.md; drivers/deploy/scheduler-extender.yaml).
+    /// A kube-scheduler extender that keeps pods off nodes without room for their flexvol claims, from the capacity the node provisioners publish (docs/scheduler-extender.md; drivers/deploy-overlays/capacity/scheduler-extender.yaml).
     #[command(
         name = "scheduler-extender",
         after_help = "Configure kube-scheduler (KubeSchedulerConfiguration extenders) with urlPrefix http://<listen>, filterVerb filter, prioritizeVerb prioritize, nodeCacheCapable true, ignorable true. See docs/scheduler-extender.md.\n\nExample:\n  flexvol scheduler-extender --listen 127.0.0.1:8099"

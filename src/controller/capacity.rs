@@ -10,7 +10,7 @@
 //! object meanwhile keeps it. Every call has [`crate::provision::kube::DEADLINE`].
 //!
 //! Status: the decision is unit-tested; [`sync`] runs in tests/cluster/provisioner-e2e.d/extender.sh
-//! under drivers/deploy/controller.yaml's Role (which sets the flag).
+//! under drivers/deploy-overlays/node-loss/controller.yaml's Role (which sets the flag).
 
 use crate::provision::capacity::NAMESPACE;
 use crate::provision::kube::call;

@@ -1,5 +1,5 @@
 //! `flexvol controller`: the cluster-wide part of flexvol, one replica per cluster
-//! (drivers/deploy/controller.yaml), with a credential of its own (ServiceAccount
+//! (drivers/deploy-overlays/node-loss/controller.yaml), with a credential of its own (ServiceAccount
 //! `kube-system/flexvol-controller`), never on the nodes.
 //!
 //! Today it does one job, node loss ([`nodeloss`]; the decisions are
@@ -47,7 +47,7 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
     pub vendor: String,
     /// Also keep one capacity ConfigMap per Node in `flexvol-capacity` for the scheduler
-    /// extender (docs/scheduler-extender.md; drivers/deploy/controller.yaml sets it and grants it).
+    /// extender (docs/scheduler-extender.md; drivers/deploy-overlays/node-loss/controller.yaml sets it and grants it).
     #[arg(long)]
     pub capacity_objects: bool,
     /// A pass at least this often (sooner when a grace period ends earlier).

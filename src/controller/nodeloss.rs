@@ -63,9 +63,10 @@ pub struct NodeLoss {
 /// A 403 names the controller's manifest, not the provisioner's.
 fn ours(e: ApiError) -> ApiError {
     ApiError {
-        message: e
-            .message
-            .replace("drivers/deploy/rbac.yaml", "drivers/deploy/controller.yaml"),
+        message: e.message.replace(
+            "drivers/deploy/rbac.yaml",
+            "drivers/deploy-overlays/node-loss/controller.yaml",
+        ),
         ..e
     }
 }

@@ -40,9 +40,23 @@ pub struct InstallArgs {
     /// Binary to install; default: this executable.
     #[arg(long, value_name = "FILE")]
     pub binary: Option<PathBuf>,
-    /// Remove the drivers instead.
+    /// Remove the drivers instead (only what install made: docs/uninstall.md); a repeat says
+    /// "nothing to remove".
     #[arg(long)]
     pub uninstall: bool,
+    /// With --uninstall: also remove flexvol's node state: --config-dest and --nfs-key-dest (then
+    /// their directory if empty), the config's stateDir and runDir with their contents, and its
+    /// logFile. Refused while stateDir holds records of mounted volumes. Volume data is only listed.
+    #[arg(long, requires = "uninstall")]
+    pub purge: bool,
+    /// With --uninstall: print what would be removed (and the volume data that stays), remove nothing.
+    #[arg(long, requires = "uninstall")]
+    pub dry_run: bool,
+    /// With --purge: the host's / as this process sees it; the node config's stateDir, runDir,
+    /// logFile and roots (or their defaults, without a config) are taken below it (a container
+    /// mounting the host at /host: /host).
+    #[arg(long, value_name = "DIR", default_value = "/", requires = "purge")]
+    pub host_root: PathBuf,
     /// Node config to check and install atomically (e.g. a mounted ConfigMap); an invalid file is
     /// refused, because a broken config makes every verb but init fail.
     #[arg(long, value_name = "FILE")]
@@ -290,42 +304,6 @@ fn install_file(
     result.map(|_| if existed { "upgraded" } else { "installed" })
 }
 
-/// Removes one driver: the executable first (kubelet unloads the plugin), then its directory if
-/// nothing else is in it.
-pub fn uninstall_one(dir: &Path, exec_name: &str) -> Result<&'static str, InstallError> {
-    let target = dir.join(exec_name);
-    if !dir.exists() {
-        return Ok("absent");
-    }
-    match fs::remove_file(&target) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(InstallError::Io {
-                what: "remove",
-                path: target,
-                source: e,
-            });
-        }
-    }
-    // Leftover temp files of ours (an interrupted install) go too; anything else stays.
-    if let Ok(rd) = fs::read_dir(dir) {
-        for e in rd.filter_map(Result::ok) {
-            if e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!(".{exec_name}.tmp-"))
-            {
-                let _ = fs::remove_file(e.path());
-            }
-        }
-    }
-    Ok(if fs::remove_dir(dir).is_ok() {
-        "removed"
-    } else {
-        "removed (directory kept: it holds other files)"
-    })
-}
-
 /// Runs the installed copy's `init` the way kubelet's prober does (through the `sys::exec` seam,
 /// stdout and stderr on one pipe, with a deadline) and judges it by the rules `doctor` and
 /// `conformance` use (`protocol::init`): it must start under that name and answer Success with
@@ -354,9 +332,14 @@ pub fn run(a: &InstallArgs) -> i32 {
     };
     if a.sleep && code == 0 {
         // A failed install exits instead, so the DaemonSet pod shows CrashLoopBackOff.
-        println!("installed; sleeping until stopped");
+        let (done, after) = if a.uninstall {
+            ("uninstall done", "nothing more is removed")
+        } else {
+            ("installed", "the installed drivers stay in place")
+        };
+        println!("{done}; sleeping until stopped");
         let sig = crate::sys::process::wait_for_termination();
-        println!("stopped by {sig:?}; the installed drivers stay in place");
+        println!("stopped by {sig:?}; {after}");
     }
     code
 }
@@ -390,6 +373,23 @@ fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
         },
     };
     println!("plugin directory: {} ({why})", plugin_dir.display());
+    let kubelets = detect_plugin_dir().unwrap_or_else(|| PathBuf::from(DEFAULT_PLUGIN_DIR));
+    let refused = |e: super::uninstall::UninstallError| InstallError::Invalid(e.0);
+    super::uninstall::check_plugin_dir(&plugin_dir, a.uninstall, &kubelets).map_err(refused)?;
+    if a.uninstall {
+        return super::uninstall::run(&super::uninstall::Request {
+            plugin_dir: &plugin_dir,
+            vendor: &a.vendor,
+            drivers: &drivers,
+            purge: a.purge,
+            dry_run: a.dry_run,
+            config_dest: &a.config_dest,
+            nfs_key_dest: &a.nfs_key_dest,
+            host_root: &a.host_root,
+            kubelets: &kubelets,
+        })
+        .map_err(refused);
+    }
     if let Some(c) = &a.config {
         let what = install_config(c, &a.config_dest)?;
         println!(
@@ -412,19 +412,14 @@ fn run_inner(a: &InstallArgs) -> Result<(), InstallError> {
     };
     for b in drivers {
         let dir = plugin_dir.join(format!("{}~{}", a.vendor, b.name()));
-        if a.uninstall {
-            let what = uninstall_one(&dir, b.name())?;
-            println!("{}/{}: {what} ({})", a.vendor, b.name(), dir.display());
-        } else {
-            let what = install_one(&binary, &dir, b.name())?;
-            let reply = verify(&dir.join(b.name()), b)?;
-            println!(
-                "{}/{}: {what} {} -> init: {reply}",
-                a.vendor,
-                b.name(),
-                dir.join(b.name()).display()
-            );
-        }
+        let what = install_one(&binary, &dir, b.name())?;
+        let reply = verify(&dir.join(b.name()), b)?;
+        println!(
+            "{}/{}: {what} {} -> init: {reply}",
+            a.vendor,
+            b.name(),
+            dir.join(b.name()).display()
+        );
     }
     Ok(())
 }
@@ -498,8 +493,5 @@ mod tests {
             vec![std::ffi::OsString::from("hostpath")],
             "no temp files left"
         );
-        assert_eq!(uninstall_one(&dir, "hostpath").unwrap(), "removed");
-        assert!(!dir.exists());
-        assert_eq!(uninstall_one(&dir, "hostpath").unwrap(), "absent");
     }
 }

@@ -7,3 +7,4 @@ pub mod install;
 pub mod inventory;
 pub mod provisioned;
 pub mod status;
+pub(crate) mod uninstall;

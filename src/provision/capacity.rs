@@ -457,7 +457,7 @@ pub async fn publish<C: Cluster>(
             Err(e) if e.kind == super::api::ApiErrorKind::NotFound => failed.push(format!(
                 "capacity record of this node not published: ConfigMap {NAMESPACE}/{node} \
                      does not exist yet (`flexvol controller --capacity-objects`, \
-                     drivers/deploy/controller.yaml, makes one per Node; without it the scheduler \
+                     drivers/deploy-overlays/node-loss/controller.yaml, makes one per Node; without it the scheduler \
                      extender sees no capacity for this node, which passes unpreferred)"
             )),
             Err(e) => failed.push(format!("capacity record of this node not published: {e}")),

@@ -1253,6 +1253,22 @@ fn remove_contents(
     Ok(())
 }
 
+/// Fails if anything below the directory `dir` (at `path`) is a mount point or on another device;
+/// never follows a symlink, changes nothing. With [`empty_dir`], for `flexvol install --uninstall
+/// --purge` (src/ops/uninstall.rs), which checks a whole tree before it removes anything in it.
+pub(crate) fn check_no_mounts(dir: &OwnedFd, path: &Path) -> Result<(), String> {
+    let dev = top_dev(dir)?;
+    walk_tree(dir, path, dev, 0, &mut |_, _, _| Ok(()))
+}
+
+/// Empties the directory `dir` (at `path`) as a volume delete does ([`remove_contents`]): every
+/// entry unlinked through its directory's descriptor, a symlink unlinked and never followed, a
+/// mount point or a device change an error that stops it.
+pub(crate) fn empty_dir(dir: &OwnedFd, path: &Path) -> Result<(), String> {
+    let dev = top_dev(dir)?;
+    remove_contents(dir, path, dev, 0)
+}
+
 fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), String> {
     let p = root.real.join(tomb);
     let root_fd =

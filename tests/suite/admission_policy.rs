@@ -194,7 +194,7 @@ fn provisioner(node: Option<&str>) -> Value {
     let mut extra = json!({"authentication.kubernetes.io/credential-id": ["JTI=0c2a"]});
     if let Some(n) = node {
         extra[NODE_NAME] = json!([n]);
-        extra["authentication.kubernetes.io/pod-name"] = json!(["flexvol-installer-7xk2p"]);
+        extra["authentication.kubernetes.io/pod-name"] = json!(["flexvol-node-7xk2p"]);
     }
     json!({"username": SA, "groups": ["system:serviceaccounts",
         "system:serviceaccounts:kube-system", "system:authenticated"], "extra": extra})

@@ -7,7 +7,9 @@
 //! kube-scheduler) points at the DaemonSet's address, with the verbs the server routes, and is
 //! `ignorable`.
 
-use super::manifests::{deploy_docs as docs, deploy_file as file, granted, one, to_json};
+use super::manifests::{
+    CONTROLLER, EXTENDER, deploy_docs as docs, deploy_file as file, granted, one, to_json,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use yaml_rust2::YamlLoader;
@@ -112,7 +114,7 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
 
     // Controller: list, create, delete there (src/controller/capacity.rs sync); never update or
     // patch (the records' contents are the nodes'); run with --capacity-objects.
-    let ctl = docs("controller.yaml");
+    let ctl = docs(CONTROLLER);
     let r = one(&ctl, "Role", "flexvol-controller-capacity");
     assert_eq!(r["metadata"]["namespace"], NS);
     assert_eq!(
@@ -141,7 +143,9 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
             .any(|a| a == "--capacity-objects"),
         "controller.yaml runs without --capacity-objects: {cmd}"
     );
-    // The DaemonSet's provisioner publishes.
+    // The DaemonSet's provisioner publishes only in the capacity overlay (issue #33, 5: without
+    // the controller's objects it would warn every minute): not in daemonset.yaml, and the
+    // overlay's patch appends it to the provisioner container's command.
     let ds_cmd = docs("daemonset.yaml")
         .iter()
         .find(|d| d["kind"] == "DaemonSet")
@@ -153,17 +157,27 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
         .unwrap()["command"]
         .clone();
     assert!(
-        ds_cmd
+        !ds_cmd
             .as_array()
             .unwrap()
             .iter()
             .any(|a| a == "--publish-capacity"),
-        "the DaemonSet's provisioner does not publish: {ds_cmd}"
+        "drivers/deploy's provisioner publishes capacity without the opt-in: {ds_cmd}"
+    );
+    let patch: serde_json::Value =
+        serde_json::from_str(&file("../deploy-overlays/capacity/publish-capacity.json")).unwrap();
+    assert_eq!(
+        patch,
+        serde_json::json!([
+            {"op": "test", "path": "/spec/template/spec/containers/1/name", "value": "provisioner"},
+            {"op": "add", "path": "/spec/template/spec/containers/1/command/-", "value": "--publish-capacity"},
+        ]),
+        "the capacity overlay turns --publish-capacity on in the provisioner container"
     );
 
     // Extender: reads claims and classes cluster-wide, the records in flexvol-capacity; writes
     // nothing anywhere; no pods, Nodes or secrets (the pod and the nodes come in the request).
-    let ext = docs("scheduler-extender.yaml");
+    let ext = docs(EXTENDER);
     let cr = granted(one(&ext, "ClusterRole", "flexvol-scheduler-extender"));
     assert_eq!(
         cr,
@@ -207,7 +221,7 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
 /// `ignorable`, with a deadline.
 #[test]
 fn contract_extender_runs_beside_kube_scheduler_and_is_ignorable() {
-    let ext = docs("scheduler-extender.yaml");
+    let ext = docs(EXTENDER);
     let ds = one(&ext, "DaemonSet", "flexvol-scheduler-extender");
     assert_eq!(ds["metadata"]["namespace"], "kube-system");
     let spec = &ds["spec"]["template"]["spec"];

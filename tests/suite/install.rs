@@ -107,7 +107,7 @@ fn install_fresh_idempotent_upgrade_under_load_and_uninstall() {
     let o = running.wait_with_output().unwrap();
     check_protocol(&o.stdout, &o.stderr, o.status.code()).failed("SIGTERM");
 
-    let (ok, out) = run(&["--plugin-dir", p, "--uninstall"]);
+    let (ok, out) = run(&["--plugin-dir", p, "--binary", b, "--uninstall"]);
     assert!(ok, "{out}");
     assert!(names(&plugins).is_empty(), "{:?}", names(&plugins));
 }
@@ -201,4 +201,221 @@ fn install_refuses_a_binary_whose_init_kubelet_would_not_load() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// `flexvol install ARGS` (the binary itself), its success and stdout.
+fn flexvol_install(args: &[&str]) -> (bool, String) {
+    let out = Command::new(binary())
+        .arg("install")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// A node in a temporary directory, as `flexvol install` and the drivers leave it: the drivers,
+/// /etc/flexvol (config naming state, run dir, log and a provisioning root below --host-root, the
+/// temporary directory, and the NFS key), the state and run dirs, the call log, and a provisioned volume
+/// with its record. Returns the arguments `--uninstall --purge` needs.
+struct Node {
+    t: tempfile::TempDir,
+}
+
+impl Node {
+    fn new() -> Self {
+        let t = tempfile::tempdir().unwrap();
+        let n = Node { t };
+        let (ok, out) = flexvol_install(&["--plugin-dir", n.s("plugins")]);
+        assert!(ok, "{out}");
+        std::fs::create_dir_all(n.p("etc")).unwrap();
+        // The node's paths as the host names them: below --host-root, the temporary directory
+        // (so a run after the config is gone looks for the defaults there, not on this machine).
+        let config = r#"{"stateDir": "/state", "runDir": "/run", "logFile": "/flexvol.log",
+                "nfs": {"capabilityKeyFile": "/etc/nfs-capability.key"},
+                "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/root"]}]}"#;
+        std::fs::write(n.p("etc/config.json"), config).unwrap();
+        std::fs::write(n.p("etc/nfs-capability.key"), [7u8; 32]).unwrap();
+        for d in [
+            "state/hostpath",
+            "run",
+            "root/.flexvol/volumes",
+            "root/pvc-1_ns_c",
+        ] {
+            std::fs::create_dir_all(n.p(d)).unwrap();
+        }
+        std::fs::write(n.p("state/capability.key"), [1u8; 32]).unwrap();
+        std::fs::write(n.p("run/vol.lock"), b"").unwrap();
+        std::fs::write(n.p("flexvol.log"), b"{}\n").unwrap();
+        std::fs::write(n.p("root/pvc-1_ns_c/data"), b"tenant data").unwrap();
+        n
+    }
+    fn p(&self, rel: &str) -> std::path::PathBuf {
+        self.t.path().join(rel)
+    }
+    fn s(&self, rel: &str) -> &'static str {
+        Box::leak(self.p(rel).to_str().unwrap().to_owned().into_boxed_str())
+    }
+    fn purge(&self, extra: &[&str]) -> (bool, String) {
+        let mut args = vec![
+            "--plugin-dir",
+            self.s("plugins"),
+            "--uninstall",
+            "--purge",
+            "--config-dest",
+            self.s("etc/config.json"),
+            "--nfs-key-dest",
+            self.s("etc/nfs-capability.key"),
+            "--host-root",
+            self.s(""),
+        ];
+        args.extend_from_slice(extra);
+        flexvol_install(&args)
+    }
+    /// Every path below the node, sorted.
+    fn tree(&self) -> Vec<String> {
+        fn walk(d: &Path, base: &Path, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(d).unwrap() {
+                let p = e.unwrap().path();
+                out.push(p.strip_prefix(base).unwrap().display().to_string());
+                if p.is_dir() && !p.is_symlink() {
+                    walk(&p, base, out);
+                }
+            }
+        }
+        let mut v = Vec::new();
+        walk(self.t.path(), self.t.path(), &mut v);
+        v.sort();
+        v
+    }
+}
+
+/// Issue #33, 7: `--uninstall --purge --dry-run` removes nothing and lists everything it would
+/// remove, and the volume data it keeps.
+#[test]
+fn install_uninstall_dry_run_removes_nothing_and_lists_everything() {
+    let n = Node::new();
+    let before = n.tree();
+    let (ok, out) = n.purge(&["--dry-run"]);
+    assert!(ok, "{out}");
+    assert_eq!(n.tree(), before, "a dry run changed the node:\n{out}");
+    for (rel, what) in [
+        ("plugins/flexvol~hostpath", "hostpath"),
+        ("plugins/flexvol~nfs", "nfs"),
+        ("plugins/flexvol~lvm", "lvm"),
+        ("etc/config.json", "the node config"),
+        ("etc/nfs-capability.key", "the NFS capability key"),
+        ("state", "stateDir"),
+        ("run", "runDir"),
+        ("flexvol.log", "logFile"),
+        ("etc", "the node config's directory"),
+    ] {
+        let line = format!("would remove: {} (", n.p(rel).display());
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&line) && l.contains(what)),
+            "{rel} not listed:\n{out}"
+        );
+    }
+    assert!(out.contains("dry run: nothing was removed"), "{out}");
+    assert!(
+        out.contains(&format!("{}/.flexvol", n.p("root").display())),
+        "the root's records are not listed as kept:\n{out}"
+    );
+}
+
+/// Issue #33, 7: the purge removes exactly what the dry run listed (the root and its volume stay),
+/// never a planted symlink's target, and a repeat says "nothing to remove".
+#[test]
+fn install_uninstall_purge_removes_exactly_the_state_and_then_nothing() {
+    let n = Node::new();
+    // Planted: a symlink inside stateDir to a file outside it, and one to a directory.
+    let victim = n.p("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious"), b"keep").unwrap();
+    std::os::unix::fs::symlink(&victim, n.p("state/link-dir")).unwrap();
+    std::os::unix::fs::symlink(victim.join("precious"), n.p("run/link-file")).unwrap();
+    let (ok, out) = n.purge(&[]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        n.tree(),
+        [
+            "plugins",
+            "root",
+            "root/.flexvol",
+            "root/.flexvol/volumes",
+            "root/pvc-1_ns_c",
+            "root/pvc-1_ns_c/data",
+            "victim",
+            "victim/precious"
+        ],
+        "{out}"
+    );
+    assert_eq!(std::fs::read(victim.join("precious")).unwrap(), b"keep");
+    let (ok, out) = n.purge(&[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("nothing to remove"), "{out}");
+    assert!(!out.contains("removed:"), "{out}");
+    let (ok, out) = flexvol_install(&["--plugin-dir", n.s("plugins"), "--uninstall"]);
+    assert!(ok && out.contains("nothing to remove"), "{out}");
+}
+
+/// A symlink where a file of ours should be (the call log) is an error, and nothing is removed.
+#[test]
+fn install_uninstall_purge_refuses_a_symlink_and_mounted_volumes() {
+    let n = Node::new();
+    std::fs::remove_file(n.p("flexvol.log")).unwrap();
+    std::fs::write(n.p("elsewhere"), b"x").unwrap();
+    std::os::unix::fs::symlink(n.p("elsewhere"), n.p("flexvol.log")).unwrap();
+    let before = n.tree();
+    let (ok, out) = n.purge(&[]);
+    assert!(!ok && out.contains("not a regular file"), "{out}");
+    assert_eq!(n.tree(), before, "{out}");
+    assert_eq!(std::fs::read(n.p("elsewhere")).unwrap(), b"x");
+
+    // A record of a mounted volume in stateDir: the drivers still need it.
+    let n = Node::new();
+    std::fs::write(n.p("state/hostpath/vol.json"), b"{}").unwrap();
+    let before = n.tree();
+    let (ok, out) = n.purge(&[]);
+    assert!(!ok && out.contains("mounted volumes"), "{out}");
+    assert_eq!(n.tree(), before, "{out}");
+}
+
+/// Issue #33, 12: a relative, driver-level or missing --plugin-dir is refused with a clear message.
+#[test]
+fn install_uninstall_refuses_a_relative_or_mistyped_plugin_dir() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("plugins/flexvol~hostpath");
+    std::fs::create_dir_all(&d).unwrap();
+    for (args, says) in [
+        (
+            vec!["--plugin-dir", "plugins", "--uninstall"],
+            "absolute path",
+        ),
+        (vec!["--plugin-dir", "plugins"], "absolute path"),
+        (
+            vec!["--plugin-dir", d.to_str().unwrap(), "--uninstall"],
+            "driver directory",
+        ),
+        (
+            vec![
+                "--plugin-dir",
+                t.path().join("plugin").to_str().unwrap(),
+                "--uninstall",
+            ],
+            "does not exist: mistyped?",
+        ),
+        (
+            vec!["--plugin-dir", t.path().to_str().unwrap(), "--purge"],
+            "--uninstall",
+        ),
+    ] {
+        let (ok, out) = flexvol_install(&args);
+        assert!(!ok && out.contains(says), "{args:?}: {out}");
+    }
+    assert!(d.is_dir(), "nothing was removed");
 }

@@ -24,6 +24,7 @@ mod hostns;
 mod install;
 mod lints;
 mod manifests;
+mod manifests_render;
 mod ops;
 mod provisioner_env;
 mod provisioner_health;

@@ -34,6 +34,12 @@ pub(crate) fn to_json(y: &Yaml) -> Value {
     }
 }
 
+/// `flexvol controller`'s manifest, in the node-loss overlay (relative to drivers/deploy, for
+/// [`deploy_docs`]): kustomize v2.0.3 loads no resource from outside a kustomization's directory.
+pub(crate) const CONTROLLER: &str = "../deploy-overlays/node-loss/controller.yaml";
+/// The scheduler extender's manifest, in the capacity overlay (as [`CONTROLLER`]).
+pub(crate) const EXTENDER: &str = "../deploy-overlays/capacity/scheduler-extender.yaml";
+
 /// The text of `drivers/deploy/NAME`.
 pub(crate) fn deploy_file(name: &str) -> String {
     let p = repo().join("drivers/deploy").join(name);
@@ -101,11 +107,12 @@ fn docs(dir: &Path) -> Vec<(PathBuf, Value)> {
     out
 }
 
-/// The installer + provisioner DaemonSet (scheduler-extender.yaml has a DaemonSet of its own).
+/// The node agent's DaemonSet, `flexvol-node` (installer + provisioner; scheduler-extender.yaml and
+/// uninstall/ have DaemonSets of their own).
 fn installer(docs: &[(PathBuf, Value)]) -> Vec<&Value> {
     of_kind(docs, "DaemonSet")
         .into_iter()
-        .filter(|d| d["metadata"]["name"] == "flexvol-installer")
+        .filter(|d| d["metadata"]["name"] == "flexvol-node")
         .collect()
 }
 
@@ -759,7 +766,7 @@ fn contract_manifests_provisioner_runs_in_the_hosts_mount_namespace() {
 
 /// Issue #23: `kubectl apply -k drivers/deploy` is the documented install. Its kustomization lists
 /// every object manifest of the directory (not the kube-controller-manager static-pod snippet, nor
-/// the opt-in controller.yaml and scheduler-extender.yaml) and
+/// the opt-in admission-policy.yaml; issue #33: no StorageClass) and
 /// names the DaemonSet's image, the one place a user sets it. (tests/cluster/e2e `manifests`
 /// checks with kubectl's own kustomize that `apply -k` gives exactly these objects.)
 #[test]
@@ -778,17 +785,13 @@ fn contract_manifests_kustomization_lists_every_manifest() {
     yaml_files(&dir, &mut files);
     let want: std::collections::BTreeSet<String> = files
         .iter()
+        // This directory's own files: examples/ and uninstall/ are kustomizations of their own.
+        .filter(|f| f.parent() == Some(dir.as_path()))
         .map(|f| f.file_name().unwrap().to_str().unwrap().to_owned())
-        // The static-pod snippet is not an object; controller.yaml (`flexvol controller`, node
-        // loss) is opt-in and applied on its own (drivers/deploy/README.md section 8).
-        // scheduler-extender.yaml is opt-in too (it needs kube-scheduler configured), and
-        // admission-policy.yaml (it needs 1.30 and the node-name extra: docs/security.md).
-        .filter(|n| {
-            n != "kube-controller-manager.yaml"
-                && n != "controller.yaml"
-                && n != "scheduler-extender.yaml"
-                && n != "admission-policy.yaml"
-        })
+        // The static-pod snippet is not an object; admission-policy.yaml is opt-in (it needs 1.30
+        // and the node-name extra: docs/security.md). controller.yaml and scheduler-extender.yaml
+        // are in the overlays (drivers/deploy-overlays).
+        .filter(|n| n != "kube-controller-manager.yaml" && n != "admission-policy.yaml")
         .collect();
     assert_eq!(
         listed, want,
@@ -853,4 +856,62 @@ fn contract_manifests_shipped_classes_are_accepted_by_their_provisioner() {
         checked += 1;
     }
     assert!(checked >= 3, "only {checked} shipped classes found");
+}
+
+/// Issue #33, 6: the shipped node config is exactly as strict as the binary's defaults, but for
+/// the keys named here, each of which grants nothing by itself. Loosening configmap.yaml (an
+/// allowed root, a VG, a provisioning root, an export) fails this test.
+#[test]
+fn contract_manifests_shipped_config_is_the_binarys_defaults() {
+    use flexvol::node::config::Config;
+    type Reset = fn(&mut Config, &Config);
+    // key, why it may differ, how the default is put back for the comparison.
+    let allowed: &[(&str, &str, Reset)] = &[(
+        "nfs.capabilityKeyFile",
+        "where the DaemonSet installs the Secret flexvol-nfs-key; serves nothing until nfs.provisionedExports lists an export",
+        |c, d| c.nfs.capability_key_file = d.nfs.capability_key_file.clone(),
+    )];
+    let strip = |c: &Config| -> String {
+        let mut c = c.clone();
+        let d = Config::default();
+        for (_, _, reset) in allowed {
+            reset(&mut c, &d);
+        }
+        format!("{c:#?}")
+    };
+    let cm = one(
+        &deploy_docs("configmap.yaml"),
+        "ConfigMap",
+        "flexvol-config",
+    )
+    .clone();
+    let json = cm["data"]["config.json"].as_str().expect("config.json");
+    let shipped = Config::parse(Path::new("configmap.yaml"), json.as_bytes())
+        .expect("the shipped config is valid");
+    let defaults = format!("{:#?}", Config::default());
+    assert_eq!(
+        strip(&shipped),
+        defaults,
+        "drivers/deploy/configmap.yaml differs from the binary's defaults in a key not in the allow-list {:?}",
+        allowed.iter().map(|a| (a.0, a.1)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        shipped.nfs.capability_key_file.as_deref(),
+        Some(Path::new(flexvol::ops::install::DEFAULT_NFS_KEY)),
+        "nfs.capabilityKeyFile names where the DaemonSet's --nfs-key-dest installs the key"
+    );
+    // The comparison sees each kind of loosening the ConfigMap once had or documents.
+    for loose in [
+        r#"{"hostpath": {"allowedRoots": ["/srv"]}}"#,
+        r#"{"lvm": {"allowedVolumeGroups": ["vg0"], "maxVolumeSize": "100Gi"}}"#,
+        r#"{"nfs": {"provisionedExports": ["nfs.example.com:/exports/k8s"]}}"#,
+        r#"{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/local-path-provisioner"]}]}"#,
+    ] {
+        let c = Config::parse(Path::new("loose.json"), loose.as_bytes()).unwrap();
+        assert_ne!(
+            strip(&c),
+            defaults,
+            "{loose} is not told apart from the defaults"
+        );
+    }
 }

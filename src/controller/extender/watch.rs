@@ -9,7 +9,7 @@
 //! nothing.
 //!
 //! Status: the appliers are unit-tested; [`run`] runs against a real API server in
-//! tests/cluster/provisioner-e2e.d/extender.sh, under drivers/deploy/scheduler-extender.yaml's
+//! tests/cluster/provisioner-e2e.d/extender.sh, under drivers/deploy-overlays/capacity/scheduler-extender.yaml's
 //! read-only roles.
 
 use super::decide::Published;

@@ -2,7 +2,7 @@
 # sourced by provisioner-e2e; runs on this machine (no guest):
 #   tests/cluster/provisioner-e2e nodeloss
 #
-#   nodeloss    drivers/deploy/controller.yaml applied (the server accepts every object; the
+#   nodeloss    drivers/deploy-overlays/node-loss/controller.yaml applied (the server accepts every object; the
 #               Deployment is removed again: the scenario stops and restarts the controller at
 #               chosen moments, which a host process makes exact; and its image names a registry) and
 #               `flexvol controller` started on the host with its ServiceAccount's token, so its
@@ -60,7 +60,7 @@ start_controller() { # each start logs to a file of its own: controller-1.log, c
 
 nl_controller_setup() {
 	local out v n=0
-	out="$(kc_kubectl apply -f "$REPO/drivers/deploy/controller.yaml" 2>&1)" || fail "apply controller.yaml: $out"
+	out="$(kc_kubectl apply -f "$REPO/drivers/deploy-overlays/node-loss/controller.yaml" 2>&1)" || fail "apply controller.yaml: $out"
 	kc_kubectl -n kube-system delete deployment flexvol-controller --wait=false >/dev/null || fail "delete the Deployment"
 	sa_kubeconfig flexvol-controller "$KC_DIR/controller.kubeconfig"
 	# Its calls (src/controller/nodeloss.rs) and nothing near them.
