@@ -181,6 +181,27 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
+/// Whether `args` (argv with argv[0]) is a command line the tool accepts, without running it:
+/// the same parser as [`main`], and for verbs run by hand a verb the grammar knows. `--help` and
+/// `--version` are accepted. For the test that runs the documented commands
+/// (tests/suite/docs_commands.rs): a command in the docs must at least parse.
+pub fn check_args(args: &[String]) -> Result<(), String> {
+    match Cli::try_parse_from(args) {
+        Ok(c) => match c.command {
+            Command::HostPath(v) | Command::Nfs(v) | Command::Lvm(v) => {
+                match v.args.first().map(String::as_str) {
+                    None | Some("--help" | "-h") => Ok(()),
+                    Some(verb) if verb::spec(verb).is_some() => Ok(()),
+                    Some(other) => Err(format!("{other:?} is not a driver verb")),
+                }
+            }
+            _ => Ok(()),
+        },
+        Err(e) if !e.use_stderr() => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn run_by_hand(backend: Backend, args: &[String]) -> i32 {
     match (
         args.first().map(String::as_str),

@@ -224,10 +224,7 @@ fn print_provisioned(
 
 /// One line about a provisioned directory's size: enforced with limit and usage, or why not.
 pub fn size_line(s: &crate::provision::quota::SizeStatus) -> String {
-    let mib = |b: u64| {
-        let tenths = b.saturating_mul(10) >> 20;
-        format!("{}.{} MiB", tenths / 10, tenths % 10)
-    };
+    let mib = crate::protocol::quantity::format_human;
     match (s.enforced, s.limit_bytes, s.used_bytes) {
         (true, Some(limit), Some(used)) => format!(
             "enforced (project quota {}): limit {}, used {} ({}%)",

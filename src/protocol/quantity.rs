@@ -65,9 +65,37 @@ pub fn format_size(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// `bytes` for people, in the largest binary unit it reaches, to one decimal (truncated):
+/// `512 B`, `1.5 KiB`, `64.0 MiB`, `30.0 GiB`. What every operator command prints for a size.
+pub fn format_human(bytes: u64) -> String {
+    for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+        if bytes >= 1u64 << shift {
+            let tenths = (u128::from(bytes) * 10) >> shift;
+            return format!("{}.{} {unit}", tenths / 10, tenths % 10);
+        }
+    }
+    format!("{bytes} B")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_for_people() {
+        for (b, want) in [
+            (0u64, "0 B"),
+            (512, "512 B"),
+            (1536, "1.5 KiB"),
+            (64 << 20, "64.0 MiB"),
+            ((30 << 30) + (1 << 29), "30.5 GiB"),
+            (42_949_672_960 - 4096, "39.9 GiB"),
+            (3 << 40, "3.0 TiB"),
+            (u64::MAX, "16777215.9 TiB"),
+        ] {
+            assert_eq!(format_human(b), want, "{b}");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -370,7 +370,7 @@ pub fn measure_roots(
 /// What the extender makes of a record, for people: one line per root and VG (and thin pool)
 /// with the bytes a new volume may take there and the classes it serves.
 pub fn describe(r: &CapacityRecord) -> Vec<String> {
-    use crate::protocol::quantity::format_size as q;
+    use crate::protocol::quantity::format_human as q;
     let mut out = vec![format!(
         "capacity of node {} (record version {})",
         r.node, r.version
@@ -744,13 +744,13 @@ esac
         });
         let text = describe(&r).join("\n");
         for want in [
-            "hostpath /srv/a: 30Gi for new volumes (40Gi available - 10Gi promised",
+            "hostpath /srv/a: 30.0 GiB for new volumes (40.0 GiB available - 10.0 GiB promised",
             "serves classes without roots of their own",
-            "hostpath /srv/nvme: 50Gi for new volumes",
+            "hostpath /srv/nvme: 50.0 GiB for new volumes",
             "serves fast",
             "hostpath /broken: NOT MEASURED (EIO)",
-            "lvm vg0: 20Gi for new thick volumes (30Gi free - 10Gi vgReserve, of 200Gi); at most 100Gi each",
-            "lvm vg0/tp: 30Gi for new thin volumes (150Gi limit - 120Gi committed; pool 100Gi)",
+            "lvm vg0: 20.0 GiB for new thick volumes (30.0 GiB free - 10.0 GiB vgReserve, of 200.0 GiB); at most 100.0 GiB each",
+            "lvm vg0/tp: 30.0 GiB for new thin volumes (150.0 GiB limit - 120.0 GiB committed; pool 100.0 GiB)",
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }

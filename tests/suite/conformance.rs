@@ -112,11 +112,11 @@ fn contract_conformance_reports_what_it_did_not_run_as_skip() {
     );
     assert!(
         text.contains("The volume lifecycle was NOT run for test/good")
-            && text.contains("--options JSON"),
+            && text.contains("flexvol conformance --driver test/good --options 'OPTIONS'"),
         "{text}"
     );
     assert!(
-        text.contains("Driver-specific error paths were NOT run: add --bad-options"),
+        text.contains("Driver-specific error paths were NOT run for test/good: add --bad-options"),
         "{text}"
     );
     let summary = text.lines().last().unwrap();

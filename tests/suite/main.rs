@@ -13,6 +13,7 @@ mod admission_policy;
 mod conformance;
 mod contract;
 mod controller_manifests;
+mod docs_commands;
 mod extender_manifests;
 mod faults;
 mod guest_lvm;

@@ -143,6 +143,7 @@ pub fn run(a: &ConformanceArgs) -> i32 {
             }
         },
     };
+    let notes = path_notes(&a.drivers, user.as_ref());
     let mut all = Vec::new();
     for name in &a.drivers {
         all.extend(judge_driver(a, name, user.as_ref(), &bad, &kubelet_root));
@@ -167,11 +168,11 @@ pub fn run(a: &ConformanceArgs) -> i32 {
     if a.kubelet_root.is_none() && detach_leftovers(&kubelet_root).is_empty() {
         let _ = std::fs::remove_dir_all(&kubelet_root);
     }
-    print_report(&all);
+    print_report(&all, &notes);
     i32::from(all.iter().any(|c| c.verdict == Verdict::Fail))
 }
 
-fn print_report(all: &[Check]) {
+fn print_report(all: &[Check], notes: &[String]) {
     let width = all.iter().map(|c| c.name.len()).max().unwrap_or(10).min(70);
     for c in all {
         let mark = match c.verdict {
@@ -187,24 +188,32 @@ fn print_report(all: &[Check]) {
         .filter(|c| c.verdict == Verdict::Skip && c.name == LIFECYCLE)
         .map(|c| c.driver.as_str())
         .collect();
-    if !no_lifecycle.is_empty() {
+    for d in &no_lifecycle {
+        let (options, _) = example_options(d);
         println!(
-            "\nThe volume lifecycle was NOT run for {}: only the probe and the error paths were checked. \
+            "\nThe volume lifecycle was NOT run for {d}: only the probe and the error paths were checked. \
              Run it by giving the options of a test volume (its flexVolume.options map): \
-             flexvol conformance --driver {} --options JSON, \
-             e.g. --options '{{\"path\":\"/srv/conformance\",\"type\":\"DirectoryOrCreate\"}}' for flexvol/hostpath",
-            no_lifecycle.join(", "),
-            no_lifecycle[0]
+             flexvol conformance --driver {d} --options '{options}'"
         );
     }
-    if all
+    let no_bad: Vec<&str> = all
         .iter()
-        .any(|c| c.verdict == Verdict::Skip && c.name == BAD_OPTIONS)
-    {
+        .filter(|c| c.verdict == Verdict::Skip && c.name == BAD_OPTIONS)
+        .map(|c| c.driver.as_str())
+        .collect();
+    for d in &no_bad {
+        let (_, bad) = example_options(d);
         println!(
-            "Driver-specific error paths were NOT run: add --bad-options JSON (repeatable) with options the driver must refuse, \
-             e.g. --bad-options '{{\"path\":\"/does/not/exist\",\"type\":\"Directory\"}}' --bad-options '{{\"type\":\"Directory\"}}'"
+            "Driver-specific error paths were NOT run for {d}: add --bad-options JSON (repeatable) with options the driver must refuse, \
+             e.g. {}",
+            bad.iter()
+                .map(|b| format!("--bad-options '{b}'"))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
+    }
+    for n in notes {
+        println!("NOTE: {n}");
     }
     println!(
         "\nconformance: {} passed, {} failed, {} skipped (not run)",
@@ -212,6 +221,82 @@ fn print_report(all: &[Check]) {
         count(Verdict::Fail),
         count(Verdict::Skip)
     );
+}
+
+/// The first hostPath root of this node's config (the default when there is no usable config).
+fn first_hostpath_root() -> PathBuf {
+    crate::node::config::Config::load()
+        .unwrap_or_default()
+        .hostpath
+        .roots()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| PathBuf::from("/srv/flexvol"))
+}
+
+/// Example `--options` and `--bad-options` for a driver, by its kind (the part after `/`): each
+/// driver's own keys, never another kind's. Other vendors' drivers get placeholders.
+fn example_options(driver: &str) -> (String, Vec<String>) {
+    match driver.rsplit('/').next().unwrap_or("") {
+        "hostpath" => {
+            let root = first_hostpath_root();
+            let r = root.display();
+            (
+                format!(r#"{{"path":"{r}/conformance","type":"DirectoryOrCreate"}}"#),
+                vec![
+                    format!(r#"{{"path":"{r}/does-not-exist","type":"Directory"}}"#),
+                    r#"{"type":"Directory"}"#.to_owned(),
+                ],
+            )
+        }
+        "nfs" => (
+            r#"{"server":"SERVER","share":"/EXPORT"}"#.to_owned(),
+            vec![
+                r#"{"share":"/EXPORT"}"#.to_owned(),
+                r#"{"server":"SERVER","share":"/EXPORT","mountOptions":"suid"}"#.to_owned(),
+            ],
+        ),
+        "lvm" => (
+            r#"{"volumegroup":"VG","volumeID":"conformance","size":"64Mi"}"#.to_owned(),
+            vec![
+                r#"{"volumeID":"conformance","size":"64Mi"}"#.to_owned(),
+                r#"{"volumegroup":"VG","volumeID":"../escape","size":"64Mi"}"#.to_owned(),
+            ],
+        ),
+        _ => ("OPTIONS".to_owned(), vec!["OPTIONS".to_owned()]),
+    }
+}
+
+/// A warning when a flexvol hostPath driver is judged with a `path` outside this node's hostPath
+/// roots: its lifecycle then fails by policy, not by a fault of the driver.
+fn path_notes(drivers: &[String], user: Option<&BTreeMap<String, String>>) -> Vec<String> {
+    let Some(path) = user.and_then(|u| u.get("path")) else {
+        return Vec::new();
+    };
+    if !drivers.iter().any(|d| d.ends_with("/hostpath")) {
+        return Vec::new();
+    }
+    match crate::node::config::Config::load() {
+        Ok(c) => outside_roots(path, &c.hostpath.roots())
+            .into_iter()
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The note for a hostPath `path` outside `roots`, if it is.
+fn outside_roots(path: &str, roots: &[PathBuf]) -> Option<String> {
+    if roots.iter().any(|r| Path::new(path).starts_with(r)) {
+        return None;
+    }
+    let list = roots
+        .iter()
+        .map(|r| r.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "--options path {path} is outside this node's hostPath roots ({list}): flexvol/hostpath refuses it, so its lifecycle fails by policy; use a path under them, or add a root to hostpath.allowedRoots in the node config (docs/configuration.md)"
+    ))
 }
 
 /// A JSON object of strings, as the `flexVolume.options` map.
@@ -354,4 +439,46 @@ fn judge_driver(
         },
     );
     d.checks
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::*;
+
+    /// Each kind's hint uses that kind's keys only: no hostPath `path` for NFS or LVM.
+    #[test]
+    fn hints_are_per_driver() {
+        let keys = |j: &str| -> Vec<String> {
+            serde_json::from_str::<BTreeMap<String, String>>(j)
+                .unwrap()
+                .into_keys()
+                .collect()
+        };
+        let (o, bad) = example_options("flexvol/hostpath");
+        assert!(keys(&o).contains(&"path".to_owned()), "{o}");
+        assert_eq!(bad.len(), 2);
+        let (o, bad) = example_options("example.com/nfs");
+        assert_eq!(keys(&o), ["server", "share"]);
+        for b in bad.iter().chain([&o]) {
+            assert!(!keys(b).contains(&"path".to_owned()), "{b}");
+        }
+        let (o, bad) = example_options("flexvol/lvm");
+        assert!(keys(&o).contains(&"volumegroup".to_owned()), "{o}");
+        for b in bad.iter().chain([&o]) {
+            assert!(!keys(b).contains(&"path".to_owned()), "{b}");
+        }
+        assert_eq!(example_options("acme/block").0, "OPTIONS");
+    }
+
+    #[test]
+    fn a_path_outside_the_roots_is_named() {
+        let roots = [PathBuf::from("/srv/flexvol")];
+        assert_eq!(outside_roots("/srv/flexvol/conformance", &roots), None);
+        let n = outside_roots("/srv/conformance", &roots).unwrap();
+        assert!(
+            n.contains("outside this node's hostPath roots (/srv/flexvol)"),
+            "{n}"
+        );
+        assert!(n.contains("hostpath.allowedRoots"), "{n}");
+    }
 }

@@ -108,17 +108,18 @@ lvmprov_setup() {
 # extender, as the extender reads it) reports the VG as real lvm2 does: size and free as `vgs`
 # says; with lvm.vgReserve 100Mi in node-a's config (a copy, for this call only) what a new thick
 # volume may take is free - 100 MiB; node-b, whose config grants no VG, lists none. (The guest has
-# no jq: the text form is compared, each size as format_size writes it.)
-lvm_q() { # format_size of protocol::quantity: the largest binary unit that divides, else bytes
-	local b="$1" u s
-	for u in Ti:40 Gi:30 Mi:20 Ki:10; do
+# no jq: the text form is compared, each size as format_human writes it.)
+lvm_q() { # format_human of protocol::quantity: the largest binary unit reached, one decimal, truncated
+	local b="$1" u s t
+	for u in TiB:40 GiB:30 MiB:20 KiB:10; do
 		s="${u#*:}"
-		if [ "$b" != 0 ] && [ $((b % (1 << s))) = 0 ]; then
-			echo "$((b >> s))${u%%:*}"
+		if [ "$b" -ge $((1 << s)) ]; then
+			t=$(((b * 10) >> s))
+			echo "$((t / 10)).$((t % 10)) ${u%%:*}"
 			return
 		fi
 	done
-	echo "$b"
+	echo "$b B"
 }
 lvm_capacity_checked() {
 	local cfg out vsize vfree want
@@ -129,7 +130,7 @@ lvm_capacity_checked() {
 	grep -q '"vgReserve":"100Mi"' "$cfg.cap" || fail "no lvm section to add vgReserve to in $cfg: $(cat "$cfg")"
 	out="$(FLEXVOL_CONFIG="$cfg.cap" "$KC_FLEXVOL" status --capacity node-a 2>&1)" || fail "flexvol status --capacity node-a failed: $out"
 	rm -f "$cfg.cap"
-	want="lvm $LVP_VG: $(lvm_q $((vfree - (100 << 20)))) for new thick volumes ($(lvm_q "$vfree") free - 100Mi vgReserve, of $(lvm_q "$vsize"))"
+	want="lvm $LVP_VG: $(lvm_q $((vfree - (100 << 20)))) for new thick volumes ($(lvm_q "$vfree") free - 100.0 MiB vgReserve, of $(lvm_q "$vsize"))"
 	grep -qxF "$want" <<<"$out" || fail "flexvol status --capacity node-a does not say '$want' (vgs: size $vsize, free $vfree; vgReserve 100Mi): $out"
 	out="$(FLEXVOL_CONFIG="$(kc_node_dir node-b)/flexvol-config.json" "$KC_FLEXVOL" status --capacity node-b 2>&1)" || true
 	grep -qx "capacity of node node-b (record version [0-9]*)" <<<"$out" || fail "flexvol status --capacity node-b: $out"

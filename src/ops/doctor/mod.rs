@@ -2,13 +2,18 @@
 //! what it cannot. Each check is `ok`, `warn` (works, but worth knowing) or `fail` (a verb or
 //! kubelet's probe will fail); any `fail` makes the exit status 1.
 //!
-//! Checked: the config file; the state, lock and log locations; the tools and kernel features
-//! each installed backend needs; and every flexvol driver in the plugin directory the way
-//! kubelet's prober sees it (a regular executable file named after its directory, whose `init`
-//! answers one Success object with the right capabilities and nothing on stderr, and no other
-//! files beside it, because every write there re-runs `init`).
+//! Checked: the config file; the state, lock and log locations (writable, real directories, not
+//! writable by others); the tools and kernel features each installed backend needs (and
+//! `xfs_quota`, without which provisioned hostPath sizes are not enforced); the provisioner's
+//! side of the config ([`provisioner`]: its roots, allowed volume groups and NFS key); and every
+//! flexvol driver in the plugin directory the way kubelet's prober sees it (a regular executable
+//! file named after its directory, whose `init` answers one Success object with the right
+//! capabilities and nothing on stderr, and no other files beside it, because every write there
+//! re-runs `init`). It says where the plugin directory came from (`--plugin-dir`, a running
+//! kubelet, or the default).
 //!
-//! A tool or kernel feature of a backend that is not installed is only a warning.
+//! A tool or kernel feature of a backend that is not installed is only a warning. A missing
+//! tool's fix is the install command of this node's distribution ([`distro`]).
 //!
 //! Policy: a config that is untrusted (writable by others, owned by another user: see
 //! [`crate::node::config`]) fails like an invalid one; the hostPath roots in effect are listed,
@@ -16,6 +21,9 @@
 //! `/home`, ...) is a warning: pod authors can reach it through inline volumes.
 
 #![allow(clippy::print_stdout)]
+
+mod distro;
+mod provisioner;
 
 use crate::backend::Backend;
 use crate::node::config::Config;
@@ -91,11 +99,11 @@ impl Report {
     }
 }
 
-/// The tools a backend runs, with the Debian/Ubuntu package that has them. `required` tools are
-/// needed by every volume; the others only by some (xfs).
+/// The tools a backend runs (their package per distribution: [`distro::Family::package`]).
+/// `required` tools are needed by every volume; the others only by some (xfs filesystems,
+/// enforced hostPath sizes).
 struct Tool {
     name: &'static str,
-    package: &'static str,
     required: bool,
     backend: Backend,
 }
@@ -103,45 +111,43 @@ struct Tool {
 const TOOLS: &[Tool] = &[
     Tool {
         name: "mount.nfs",
-        package: "nfs-common",
         required: true,
         backend: Backend::Nfs,
     },
     Tool {
         name: "lvm",
-        package: "lvm2",
         required: true,
         backend: Backend::Lvm,
     },
     Tool {
         name: "blkid",
-        package: "util-linux",
         required: true,
         backend: Backend::Lvm,
     },
     Tool {
         name: "mkfs.ext4",
-        package: "e2fsprogs",
         required: true,
         backend: Backend::Lvm,
     },
     Tool {
         name: "resize2fs",
-        package: "e2fsprogs",
         required: true,
         backend: Backend::Lvm,
     },
     Tool {
         name: "mkfs.xfs",
-        package: "xfsprogs",
         required: false,
         backend: Backend::Lvm,
     },
     Tool {
         name: "xfs_growfs",
-        package: "xfsprogs",
         required: false,
         backend: Backend::Lvm,
+    },
+    Tool {
+        name: "xfs_quota",
+        required: false,
+        backend: Backend::HostPath,
     },
 ];
 
@@ -176,15 +182,28 @@ pub fn run(a: &DoctorArgs) -> i32 {
 /// Runs every check.
 pub fn diagnose(a: &DoctorArgs) -> Vec<Check> {
     let mut r = Report::default();
+    let family = distro::family(&distro::read_os_release(&a.sysroot));
     let config = check_config(&mut r);
     check_hostpath_policy(&mut r, &config);
     check_dirs(&mut r, &config);
-    let plugin_dir = match &a.plugin_dir {
-        Some(d) => d.clone(),
-        None => detect_plugin_dir().unwrap_or_else(|| PathBuf::from(DEFAULT_PLUGIN_DIR)),
+    let (plugin_dir, source) = match &a.plugin_dir {
+        Some(d) => (d.clone(), "from --plugin-dir"),
+        None => match detect_plugin_dir() {
+            Some(d) => (
+                d,
+                "kubelet's --volume-plugin-dir (its command line or its --config file)",
+            ),
+            None => (
+                PathBuf::from(DEFAULT_PLUGIN_DIR),
+                "the default: no running kubelet names another (--plugin-dir to choose)",
+            ),
+        },
     };
-    let installed = check_plugin_dir(&mut r, &plugin_dir, &config);
+    let installed = check_plugin_dir(&mut r, &plugin_dir, source, &config);
     let runner = SystemRunner::new(config.tool_dirs.clone());
+    provisioner::check_roots(&mut r, &config, &runner);
+    provisioner::check_vgs(&mut r, &config, &runner);
+    provisioner::check_nfs_key(&mut r, &config);
     for t in TOOLS {
         let needed = installed.contains(&t.backend);
         let name = format!("tool {}", t.name);
@@ -199,13 +218,18 @@ pub fn diagnose(a: &DoctorArgs) -> Vec<Check> {
                 } else {
                     Level::Warn
                 };
-                let why = match (needed, t.required) {
-                    (true, true) => format!("missing; the {} driver needs it", t.backend.name()),
-                    (true, false) => format!(
+                let why = match (needed, t.required, t.backend) {
+                    (_, false, Backend::HostPath) => {
+                        "missing; sizes of provisioned hostPath volumes are not enforced (project quotas need it)".to_owned()
+                    }
+                    (true, true, _) => {
+                        format!("missing; the {} driver needs it", t.backend.name())
+                    }
+                    (true, false, _) => format!(
                         "missing; {} volumes of that filesystem will fail",
                         t.backend.name()
                     ),
-                    (false, _) => {
+                    (false, _, _) => {
                         format!("missing (the {} driver is not installed)", t.backend.name())
                     }
                 };
@@ -213,15 +237,12 @@ pub fn diagnose(a: &DoctorArgs) -> Vec<Check> {
                     name,
                     level,
                     format!("{why}; looked in {}", dirs(&config.tool_dirs)),
-                    Some(format!(
-                        "apt-get install {} (or dnf install {})",
-                        t.package, t.package
-                    )),
+                    Some(family.install_fix(t.name)),
                 );
             }
         }
     }
-    check_kernel(&mut r, &a.sysroot, &installed);
+    check_kernel(&mut r, &a.sysroot, &installed, family);
     r.0
 }
 
@@ -356,12 +377,43 @@ fn writable_dir(dir: &Path) -> Result<&'static str, String> {
     }
 }
 
+/// What is wrong with flexvol's own state or run directory, if anything: a symlink (records and
+/// locks would land where it points) or a directory others can write (anyone could plant or
+/// remove records and locks). A missing directory is fine: it is created on the first call.
+fn unsafe_dir(dir: &Path) -> Option<(String, String)> {
+    let m = std::fs::symlink_metadata(dir).ok()?;
+    if m.file_type().is_symlink() {
+        return Some((
+            "is a symlink: flexvol's records and locks would live wherever it points".into(),
+            format!(
+                "replace it with a real directory (rm {0}; mkdir -m 0755 {0}) or point the config key at one",
+                dir.display()
+            ),
+        ));
+    }
+    let mode = m.permissions().mode();
+    if m.is_dir() && mode & 0o022 != 0 {
+        return Some((
+            format!(
+                "mode {:04o}: users other than root can plant or remove flexvol's records and locks",
+                mode & 0o7777
+            ),
+            format!("chmod go-w {}", dir.display()),
+        ));
+    }
+    None
+}
+
 fn check_dirs(r: &mut Report, c: &Config) {
     for (what, dir) in [
         ("stateDir", c.state_dir.clone()),
         ("runDir (locks)", c.lock_dir()),
     ] {
         let name = format!("{what} {}", dir.display());
+        if let Some((problem, fix)) = unsafe_dir(&dir) {
+            r.add(name, Level::Fail, problem, Some(fix));
+            continue;
+        }
         match writable_dir(&dir) {
             Ok(d) => r.ok(name, d),
             Err(e) => r.add(
@@ -422,8 +474,8 @@ fn check_dirs(r: &mut Report, c: &Config) {
 }
 
 /// Checks each flexvol driver directory; returns the backends installed.
-fn check_plugin_dir(r: &mut Report, dir: &Path, config: &Config) -> Vec<Backend> {
-    let name = format!("plugin dir {}", dir.display());
+fn check_plugin_dir(r: &mut Report, dir: &Path, source: &str, config: &Config) -> Vec<Backend> {
+    let name = format!("plugin dir {} ({source})", dir.display());
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) => {
@@ -649,7 +701,7 @@ fn read(sysroot: &Path, p: &str) -> String {
     std::fs::read_to_string(sysroot.join(p)).unwrap_or_default()
 }
 
-fn check_kernel(r: &mut Report, sysroot: &Path, installed: &[Backend]) {
+fn check_kernel(r: &mut Report, sysroot: &Path, installed: &[Backend], family: distro::Family) {
     let devices = read(sysroot, "proc/devices");
     let filesystems = read(sysroot, "proc/filesystems");
     let has_dev = |n: &str| {
@@ -690,15 +742,27 @@ fn check_kernel(r: &mut Report, sysroot: &Path, installed: &[Backend]) {
         let needed = installed.contains(&b) && name != "loop devices";
         match kernel_feature(sysroot, loaded, module) {
             Ok(()) => r.ok(check, "available"),
-            Err(true) => r.add(check, Level::Warn, format!("not loaded (module {module} is available)"), Some(fix.into())),
+            Err(true) => r.add(
+                check,
+                Level::Warn,
+                format!("not loaded (module {module} is available)"),
+                Some(fix.into()),
+            ),
             Err(false) => r.add(
                 check,
                 if needed { Level::Fail } else { Level::Warn },
                 format!(
                     "missing: not loaded and no {module} module for this kernel{}",
-                    if needed { format!("; the {} driver needs it", b.name()) } else { String::new() }
+                    if needed {
+                        format!("; the {} driver needs it", b.name())
+                    } else {
+                        String::new()
+                    }
                 ),
-                Some(format!("install the kernel modules package of this kernel (apt-get install linux-image-$(uname -r)), then {fix}")),
+                Some(format!(
+                    "install the kernel modules of this kernel ({}), then {fix}",
+                    family.kernel_modules_fix()
+                )),
             ),
         }
     }
@@ -740,6 +804,24 @@ mod tests {
     }
 
     #[test]
+    fn state_dirs_that_are_symlinks_or_open_to_others_fail() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        assert_eq!(unsafe_dir(&p.join("missing")), None);
+        std::fs::create_dir(p.join("fine")).unwrap();
+        std::fs::set_permissions(p.join("fine"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(unsafe_dir(&p.join("fine")), None);
+        std::fs::create_dir(p.join("open")).unwrap();
+        std::fs::set_permissions(p.join("open"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let (why, fix) = unsafe_dir(&p.join("open")).unwrap();
+        assert!(why.contains("1777"), "{why}");
+        assert_eq!(fix, format!("chmod go-w {}", p.join("open").display()));
+        std::os::unix::fs::symlink(p.join("fine"), p.join("link")).unwrap();
+        let (why, _) = unsafe_dir(&p.join("link")).unwrap();
+        assert!(why.contains("symlink"), "{why}");
+    }
+
+    #[test]
     fn kernel_features_loaded_loadable_missing() {
         let d = tempfile::tempdir().unwrap();
         let s = d.path();
@@ -758,7 +840,12 @@ mod tests {
         )
         .unwrap();
         let mut r = Report::default();
-        check_kernel(&mut r, s, &[Backend::Nfs, Backend::Lvm]);
+        check_kernel(
+            &mut r,
+            s,
+            &[Backend::Nfs, Backend::Lvm],
+            distro::Family::Debian,
+        );
         let by = |n: &str| r.0.iter().find(|c| c.check == n).unwrap().clone();
         assert_eq!(by("kernel device-mapper").status, Level::Ok);
         let nfs = by("kernel nfs filesystem");
@@ -769,12 +856,18 @@ mod tests {
         assert!(lp.detail.starts_with("missing"), "{}", lp.detail);
         std::fs::write(s.join("proc/devices"), "Block devices:\n  7 loop\n").unwrap();
         let mut r = Report::default();
-        check_kernel(&mut r, s, &[Backend::Lvm]);
+        check_kernel(&mut r, s, &[Backend::Lvm], distro::Family::Rhel);
         let dm =
             r.0.iter()
                 .find(|c| c.check == "kernel device-mapper")
                 .unwrap();
         assert_eq!(dm.status, Level::Fail);
         assert!(dm.fix.as_deref().unwrap().contains("modprobe dm_mod"));
+        assert!(
+            dm.fix
+                .as_deref()
+                .unwrap()
+                .contains("dnf install -y kernel-modules")
+        );
     }
 }
