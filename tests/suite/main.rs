@@ -27,6 +27,7 @@ mod manifests;
 mod ops;
 mod provisioner_env;
 mod provisioner_health;
+mod release;
 mod root_hostpath;
 mod security_policy;
 mod util;
