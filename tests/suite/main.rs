@@ -29,6 +29,7 @@ mod manifests_render;
 mod ops;
 mod provisioner_env;
 mod provisioner_health;
+mod release;
 mod root_hostpath;
 mod security_policy;
 mod util;
