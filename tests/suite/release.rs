@@ -95,8 +95,10 @@ fn release_build_then_check_passes_and_catches_tampering() {
     for f in [
         name.clone(),
         format!("{name}.oci.tar"),
-        "manifests/kustomization.yaml".into(),
-        "manifests/daemonset.yaml".into(),
+        "manifests/deploy/kustomization.yaml".into(),
+        "manifests/deploy/daemonset.yaml".into(),
+        "manifests/deploy-overlays/node-loss/kustomization.yaml".into(),
+        "manifests/deploy-overlays/capacity/scheduler-extender.yaml".into(),
         "sbom.spdx.json".into(),
         "images.txt".into(),
         "SHA256SUMS".into(),
@@ -131,7 +133,7 @@ fn release_build_then_check_passes_and_catches_tampering() {
         .map(str::trim)
         .expect("images.txt: amd64 NAME@DIGEST");
     assert!(out.contains(&format!("amd64: image {digest}")), "{out}");
-    let pinned = std::fs::read_to_string(rel.join("manifests/kustomization.yaml")).unwrap();
+    let pinned = std::fs::read_to_string(rel.join("manifests/deploy/kustomization.yaml")).unwrap();
     assert!(pinned.contains(&format!("digest: {digest}")), "{pinned}");
 
     // Reproducible: the same binary, copied (a new mtime), gives the same image digest.
@@ -201,7 +203,13 @@ fn release_build_then_check_passes_and_catches_tampering() {
         "wrong-digest-in-a-manifest",
         &format!("controller.yaml: registry.example.com/flexvol@{other} is not"),
         |d| {
-            edit(&d.join("manifests/controller.yaml"), digest, &other);
+            // (every image reference is read by a kustomization, whose digest: pins it; a
+            // reference by another digest planted in one is still caught)
+            edit(
+                &d.join("manifests/deploy-overlays/node-loss/controller.yaml"),
+                &format!("registry.example.com/flexvol:{}", env!("CARGO_PKG_VERSION")),
+                &format!("registry.example.com/flexvol@{other}"),
+            );
             rehash(d);
         },
     );
@@ -211,7 +219,7 @@ fn release_build_then_check_passes_and_catches_tampering() {
         "wrong-digest-in-the-kustomization",
         "images entry for registry.example.com/flexvol has digest",
         |d| {
-            edit(&d.join("manifests/kustomization.yaml"), digest, &other);
+            edit(&d.join("manifests/deploy/kustomization.yaml"), digest, &other);
             rehash(d);
         },
     );
