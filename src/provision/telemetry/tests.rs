@@ -105,7 +105,7 @@ fn a_pass_is_counted_by_action_kind_and_outcome() {
         )
     };
     assert_eq!(q("queue_depth"), Some(3.0), "{t}");
-    assert_eq!(q("retries"), Some(5.0), "{t}");
+    assert_eq!(q("retries_total"), Some(5.0), "a counter now: {t}");
     assert_eq!(q("breakers_open"), Some(1.0), "{t}");
     let c = "flexvol_provisioner_cached_objects";
     assert_eq!(
