@@ -152,6 +152,16 @@ fn gauge_bytes(b: u64) -> i64 {
     i64::try_from(b).unwrap_or(i64::MAX)
 }
 
+/// The watches (`watch` label values of `flexvol_provisioner_watch_events_total`), as
+/// [`super::cache`] names them.
+pub const WATCHES: [&str; 5] = [
+    "claims-node",
+    "claims-all",
+    "claims-shared",
+    "pvs-node",
+    "pvs-shared",
+];
+
 /// The kinds the provisioners of this binary make (`kind` label values), as
 /// [`super::provisioners`] lists them.
 pub const KINDS: [&str; 3] = ["hostpath", "lvm", "nfs"];
@@ -305,6 +315,7 @@ pub struct Metrics {
     retries: Family<[(&'static str, &'static str); 1], Counter>,
     driver: DriverCalls,
     breakers_open: Family<[(&'static str, &'static str); 1], Gauge>,
+    lane_stuck: Family<[(&'static str, &'static str); 1], Gauge>,
     size: Family<PoolLabels, Gauge>,
     free: Family<PoolLabels, Gauge>,
     leader: Family<[(&'static str, String); 1], Gauge>,
@@ -339,6 +350,7 @@ impl Metrics {
             retries: Family::default(),
             driver: DriverCalls::default(),
             breakers_open: Family::default(),
+            lane_stuck: Family::default(),
             size: Family::default(),
             free: Family::default(),
             leader: Family::default(),
@@ -398,6 +410,11 @@ impl Metrics {
             m.breakers_open.clone(),
         );
         r.register(
+            "flexvol_provisioner_lane_stuck",
+            "1 while a lane has made no progress for longer than its liveness window (/healthz fails naming it), else 0; as of the scrape",
+            m.lane_stuck.clone(),
+        );
+        r.register(
             "flexvol_provisioner_capacity_bytes",
             "Size of this node's hostPath roots' filesystems (kind hostpath, pool: the root)",
             m.size.clone(),
@@ -445,9 +462,16 @@ impl Metrics {
             drop(m.queue_depth.get_or_create(&l));
             drop(m.retries.get_or_create(&l));
             drop(m.breakers_open.get_or_create(&l));
+            drop(m.lane_stuck.get_or_create(&l));
         }
         for outcome in ["success", "failure"] {
             drop(m.claim_labels.get_or_create(&[("outcome", outcome)]));
+        }
+        for watch in WATCHES {
+            drop(m.watch_events.get_or_create(&[("watch", watch)]));
+        }
+        for res in ["persistentvolumeclaims", "persistentvolumes"] {
+            drop(m.cached.get_or_create(&[("resource", res)]));
         }
         m.driver.clone().register_into(&mut r);
         register_build_info(&mut r);
@@ -544,6 +568,15 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .map_err(|e| format!("cannot encode the metrics: {e}"))?;
         Ok(out)
+    }
+
+    /// Sets `flexvol_provisioner_lane_stuck` from `health` at `at`.
+    pub fn set_stuck(&self, health: &Health, at: Instant) {
+        for l in LANES {
+            self.lane_stuck
+                .get_or_create(&[("lane", l.name())])
+                .set(i64::from(health.is_stuck(l, at)));
+        }
     }
 }
 
@@ -754,6 +787,12 @@ impl Health {
             .collect()
     }
 
+    /// Whether `lane` is stuck at `at` (what `/healthz` says of it).
+    pub fn is_stuck(&self, lane: Lane, at: Instant) -> bool {
+        let ms = self.lanes[lane_index(lane)].beat.load(Ordering::Relaxed);
+        self.age(ms, at).unwrap_or_default() > self.live_window()
+    }
+
     /// What each lane's last pass was at `at`, one line each (with a failed probe's reason).
     fn passes(&self, at: Instant) -> String {
         LANES
@@ -830,6 +869,7 @@ pub trait Endpoints: Send + Sync + 'static {
 
 impl Endpoints for Shared {
     fn metrics(&self) -> Result<String, String> {
+        self.metrics.set_stuck(&self.health, Instant::now());
         self.metrics.encode()
     }
     fn live(&self, at: Instant) -> Result<(), String> {
@@ -1051,5 +1091,7 @@ async fn http(
     }
 }
 
+#[cfg(test)]
+mod metrics_doc_tests;
 #[cfg(test)]
 mod tests;
