@@ -166,7 +166,8 @@ EOF
 	# The capacity objects, then the records.
 	t0="$(kl_now)"
 	kc_spawn ext-controller "$KC_DIR/logs/ext-controller.log" "$KC_FLEXVOL" controller \
-		--kubeconfig "$KC_DIR/ext-controller.kubeconfig" --resync-seconds 2 --capacity-objects
+		--kubeconfig "$KC_DIR/ext-controller.kubeconfig" --resync-seconds 2 --capacity-objects \
+		--metrics-address "127.0.0.1:$((${KC_PORT_BASE:-17000} + 604))"
 	wait_until "the controller to make one capacity ConfigMap per Node" 30 ext_objects
 	PUBLISH_CAPACITY=1
 	ext_restart_provisioners
