@@ -20,12 +20,13 @@ pub fn run(backend: Backend, argv0: &str, args: &[String]) -> i32 {
     match &config {
         Ok(c) => calllog::begin(
             c.log_path().map(Into::into),
+            c.call_log_max_bytes,
             c.log_syslog.then(|| c.syslog_socket.clone()),
             backend.name(),
             verb,
             args,
         ),
-        Err(_) => calllog::begin(None, None, backend.name(), verb, args),
+        Err(_) => calllog::begin(None, 0, None, backend.name(), verb, args),
     }
     // Replies written by the deadline, signal or panic paths are logged like any other.
     process::after_reply(calllog::record_final);

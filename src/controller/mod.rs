@@ -27,11 +27,13 @@
 pub mod capacity;
 pub mod extender;
 pub mod nodeloss;
+pub mod telemetry;
 
-use crate::provision::telemetry::{self, LogFormat};
+use crate::provision::telemetry::{self as daemon, LogFormat};
 use clap::Args;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tracing::{error, info};
 
 /// The target of the controller's log events.
@@ -53,6 +55,10 @@ pub struct ControllerArgs {
     /// A pass at least this often (sooner when a grace period ends earlier).
     #[arg(long, default_value_t = 15, value_name = "SECONDS")]
     pub resync_seconds: u64,
+    /// Serve /metrics, /healthz and /readyz here (the pod network; the probes use it), as the
+    /// provisioner does on its own port.
+    #[arg(long, default_value = "0.0.0.0:9480", value_name = "ADDRESS:PORT")]
+    pub metrics_address: std::net::SocketAddr,
     /// Log lines as `text` (`<time> <LEVEL> flexvol-controller: <message>`) or `json`.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -71,7 +77,7 @@ pub fn run(a: &ControllerArgs) -> i32 {
         #[allow(clippy::exit)]
         std::process::exit(crate::provision::PANIC_EXIT_CODE)
     }));
-    if !telemetry::start_daemon(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
+    if !daemon::start_daemon(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         return 2;
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -84,7 +90,21 @@ pub fn run(a: &ControllerArgs) -> i32 {
             return 1;
         }
     };
-    match rt.block_on(serve(a)) {
+    let resync = Duration::from_secs(a.resync_seconds.max(1));
+    let shared = Arc::new(telemetry::Shared {
+        metrics: telemetry::Metrics::new(),
+        health: telemetry::Health::new(Instant::now(), resync, a.capacity_objects),
+    });
+    match daemon::serve(a.metrics_address, shared.clone()) {
+        Ok(at) => {
+            info!(target: LOG_TARGET, "serving /metrics, /healthz and /readyz on http://{at}")
+        }
+        Err(e) => {
+            error!(target: LOG_TARGET, "{e}");
+            return 1;
+        }
+    }
+    match rt.block_on(serve(a, &shared)) {
         Ok(()) => 0,
         Err(e) => {
             error!(target: LOG_TARGET, "error: {e}");
@@ -93,8 +113,10 @@ pub fn run(a: &ControllerArgs) -> i32 {
     }
 }
 
-async fn serve(a: &ControllerArgs) -> Result<(), String> {
+async fn serve(a: &ControllerArgs, shared: &telemetry::Shared) -> Result<(), String> {
+    use telemetry::Loop;
     let client = crate::provision::apiclient::client(a.kubeconfig.as_deref(), None).await?;
+    shared.health.connected();
     let id = crate::provision::reconcile::Identity {
         node: String::new(),
         vendor: a.vendor.clone(),
@@ -121,7 +143,27 @@ async fn serve(a: &ControllerArgs) -> Result<(), String> {
     let mut nl = nodeloss::NodeLoss::new(client, a.vendor.clone(), local_kinds);
     loop {
         if let Some(c) = &capacity_client {
-            match capacity::sync(c).await {
+            let r = capacity::sync(c).await;
+            let (m, h) = (&shared.metrics, &shared.health);
+            match &r {
+                Ok(p) => m.record(
+                    Loop::Capacity,
+                    &[
+                        (
+                            "object-created",
+                            u64::try_from(p.create.len()).unwrap_or(u64::MAX),
+                        ),
+                        (
+                            "object-deleted",
+                            u64::try_from(p.delete.len()).unwrap_or(u64::MAX),
+                        ),
+                    ],
+                    0,
+                ),
+                Err(_) => m.record(Loop::Capacity, &[], 1),
+            }
+            h.passed(Loop::Capacity, Instant::now(), r.is_ok());
+            match r {
                 Ok(p) => {
                     for n in &p.create {
                         info!(target: LOG_TARGET, "capacity: made the capacity object of node {n}");
@@ -136,6 +178,18 @@ async fn serve(a: &ControllerArgs) -> Result<(), String> {
             }
         }
         let next = nl.pass().await;
+        let s = nl.last;
+        shared.metrics.record(
+            Loop::NodeLoss,
+            &[
+                ("claim-deleted", s.claims_deleted),
+                ("pv-deleted", s.pvs_deleted),
+            ],
+            s.errors,
+        );
+        shared
+            .health
+            .passed(Loop::NodeLoss, Instant::now(), s.listed);
         let wait = next.map_or(resync, |d| d.min(resync));
         tokio::time::sleep(wait.max(Duration::from_millis(500))).await;
     }

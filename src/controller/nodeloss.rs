@@ -58,6 +58,21 @@ pub struct NodeLoss {
     said: HashSet<(String, String)>,
     /// Whether each Node's kubelet was renewing its Lease when the Node was last seen.
     beats: Heartbeats,
+    /// What the last pass did (the controller's metrics).
+    pub last: PassStats,
+}
+
+/// What one pass did, for the metrics ([`super::telemetry`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassStats {
+    /// Whether the Leases, Nodes and PVs were listed completely (else the pass decided nothing).
+    pub listed: bool,
+    /// Claims of a lost node deleted.
+    pub claims_deleted: u64,
+    /// PVs of a lost node deleted.
+    pub pvs_deleted: u64,
+    /// PVs whose work failed (each retried after a backoff), plus a failed list.
+    pub errors: u64,
 }
 
 /// A 403 names the controller's manifest, not the provisioner's.
@@ -89,6 +104,7 @@ impl NodeLoss {
             queue: WorkQueue::new(Backoff::DEFAULT),
             said: HashSet::new(),
             beats: Heartbeats::default(),
+            last: PassStats::default(),
         }
     }
 
@@ -174,6 +190,10 @@ impl NodeLoss {
     /// One pass; returns how soon the next is wanted (the shortest grace left), if sooner than
     /// the caller's resync matters.
     pub async fn pass(&mut self) -> Option<Duration> {
+        self.last = PassStats {
+            errors: 1,
+            ..PassStats::default()
+        };
         // The Leases before the Nodes (Heartbeats::observe says why), and the time before both.
         let read_at = Utc::now();
         let leases = match self.list_leases().await {
@@ -197,6 +217,10 @@ impl NodeLoss {
             );
             return None;
         }
+        self.last = PassStats {
+            listed: true,
+            ..PassStats::default()
+        };
         self.beats.observe(&nodes, &leases, read_at);
         let nodes = Nodes::from_list(&nodes);
         let local: Vec<&str> = self.local_kinds.clone();
@@ -224,6 +248,7 @@ impl NodeLoss {
                 Ok(None) => self.queue.done(&name, true, now),
                 Err(e) => {
                     warn!(target: LOG_TARGET, pv = %name, "PV {name}: {e}; retrying after a backoff");
+                    self.last.errors += 1;
                     self.queue.done(&name, false, now);
                 }
             }
@@ -356,7 +381,7 @@ impl NodeLoss {
     }
 
     /// After the grace: read again, then events, claim, PV, finalizer (module docs).
-    async fn act(&self, t: &Target, nodes: &Nodes, grace: &ClassGrace) -> ApiResult<()> {
+    async fn act(&mut self, t: &Target, nodes: &Nodes, grace: &ClassGrace) -> ApiResult<()> {
         let node_api = Api::<Node>::all(self.client.clone());
         for n in std::iter::once(&t.node).chain(t.hostnames.iter()) {
             let got = call(format!("get Node {n}"), node_api.get_opt(n))
@@ -425,7 +450,7 @@ impl NodeLoss {
             .await
             .map_err(ours)
             {
-                Ok(_) => {}
+                Ok(_) => self.last.claims_deleted += 1,
                 // Gone, or its uid changed (a precondition failure is a 409): not ours to delete.
                 Err(e) if matches!(e.kind, ApiErrorKind::NotFound | ApiErrorKind::Conflict) => {}
                 Err(e) => return Err(e),
@@ -439,7 +464,7 @@ impl NodeLoss {
             .await
             .map_err(ours)
             {
-                Ok(_) => {}
+                Ok(_) => self.last.pvs_deleted += 1,
                 Err(e) if matches!(e.kind, ApiErrorKind::NotFound | ApiErrorKind::Conflict) => {
                     return Ok(());
                 }

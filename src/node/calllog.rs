@@ -7,18 +7,31 @@
 //! replaced by `<redacted>`, the value of an option the backend does not read is not logged, and an argument that looks like JSON
 //! but does not parse is not logged at all (it could be a secret-bearing payload we cannot read).
 //! A log that cannot be written is dropped silently: the reply matters more than the log.
+//!
+//! **Rotation** (`callLogMaxBytes`, [`append`]): the drivers are separate processes appending with
+//! `O_APPEND`, one `write(2)` per record, so a line is never split. After its write, a call does
+//! one `fstat` on the descriptor it already has (the hot path's only cost); only when the file
+//! has grown past the bound does it rotate: it takes a non-blocking `flock` on that very inode (a
+//! call that cannot get it leaves the rotation to the holder, never waits), checks that the log's
+//! name still holds that inode (else another call rotated it already), and renames it to
+//! `<file>.1` (atomic; the previous `.1` goes). A call that opened the old inode before the
+//! rename appends its line there, whole; the next call creates a new file. So at most
+//! `callLogMaxBytes` plus the lines of calls in flight is in each of the two files, and a line is
+//! lost only when it is appended to a `.1` that a second rotation is replacing at that moment.
+//! The provisioner reads both ([`crate::provision::calltail`]).
 
 use crate::protocol::options::{REDACTED, is_sensitive_key, redact_value};
 use crate::protocol::reply::Reply;
 use serde::Serialize;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 struct Pending {
     file: Option<PathBuf>,
+    max_bytes: u64,
     syslog: Option<PathBuf>,
     started: Instant,
     time: SystemTime,
@@ -42,9 +55,11 @@ struct Record<'a> {
 }
 
 /// Starts the record for this call. Nothing is written until [`record_final`]. `syslog` is the
-/// socket to also send the record to (normally `/dev/log`), `None` when syslog is off.
+/// socket to also send the record to (normally `/dev/log`), `None` when syslog is off;
+/// `max_bytes`: the config's `callLogMaxBytes` (0: never rotate).
 pub fn begin(
     file: Option<PathBuf>,
+    max_bytes: u64,
     syslog: Option<PathBuf>,
     backend: &str,
     verb: &str,
@@ -52,6 +67,7 @@ pub fn begin(
 ) {
     let p = Pending {
         file,
+        max_bytes,
         syslog,
         started: Instant::now(),
         time: SystemTime::now(),
@@ -86,15 +102,54 @@ pub fn record_final(reply: &Reply) {
     }
     if let Some(path) = p.file {
         line.push('\n');
-        // One write(2) with O_APPEND: concurrent calls never interleave within a line.
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o640)
-            .open(&path)
-        {
-            let _ = f.write_all(line.as_bytes());
-        }
+        append(&path, line.as_bytes(), p.max_bytes);
+    }
+}
+
+/// Appends `line` (one record, newline included) to the log at `path`, rotating it when it has
+/// grown past `max_bytes` (0: never); see the module doc. Errors are dropped.
+pub fn append(path: &Path, line: &[u8], max_bytes: u64) {
+    // One write(2) with O_APPEND: concurrent calls never interleave within a line.
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(path)
+    else {
+        return;
+    };
+    if f.write_all(line).is_err() || max_bytes == 0 {
+        return;
+    }
+    // The one fstat of the hot path.
+    if f.metadata().is_ok_and(|m| m.len() > max_bytes) {
+        rotate(path, &f);
+    }
+}
+
+/// The old log's name: `<file>.1`.
+pub fn rotated_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".1");
+    PathBuf::from(s)
+}
+
+/// Renames the log at `path`, whose open descriptor is `f`, to `<file>.1`, unless another call is
+/// rotating it (the lock is busy) or did (the name holds another inode).
+fn rotate(path: &Path, f: &std::fs::File) {
+    use rustix::fs::{FlockOperation, flock};
+    use std::os::unix::fs::MetadataExt;
+    // Released when `f` is closed (the caller's return).
+    if flock(f, FlockOperation::NonBlockingLockExclusive).is_err() {
+        return;
+    }
+    let (Ok(mine), Ok(there)) = (f.metadata(), std::fs::symlink_metadata(path)) else {
+        return;
+    };
+    if (mine.dev(), mine.ino()) == (there.dev(), there.ino()) {
+        // Only a holder of this inode's lock renames it, and it holds it: the name cannot change
+        // between the check and the rename.
+        let _ = std::fs::rename(path, rotated_path(path));
     }
 }
 
@@ -203,6 +258,162 @@ mod tests {
             a.contains(r#""mountOptions":"ro,password=<redacted>""#),
             "{a}"
         );
+    }
+
+    /// The lines of the log at `p` and its `.1`.
+    fn lines_of(p: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for f in [rotated_path(p), p.to_path_buf()] {
+            if let Ok(t) = std::fs::read_to_string(&f) {
+                out.extend(t.lines().map(str::to_owned));
+            }
+        }
+        out
+    }
+
+    /// Env of [`appender`] when run as a child of [`many_processes_append_across_a_rotation`].
+    const CHILD: &str = "FLEXVOL_TEST_CALLLOG_CHILD";
+    const PER_CHILD: usize = 200;
+
+    /// A record-sized line: `<writer> <n> <padding>|`.
+    fn test_line(writer: &str, n: usize) -> String {
+        format!("{writer} {n:05} {}|\n", "x".repeat(80))
+    }
+
+    /// Run alone: one process's appends below the bound are all there, in order, unrotated. Run
+    /// as a child (env `FLEXVOL_TEST_CALLLOG_CHILD=<path>:<max>:<id>`): appends its lines.
+    #[test]
+    fn appender() {
+        if let Ok(spec) = std::env::var(CHILD) {
+            let mut it = spec.rsplitn(3, ':');
+            let (id, max, path) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+            let max: u64 = max.parse().unwrap();
+            for n in 0..PER_CHILD {
+                append(Path::new(path), test_line(id, n).as_bytes(), max);
+            }
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("flexvol.log");
+        for n in 0..PER_CHILD {
+            append(&p, test_line("solo", n).as_bytes(), 1 << 20);
+        }
+        let want: Vec<String> = (0..PER_CHILD)
+            .map(|n| test_line("solo", n).trim_end().to_owned())
+            .collect();
+        assert_eq!(
+            std::fs::read_to_string(&p)
+                .unwrap()
+                .lines()
+                .collect::<Vec<_>>(),
+            want
+        );
+        assert!(!rotated_path(&p).exists());
+    }
+
+    /// Eight processes append 200 lines each (about 180 KB) across a rotation at 100 KB: every
+    /// line is in the log or its `.1`, whole, exactly once, each process's in order; the old file
+    /// holds at most the bound plus the lines in flight.
+    #[test]
+    fn many_processes_append_across_a_rotation() {
+        const WRITERS: usize = 8;
+        let max: u64 = 100_000;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("flexvol.log");
+        let exe = std::env::current_exe().unwrap();
+        let children: Vec<_> = (0..WRITERS)
+            .map(|i| {
+                std::process::Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "node::calllog::tests::appender",
+                        "--test-threads=1",
+                    ])
+                    .env(CHILD, format!("{}:{max}:w{i}", p.display()))
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut c in children {
+            assert!(c.wait().unwrap().success());
+        }
+        let all = lines_of(&p);
+        assert_eq!(all.len(), WRITERS * PER_CHILD, "lines lost or doubled");
+        for i in 0..WRITERS {
+            let w = format!("w{i}");
+            let mine: Vec<&String> = all
+                .iter()
+                .filter(|l| l.split(' ').next() == Some(w.as_str()))
+                .collect();
+            assert_eq!(mine.len(), PER_CHILD, "{w}");
+            let mut seen: Vec<usize> = mine
+                .iter()
+                .map(|l| {
+                    assert_eq!(format!("{l}\n").len(), test_line(&w, 0).len(), "split: {l}");
+                    l.split(' ').nth(1).unwrap().parse().unwrap()
+                })
+                .collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..PER_CHILD).collect::<Vec<_>>(), "{w}");
+        }
+        let line = u64::try_from(test_line("w0", 0).len()).unwrap();
+        let old = std::fs::metadata(rotated_path(&p)).unwrap().len();
+        assert!(
+            old > max && old <= max + line * u64::try_from(WRITERS).unwrap(),
+            "{old}"
+        );
+        assert!(std::fs::metadata(&p).unwrap().len() <= max);
+    }
+
+    /// Appending three times the bound leaves two files, each within the bound plus one line,
+    /// and no third; with 0, no rotation at all.
+    #[test]
+    fn rotation_keeps_the_log_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("flexvol.log");
+        let max = 10_000u64;
+        let line = test_line("a", 0);
+        let n = usize::try_from(3 * max).unwrap() / line.len();
+        for i in 0..n {
+            append(&p, test_line("a", i).as_bytes(), max);
+        }
+        let size = |f: &Path| std::fs::metadata(f).unwrap().len();
+        let l = u64::try_from(line.len()).unwrap();
+        assert!(size(&p) <= max, "{}", size(&p));
+        assert!(size(&rotated_path(&p)) <= max + l);
+        let entries = std::fs::read_dir(d.path()).unwrap().count();
+        assert_eq!(entries, 2);
+        // The newest lines are kept, in order, across the two files.
+        let all = lines_of(&p);
+        assert_eq!(all.last().unwrap(), test_line("a", n - 1).trim_end());
+        let q = d.path().join("unbounded.log");
+        for i in 0..n {
+            append(&q, test_line("a", i).as_bytes(), 0);
+        }
+        assert!(!rotated_path(&q).exists());
+        assert_eq!(size(&q), l * u64::try_from(n).unwrap());
+    }
+
+    /// A symlink at the log's name is renamed, not its target: the rename never goes through it
+    /// (the `.1` is the link), and the rotation check compares the descriptor with the name's own
+    /// inode (a link's is not the file's), so nothing rotates through a link.
+    #[test]
+    fn a_symlinked_log_is_not_rotated_through_the_link() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("real.log");
+        let p = d.path().join("flexvol.log");
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        for i in 0..200 {
+            append(&p, test_line("a", i).as_bytes(), 1000);
+        }
+        assert!(
+            std::fs::symlink_metadata(&p)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(!rotated_path(&p).exists());
     }
 
     #[test]

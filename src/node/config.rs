@@ -36,6 +36,11 @@ pub const ENV_VAR: &str = "FLEXVOL_CONFIG";
 /// more than any kubelet waits for a verb, and keeps every deadline computation far from overflow.
 pub const SECONDS_RANGE: (u64, u64) = (1, 86_400);
 
+/// `callLogMaxBytes` unless the config says otherwise: 8 MiB (tens of thousands of calls).
+pub const DEFAULT_CALL_LOG_MAX_BYTES: u64 = 8 << 20;
+/// The least `callLogMaxBytes` other than 0 (a few records).
+pub const MIN_CALL_LOG_MAX_BYTES: u64 = 64 << 10;
+
 /// The whole node configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -46,6 +51,9 @@ pub struct Config {
     pub run_dir: PathBuf,
     /// One JSON line per call is appended here; `null` or `""` turns file logging off.
     pub log_file: Option<PathBuf>,
+    /// When the log file has grown past this many bytes, the call that sees it renames it to
+    /// `<logFile>.1` (replacing the one before) and the next call starts a new file; 0: never.
+    pub call_log_max_bytes: u64,
     /// Also send each call record to the system log (`/dev/log`: journald or syslog).
     pub log_syslog: bool,
     /// The datagram socket `logSyslog` sends to; another path only for tests or a chrooted syslog.
@@ -76,6 +84,7 @@ impl Default for Config {
             state_dir: PathBuf::from("/var/lib/flexvol"),
             run_dir: PathBuf::from("/run/flexvol"),
             log_file: Some(PathBuf::from("/var/log/flexvol.log")),
+            call_log_max_bytes: DEFAULT_CALL_LOG_MAX_BYTES,
             log_syslog: false,
             syslog_socket: PathBuf::from("/dev/log"),
             lock_timeout_seconds: 60,
@@ -210,6 +219,12 @@ impl Config {
                     r.display().to_string()
                 )));
             }
+        }
+        if c.call_log_max_bytes != 0 && c.call_log_max_bytes < MIN_CALL_LOG_MAX_BYTES {
+            return Err(invalid(format!(
+                "callLogMaxBytes must be 0 (never rotate) or at least {MIN_CALL_LOG_MAX_BYTES}, got {}",
+                c.call_log_max_bytes
+            )));
         }
         let (lo, hi) = SECONDS_RANGE;
         for (name, value, min) in [

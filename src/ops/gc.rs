@@ -175,6 +175,7 @@ fn unmount(config: &Config, f: &Finding) -> Result<(), String> {
     let args = call.to_argv().split_off(1);
     calllog::begin(
         config.log_path().map(Into::into),
+        config.call_log_max_bytes,
         config.log_syslog.then(|| config.syslog_socket.clone()),
         b.name(),
         "gc:unmount",
@@ -216,6 +217,7 @@ fn forget(config: &Config, f: &Finding) -> Result<(), String> {
     let args = vec![f.target.to_string_lossy().into_owned()];
     calllog::begin(
         config.log_path().map(Into::into),
+        config.call_log_max_bytes,
         config.log_syslog.then(|| config.syslog_socket.clone()),
         b.name(),
         "gc:forget",

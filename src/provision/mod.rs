@@ -29,6 +29,7 @@
 pub mod api;
 pub mod apiclient;
 pub mod cache;
+pub mod calltail;
 pub mod capacity;
 pub mod cloning;
 pub mod error;
@@ -242,6 +243,9 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
             error!(target: LOG_TARGET, "{e}");
             return 1;
         }
+    }
+    if let Err(e) = calltail::spawn(shared.metrics.driver_calls()) {
+        warn!(target: LOG_TARGET, "cannot start the call log's reader: {e}; flexvol_driver_calls_total is not counted");
     }
     match rt.block_on(serve(a, &shared, stop_rx)) {
         Ok(()) => 0,

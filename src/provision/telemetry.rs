@@ -152,6 +152,150 @@ fn gauge_bytes(b: u64) -> i64 {
     i64::try_from(b).unwrap_or(i64::MAX)
 }
 
+/// The watches (`watch` label values of `flexvol_provisioner_watch_events_total`), as
+/// [`super::cache`] names them.
+pub const WATCHES: [&str; 5] = [
+    "claims-node",
+    "claims-all",
+    "claims-shared",
+    "pvs-node",
+    "pvs-shared",
+];
+
+/// The kinds the provisioners of this binary make (`kind` label values), as
+/// [`super::provisioners`] lists them.
+pub const KINDS: [&str; 3] = ["hostpath", "lvm", "nfs"];
+
+/// Registers `flexvol_build_info{version,commit,target} 1` ([`crate::version`]): every daemon
+/// serves it, so a dashboard can tell which build each instance runs.
+pub fn register_build_info(r: &mut Registry) {
+    let info: Family<[(&'static str, &'static str); 3], Gauge> = Family::default();
+    info.get_or_create(&[
+        ("version", crate::version::VERSION),
+        ("commit", crate::version::COMMIT),
+        ("target", crate::version::TARGET),
+    ])
+    .set(1);
+    r.register(
+        "flexvol_build_info",
+        "Always 1; the labels say this binary's version, the commit it was built from and its target",
+        info,
+    );
+}
+
+/// `flexvol_driver_calls_total{driver,verb,outcome}` and
+/// `flexvol_driver_call_duration_seconds{driver,verb}`: the driver's calls on this node, as its
+/// call log says (the driver is exec'd per call and serves nothing itself; [`super::calltail`]
+/// reads the log). Every driver × verb × outcome is present from start, at zero.
+#[derive(Debug, Clone)]
+pub struct DriverCalls {
+    calls: Family<[(&'static str, &'static str); 3], Counter>,
+    seconds: Family<[(&'static str, &'static str); 2], Histogram>,
+    unreadable: Counter,
+}
+
+/// The drivers (`driver` label values): the backends' names.
+pub const DRIVERS: [&str; 3] = ["hostpath", "nfs", "lvm"];
+/// The verbs (`verb` label values): kubelet's FlexVolume verbs; anything else is `other`.
+pub const VERBS: [&str; 13] = [
+    "init",
+    "getvolumename",
+    "attach",
+    "isattached",
+    "detach",
+    "waitforattach",
+    "mountdevice",
+    "unmountdevice",
+    "mount",
+    "unmount",
+    "expandvolume",
+    "expandfs",
+    "other",
+];
+/// The outcomes (`outcome` label values): the reply's status (`not_supported`: a verb the driver
+/// never supports, which kubelet then stops calling).
+pub const DRIVER_OUTCOMES: [&str; 3] = ["success", "failure", "not_supported"];
+
+impl Default for DriverCalls {
+    fn default() -> Self {
+        fn hist() -> Histogram {
+            // 1 ms .. ~16 min: a bind mount, an NFS mount, an mkfs, a waitforattach to its deadline.
+            Histogram::new(exponential_buckets(0.001, 4.0, 11))
+        }
+        let d = Self {
+            calls: Family::default(),
+            seconds: Family::new_with_constructor(hist),
+            unreadable: Counter::default(),
+        };
+        for driver in DRIVERS {
+            for verb in VERBS {
+                for outcome in DRIVER_OUTCOMES {
+                    drop(d.calls.get_or_create(&[
+                        ("driver", driver),
+                        ("verb", verb),
+                        ("outcome", outcome),
+                    ]));
+                }
+                drop(
+                    d.seconds
+                        .get_or_create(&[("driver", driver), ("verb", verb)]),
+                );
+            }
+        }
+        d
+    }
+}
+
+impl DriverCalls {
+    /// Registers the three metrics in `r`.
+    pub fn register_into(self, r: &mut Registry) {
+        r.register(
+            "flexvol_driver_calls",
+            "kubelet's calls of the flexvol drivers on this node, by driver, verb and outcome (from the call log)",
+            self.calls.clone(),
+        );
+        r.register(
+            "flexvol_driver_call_duration_seconds",
+            "Duration of the drivers' calls on this node, by driver and verb (from the call log)",
+            self.seconds.clone(),
+        );
+        r.register(
+            "flexvol_driver_call_log_unreadable_lines",
+            "Call log lines the provisioner could not read as a call record (not counted above)",
+            self.unreadable.clone(),
+        );
+    }
+
+    /// Counts one call: `driver`, `verb` and the reply's `status` as the log wrote them (values
+    /// outside the known sets are `other`, or not counted at all for an unknown driver or status).
+    pub fn observe(&self, driver: &str, verb: &str, status: &str, seconds: f64) {
+        let (Some(driver), Some(outcome)) = (
+            DRIVERS.into_iter().find(|d| *d == driver),
+            match status {
+                "Success" => Some("success"),
+                "Failure" => Some("failure"),
+                "Not supported" => Some("not_supported"),
+                _ => None,
+            },
+        ) else {
+            self.unreadable.inc();
+            return;
+        };
+        let verb = VERBS.into_iter().find(|v| *v == verb).unwrap_or("other");
+        self.calls
+            .get_or_create(&[("driver", driver), ("verb", verb), ("outcome", outcome)])
+            .inc();
+        self.seconds
+            .get_or_create(&[("driver", driver), ("verb", verb)])
+            .observe(seconds.max(0.0));
+    }
+
+    /// Counts a line that is not a call record.
+    pub fn unreadable(&self) {
+        self.unreadable.inc();
+    }
+}
+
 /// `flexvol_provisioner_watch_events_total{watch=...}`: objects each watch received (the items
 /// of a list and every event), shared with the metrics registry.
 pub type WatchEvents = Family<[(&'static str, &'static str); 1], Counter>;
@@ -168,8 +312,10 @@ pub struct Metrics {
     cached: Family<[(&'static str, &'static str); 1], Gauge>,
     last_pass: Gauge,
     queue_depth: Family<[(&'static str, &'static str); 1], Gauge>,
-    retries: Family<[(&'static str, &'static str); 1], Gauge>,
+    retries: Family<[(&'static str, &'static str); 1], Counter>,
+    driver: DriverCalls,
     breakers_open: Family<[(&'static str, &'static str); 1], Gauge>,
+    lane_stuck: Family<[(&'static str, &'static str); 1], Gauge>,
     size: Family<PoolLabels, Gauge>,
     free: Family<PoolLabels, Gauge>,
     leader: Family<[(&'static str, String); 1], Gauge>,
@@ -202,7 +348,9 @@ impl Metrics {
             last_pass: Gauge::default(),
             queue_depth: Family::default(),
             retries: Family::default(),
+            driver: DriverCalls::default(),
             breakers_open: Family::default(),
+            lane_stuck: Family::default(),
             size: Family::default(),
             free: Family::default(),
             leader: Family::default(),
@@ -253,13 +401,18 @@ impl Metrics {
         );
         r.register(
             "flexvol_provisioner_retries",
-            "Keys a lane has retried after a failure since start (per-object exponential backoff), by lane",
+            "Retries a lane handed out after a failure (per-object exponential backoff), by lane",
             m.retries.clone(),
         );
         r.register(
             "flexvol_provisioner_breakers_open",
             "Servers (fault domains) whose work a lane holds back after a failure, by lane",
             m.breakers_open.clone(),
+        );
+        r.register(
+            "flexvol_provisioner_lane_stuck",
+            "1 while a lane has made no progress for longer than its liveness window (/healthz fails naming it), else 0; as of the scrape",
+            m.lane_stuck.clone(),
         );
         r.register(
             "flexvol_provisioner_capacity_bytes",
@@ -291,7 +444,43 @@ impl Metrics {
             "Enforced hostPath sizes found drifted by a pass (the volume directory moved out of its recorded project or without the project-inherit flag, as a pod with CAP_FOWNER can do), each put back with a QuotaDrift event on the PV",
             m.quota_drift.clone(),
         );
+        // Series present from start, at zero: every operation this binary's provisioners can
+        // report, and each lane's queue (so `rate()` and absent-alerts work before the first).
+        for kind in KINDS {
+            for action in [Action::Provision, Action::Delete, Action::Resize] {
+                for outcome in [Outcome::Success, Outcome::Failure, Outcome::Rescheduled] {
+                    drop(m.ops.get_or_create(&[
+                        ("action", action_name(action)),
+                        ("kind", kind),
+                        ("outcome", outcome_name(outcome)),
+                    ]));
+                }
+            }
+        }
+        for lane in LANES {
+            let l = [("lane", lane.name())];
+            drop(m.queue_depth.get_or_create(&l));
+            drop(m.retries.get_or_create(&l));
+            drop(m.breakers_open.get_or_create(&l));
+            drop(m.lane_stuck.get_or_create(&l));
+        }
+        for outcome in ["success", "failure"] {
+            drop(m.claim_labels.get_or_create(&[("outcome", outcome)]));
+        }
+        for watch in WATCHES {
+            drop(m.watch_events.get_or_create(&[("watch", watch)]));
+        }
+        for res in ["persistentvolumeclaims", "persistentvolumes"] {
+            drop(m.cached.get_or_create(&[("resource", res)]));
+        }
+        m.driver.clone().register_into(&mut r);
+        register_build_info(&mut r);
         Self { registry: r, ..m }
+    }
+
+    /// The driver call counters, fed by the call log's tailer ([`super::calltail`]).
+    pub fn driver_calls(&self) -> DriverCalls {
+        self.driver.clone()
     }
 
     /// The gauge of the Lease `lease` (1: this instance leads), shared with the registry.
@@ -353,9 +542,9 @@ impl Metrics {
         let l = [("lane", lane)];
         let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.queue_depth.get_or_create(&l).set(g(depth));
-        self.retries
-            .get_or_create(&l)
-            .set(i64::try_from(retries).unwrap_or(i64::MAX));
+        // The queue counts its retries since start; the counter follows it (never backwards).
+        let c = self.retries.get_or_create(&l);
+        c.inc_by(retries.saturating_sub(c.get()));
         self.breakers_open.get_or_create(&l).set(g(breakers));
     }
 
@@ -379,6 +568,15 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .map_err(|e| format!("cannot encode the metrics: {e}"))?;
         Ok(out)
+    }
+
+    /// Sets `flexvol_provisioner_lane_stuck` from `health` at `at`.
+    pub fn set_stuck(&self, health: &Health, at: Instant) {
+        for l in LANES {
+            self.lane_stuck
+                .get_or_create(&[("lane", l.name())])
+                .set(i64::from(health.is_stuck(l, at)));
+        }
     }
 }
 
@@ -589,6 +787,12 @@ impl Health {
             .collect()
     }
 
+    /// Whether `lane` is stuck at `at` (what `/healthz` says of it).
+    pub fn is_stuck(&self, lane: Lane, at: Instant) -> bool {
+        let ms = self.lanes[lane_index(lane)].beat.load(Ordering::Relaxed);
+        self.age(ms, at).unwrap_or_default() > self.live_window()
+    }
+
     /// What each lane's last pass was at `at`, one line each (with a failed probe's reason).
     fn passes(&self, at: Instant) -> String {
         LANES
@@ -652,19 +856,43 @@ pub struct Shared {
     pub health: Health,
 }
 
+/// What the one HTTP server of the daemons (the provisioner, the controller; [`serve`]) answers:
+/// `/metrics`, `/healthz` and `/readyz`.
+pub trait Endpoints: Send + Sync + 'static {
+    /// The registry as OpenMetrics text.
+    fn metrics(&self) -> Result<String, String>;
+    /// `/healthz` at `at`: `Err` says what is stuck.
+    fn live(&self, at: Instant) -> Result<(), String>;
+    /// `/readyz` at `at`: `Err` says why not ready.
+    fn ready(&self, at: Instant) -> Result<(), String>;
+}
+
+impl Endpoints for Shared {
+    fn metrics(&self) -> Result<String, String> {
+        self.metrics.set_stuck(&self.health, Instant::now());
+        self.metrics.encode()
+    }
+    fn live(&self, at: Instant) -> Result<(), String> {
+        self.health.live(at)
+    }
+    fn ready(&self, at: Instant) -> Result<(), String> {
+        self.health.ready(at)
+    }
+}
+
 /// The answer to `GET path`: status and body.
-pub fn answer(shared: &Shared, path: &str, at: Instant) -> (u16, String) {
+pub fn answer(shared: &dyn Endpoints, path: &str, at: Instant) -> (u16, String) {
     let probe = |r: Result<(), String>| match r {
         Ok(()) => (200, "ok\n".to_owned()),
         Err(e) => (503, format!("{e}\n")),
     };
     match path {
-        "/metrics" => match shared.metrics.encode() {
+        "/metrics" => match shared.metrics() {
             Ok(s) => (200, s),
             Err(e) => (500, format!("{e}\n")),
         },
-        "/healthz" | "/livez" => probe(shared.health.live(at)),
-        "/readyz" => probe(shared.health.ready(at)),
+        "/healthz" | "/livez" => probe(shared.live(at)),
+        "/readyz" => probe(shared.ready(at)),
         _ => (404, "not found: /metrics, /healthz, /readyz\n".to_owned()),
     }
 }
@@ -703,14 +931,14 @@ pub const LIMITS: Limits = Limits {
 /// `/readyz` on a thread of its own until the process ends, within [`LIMITS`]. No keep-alive, so
 /// a connection lives for one request. Returns the address bound (port 0: the one the kernel
 /// chose).
-pub fn serve(addr: SocketAddr, shared: Arc<Shared>) -> Result<SocketAddr, String> {
+pub fn serve(addr: SocketAddr, shared: Arc<dyn Endpoints>) -> Result<SocketAddr, String> {
     serve_within(addr, shared, LIMITS)
 }
 
 /// [`serve`] within `limits` (shorter ones in tests).
 pub fn serve_within(
     addr: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<dyn Endpoints>,
     limits: Limits,
 ) -> Result<SocketAddr, String> {
     let listener = std::net::TcpListener::bind(addr)
@@ -796,7 +1024,10 @@ impl Drop for Slot {
 }
 
 /// The answer to one request.
-fn respond(shared: &Shared, req: &hyper::Request<hyper::Body>) -> hyper::Response<hyper::Body> {
+fn respond(
+    shared: &dyn Endpoints,
+    req: &hyper::Request<hyper::Body>,
+) -> hyper::Response<hyper::Body> {
     use hyper::{Body, Method, Response, StatusCode, header};
     let (status, body) = if req.method() == Method::GET {
         answer(shared, req.uri().path(), Instant::now())
@@ -819,7 +1050,7 @@ fn respond(shared: &Shared, req: &hyper::Request<hyper::Body>) -> hyper::Respons
 
 async fn http(
     listener: std::net::TcpListener,
-    shared: Arc<Shared>,
+    shared: Arc<dyn Endpoints>,
     limits: Limits,
 ) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
@@ -849,7 +1080,7 @@ async fn http(
         let serving = conn.serve_connection(
             stream,
             hyper::service::service_fn(move |req| {
-                let resp = respond(&shared, &req);
+                let resp = respond(shared.as_ref(), &req);
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             }),
         );
@@ -860,5 +1091,7 @@ async fn http(
     }
 }
 
+#[cfg(test)]
+mod metrics_doc_tests;
 #[cfg(test)]
 mod tests;

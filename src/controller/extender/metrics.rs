@@ -2,9 +2,11 @@
 //! (`prometheus-client`, as the provisioner's): calls per verb and outcome, nodes filtered out,
 //! and the time each call took from its head to its answer.
 //!
-//! Outcomes, from the answer alone ([`Metrics::observe`]): `ok` (decided), `error` (an answer that
-//! kube-scheduler treats as the extender failing, which `ignorable: true` skips: HTTP 200 with
-//! `Error`, or any other status), `rejected` (the request itself was refused: 4xx).
+//! Outcomes, from the answer alone ([`Metrics::observe`]), in the provisioner's words: `success`
+//! (decided), `failure` (an answer that kube-scheduler treats as the extender failing, which
+//! `ignorable: true` skips: HTTP 200 with `Error`, or any other status), `rejected` (the request
+//! itself was refused: 4xx). Every verb × outcome is present from start, at zero, with
+//! `flexvol_build_info`.
 
 use super::wire::ExtenderFilterResult;
 use prometheus_client::metrics::counter::Counter;
@@ -16,6 +18,9 @@ use std::time::Duration;
 
 type CallLabels = [(&'static str, &'static str); 2];
 type VerbLabels = [(&'static str, &'static str); 1];
+
+/// The outcomes (`outcome` label values).
+pub const OUTCOMES: [&str; 3] = ["success", "failure", "rejected"];
 
 /// Every metric of the extender, registered once.
 #[derive(Debug)]
@@ -50,7 +55,7 @@ impl Metrics {
         };
         r.register(
             "flexvol_scheduler_extender_calls",
-            "kube-scheduler's calls by verb (filter, prioritize) and outcome (ok; error: skipped by kube-scheduler as ignorable; rejected: a malformed request)",
+            "kube-scheduler's calls by verb (filter, prioritize) and outcome (success; failure: skipped by kube-scheduler as ignorable; rejected: a malformed request)",
             m.calls.clone(),
         );
         r.register(
@@ -68,6 +73,16 @@ impl Metrics {
             "Claims headed to a node (selected-node) that are not counted there because their namespace has more than --max-reserved-claims-per-namespace headed to that node (as of the last scrape)",
             m.uncounted.clone(),
         );
+        for verb in ["filter", "prioritize"] {
+            for outcome in OUTCOMES {
+                drop(
+                    m.calls
+                        .get_or_create(&[("verb", verb), ("outcome", outcome)]),
+                );
+            }
+            drop(m.seconds.get_or_create(&[("verb", verb)]));
+        }
+        crate::provision::telemetry::register_build_info(&mut r);
         Self { registry: r, ..m }
     }
 
@@ -80,9 +95,9 @@ impl Metrics {
             _ => return,
         };
         let mut outcome = match status {
-            200 => "ok",
+            200 => "success",
             400..=499 => "rejected",
-            _ => "error",
+            _ => "failure",
         };
         if verb == "filter" && status == 200 {
             match serde_json::from_str::<ExtenderFilterResult>(body) {
@@ -90,7 +105,7 @@ impl Metrics {
                     self.filtered
                         .inc_by(u64::try_from(r.failed_nodes.len()).unwrap_or(u64::MAX));
                 }
-                _ => outcome = "error",
+                _ => outcome = "failure",
             }
         }
         self.calls
@@ -145,11 +160,11 @@ mod tests {
         let t = m.encode().unwrap();
         let get = |s: &str| series(&t, s).unwrap_or_else(|| panic!("no {s} in\n{t}"));
         assert_eq!(
-            get(r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="ok"}"#),
+            get(r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="success"}"#),
             2.0
         );
         assert_eq!(
-            get(r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="error"}"#),
+            get(r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="failure"}"#),
             1.0
         );
         assert_eq!(
@@ -157,11 +172,11 @@ mod tests {
             1.0
         );
         assert_eq!(
-            get(r#"flexvol_scheduler_extender_calls_total{verb="prioritize",outcome="ok"}"#),
+            get(r#"flexvol_scheduler_extender_calls_total{verb="prioritize",outcome="success"}"#),
             1.0
         );
         assert_eq!(
-            get(r#"flexvol_scheduler_extender_calls_total{verb="prioritize",outcome="error"}"#),
+            get(r#"flexvol_scheduler_extender_calls_total{verb="prioritize",outcome="failure"}"#),
             1.0
         );
         assert_eq!(get("flexvol_scheduler_extender_filtered_nodes_total"), 1.0);

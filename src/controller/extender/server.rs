@@ -581,7 +581,7 @@ mod tests {
             let m = String::from_utf8_lossy(&bytes);
             assert!(
                 m.contains(
-                    r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="ok"} 1"#
+                    r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="success"} 1"#
                 ),
                 "{m}"
             );

@@ -105,7 +105,7 @@ fn a_pass_is_counted_by_action_kind_and_outcome() {
         )
     };
     assert_eq!(q("queue_depth"), Some(3.0), "{t}");
-    assert_eq!(q("retries"), Some(5.0), "{t}");
+    assert_eq!(q("retries_total"), Some(5.0), "a counter now: {t}");
     assert_eq!(q("breakers_open"), Some(1.0), "{t}");
     let c = "flexvol_provisioner_cached_objects";
     assert_eq!(
@@ -235,6 +235,18 @@ fn a_stuck_lane_is_named_while_the_other_passes() {
     assert!(e.contains("lane node-local: last pass ended 0s ago"), "{e}");
     let r = h.ready(at(311)).unwrap_err();
     assert!(r.contains("lane shared: no progress"), "{r}");
+    // The same, as the metric an alert reads.
+    let m = Metrics::new();
+    m.set_stuck(&h, at(311));
+    let t = m.encode().unwrap();
+    let stuck = |lane: &str| {
+        sample(
+            &t,
+            &format!("flexvol_provisioner_lane_stuck{{lane=\"{lane}\"}}"),
+        )
+    };
+    assert_eq!(stuck("shared"), Some(1.0), "{t}");
+    assert_eq!(stuck("node-local"), Some(0.0), "{t}");
     // Progress within a pass (one object's work ended) is not stuck; a pass ending clears it.
     h.beat_lane(Lane::Shared, at(311));
     assert_eq!(h.live(at(312)), Ok(()));

@@ -55,7 +55,8 @@ NL_STARTS=0
 start_controller() { # each start logs to a file of its own: controller-1.log, controller-2.log, ...
 	NL_STARTS=$((NL_STARTS + 1))
 	kc_spawn controller "$KC_DIR/logs/controller-$NL_STARTS.log" "$KC_FLEXVOL" controller \
-		--kubeconfig "$KC_DIR/controller.kubeconfig" --resync-seconds 2
+		--kubeconfig "$KC_DIR/controller.kubeconfig" --resync-seconds 2 \
+		--metrics-address "127.0.0.1:$((${KC_PORT_BASE:-17000} + 603))"
 }
 
 nl_controller_setup() {
