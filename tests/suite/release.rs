@@ -219,7 +219,11 @@ fn release_build_then_check_passes_and_catches_tampering() {
         "wrong-digest-in-the-kustomization",
         "images entry for registry.example.com/flexvol has digest",
         |d| {
-            edit(&d.join("manifests/deploy/kustomization.yaml"), digest, &other);
+            edit(
+                &d.join("manifests/deploy/kustomization.yaml"),
+                digest,
+                &other,
+            );
             rehash(d);
         },
     );

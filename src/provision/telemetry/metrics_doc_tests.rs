@@ -261,9 +261,9 @@ fn pod_monitors_select_the_daemons_pods() {
     assert_eq!(names, ["flexvol-provisioner", "flexvol-controller"]);
     assert_eq!(
         docs[0]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
-        Some("flexvol-installer")
+        Some("flexvol-node")
     );
-    assert!(ds.contains("app.kubernetes.io/name: flexvol-installer"));
+    assert!(ds.contains("app.kubernetes.io/name: flexvol-node"));
     assert!(
         ds.contains("- name: metrics\n          containerPort: 9479"),
         "the DaemonSet's metrics port is named metrics"
