@@ -24,6 +24,8 @@
 //! directory to be emptied is walked first, and a mount point anywhere in it (or the directory
 //! itself being one) fails the purge before anything is removed. While `stateDir` holds records of
 //! mounts (volumes kubelet has not unmounted), `--purge` refuses: the drivers need them to unmount.
+//! A directory emptied whole (`stateDir`, `runDir`) must be named for flexvol (its name contains
+//! `flexvol`, as the defaults do): a config naming `/var/lib` is refused, never emptied.
 //! Nothing is removed unless the whole plan was made without an error. A repeated run says
 //! "nothing to remove".
 
@@ -256,6 +258,19 @@ fn open_tree(path: &Path) -> Result<std::os::fd::OwnedFd, UninstallError> {
 }
 
 fn plan_tree(path: &Path, what: &'static str) -> Result<Option<Removal>, UninstallError> {
+    // Emptied whole, so it must be provably flexvol's: named for it (the defaults are
+    // /var/lib/flexvol and /run/flexvol). A node config that names /var/lib or / as its stateDir
+    // would otherwise take the host's files with it.
+    let named_ours = path
+        .file_name()
+        .and_then(OsStr::to_str)
+        .is_some_and(|n| n.contains("flexvol"));
+    if !named_ours {
+        return Err(err(format!(
+            "{} ({what}) is not named for flexvol, so --purge does not empty it (it empties only a directory whose name contains \"flexvol\", as the defaults /var/lib/flexvol and /run/flexvol do): remove flexvol's files in it by hand, or rename it in the node config first",
+            path.display()
+        )));
+    }
     match probe(path)? {
         None => return Ok(None),
         Some(st) if is_kind(&st, SFlag::S_IFDIR) => {}

@@ -234,21 +234,21 @@ impl Node {
         std::fs::create_dir_all(n.p("etc")).unwrap();
         // The node's paths as the host names them: below --host-root, the temporary directory
         // (so a run after the config is gone looks for the defaults there, not on this machine).
-        let config = r#"{"stateDir": "/state", "runDir": "/run", "logFile": "/flexvol.log",
+        let config = r#"{"stateDir": "/var/lib/flexvol", "runDir": "/run/flexvol", "logFile": "/flexvol.log",
                 "nfs": {"capabilityKeyFile": "/etc/nfs-capability.key"},
                 "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/root"]}]}"#;
         std::fs::write(n.p("etc/config.json"), config).unwrap();
         std::fs::write(n.p("etc/nfs-capability.key"), [7u8; 32]).unwrap();
         for d in [
-            "state/hostpath",
-            "run",
+            "var/lib/flexvol/hostpath",
+            "run/flexvol",
             "root/.flexvol/volumes",
             "root/pvc-1_ns_c",
         ] {
             std::fs::create_dir_all(n.p(d)).unwrap();
         }
-        std::fs::write(n.p("state/capability.key"), [1u8; 32]).unwrap();
-        std::fs::write(n.p("run/vol.lock"), b"").unwrap();
+        std::fs::write(n.p("var/lib/flexvol/capability.key"), [1u8; 32]).unwrap();
+        std::fs::write(n.p("run/flexvol/vol.lock"), b"").unwrap();
         std::fs::write(n.p("flexvol.log"), b"{}\n").unwrap();
         std::fs::write(n.p("root/pvc-1_ns_c/data"), b"tenant data").unwrap();
         n
@@ -308,8 +308,8 @@ fn install_uninstall_dry_run_removes_nothing_and_lists_everything() {
         ("plugins/flexvol~lvm", "lvm"),
         ("etc/config.json", "the node config"),
         ("etc/nfs-capability.key", "the NFS capability key"),
-        ("state", "stateDir"),
-        ("run", "runDir"),
+        ("var/lib/flexvol", "stateDir"),
+        ("run/flexvol", "runDir"),
         ("flexvol.log", "logFile"),
         ("etc", "the node config's directory"),
     ] {
@@ -336,8 +336,8 @@ fn install_uninstall_purge_removes_exactly_the_state_and_then_nothing() {
     let victim = n.p("victim");
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("precious"), b"keep").unwrap();
-    std::os::unix::fs::symlink(&victim, n.p("state/link-dir")).unwrap();
-    std::os::unix::fs::symlink(victim.join("precious"), n.p("run/link-file")).unwrap();
+    std::os::unix::fs::symlink(&victim, n.p("var/lib/flexvol/link-dir")).unwrap();
+    std::os::unix::fs::symlink(victim.join("precious"), n.p("run/flexvol/link-file")).unwrap();
     let (ok, out) = n.purge(&[]);
     assert!(ok, "{out}");
     assert_eq!(
@@ -349,6 +349,9 @@ fn install_uninstall_purge_removes_exactly_the_state_and_then_nothing() {
             "root/.flexvol/volumes",
             "root/pvc-1_ns_c",
             "root/pvc-1_ns_c/data",
+            "run",
+            "var",
+            "var/lib",
             "victim",
             "victim/precious"
         ],
@@ -378,7 +381,7 @@ fn install_uninstall_purge_refuses_a_symlink_and_mounted_volumes() {
 
     // A record of a mounted volume in stateDir: the drivers still need it.
     let n = Node::new();
-    std::fs::write(n.p("state/hostpath/vol.json"), b"{}").unwrap();
+    std::fs::write(n.p("var/lib/flexvol/hostpath/vol.json"), b"{}").unwrap();
     let before = n.tree();
     let (ok, out) = n.purge(&[]);
     assert!(!ok && out.contains("mounted volumes"), "{out}");
@@ -418,4 +421,26 @@ fn install_uninstall_refuses_a_relative_or_mistyped_plugin_dir() {
         assert!(!ok && out.contains(says), "{args:?}: {out}");
     }
     assert!(d.is_dir(), "nothing was removed");
+}
+
+/// A purge empties stateDir and runDir whole, so a node config that names a directory not named
+/// for flexvol (here `/var/lib`, holding a file of the host's) is refused and nothing is removed.
+#[test]
+fn install_uninstall_purge_refuses_a_state_dir_not_named_for_flexvol() {
+    let n = Node::new();
+    std::fs::create_dir_all(n.p("var/lib/other")).unwrap();
+    std::fs::write(n.p("var/lib/other/host-file"), b"not flexvol's").unwrap();
+    let config = r#"{"stateDir": "/var/lib", "runDir": "/run/flexvol", "logFile": "/flexvol.log",
+            "nfs": {"capabilityKeyFile": "/etc/nfs-capability.key"}}"#;
+    std::fs::write(n.p("etc/config.json"), config).unwrap();
+    let before = n.tree();
+    let (ok, out) = n.purge(&[]);
+    assert!(!ok, "a purge of stateDir /var/lib passed:\n{out}");
+    assert!(out.contains("is not named for flexvol"), "{out}");
+    assert_eq!(
+        n.tree(),
+        before,
+        "the refused purge changed the node:\n{out}"
+    );
+    assert!(n.p("var/lib/other/host-file").exists());
 }
