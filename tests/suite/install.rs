@@ -9,15 +9,7 @@ fn install_sh() -> PathBuf {
 }
 
 fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(install_sh())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
-    )
+    crate::util::run_joined(Command::new(install_sh()).args(args))
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -205,16 +197,7 @@ fn install_refuses_a_binary_whose_init_kubelet_would_not_load() {
 
 /// `flexvol install ARGS` (the binary itself), its success and stdout.
 fn flexvol_install(args: &[&str]) -> (bool, String) {
-    let out = Command::new(binary())
-        .arg("install")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
-    )
+    crate::util::run_joined(Command::new(binary()).arg("install").args(args))
 }
 
 /// A node in a temporary directory, as `flexvol install` and the drivers leave it: the drivers,

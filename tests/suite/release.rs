@@ -6,7 +6,7 @@
 
 use crate::util::binary;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -14,15 +14,7 @@ fn repo() -> PathBuf {
 
 /// Runs a release script; (success, stdout + stderr).
 fn script(name: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(repo().join("release").join(name))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
-    )
+    crate::util::run_joined(Command::new(repo().join("release").join(name)).args(args))
 }
 
 /// A copy of the release DIR at DEST (`cp -a`: the binaries keep their mode).

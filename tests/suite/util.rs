@@ -296,6 +296,15 @@ pub fn hostpath_options(path: &Path, extra: Value) -> String {
 /// system tools (lvm, losetup, mkfs, exportfs, tc, ...); `LVM_SUPPRESS_FD_WARNINGS` keeps lvm's
 /// leaked-descriptor chatter out of the output (no other tool reads it).
 #[track_caller]
+/// Runs `cmd` with stdin closed: its success and its stdout followed by its stderr.
+pub fn run_joined(cmd: &mut std::process::Command) -> (bool, String) {
+    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 pub fn run(tool: &str, args: &[&str]) -> String {
     let out = Command::new(tool)
         .args(args)
