@@ -8,7 +8,8 @@
 //! `ignorable`.
 
 use super::manifests::{
-    CONTROLLER, EXTENDER, deploy_docs as docs, deploy_file as file, granted, one, to_json,
+    CONTROLLER, CONTROLLER_CAPACITY, EXTENDER, deploy_docs as docs, deploy_file as file, granted,
+    one, to_json,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -113,9 +114,11 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
     }
 
     // Controller: list, create, delete there (src/controller/capacity.rs sync); never update or
-    // patch (the records' contents are the nodes'); run with --capacity-objects.
-    let ctl = docs(CONTROLLER);
-    let r = one(&ctl, "Role", "flexvol-controller-capacity");
+    // patch (the records' contents are the nodes'). Granted, and --capacity-objects turned on,
+    // only by the capacity overlay (issue #33: the node-loss overlay alone made empty records for
+    // an extender that is not there): not in controller.yaml.
+    let cap = docs(CONTROLLER_CAPACITY);
+    let r = one(&cap, "Role", "flexvol-controller-capacity");
     assert_eq!(r["metadata"]["namespace"], NS);
     assert_eq!(
         granted(r),
@@ -126,22 +129,40 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
         ])
     );
     bound(
-        &ctl,
+        &cap,
         "flexvol-controller-capacity",
         Some(NS),
         "flexvol-controller-capacity",
         "flexvol-controller",
+    );
+    let ctl = docs(CONTROLLER);
+    assert!(
+        !ctl.iter()
+            .any(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == NS),
+        "controller.yaml (the node-loss overlay) grants a Role in {NS}"
     );
     let cmd =
         one(&ctl, "Deployment", "flexvol-controller")["spec"]["template"]["spec"]["containers"][0]
             ["command"]
             .clone();
     assert!(
-        cmd.as_array()
+        !cmd.as_array()
             .unwrap()
             .iter()
             .any(|a| a == "--capacity-objects"),
-        "controller.yaml runs without --capacity-objects: {cmd}"
+        "controller.yaml runs with --capacity-objects without the capacity overlay: {cmd}"
+    );
+    let patch: serde_json::Value = serde_json::from_str(&file(
+        "../deploy-overlays/capacity/controller-capacity.json",
+    ))
+    .unwrap();
+    assert_eq!(
+        patch,
+        serde_json::json!([
+            {"op": "test", "path": "/spec/template/spec/containers/0/name", "value": "controller"},
+            {"op": "add", "path": "/spec/template/spec/containers/0/command/-", "value": "--capacity-objects"},
+        ]),
+        "the capacity overlay turns --capacity-objects on in the controller container"
     );
     // The DaemonSet's provisioner publishes only in the capacity overlay (issue #33, 5: without
     // the controller's objects it would warn every minute): not in daemonset.yaml, and the

@@ -39,6 +39,8 @@ pub(crate) fn to_json(y: &Yaml) -> Value {
 pub(crate) const CONTROLLER: &str = "../deploy-overlays/node-loss/controller.yaml";
 /// The scheduler extender's manifest, in the capacity overlay (as [`CONTROLLER`]).
 pub(crate) const EXTENDER: &str = "../deploy-overlays/capacity/scheduler-extender.yaml";
+/// The controller's Role for `--capacity-objects`, in the capacity overlay (as [`CONTROLLER`]).
+pub(crate) const CONTROLLER_CAPACITY: &str = "../deploy-overlays/capacity/controller-capacity.yaml";
 
 /// The text of `drivers/deploy/NAME`.
 pub(crate) fn deploy_file(name: &str) -> String {

@@ -238,6 +238,45 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
             "{name}: --publish-capacity"
         );
     }
+    // The controller makes capacity records (and may) only where the extender that reads them
+    // is applied too.
+    for (name, docs) in [("node-loss", &node_loss), ("capacity", &capacity)] {
+        let c = &kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            c["command"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "--capacity-objects"),
+            name == "capacity",
+            "{name}: --capacity-objects"
+        );
+        assert_eq!(
+            docs.iter()
+                .any(|d| d["kind"] == "Role"
+                    && d["metadata"]["name"] == "flexvol-controller-capacity"),
+            name == "capacity",
+            "{name}: Role flexvol-controller-capacity"
+        );
+    }
+    // Every workload of every overlay stays off Windows nodes.
+    for d in capacity
+        .iter()
+        .filter(|d| ["DaemonSet", "Deployment"].contains(&d["kind"].as_str().unwrap()))
+    {
+        let spec = &d["spec"]["template"]["spec"];
+        let sel_os = &spec["nodeSelector"]["kubernetes.io/os"];
+        let aff_os =
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                .to_string()
+                .contains("kubernetes.io/os");
+        assert!(
+            sel_os == "linux" || aff_os,
+            "{} {}: no kubernetes.io/os selector",
+            d["kind"],
+            d["metadata"]["name"]
+        );
+    }
     // The overlays add exactly their part.
     let names = |docs: &[Value]| -> std::collections::BTreeSet<String> {
         docs.iter()

@@ -152,10 +152,12 @@ scenario_extender() {
 {"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"flexvol-ext"},
  "provisioner":"flexvol/hostpath","volumeBindingMode":"WaitForFirstConsumer","reclaimPolicy":"Delete"}
 EOF
-	# The manifests: rbac.yaml (applied by setup: the namespace and the node's Role), controller.yaml
+	# The manifests: rbac.yaml (applied by setup: the namespace and the node's Role), controller.yaml,
+	# the capacity overlay's controller-capacity.yaml (the controller's Role in flexvol-capacity)
 	# and scheduler-extender.yaml; the workloads removed (the fake runtime runs no process).
 	kc_kubectl apply -f "$REPO/drivers/deploy/rbac.yaml" >/dev/null || fail "apply rbac.yaml"
 	out="$(kc_kubectl apply -f "$REPO/drivers/deploy-overlays/node-loss/controller.yaml" 2>&1)" || fail "apply controller.yaml: $out"
+	out="$(kc_kubectl apply -f "$REPO/drivers/deploy-overlays/capacity/controller-capacity.yaml" 2>&1)" || fail "apply controller-capacity.yaml: $out"
 	out="$(kc_kubectl apply -f "$REPO/drivers/deploy-overlays/capacity/scheduler-extender.yaml" 2>&1)" || fail "apply scheduler-extender.yaml: $out"
 	kc_kubectl -n kube-system delete deployment flexvol-controller --wait=false >/dev/null || fail "delete the controller's Deployment"
 	kc_kubectl -n kube-system delete daemonset flexvol-scheduler-extender --wait=false >/dev/null || fail "delete the extender's DaemonSet"
