@@ -9,12 +9,13 @@
 //! - [`node`]: node bookkeeping (the node config, state records, the call log, capability tokens)
 //!   and [`error`], the error a verb answers with;
 //! - [`backend`]: the driver verbs of `hostpath`, `nfs` and `lvm`, one function per verb;
-//! - [`driver`]: one kubelet call, top to bottom; [`provision`]: `flexvol provisioner`, the
-//!   per-node daemon that makes volumes and PVs for claims (the only user of the async runtime and
-//!   the Kubernetes client); [`ops`]: the commands for operators (`install`, `doctor`, `status`,
-//!   `gc`, `conformance`, and the inventories of mounted and provisioned volumes they share);
-//!   [`controller`]: `flexvol controller`, the one cluster-wide replica (node loss), above
-//!   `provision`, whose API client and decisions it uses;
+//! - [`driver`]: one kubelet call, top to bottom (it never starts the async runtime nor the
+//!   Kubernetes client); [`provision`]: `flexvol provisioner`, the per-node daemon that makes
+//!   volumes and PVs for claims, and the Kubernetes client and HTTP server the daemons share;
+//!   [`ops`]: the commands for operators (`install`, `doctor`, `status`, `gc`, `conformance`, and
+//!   the inventories of mounted and provisioned volumes they share); [`controller`]: `flexvol
+//!   controller`, the one cluster-wide replica (node loss, capacity objects), and `flexvol
+//!   scheduler-extender`, above `provision`, whose API client and vocabulary they use;
 //! - [`cli`]: how the binary is invoked: a driver verb by its name (`argv[0]`), else the commands for people.
 //!
 //! **Dependencies point one way.** No file of `src/` imports, through the `crate::` and `super::`
