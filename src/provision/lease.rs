@@ -203,6 +203,7 @@ pub fn spec_for(
             acquire_time: Some(wall.clone()),
             renew_time: Some(wall),
             lease_transitions: Some(0),
+            ..LeaseSpec::default()
         }),
         Step::Renew => Some(LeaseSpec {
             holder_identity: Some(me.to_owned()),
@@ -212,6 +213,7 @@ pub fn spec_for(
                 .or_else(|| Some(wall.clone())),
             renew_time: Some(wall),
             lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
         }),
         Step::TakeOver => Some(LeaseSpec {
             holder_identity: Some(me.to_owned()),
@@ -219,6 +221,7 @@ pub fn spec_for(
             acquire_time: Some(wall.clone()),
             renew_time: Some(wall),
             lease_transitions: Some(transitions.saturating_add(1)),
+            ..LeaseSpec::default()
         }),
         // As client-go releases: nobody holds it, for a second.
         Step::Release => Some(LeaseSpec {
@@ -227,6 +230,7 @@ pub fn spec_for(
             acquire_time: Some(wall.clone()),
             renew_time: Some(wall),
             lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
         }),
     }
 }
@@ -667,7 +671,7 @@ impl Elector {
             Some(_) => {}
         }
         let step = decide(self.seen.as_ref(), now, &self.me, eligible);
-        let wall = MicroTime(k8s_openapi::chrono::Utc::now());
+        let wall = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let Some(spec) = spec_for(
             step,
             self.seen.as_ref().map(|o| &o.spec),
@@ -741,10 +745,9 @@ impl Elector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::chrono::{TimeZone, Utc};
 
     fn at(year: i32) -> MicroTime {
-        MicroTime(Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).unwrap())
+        MicroTime(format!("{year}-01-01T00:00:00Z").parse().unwrap())
     }
 
     fn held_by(h: &str, renew: MicroTime) -> LeaseSpec {
@@ -754,6 +757,7 @@ mod tests {
             acquire_time: Some(renew.clone()),
             renew_time: Some(renew),
             lease_transitions: Some(3),
+            ..LeaseSpec::default()
         }
     }
 
@@ -968,31 +972,41 @@ mod tests {
 
     const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
 
-    fn status(code: u16, reason: &str) -> hyper::Response<hyper::Body> {
+    fn status(
+        code: u16,
+        reason: &str,
+    ) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
         let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
             "status": "Failure", "message": reason, "reason": reason, "code": code});
         hyper::Response::builder()
             .status(code)
             .header("content-type", "application/json")
-            .body(hyper::Body::from(body.to_string()))
+            .body(http_body_util::Full::from(body.to_string()))
             .unwrap()
     }
 
-    fn ok(code: u16, v: &serde_json::Value) -> hyper::Response<hyper::Body> {
+    fn ok(
+        code: u16,
+        v: &serde_json::Value,
+    ) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
         hyper::Response::builder()
             .status(code)
             .header("content-type", "application/json")
-            .body(hyper::Body::from(v.to_string()))
+            .body(http_body_util::Full::from(v.to_string()))
             .unwrap()
     }
 
     async fn serve_fake(
         api: Arc<FakeApi>,
-        req: hyper::Request<hyper::Body>,
-    ) -> Result<hyper::Response<hyper::Body>, std::convert::Infallible> {
+        req: hyper::Request<hyper::body::Incoming>,
+    ) -> Result<hyper::Response<http_body_util::Full<hyper::body::Bytes>>, std::convert::Infallible>
+    {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
-        let body = hyper::body::to_bytes(req.into_body()).await.unwrap();
+        let body = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
         let mut lease = api.lease.lock().unwrap();
         let next = || (api.version.fetch_add(1, Ordering::SeqCst) + 1).to_string();
         Ok(match (method.as_str(), path.strip_prefix(PATH)) {
@@ -1045,20 +1059,16 @@ mod tests {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                use hyper::service::{make_service_fn, service_fn};
-                let make = make_service_fn(move |_| {
+                let l = tokio::net::TcpListener::from_std(l).unwrap();
+                loop {
+                    let (stream, _) = l.accept().await.unwrap();
                     let api = api.clone();
-                    async move {
-                        Ok::<_, std::convert::Infallible>(service_fn(move |r| {
-                            serve_fake(api.clone(), r)
-                        }))
-                    }
-                });
-                hyper::Server::from_tcp(l)
-                    .unwrap()
-                    .serve(make)
-                    .await
-                    .unwrap();
+                    let service = hyper::service::service_fn(move |r| serve_fake(api.clone(), r));
+                    tokio::spawn(
+                        hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                    );
+                }
             });
         });
         url

@@ -9,7 +9,7 @@ use crate::node::config::Config;
 use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimStatus, PersistentVolumeStatus, ResourceRequirements,
+    PersistentVolumeClaimStatus, PersistentVolumeStatus, VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -263,7 +263,7 @@ impl Cluster for Fake {
 }
 
 fn deleted_now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::chrono::Utc::now())
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -325,7 +325,7 @@ fn claim(name: &str, uid: &str, class: &str, node: Option<&str>) -> PersistentVo
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             storage_class_name: Some(class.into()),
-            resources: Some(ResourceRequirements {
+            resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_owned(),
                     Quantity("1Gi".into()),
