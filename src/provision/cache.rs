@@ -21,9 +21,9 @@
 //! PVs made before the labels existed are labelled by the startup sweep of [`super::lanes`].
 
 use super::api::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
-use super::kube::{WatchEvent, watch};
 use super::provisioner::ANN_NODE;
 use super::reconcile::{Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value};
+use super::relist::{WatchEvent, watch};
 use super::telemetry::{LOG_TARGET, WatchEvents};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
