@@ -1294,4 +1294,31 @@ mod tests {
         l.spec = None;
         assert_eq!(LeaseSeen::from_lease(&l).renew, None);
     }
+
+    /// The annotations' text is what PVs marked before the move from chrono to jiff hold: whole
+    /// seconds for the marks (fractions cut, not rounded), six fraction digits for the Lease
+    /// token, and a mark written with another offset still reads as the same instant.
+    #[test]
+    fn stamps_and_tokens_keep_their_exact_text() {
+        let t: Timestamp = "2026-11-26T09:00:00.999999999Z".parse().unwrap();
+        assert_eq!(stamp(t), "2026-11-26T09:00:00Z");
+        let seen = LeaseSeen {
+            renew: Some(t),
+            duration: DEFAULT_LEASE_DURATION,
+        };
+        assert_eq!(seen.token(), "2026-11-26T09:00:00.999999Z");
+        let grace = ClassGrace::Grace(Duration::from_secs(600));
+        let nodes = Nodes::from_list([&node("node-a", true, false)]);
+        let none = Life::of(
+            &target(&pv("hostpath", "node-b"), "flexvol", &LOCAL).unwrap(),
+            &HashMap::new(),
+            &Heartbeats::default(),
+        );
+        let v = marked(pv("hostpath", "node-b"), "2026-11-26T10:00:00+01:00");
+        let t = target(&v, "flexvol", &LOCAL).unwrap();
+        assert!(matches!(
+            decide(&t, &nodes, &none, &grace, at(600)),
+            Decision::Act { since, .. } if since == "2026-11-26T09:00:00Z"
+        ));
+    }
 }
