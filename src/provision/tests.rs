@@ -2908,3 +2908,60 @@ fn the_patches_flexvol_sends_to_a_1_35_pv_leave_its_newer_fields() {
         serde_json::json!(["kubernetes.io/pv-protection"])
     );
 }
+
+/// A PV flexvol creates names only fields a 1.20 API server has (docs/kubernetes-versions.md's
+/// table): nothing of the v1_33 model's newer fields is set, so a 1.20 server stores all of it.
+#[test]
+fn a_created_pv_names_only_fields_of_1_20() {
+    let (_d, rec, _cfg) = bound_and_grown(true, "2Gi");
+    let pv = serde_json::to_value(&rec.cluster.volumes.borrow()[0]).unwrap();
+    let keys = |p: &str| -> Vec<String> {
+        pv.pointer(p)
+            .and_then(|v| v.as_object())
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let allowed: [(&str, &[&str]); 4] = [
+        (
+            "/spec",
+            &[
+                "accessModes",
+                "capacity",
+                "claimRef",
+                "flexVolume",
+                "mountOptions",
+                "nodeAffinity",
+                "persistentVolumeReclaimPolicy",
+                "storageClassName",
+                "volumeMode",
+            ],
+        ),
+        (
+            "/spec/flexVolume",
+            &["driver", "fsType", "options", "readOnly"],
+        ),
+        ("/spec/nodeAffinity", &["required"]),
+        (
+            "/metadata",
+            // resourceVersion and uid: the fake server's, as a real one adds them.
+            &[
+                "annotations",
+                "finalizers",
+                "labels",
+                "name",
+                "resourceVersion",
+                "uid",
+            ],
+        ),
+    ];
+    for (at, ok) in allowed {
+        let k = keys(at);
+        assert!(!k.is_empty(), "{at}: nothing there in {pv}");
+        for key in k {
+            assert!(
+                ok.contains(&key.as_str()),
+                "{at}/{key} is not a 1.20 field flexvol sets"
+            );
+        }
+    }
+}
