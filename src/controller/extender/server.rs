@@ -1,6 +1,6 @@
 //! The extender's HTTP side: [`answer`] (pure: one request in, status and body out, unit-tested)
-//! and [`serve`] (hyper 0.14, as `provision::telemetry`'s server, with bounds on everything a
-//! caller controls).
+//! and [`serve`] (hyper 1 with hyper-util, as `provision::telemetry`'s server, with bounds on
+//! everything a caller controls).
 //!
 //! Routes: `POST /filter` and `POST /prioritize` (kube-scheduler's `urlPrefix` + verb; the verbs
 //! are these two words, docs/scheduler-extender.md), `GET /healthz` (the process answers),
