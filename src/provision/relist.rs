@@ -33,8 +33,8 @@ where
 /// kube-runtime (0.92 and later) streams a list page by page (`Init`, one `InitApply` per object,
 /// `InitDone`); this gathers it into one [`WatchEvent::Restarted`], so a receiver never sees half
 /// a list and never takes an object missing from the pages read so far for deleted. An `Init`
-/// starts the gathering afresh (the watcher lists again from the start); errors pass through and
-/// keep what was gathered (the watcher continues where it was).
+/// starts the gathering afresh (kube-runtime 5 lists again from the start after a page failed);
+/// an error passes through and changes nothing gathered.
 fn relists<K, E>(
     events: impl Stream<Item = Result<watcher::Event<K>, E>>,
 ) -> impl Stream<Item = Result<WatchEvent<K>, E>> {
