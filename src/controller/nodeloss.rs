@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::chrono::Utc;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -195,7 +195,7 @@ impl NodeLoss {
             ..PassStats::default()
         };
         // The Leases before the Nodes (Heartbeats::observe says why), and the time before both.
-        let read_at = Utc::now();
+        let read_at = Timestamp::now();
         let leases = match self.list_leases().await {
             Ok(l) => l,
             Err(e) => {
@@ -297,7 +297,7 @@ impl NodeLoss {
         };
         let grace = class_grace(class.as_ref(), &t.provisioner);
         let life = Life::of(t, leases, &self.beats);
-        match decide(t, nodes, &life, &grace, Utc::now()) {
+        match decide(t, nodes, &life, &grace, Timestamp::now()) {
             Decision::Nothing => Ok(None),
             Decision::Wait(d) => {
                 debug!(target: LOG_TARGET, pv = %t.pv, "PV {}: node {} gone, {}s of grace left", t.pv, t.node, d.as_secs());
@@ -407,7 +407,8 @@ impl NodeLoss {
             return Ok(()); // another PV of that name, or no longer ours to judge
         };
         let life = Life::of(&t, &self.get_leases(&t).await?, &self.beats);
-        let Decision::Act { since, grace } = decide(&t, nodes, &life, grace, Utc::now()) else {
+        let Decision::Act { since, grace } = decide(&t, nodes, &life, grace, Timestamp::now())
+        else {
             return Ok(()); // the next pass decides from what it reads
         };
         let claim_api;
@@ -527,7 +528,7 @@ impl NodeLoss {
             namespace
         };
         let api = Api::<Event>::namespaced(self.client.clone(), ns);
-        let t = Time(Utc::now());
+        let t = Time(Timestamp::now());
         let e = Event {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{name}.")),

@@ -5,13 +5,13 @@
 //! against the CA the kubeconfig gives (`certificate-authority` or `certificate-authority-data`)
 //! or, in a pod, the service account volume's `ca.crt`; with `insecure-skip-tls-verify: true` it
 //! is not checked at all (logged once, as a warning). The host's CA store (`/etc/ssl/certs`,
-//! `SSL_CERT_FILE`, `SSL_CERT_DIR`) is never read: kube-rs 0.85 falls back to it through
-//! hyper-rustls's `with_native_roots` only when its config has no root certificates, and that
-//! fallback panics on a host without one ("could not load platform certs", "no CA certificates
-//! found"). [`trust`] makes sure the config always has them (an empty set when nothing is
-//! verified or the URL is plain `http://`), or refuses with what to fix.
+//! `SSL_CERT_FILE`, `SSL_CERT_DIR`) is never read: kube-rs 5 falls back to it (through
+//! rustls-platform-verifier) only when its config has no root certificates; kube-rs 0.85's
+//! fallback even panicked on a host without one ("could not load platform certs", "no CA
+//! certificates found"). [`trust`] makes sure the config always has them (an empty set when
+//! nothing is verified or the URL is plain `http://`), or refuses with what to fix.
 //!
-//! **Tokens are re-read.** kube-rs 0.85 reads a token file (the in-cluster
+//! **Tokens are re-read.** kube-rs (5, as 0.85 did) reads a token file (the in-cluster
 //! `/var/run/secrets/kubernetes.io/serviceaccount/token`, or a kubeconfig user's `tokenFile`)
 //! again on the first request after its copy is 50 s old (`kube_client::client::auth::TokenFile`:
 //! a copy is good for 60 s, renewed 10 s early; a failed read keeps the last token). kubelet

@@ -23,12 +23,13 @@
 use super::api::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
 use super::provisioner::ANN_NODE;
 use super::reconcile::{Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value};
+use super::relist::{WatchEvent, watch};
 use super::telemetry::{LOG_TARGET, WatchEvents};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -493,7 +494,7 @@ async fn watch_into<K>(
         let counter = events
             .get_or_create(&[("watch", (how.metric)(leads))])
             .clone();
-        let stream = watcher::watcher(api.clone(), config);
+        let stream = watch(api.clone(), config);
         let mut stream = std::pin::pin!(stream);
         let mine = (how.depends)(leads);
         loop {
@@ -514,7 +515,9 @@ async fn watch_into<K>(
             match futures::future::select(next, change).await {
                 futures::future::Either::Left((Some(Ok(ev)), _)) => {
                     counter.inc_by(match &ev {
-                        Event::Restarted(list) => u64::try_from(list.len()).unwrap_or(u64::MAX),
+                        WatchEvent::Restarted(list) => {
+                            u64::try_from(list.len()).unwrap_or(u64::MAX)
+                        }
                         _ => 1,
                     });
                     let observer = how
@@ -543,10 +546,10 @@ fn apply<K>(
     how: &Keeping<K>,
     leads: Leads,
     observer: Option<&dyn Observer<K>>,
-    ev: Event<K>,
+    ev: WatchEvent<K>,
 ) {
     match ev {
-        Event::Applied(o) => {
+        WatchEvent::Applied(o) => {
             if let Some(obs) = observer {
                 obs.applied(&o);
             }
@@ -559,7 +562,7 @@ fn apply<K>(
                 routes.send(lane, key);
             }
         }
-        Event::Deleted(o) => {
+        WatchEvent::Deleted(o) => {
             if let Some(obs) = observer {
                 obs.deleted(&o);
             }
@@ -568,7 +571,7 @@ fn apply<K>(
                 routes.send((how.lane)(scope, &o), key);
             }
         }
-        Event::Restarted(list) => {
+        WatchEvent::Restarted(list) => {
             if let Some(obs) = observer {
                 obs.restarted(&list);
             }
@@ -750,7 +753,7 @@ mod tests {
         let none = Leads::default();
         let key = Key::Claim("ns/c".into());
         let apply = |ev| apply(&cache, &s, &routes, &how, none, None, ev);
-        apply(Event::Restarted(vec![claim(
+        apply(WatchEvent::Restarted(vec![claim(
             "flexvol/hostpath",
             Some("node-b"),
             "Pending",
@@ -758,7 +761,7 @@ mod tests {
         assert!(cache.is_ready() && cache.is_empty());
         assert!(lrx.try_recv().is_err());
         // Picked for this node: kept, and its lane told.
-        apply(Event::Applied(claim(
+        apply(WatchEvent::Applied(claim(
             "flexvol/hostpath",
             Some("node-a"),
             "Pending",
@@ -766,10 +769,18 @@ mod tests {
         assert_eq!(cache.len(), 1);
         assert_eq!(lrx.try_recv().unwrap(), key);
         // Sent back to the scheduler (selected-node removed): dropped, lane told once.
-        apply(Event::Applied(claim("flexvol/hostpath", None, "Pending")));
+        apply(WatchEvent::Applied(claim(
+            "flexvol/hostpath",
+            None,
+            "Pending",
+        )));
         assert!(cache.is_empty());
         assert_eq!(lrx.try_recv().unwrap(), key);
-        apply(Event::Deleted(claim("flexvol/hostpath", None, "Pending")));
+        apply(WatchEvent::Deleted(claim(
+            "flexvol/hostpath",
+            None,
+            "Pending",
+        )));
         assert!(lrx.try_recv().is_err());
         assert!(srx.try_recv().is_err());
     }

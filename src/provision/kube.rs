@@ -125,7 +125,7 @@ pub fn remove_finalizer_patch(meta: &ObjectMeta) -> Option<serde_json::Value> {
 }
 
 /// The status merge patch that records a finished resize on `claim` (the claim as the server
-/// returned it, raw JSON: fields this crate's 1.20 model does not know are kept as they are):
+/// returned it, raw JSON: fields this crate's v1_33 model does not know are kept as they are):
 /// `capacity`, and the conditions without [`RESIZE_CONDITIONS`]. Other controllers' conditions
 /// are written back unchanged; when there is no resize condition the list is not written at all.
 /// A merge patch replaces a list whole, so the patch carries the claim's resourceVersion: the
@@ -269,7 +269,7 @@ impl KubeCluster {
 }
 
 fn now() -> Time {
-    Time(k8s_openapi::chrono::Utc::now())
+    Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 impl Cluster for KubeCluster {

@@ -14,7 +14,11 @@
 //! - otherwise waits.
 //!
 //! Every write is a PUT of the object as read, resourceVersion included: of two instances racing
-//! for it, one gets a 409 and is not the leader. A leader that has not renewed successfully within
+//! for it, one gets a 409 and is not the leader. The object is read and written untyped
+//! ([`DynamicObject`]: everything but `metadata` kept as the server's JSON) and only the five
+//! fields of client-go's record are set in its `spec` ([`with_spec`]), so a field of a newer
+//! Kubernetes than this build's model (`preferredHolder`, `strategy`, or any later one) is
+//! written back as it was, never erased. A leader that has not renewed successfully within
 //! [`RENEW_DEADLINE`] (counted from when it *sent* its last successful write) stops reporting
 //! itself leader, which is [`LEASE_DURATION`] − [`RENEW_DEADLINE`] = 5 s before any other instance
 //! can take the Lease (counted from when that one *received* the holder's last write). When the
@@ -38,7 +42,7 @@
 use super::telemetry::LOG_TARGET;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use prometheus_client::metrics::gauge::Gauge;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -203,6 +207,7 @@ pub fn spec_for(
             acquire_time: Some(wall.clone()),
             renew_time: Some(wall),
             lease_transitions: Some(0),
+            ..LeaseSpec::default()
         }),
         Step::Renew => Some(LeaseSpec {
             holder_identity: Some(me.to_owned()),
@@ -212,6 +217,7 @@ pub fn spec_for(
                 .or_else(|| Some(wall.clone())),
             renew_time: Some(wall),
             lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
         }),
         Step::TakeOver => Some(LeaseSpec {
             holder_identity: Some(me.to_owned()),
@@ -219,6 +225,7 @@ pub fn spec_for(
             acquire_time: Some(wall.clone()),
             renew_time: Some(wall),
             lease_transitions: Some(transitions.saturating_add(1)),
+            ..LeaseSpec::default()
         }),
         // As client-go releases: nobody holds it, for a second.
         Step::Release => Some(LeaseSpec {
@@ -227,6 +234,7 @@ pub fn spec_for(
             acquire_time: Some(wall.clone()),
             renew_time: Some(wall),
             lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
         }),
     }
 }
@@ -321,7 +329,7 @@ fn start(
     let until = Arc::new(Mutex::new(None));
     let holds = Arc::new(AtomicBool::new(false));
     let e = Elector {
-        api: Api::namespaced(client, &namespace),
+        api: Api::namespaced_with(client, &namespace, &ApiResource::erase::<Lease>(&())),
         what: format!("Lease {namespace}/{name}"),
         name,
         me: holder,
@@ -469,8 +477,48 @@ async fn call<T>(
     }
 }
 
+/// A Lease as the typed model reads it (for the decisions only: never written back).
+fn typed(o: &DynamicObject) -> Result<Lease, String> {
+    serde_json::to_value(o)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("not a Lease: {e}"))
+}
+
+/// A Lease built here (a new one), untyped for [`Api::create`].
+fn untyped(l: &Lease) -> Result<DynamicObject, String> {
+    serde_json::to_value(l)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("cannot encode the Lease: {e}"))
+}
+
+/// The Lease `raw` as read, with the fields `spec` sets (client-go's record: holder, duration,
+/// acquire and renew times, transitions) written into its `spec`; every other field of it, known
+/// to this build's model or not, stays as read.
+fn with_spec(mut raw: DynamicObject, spec: &LeaseSpec) -> Result<DynamicObject, String> {
+    let serde_json::Value::Object(set) =
+        serde_json::to_value(spec).map_err(|e| format!("cannot encode the Lease: {e}"))?
+    else {
+        return Err("cannot encode the Lease: its spec is not an object".to_owned());
+    };
+    let Some(top) = raw.data.as_object_mut() else {
+        return Err("the Lease as read is not an object".to_owned());
+    };
+    let spec_v = top
+        .entry("spec")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    if spec_v.is_null() {
+        *spec_v = serde_json::Value::Object(serde_json::Map::new());
+    }
+    let Some(into) = spec_v.as_object_mut() else {
+        return Err("the Lease as read has a spec that is not an object".to_owned());
+    };
+    into.extend(set);
+    Ok(raw)
+}
+
 struct Elector {
-    api: Api<Lease>,
+    /// Leases, untyped: see the module docs.
+    api: Api<DynamicObject>,
     /// `Lease <namespace>/<name>`, for the logs.
     what: String,
     name: String,
@@ -647,9 +695,13 @@ impl Elector {
             Err(Failed::Conflict) => return,
             Err(Failed::Other(m)) => return self.failed(m),
         };
+        let read = match read.map(|o| typed(&o).map(|l| (o, l))).transpose() {
+            Ok(r) => r,
+            Err(m) => return self.failed(format!("get {}: {m}", self.what)),
+        };
         self.failing = None;
         let now = Instant::now();
-        self.seen = read.as_ref().map(|l| {
+        self.seen = read.as_ref().map(|(_, l)| {
             observe(
                 self.seen.take(),
                 &l.spec.clone().unwrap_or_default(),
@@ -667,7 +719,7 @@ impl Elector {
             Some(_) => {}
         }
         let step = decide(self.seen.as_ref(), now, &self.me, eligible);
-        let wall = MicroTime(k8s_openapi::chrono::Utc::now());
+        let wall = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let Some(spec) = spec_for(
             step,
             self.seen.as_ref().map(|o| &o.spec),
@@ -692,26 +744,36 @@ impl Elector {
                     },
                     spec: Some(spec),
                 };
-                call(
-                    format!("create {}", self.what),
-                    limit,
-                    self.timing.renew_deadline,
-                    self.api.create(&PostParams::default(), &lease),
-                )
-                .await
+                match untyped(&lease) {
+                    Ok(lease) => {
+                        call(
+                            format!("create {}", self.what),
+                            limit,
+                            self.timing.renew_deadline,
+                            self.api.create(&PostParams::default(), &lease),
+                        )
+                        .await
+                    }
+                    Err(m) => Err(Failed::Other(format!("create {}: {m}", self.what))),
+                }
             }
-            Some(mut lease) => {
+            Some((raw, _)) => match with_spec(raw, &spec) {
                 // The object as read: its resourceVersion makes the write conditional.
-                lease.spec = Some(spec);
-                call(
-                    format!("update {}", self.what),
-                    limit,
-                    self.timing.renew_deadline,
-                    self.api.replace(&self.name, &PostParams::default(), &lease),
-                )
-                .await
-            }
+                Ok(lease) => {
+                    call(
+                        format!("update {}", self.what),
+                        limit,
+                        self.timing.renew_deadline,
+                        self.api.replace(&self.name, &PostParams::default(), &lease),
+                    )
+                    .await
+                }
+                Err(m) => Err(Failed::Other(format!("update {}: {m}", self.what))),
+            },
         };
+        let written = written.and_then(|o| {
+            typed(&o).map_err(|m| Failed::Other(format!("write {}: {m}", self.what)))
+        });
         match written {
             Ok(l) => {
                 self.failing = None;
@@ -741,10 +803,9 @@ impl Elector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::chrono::{TimeZone, Utc};
 
     fn at(year: i32) -> MicroTime {
-        MicroTime(Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).unwrap())
+        MicroTime(format!("{year}-01-01T00:00:00Z").parse().unwrap())
     }
 
     fn held_by(h: &str, renew: MicroTime) -> LeaseSpec {
@@ -754,6 +815,7 @@ mod tests {
             acquire_time: Some(renew.clone()),
             renew_time: Some(renew),
             lease_transitions: Some(3),
+            ..LeaseSpec::default()
         }
     }
 
@@ -968,31 +1030,41 @@ mod tests {
 
     const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
 
-    fn status(code: u16, reason: &str) -> hyper::Response<hyper::Body> {
+    fn status(
+        code: u16,
+        reason: &str,
+    ) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
         let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
             "status": "Failure", "message": reason, "reason": reason, "code": code});
         hyper::Response::builder()
             .status(code)
             .header("content-type", "application/json")
-            .body(hyper::Body::from(body.to_string()))
+            .body(http_body_util::Full::from(body.to_string()))
             .unwrap()
     }
 
-    fn ok(code: u16, v: &serde_json::Value) -> hyper::Response<hyper::Body> {
+    fn ok(
+        code: u16,
+        v: &serde_json::Value,
+    ) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
         hyper::Response::builder()
             .status(code)
             .header("content-type", "application/json")
-            .body(hyper::Body::from(v.to_string()))
+            .body(http_body_util::Full::from(v.to_string()))
             .unwrap()
     }
 
     async fn serve_fake(
         api: Arc<FakeApi>,
-        req: hyper::Request<hyper::Body>,
-    ) -> Result<hyper::Response<hyper::Body>, std::convert::Infallible> {
+        req: hyper::Request<hyper::body::Incoming>,
+    ) -> Result<hyper::Response<http_body_util::Full<hyper::body::Bytes>>, std::convert::Infallible>
+    {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
-        let body = hyper::body::to_bytes(req.into_body()).await.unwrap();
+        let body = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
         let mut lease = api.lease.lock().unwrap();
         let next = || (api.version.fetch_add(1, Ordering::SeqCst) + 1).to_string();
         Ok(match (method.as_str(), path.strip_prefix(PATH)) {
@@ -1045,20 +1117,16 @@ mod tests {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                use hyper::service::{make_service_fn, service_fn};
-                let make = make_service_fn(move |_| {
+                let l = tokio::net::TcpListener::from_std(l).unwrap();
+                loop {
+                    let (stream, _) = l.accept().await.unwrap();
                     let api = api.clone();
-                    async move {
-                        Ok::<_, std::convert::Infallible>(service_fn(move |r| {
-                            serve_fake(api.clone(), r)
-                        }))
-                    }
-                });
-                hyper::Server::from_tcp(l)
-                    .unwrap()
-                    .serve(make)
-                    .await
-                    .unwrap();
+                    let service = hyper::service::service_fn(move |r| serve_fake(api.clone(), r));
+                    tokio::spawn(
+                        hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                    );
+                }
             });
         });
         url
@@ -1165,6 +1233,105 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         t0.elapsed()
+    }
+
+    /// A Lease as a 1.37 API server may hold it: the 1.31+ fields of coordinated leader election
+    /// and fields no release of this build's model knows, in `spec` and beside it.
+    fn newer_lease(holder: &str, rv: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "lease", "namespace": "ns", "resourceVersion": rv,
+                "labels": {"team": "storage"}},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 2,
+                "acquireTime": "2026-01-01T00:00:00.000000Z",
+                "renewTime": "2026-01-01T00:00:00.000000Z", "leaseTransitions": 7,
+                "preferredHolder": "node-z", "strategy": "OldestEmulationVersion",
+                "futureSpecField": {"k": [1, 2]}},
+            "futureTopField": "kept"
+        })
+    }
+
+    /// Every field but the five of the record survives a write, known to the model or not.
+    fn assert_newer_fields_kept(v: &serde_json::Value) {
+        assert_eq!(v["spec"]["preferredHolder"], "node-z", "{v}");
+        assert_eq!(v["spec"]["strategy"], "OldestEmulationVersion", "{v}");
+        assert_eq!(
+            v["spec"]["futureSpecField"],
+            serde_json::json!({"k": [1, 2]}),
+            "{v}"
+        );
+        assert_eq!(v["futureTopField"], "kept", "{v}");
+        assert_eq!(v["metadata"]["labels"]["team"], "storage", "{v}");
+    }
+
+    #[test]
+    fn a_write_sets_the_record_and_keeps_every_other_field_as_read() {
+        let raw: DynamicObject = serde_json::from_value(newer_lease("node-b", "41")).unwrap();
+        let read = typed(&raw).unwrap();
+        let spec = spec_for(
+            Step::TakeOver,
+            read.spec.as_ref(),
+            "node-a",
+            Duration::from_secs(15),
+            at(2027),
+        )
+        .unwrap();
+        let out = serde_json::to_value(with_spec(raw, &spec).unwrap()).unwrap();
+        assert_newer_fields_kept(&out);
+        assert_eq!(out["metadata"]["resourceVersion"], "41");
+        assert_eq!(out["spec"]["holderIdentity"], "node-a");
+        assert_eq!(out["spec"]["leaseDurationSeconds"], 15);
+        assert_eq!(out["spec"]["leaseTransitions"], 8);
+        assert_eq!(out["spec"]["renewTime"], "2027-01-01T00:00:00.000000Z");
+        assert_eq!(out["spec"]["acquireTime"], "2027-01-01T00:00:00.000000Z");
+        assert_eq!(out["kind"], "Lease");
+        // No spec at all, or a null one: the record alone.
+        let bare: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "lease", "resourceVersion": "1"}, "spec": null}))
+        .unwrap();
+        let out = serde_json::to_value(with_spec(bare, &spec).unwrap()).unwrap();
+        assert_eq!(out["spec"]["holderIdentity"], "node-a");
+        // A spec that is not an object is refused, never overwritten.
+        let odd: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "lease"}, "spec": "text"}))
+        .unwrap();
+        assert!(with_spec(odd, &spec).is_err());
+    }
+
+    /// Over HTTP: an instance takes a released Lease written by a newer API server, renews it,
+    /// and releases it; the fields beyond its model are on the server after every write.
+    #[test]
+    fn electors_over_http_never_erase_fields_of_a_newer_lease() {
+        let api = Arc::new(FakeApi::default());
+        *api.lease.lock().unwrap() = Some(newer_lease("", "5"));
+        api.version.store(5, Ordering::SeqCst);
+        let url = start_fake(api.clone());
+        let eligible = Arc::new(AtomicBool::new(true));
+        let (a, _kill, stop) = stoppable(
+            &url,
+            "node-a",
+            eligible.clone(),
+            Arc::new(AtomicBool::new(true)),
+        );
+        wait_for("a leader", Duration::from_secs(3), || a.is_leading());
+        let v0 = api.version.load(Ordering::SeqCst);
+        wait_for("a renewal", Duration::from_secs(3), || {
+            api.version.load(Ordering::SeqCst) > v0
+        });
+        {
+            let lease = api.lease.lock().unwrap();
+            let v = lease.as_ref().unwrap();
+            assert_eq!(v["spec"]["holderIdentity"], "node-a");
+            assert_eq!(v["spec"]["leaseTransitions"], 8);
+            assert_newer_fields_kept(v);
+        }
+        stop.send_replace(true);
+        wait_for("released", Duration::from_secs(3), || {
+            holder_on(&api).is_none()
+        });
+        assert_newer_fields_kept(api.lease.lock().unwrap().as_ref().unwrap());
     }
 
     #[test]

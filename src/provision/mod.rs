@@ -12,7 +12,7 @@
 //! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam (the directory
 //! work of hostPath and NFS in the marked-directory library, [`volumedir`]), the API server behind
 //! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`], with watch caches of only
-//! what this instance works on, [`cache`]). The work runs in two lanes ([`lanes`]: node-local and
+//! what this instance works on, [`cache`], fed by kube-runtime's watcher through [`relist`]). The work runs in two lanes ([`lanes`]: node-local and
 //! shared, each on its own thread, with a work queue, per-object backoff and breakers from
 //! [`queue`]); docs/provisioner-controller.md describes the whole.
 //!
@@ -45,6 +45,7 @@ pub mod provisioner;
 pub mod queue;
 pub mod quota;
 pub mod reconcile;
+pub mod relist;
 pub mod telemetry;
 pub mod volumedir;
 

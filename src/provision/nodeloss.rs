@@ -60,7 +60,7 @@ use super::reconcile::LABEL_KIND;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::chrono::{DateTime, SecondsFormat, Utc};
+use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
@@ -326,7 +326,7 @@ impl Target {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseSeen {
     /// `spec.renewTime` (the kubelet's clock).
-    pub renew: Option<DateTime<Utc>>,
+    pub renew: Option<Timestamp>,
     /// `spec.leaseDurationSeconds`, [`DEFAULT_LEASE_DURATION`] when absent or not positive.
     pub duration: Duration,
 }
@@ -349,11 +349,11 @@ impl LeaseSeen {
 
     /// Renewed within its own duration of `now`, by the controller's clock. A `renewTime` ahead of
     /// `now` counts as fresh: a kubelet's clock ahead of ours holds its volumes, never the reverse.
-    pub fn fresh(&self, now: DateTime<Utc>) -> bool {
+    pub fn fresh(&self, now: Timestamp) -> bool {
         let Some(r) = self.renew else {
             return false;
         };
-        match (now - r).to_std() {
+        match Duration::try_from(now.duration_since(r)) {
             Ok(age) => age <= self.duration,
             Err(_) => true, // in the future
         }
@@ -363,7 +363,7 @@ impl LeaseSeen {
     pub fn token(&self) -> String {
         self.renew.map_or_else(
             || "never".to_owned(),
-            |r| r.to_rfc3339_opts(SecondsFormat::Micros, true),
+            |r| r.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
         )
     }
 }
@@ -379,7 +379,7 @@ pub struct Heartbeats {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Beat {
-    renew: Option<DateTime<Utc>>,
+    renew: Option<Timestamp>,
     alive: bool,
 }
 
@@ -392,7 +392,7 @@ impl Heartbeats {
         &mut self,
         nodes: impl IntoIterator<Item = &'a Node>,
         leases: &HashMap<String, LeaseSeen>,
-        now: DateTime<Utc>,
+        now: Timestamp,
     ) {
         for node in nodes {
             let Some(name) = node.metadata.name.as_deref() else {
@@ -517,8 +517,8 @@ pub enum Decision {
 }
 
 /// RFC 3339 of `t`, as [`ANN_MISSING_SINCE`] holds it.
-pub fn stamp(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+pub fn stamp(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The decision for `t` (see the module docs), given the Nodes just listed, what is known of its
@@ -528,7 +528,7 @@ pub fn decide(
     nodes: &Nodes,
     life: &Life,
     class: &ClassGrace,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Decision {
     let marked =
         t.missing_since.is_some() || t.lease_at_mark.is_some() || t.deleted_alive.is_some();
@@ -579,14 +579,13 @@ pub fn decide(
     let since = t
         .missing_since
         .as_deref()
-        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-        .map(|d| d.with_timezone(&Utc));
+        .and_then(|s| s.parse::<Timestamp>().ok());
     let Some(since) = since else {
         return mark();
     };
-    let Ok(elapsed) = (now - since).to_std() else {
+    let Ok(elapsed) = Duration::try_from(now.duration_since(since)) else {
         // In the future: another clock by a little (wait), or garbage (write it again).
-        return if (since - now).to_std().is_ok_and(|d| d <= FUTURE_SLACK) {
+        return if Duration::try_from(since.duration_since(now)).is_ok_and(|d| d <= FUTURE_SLACK) {
             Decision::Wait(grace)
         } else {
             mark()
@@ -754,14 +753,12 @@ mod tests {
 
     const LOCAL: [&str; 2] = ["hostpath", "lvm"];
 
-    fn t0() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-11-26T09:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc)
+    fn t0() -> Timestamp {
+        "2026-11-26T09:00:00Z".parse().unwrap()
     }
 
-    fn at(secs: i64) -> DateTime<Utc> {
-        t0() + k8s_openapi::chrono::Duration::seconds(secs)
+    fn at(secs: i64) -> Timestamp {
+        t0() + k8s_openapi::jiff::SignedDuration::from_secs(secs)
     }
 
     fn marked(mut v: PersistentVolume, when: &str) -> PersistentVolume {
@@ -1095,7 +1092,7 @@ mod tests {
         assert!(event_message(&t, "x", TEN_MIN, true).contains("is kept"));
     }
 
-    fn lease(renew: Option<DateTime<Utc>>) -> Lease {
+    fn lease(renew: Option<Timestamp>) -> Lease {
         use k8s_openapi::api::coordination::v1::LeaseSpec;
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
         Lease {
@@ -1113,7 +1110,7 @@ mod tests {
         }
     }
 
-    fn leases(renew: Option<DateTime<Utc>>) -> HashMap<String, LeaseSeen> {
+    fn leases(renew: Option<Timestamp>) -> HashMap<String, LeaseSeen> {
         HashMap::from([("node-b".to_owned(), LeaseSeen::from_lease(&lease(renew)))])
     }
 
@@ -1296,5 +1293,32 @@ mod tests {
         assert_eq!(LeaseSeen::from_lease(&l).duration, MAX_GRACE);
         l.spec = None;
         assert_eq!(LeaseSeen::from_lease(&l).renew, None);
+    }
+
+    /// The annotations' text is what PVs marked before the move from chrono to jiff hold: whole
+    /// seconds for the marks (fractions cut, not rounded), six fraction digits for the Lease
+    /// token, and a mark written with another offset still reads as the same instant.
+    #[test]
+    fn stamps_and_tokens_keep_their_exact_text() {
+        let t: Timestamp = "2026-11-26T09:00:00.999999999Z".parse().unwrap();
+        assert_eq!(stamp(t), "2026-11-26T09:00:00Z");
+        let seen = LeaseSeen {
+            renew: Some(t),
+            duration: DEFAULT_LEASE_DURATION,
+        };
+        assert_eq!(seen.token(), "2026-11-26T09:00:00.999999Z");
+        let grace = ClassGrace::Grace(Duration::from_secs(600));
+        let nodes = Nodes::from_list([&node("node-a", true, false)]);
+        let none = Life::of(
+            &target(&pv("hostpath", "node-b"), "flexvol", &LOCAL).unwrap(),
+            &HashMap::new(),
+            &Heartbeats::default(),
+        );
+        let v = marked(pv("hostpath", "node-b"), "2026-11-26T10:00:00+01:00");
+        let t = target(&v, "flexvol", &LOCAL).unwrap();
+        assert!(matches!(
+            decide(&t, &nodes, &none, &grace, at(600)),
+            Decision::Act { since, .. } if since == "2026-11-26T09:00:00Z"
+        ));
     }
 }

@@ -1024,11 +1024,11 @@ impl Drop for Slot {
 }
 
 /// The answer to one request.
-fn respond(
+fn respond<B>(
     shared: &dyn Endpoints,
-    req: &hyper::Request<hyper::Body>,
-) -> hyper::Response<hyper::Body> {
-    use hyper::{Body, Method, Response, StatusCode, header};
+    req: &hyper::Request<B>,
+) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+    use hyper::{Method, Response, StatusCode, header};
     let (status, body) = if req.method() == Method::GET {
         answer(shared, req.uri().path(), Instant::now())
     } else {
@@ -1039,7 +1039,7 @@ fn respond(
     } else {
         "text/plain; charset=utf-8"
     };
-    let mut resp = Response::new(Body::from(body));
+    let mut resp = Response::new(http_body_util::Full::from(body));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -1055,10 +1055,12 @@ async fn http(
 ) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
     let held = Arc::new(std::sync::Mutex::new(Held::default()));
-    let mut conn = hyper::server::conn::Http::new();
-    conn.http1_only(true)
-        .http1_keep_alive(false)
-        .http1_header_read_timeout(limits.header);
+    // HTTP/1 only (hyper 1's http1 connection: no HTTP/2 upgrade), one request per connection,
+    // the request head within `limits.header` (the timer makes that bound effective).
+    let mut conn = hyper::server::conn::http1::Builder::new();
+    conn.timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive(false)
+        .header_read_timeout(limits.header);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -1078,7 +1080,7 @@ async fn http(
         };
         let shared = shared.clone();
         let serving = conn.serve_connection(
-            stream,
+            hyper_util::rt::TokioIo::new(stream),
             hyper::service::service_fn(move |req| {
                 let resp = respond(shared.as_ref(), &req);
                 async move { Ok::<_, std::convert::Infallible>(resp) }

@@ -9,7 +9,7 @@ use crate::node::config::Config;
 use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimStatus, PersistentVolumeStatus, ResourceRequirements,
+    PersistentVolumeClaimStatus, PersistentVolumeStatus, VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -263,7 +263,7 @@ impl Cluster for Fake {
 }
 
 fn deleted_now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::chrono::Utc::now())
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -325,7 +325,7 @@ fn claim(name: &str, uid: &str, class: &str, node: Option<&str>) -> PersistentVo
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             storage_class_name: Some(class.into()),
-            resources: Some(ResourceRequirements {
+            resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_owned(),
                     Quantity("1Gi".into()),
@@ -1863,6 +1863,8 @@ fn fixture(name: &str) -> serde_json::Value {
         "claim-1.34-pending" => include_str!("fixtures/claim-1.34-pending.json"),
         "claim-1.34-ga-only" => include_str!("fixtures/claim-1.34-ga-only.json"),
         "claim-1.34-resizing" => include_str!("fixtures/claim-1.34-resizing.json"),
+        "claim-1.36-resizing" => include_str!("fixtures/claim-1.36-resizing.json"),
+        "pv-1.35-bound" => include_str!("fixtures/pv-1.35-bound.json"),
         _ => panic!("no fixture {name}"),
     };
     serde_json::from_str(text).unwrap()
@@ -2670,4 +2672,296 @@ fn a_drifted_quota_is_counted_each_pass_and_said_once_per_finding() {
         .push(pv("pvc-2", "pv-uid-2", true));
     let r = block_on(rec.pass(&cfg));
     assert!(r.quota_drift.is_empty());
+}
+
+// --- Recorded objects of 1.33-1.37 (issue #34, 5): the v1_33 model reads them whole, and the ---
+// --- writes built from them leave every field they do not set ----------------------------------
+
+/// `v` without its `null` members (the model reads a null as absent and writes nothing).
+fn without_nulls(mut v: serde_json::Value) -> serde_json::Value {
+    match &mut v {
+        serde_json::Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            for x in m.values_mut() {
+                *x = without_nulls(x.take());
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a.iter_mut() {
+                *x = without_nulls(x.take());
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+/// The fields of the recorded objects that no release of the v1_33 model knows: stand-ins for
+/// what a 1.36 or 1.37 API server may add. The typed read drops exactly these and nothing else.
+const BEYOND_THE_MODEL: [&str; 2] = [
+    "/status/resizeObservedGeneration",
+    "/status/conditions/3/observedGeneration",
+];
+
+#[test]
+fn recorded_claims_and_pvs_of_1_34_to_1_36_decode_whole_into_the_model() {
+    for name in [
+        "claim-1.34-resizing",
+        "claim-1.36-resizing",
+        "pv-1.35-bound",
+    ] {
+        let recorded = without_nulls(fixture(name));
+        let again = if name.starts_with("pv-") {
+            let v: PersistentVolume = serde_json::from_value(recorded.clone()).unwrap();
+            serde_json::to_value(v).unwrap()
+        } else {
+            let c: PersistentVolumeClaim = serde_json::from_value(recorded.clone()).unwrap();
+            serde_json::to_value(c).unwrap()
+        };
+        let mut expected = recorded.clone();
+        for path in BEYOND_THE_MODEL {
+            if let Some((parent, key)) = path.rsplit_once('/')
+                && let Some(m) = expected.pointer_mut(parent).and_then(|p| p.as_object_mut())
+            {
+                m.remove(key);
+            }
+        }
+        assert_eq!(
+            again, expected,
+            "{name}: the typed read lost or changed a field"
+        );
+    }
+    // What the provisioner reads, read right.
+    let c: PersistentVolumeClaim = serde_json::from_value(fixture("claim-1.36-resizing")).unwrap();
+    let (spec, st) = (c.spec.as_ref().unwrap(), c.status.as_ref().unwrap());
+    assert_eq!(spec.volume_attributes_class_name.as_deref(), Some("gold"));
+    assert_eq!(
+        spec.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"],
+        Quantity("2Gi".into())
+    );
+    assert_eq!(
+        st.allocated_resource_statuses.as_ref().unwrap()["storage"],
+        "NodeResizePending"
+    );
+    let m = st.modify_volume_status.as_ref().unwrap();
+    assert_eq!(
+        (
+            m.status.as_str(),
+            m.target_volume_attributes_class_name.as_deref()
+        ),
+        ("InProgress", Some("gold"))
+    );
+    assert_eq!(
+        st.capacity.as_ref().unwrap()["storage"],
+        Quantity("1Gi".into())
+    );
+    let types: Vec<&str> = st
+        .conditions
+        .as_deref()
+        .unwrap()
+        .iter()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "Resizing",
+            "FileSystemResizePending",
+            "NodeResizeError",
+            "Unused",
+            "ModifyingVolume"
+        ]
+    );
+    let v: PersistentVolume = serde_json::from_value(fixture("pv-1.35-bound")).unwrap();
+    let vst = v.status.as_ref().unwrap();
+    assert_eq!(vst.phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        serde_json::to_value(vst.last_phase_transition_time.as_ref().unwrap()).unwrap(),
+        "2026-11-26T07:10:05Z"
+    );
+    assert_eq!(
+        v.spec
+            .as_ref()
+            .unwrap()
+            .volume_attributes_class_name
+            .as_deref(),
+        Some("silver")
+    );
+    assert_eq!(
+        claim_provisioner(&c.metadata),
+        Some(PROV),
+        "the claim is flexvol's"
+    );
+}
+
+#[test]
+fn a_finished_resize_of_a_1_36_claim_writes_capacity_and_conditions_only() {
+    let before = fixture("claim-1.36-resizing");
+    let patch = super::kube::finish_resize_patch(&before, &Quantity("2Gi".into()));
+    assert_eq!(
+        patch,
+        serde_json::json!({
+            "metadata": {"resourceVersion": "90412"},
+            "status": {
+                "capacity": {"storage": "2Gi"},
+                "conditions": [
+                    before["status"]["conditions"][2],
+                    before["status"]["conditions"][3],
+                    before["status"]["conditions"][4],
+                ],
+            },
+        })
+    );
+    let mut after = before.clone();
+    json_patch::merge(&mut after, &patch);
+    assert_eq!(
+        condition_types(&after),
+        vec!["NodeResizeError", "Unused", "ModifyingVolume"]
+    );
+    // The condition type the model does not know, and its field no model knows, kept whole.
+    assert_eq!(after["status"]["conditions"][1]["observedGeneration"], 3);
+    assert_eq!(after["status"]["conditions"][1]["reason"], "NoConsumer");
+    for k in [
+        "allocatedResources",
+        "allocatedResourceStatuses",
+        "currentVolumeAttributesClassName",
+        "modifyVolumeStatus",
+        "resizeObservedGeneration",
+        "phase",
+        "accessModes",
+    ] {
+        assert_eq!(after["status"][k], before["status"][k], "{k}");
+    }
+    assert_eq!(after["spec"], before["spec"]);
+    assert_eq!(after["metadata"], before["metadata"]);
+}
+
+#[test]
+fn a_resize_of_a_1_36_claim_through_the_pass_keeps_the_unknown_condition() {
+    let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
+    let rec36 = fixture("claim-1.36-resizing");
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        let st: PersistentVolumeClaimStatus =
+            serde_json::from_value(rec36["status"].clone()).unwrap();
+        c.status = Some(st);
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.resized.len(), 1, "{r:?}");
+    assert_eq!(claim_capacity(&rec), "2Gi");
+    let c = serde_json::to_value(&rec.cluster.claims.borrow()[0]).unwrap();
+    assert_eq!(
+        condition_types(&c),
+        vec!["NodeResizeError", "Unused", "ModifyingVolume"]
+    );
+    assert_eq!(
+        c["status"]["allocatedResourceStatuses"]["storage"],
+        "NodeResizePending"
+    );
+    assert_eq!(c["status"]["modifyVolumeStatus"]["status"], "InProgress");
+}
+
+#[test]
+fn the_patches_flexvol_sends_to_a_1_35_pv_leave_its_newer_fields() {
+    use super::kube::{
+        add_finalizer_patch, grow_volume_patch, label_volume_patch, remove_finalizer_patch,
+    };
+    let before = fixture("pv-1.35-bound");
+    let typed: PersistentVolume = serde_json::from_value(before.clone()).unwrap();
+    let mut after = before.clone();
+    let merges = [
+        label_volume_patch(&BTreeMap::from([(
+            "flexvol/node".to_owned(),
+            "node-a".to_owned(),
+        )])),
+        grow_volume_patch(
+            &Quantity("2Gi".into()),
+            &BTreeMap::from([("flexvol/size-bytes".to_owned(), "2147483648".to_owned())]),
+        ),
+    ];
+    for p in &merges {
+        // A merge patch names only what it sets: nothing of the status, nothing newer.
+        assert!(p.get("status").is_none(), "{p}");
+        assert!(
+            p.pointer("/spec/volumeAttributesClassName").is_none(),
+            "{p}"
+        );
+        json_patch::merge(&mut after, p);
+    }
+    let mut meta = typed.metadata.clone();
+    meta.finalizers = Some(vec!["kubernetes.io/pv-protection".into()]);
+    let add: json_patch::Patch =
+        serde_json::from_value(add_finalizer_patch(&meta).unwrap()).unwrap();
+    after["metadata"]["finalizers"] = serde_json::json!(["kubernetes.io/pv-protection"]);
+    json_patch::patch(&mut after, &add).unwrap();
+    let remove: json_patch::Patch =
+        serde_json::from_value(remove_finalizer_patch(&typed.metadata).unwrap()).unwrap();
+    json_patch::patch(&mut after, &remove).unwrap();
+    assert_eq!(after["status"], before["status"]);
+    assert_eq!(
+        after["spec"]["volumeAttributesClassName"],
+        before["spec"]["volumeAttributesClassName"]
+    );
+    assert_eq!(after["spec"]["capacity"]["storage"], "2Gi");
+    assert_eq!(after["spec"]["flexVolume"], before["spec"]["flexVolume"]);
+    assert_eq!(
+        after["metadata"]["finalizers"],
+        serde_json::json!(["kubernetes.io/pv-protection"])
+    );
+}
+
+/// A PV flexvol creates names only fields a 1.20 API server has (docs/kubernetes-versions.md's
+/// table): nothing of the v1_33 model's newer fields is set, so a 1.20 server stores all of it.
+#[test]
+fn a_created_pv_names_only_fields_of_1_20() {
+    let (_d, rec, _cfg) = bound_and_grown(true, "2Gi");
+    let pv = serde_json::to_value(&rec.cluster.volumes.borrow()[0]).unwrap();
+    let keys = |p: &str| -> Vec<String> {
+        pv.pointer(p)
+            .and_then(|v| v.as_object())
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let allowed: [(&str, &[&str]); 4] = [
+        (
+            "/spec",
+            &[
+                "accessModes",
+                "capacity",
+                "claimRef",
+                "flexVolume",
+                "mountOptions",
+                "nodeAffinity",
+                "persistentVolumeReclaimPolicy",
+                "storageClassName",
+                "volumeMode",
+            ],
+        ),
+        (
+            "/spec/flexVolume",
+            &["driver", "fsType", "options", "readOnly"],
+        ),
+        ("/spec/nodeAffinity", &["required"]),
+        (
+            "/metadata",
+            // resourceVersion and uid: the fake server's, as a real one adds them.
+            &[
+                "annotations",
+                "finalizers",
+                "labels",
+                "name",
+                "resourceVersion",
+                "uid",
+            ],
+        ),
+    ];
+    for (at, ok) in allowed {
+        let k = keys(at);
+        assert!(!k.is_empty(), "{at}: nothing there in {pv}");
+        for key in k {
+            assert!(
+                ok.contains(&key.as_str()),
+                "{at}/{key} is not a 1.20 field flexvol sets"
+            );
+        }
+    }
 }

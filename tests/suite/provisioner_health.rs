@@ -39,15 +39,19 @@ const COLLECTIONS: [&str; 7] = [
     "leases",
 ];
 
-fn json(code: u16, v: &serde_json::Value) -> hyper::Response<hyper::Body> {
+/// A response body: whole, or a watch's that never ends.
+type Body = http_body_util::combinators::BoxBody<hyper::body::Bytes, std::convert::Infallible>;
+
+fn json(code: u16, v: &serde_json::Value) -> hyper::Response<Body> {
+    use http_body_util::BodyExt;
     hyper::Response::builder()
         .status(code)
         .header("content-type", "application/json")
-        .body(hyper::Body::from(v.to_string()))
+        .body(http_body_util::Full::from(v.to_string()).boxed())
         .unwrap()
 }
 
-fn status(code: u16, reason: &str) -> hyper::Response<hyper::Body> {
+fn status(code: u16, reason: &str) -> hyper::Response<Body> {
     json(
         code,
         &serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -85,12 +89,15 @@ impl Api {
 
     async fn serve(
         self: Arc<Self>,
-        req: hyper::Request<hyper::Body>,
-    ) -> Result<hyper::Response<hyper::Body>, std::convert::Infallible> {
+        req: hyper::Request<hyper::body::Incoming>,
+    ) -> Result<hyper::Response<Body>, std::convert::Infallible> {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or("").to_owned();
-        let body = hyper::body::to_bytes(req.into_body()).await.unwrap();
+        let body = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
         if let Some(rest) = path.strip_prefix(LEASES) {
             let name = rest.trim_start_matches('/');
             return Ok(match (method.as_str(), name) {
@@ -131,16 +138,14 @@ impl Api {
                     .split('&')
                     .any(|p| p == "watch=true" || p == "watch=1") =>
             {
-                // A watch that stays open with nothing to say (its sender lives on in a task).
-                let (tx, body) = hyper::Body::channel();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                    drop(tx);
-                });
+                // A watch that stays open with nothing to say.
+                let body = http_body_util::StreamBody::new(futures::stream::pending::<
+                    Result<hyper::body::Frame<hyper::body::Bytes>, std::convert::Infallible>,
+                >());
                 hyper::Response::builder()
                     .status(200)
                     .header("content-type", "application/json")
-                    .body(body)
+                    .body(http_body_util::BodyExt::boxed(body))
                     .unwrap()
             }
             "GET" if COLLECTIONS.contains(&last) => json(
@@ -166,18 +171,16 @@ fn start_api(api: Arc<Api>) -> String {
             .build()
             .unwrap();
         rt.block_on(async move {
-            use hyper::service::{make_service_fn, service_fn};
-            let make = make_service_fn(move |_| {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            loop {
+                let (stream, _) = l.accept().await.unwrap();
                 let api = api.clone();
-                async move {
-                    Ok::<_, std::convert::Infallible>(service_fn(move |r| api.clone().serve(r)))
-                }
-            });
-            hyper::Server::from_tcp(l)
-                .unwrap()
-                .serve(make)
-                .await
-                .unwrap();
+                let service = hyper::service::service_fn(move |r| api.clone().serve(r));
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
         });
     });
     url

@@ -1,6 +1,6 @@
 //! The extender's HTTP side: [`answer`] (pure: one request in, status and body out, unit-tested)
-//! and [`serve`] (hyper 0.14, as `provision::telemetry`'s server, with bounds on everything a
-//! caller controls).
+//! and [`serve`] (hyper 1 with hyper-util, as `provision::telemetry`'s server, with bounds on
+//! everything a caller controls).
 //!
 //! Routes: `POST /filter` and `POST /prioritize` (kube-scheduler's `urlPrefix` + verb; the verbs
 //! are these two words, docs/scheduler-extender.md), `GET /healthz` (the process answers),
@@ -250,11 +250,19 @@ pub fn answer(state: &State, method: &str, path: &str, body: &[u8], now: SystemT
 }
 
 /// Reads a body of at most [`MAX_BODY`] bytes.
-async fn read_body(mut body: hyper::Body) -> Result<Vec<u8>, (u16, String)> {
-    use hyper::body::HttpBody;
+async fn read_body<B>(body: B) -> Result<Vec<u8>, (u16, String)>
+where
+    B: hyper::body::Body<Data = hyper::body::Bytes>,
+    B::Error: std::fmt::Display,
+{
+    use http_body_util::BodyExt;
+    let mut body = std::pin::pin!(body);
     let mut out = Vec::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(|e| (400, format!("reading the request: {e}\n")))?;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| (400, format!("reading the request: {e}\n")))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue; // trailers
+        };
         if out.len().saturating_add(chunk.len()) > MAX_BODY {
             return Err((413, format!("request larger than {MAX_BODY} bytes\n")));
         }
@@ -269,77 +277,88 @@ pub async fn serve(
     state: Arc<RwLock<State>>,
 ) -> Result<(), String> {
     let metrics = Arc::new(super::metrics::Metrics::new());
-    use hyper::service::{make_service_fn, service_fn};
-    use hyper::{Body, Response, StatusCode, header};
+    use hyper::service::service_fn;
+    use hyper::{Response, StatusCode, header};
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot make the listener non-blocking: {e}"))?;
-    let incoming = hyper::server::conn::AddrIncoming::from_listener(
-        tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT));
-    let make = make_service_fn(move |_| {
+    // HTTP/1 with keep-alive (kube-scheduler reuses its connection), the request head within
+    // HEADER_TIMEOUT (the timer makes that bound effective).
+    let mut conn = hyper::server::conn::http1::Builder::new();
+    conn.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was accepted: the
+                // listener stays; try again in a second (as hyper 0.14's server did).
+                tracing::debug!(target: LOG_TARGET, "accept: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         let (state, slots, metrics) = (state.clone(), slots.clone(), metrics.clone());
-        async move {
-            Ok::<_, std::convert::Infallible>(service_fn(move |req: hyper::Request<Body>| {
-                let (state, slots, metrics) = (state.clone(), slots.clone(), metrics.clone());
-                async move {
-                    let t0 = std::time::Instant::now();
-                    let path = req.uri().path().to_owned();
-                    let (status, ctype, body) = async {
-                        if req.method() == hyper::Method::GET && path == "/metrics" {
-                            if let Ok(s) = state.read() {
-                                metrics.set_uncounted(s.uncounted_claims());
-                            }
-                            return match metrics.encode() {
-                                Ok(t) => (200, METRICS, t),
-                                Err(e) => (500, TEXT, format!("{e}\n")),
-                            };
+        let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let (state, slots, metrics) = (state.clone(), slots.clone(), metrics.clone());
+            async move {
+                let t0 = std::time::Instant::now();
+                let path = req.uri().path().to_owned();
+                let (status, ctype, body) = async {
+                    if req.method() == hyper::Method::GET && path == "/metrics" {
+                        if let Ok(s) = state.read() {
+                            metrics.set_uncounted(s.uncounted_claims());
                         }
-                        let _slot =
-                            match tokio::time::timeout(BODY_TIMEOUT, slots.acquire_owned()).await {
-                                Ok(Ok(s)) => s,
-                                _ => return (503, TEXT, "busy\n".to_owned()),
-                            };
-                        let (parts, body) = req.into_parts();
-                        let body = match tokio::time::timeout(BODY_TIMEOUT, read_body(body)).await {
-                            Ok(Ok(b)) => b,
-                            Ok(Err((status, why))) => return (status, TEXT, why),
-                            Err(_) => {
-                                return (408, TEXT, "the request body was too slow\n".to_owned());
-                            }
+                        return match metrics.encode() {
+                            Ok(t) => (200, METRICS, t),
+                            Err(e) => (500, TEXT, format!("{e}\n")),
                         };
-                        match state.read() {
-                            Ok(s) => answer(
-                                &s,
-                                parts.method.as_str(),
-                                parts.uri.path(),
-                                &body,
-                                SystemTime::now(),
-                            ),
-                            Err(_) => (500, TEXT, "internal error: state poisoned\n".to_owned()),
-                        }
                     }
-                    .await;
-                    metrics.observe(&path, status, &body, t0.elapsed());
-                    let mut resp = Response::new(Body::from(body));
-                    *resp.status_mut() =
-                        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                    resp.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        header::HeaderValue::from_static(ctype),
-                    );
-                    Ok::<_, std::convert::Infallible>(resp)
+                    let _slot =
+                        match tokio::time::timeout(BODY_TIMEOUT, slots.acquire_owned()).await {
+                            Ok(Ok(s)) => s,
+                            _ => return (503, TEXT, "busy\n".to_owned()),
+                        };
+                    let (parts, body) = req.into_parts();
+                    let body = match tokio::time::timeout(BODY_TIMEOUT, read_body(body)).await {
+                        Ok(Ok(b)) => b,
+                        Ok(Err((status, why))) => return (status, TEXT, why),
+                        Err(_) => {
+                            return (408, TEXT, "the request body was too slow\n".to_owned());
+                        }
+                    };
+                    match state.read() {
+                        Ok(s) => answer(
+                            &s,
+                            parts.method.as_str(),
+                            parts.uri.path(),
+                            &body,
+                            SystemTime::now(),
+                        ),
+                        Err(_) => (500, TEXT, "internal error: state poisoned\n".to_owned()),
+                    }
                 }
-            }))
-        }
-    });
-    hyper::Server::builder(incoming)
-        .http1_header_read_timeout(HEADER_TIMEOUT)
-        .serve(make)
-        .await
-        .map_err(|e| e.to_string())
+                .await;
+                metrics.observe(&path, status, &body, t0.elapsed());
+                let mut resp =
+                    Response::new(http_body_util::Full::<hyper::body::Bytes>::from(body));
+                *resp.status_mut() =
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static(ctype),
+                );
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        let serving = conn.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            // A failed connection (reset, a head too slow) ends only itself.
+            let _ = serving.await;
+        });
+    }
 }
 
 /// Binds `addr` (an address in use is an error at start); the listener for [`serve`].
@@ -536,6 +555,24 @@ mod tests {
         );
     }
 
+    /// One HTTP/1.1 request over a fresh connection (closed after the answer): status and body.
+    async fn request(addr: SocketAddr, method: &str, path: &str, body: Vec<u8>) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        c.write_all(head.as_bytes()).await.unwrap();
+        c.write_all(&body).await.unwrap();
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).await.unwrap();
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, body.to_owned())
+    }
+
     /// The server over a real socket: a filter round trip counted on /metrics, and a body past
     /// the bound is refused.
     #[test]
@@ -550,35 +587,18 @@ mod tests {
             .unwrap();
         rt.block_on(async move {
             tokio::spawn(serve(listener, st));
-            let post = |path: &'static str, body: Vec<u8>| async move {
-                let client = hyper::Client::new();
-                let req = hyper::Request::post(format!("http://{addr}{path}"))
-                    .header("content-type", "application/json")
-                    .body(hyper::Body::from(body))
-                    .unwrap();
-                let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
-                    .await
-                    .unwrap()
-                    .unwrap();
-                let status = resp.status().as_u16();
-                let bytes = hyper::body::to_bytes(resp.into_body()).await.unwrap();
-                (status, String::from_utf8_lossy(&bytes).into_owned())
+            let post = |path: &'static str, body: Vec<u8>| {
+                tokio::time::timeout(Duration::from_secs(10), request(addr, "POST", path, body))
             };
             let body = format!(r#"{{{POD},"NodeNames":["full","roomy"]}}"#);
-            let (status, text) = post("/filter", body.into_bytes()).await;
+            let (status, text) = post("/filter", body.into_bytes()).await.unwrap();
             assert_eq!(status, 200);
             assert!(text.contains(r#""NodeNames":["roomy"]"#), "{text}");
-            let (status, text) = post("/nowhere", Vec::new()).await;
+            let (status, text) = post("/nowhere", Vec::new()).await.unwrap();
             assert_eq!(status, 404, "{text}");
             // The call above is counted: one filter, decided, one node filtered out.
-            let client = hyper::Client::new();
-            let resp = client
-                .get(format!("http://{addr}/metrics").parse().unwrap())
-                .await
-                .unwrap();
-            assert_eq!(resp.status().as_u16(), 200);
-            let bytes = hyper::body::to_bytes(resp.into_body()).await.unwrap();
-            let m = String::from_utf8_lossy(&bytes);
+            let (status, m) = request(addr, "GET", "/metrics", Vec::new()).await;
+            assert_eq!(status, 200);
             assert!(
                 m.contains(
                     r#"flexvol_scheduler_extender_calls_total{verb="filter",outcome="success"} 1"#
@@ -591,9 +611,9 @@ mod tests {
             );
             // The body bound, on the reader itself (over a socket the client may see the
             // connection closed before it reads the 413).
-            let big = hyper::Body::from(vec![b' '; MAX_BODY + 1]);
-            assert_eq!(read_body(big).await.unwrap_err().0, 413);
-            let ok = hyper::Body::from(vec![b' '; MAX_BODY]);
+            let body = |n| http_body_util::Full::new(hyper::body::Bytes::from(vec![b' '; n]));
+            assert_eq!(read_body(body(MAX_BODY + 1)).await.unwrap_err().0, 413);
+            let ok = body(MAX_BODY);
             assert_eq!(read_body(ok).await.unwrap().len(), MAX_BODY);
         });
     }

@@ -15,11 +15,12 @@
 use super::decide::Published;
 use super::server::State;
 use crate::provision::capacity::{self, DATA_KEY, NAMESPACE};
+use crate::provision::relist::{WatchEvent, watch};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -57,16 +58,16 @@ fn keep_capacity(s: &mut State, cm: ConfigMap, now: SystemTime) {
 }
 
 /// Applies a watch event of the capacity ConfigMaps.
-pub fn on_capacity(s: &mut State, ev: Event<ConfigMap>, now: SystemTime) {
+pub fn on_capacity(s: &mut State, ev: WatchEvent<ConfigMap>, now: SystemTime) {
     match ev {
-        Event::Applied(cm) => keep_capacity(s, cm, now),
-        Event::Deleted(cm) => {
+        WatchEvent::Applied(cm) => keep_capacity(s, cm, now),
+        WatchEvent::Deleted(cm) => {
             if let Some(n) = cm.metadata.name {
                 s.model.nodes.remove(&n);
                 s.capacity_text.remove(&n);
             }
         }
-        Event::Restarted(list) => {
+        WatchEvent::Restarted(list) => {
             let names: Vec<String> = list
                 .iter()
                 .filter_map(|c| c.metadata.name.clone())
@@ -90,19 +91,19 @@ fn claim_key(c: &PersistentVolumeClaim) -> Option<String> {
 }
 
 /// Applies a watch event of the claims.
-pub fn on_claim(s: &mut State, ev: Event<PersistentVolumeClaim>) {
+pub fn on_claim(s: &mut State, ev: WatchEvent<PersistentVolumeClaim>) {
     match ev {
-        Event::Applied(c) => {
+        WatchEvent::Applied(c) => {
             if let Some(k) = claim_key(&c) {
                 s.claims.insert(k, c);
             }
         }
-        Event::Deleted(c) => {
+        WatchEvent::Deleted(c) => {
             if let Some(k) = claim_key(&c) {
                 s.claims.remove(&k);
             }
         }
-        Event::Restarted(list) => {
+        WatchEvent::Restarted(list) => {
             s.claims = list
                 .into_iter()
                 .filter_map(|c| Some((claim_key(&c)?, c)))
@@ -113,19 +114,19 @@ pub fn on_claim(s: &mut State, ev: Event<PersistentVolumeClaim>) {
 }
 
 /// Applies a watch event of the StorageClasses.
-pub fn on_class(s: &mut State, ev: Event<StorageClass>) {
+pub fn on_class(s: &mut State, ev: WatchEvent<StorageClass>) {
     match ev {
-        Event::Applied(c) => {
+        WatchEvent::Applied(c) => {
             if let Some(k) = c.metadata.name.clone() {
                 s.classes.insert(k, c);
             }
         }
-        Event::Deleted(c) => {
+        WatchEvent::Deleted(c) => {
             if let Some(k) = c.metadata.name {
                 s.classes.remove(&k);
             }
         }
-        Event::Restarted(list) => {
+        WatchEvent::Restarted(list) => {
             s.classes = list
                 .into_iter()
                 .filter_map(|c| Some((c.metadata.name.clone()?, c)))
@@ -138,10 +139,10 @@ pub fn on_class(s: &mut State, ev: Event<StorageClass>) {
 async fn follow<K, F>(api: Api<K>, what: &'static str, state: Arc<RwLock<State>>, apply: F)
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    F: Fn(&mut State, Event<K>),
+    F: Fn(&mut State, WatchEvent<K>),
 {
     loop {
-        let stream = watcher::watcher(api.clone(), watcher::Config::default());
+        let stream = watch(api.clone(), watcher::Config::default());
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
             match ev {
@@ -211,7 +212,7 @@ mod tests {
         let mut s = State::new("flexvol".into(), Duration::from_secs(180));
         on_capacity(
             &mut s,
-            Event::Restarted(vec![cm("n1", Some(&rec("n1", 100))), cm("n2", None)]),
+            WatchEvent::Restarted(vec![cm("n1", Some(&rec("n1", 100))), cm("n2", None)]),
             t(110),
         );
         assert!(s.model.nodes["n1"].record.is_ok());
@@ -226,7 +227,7 @@ mod tests {
         // The same text again (a relist): the stamp stays.
         on_capacity(
             &mut s,
-            Event::Restarted(vec![cm("n1", Some(&rec("n1", 100)))]),
+            WatchEvent::Restarted(vec![cm("n1", Some(&rec("n1", 100)))]),
             t(500),
         );
         assert_eq!(s.model.nodes["n1"].received_at, t(110));
@@ -234,22 +235,22 @@ mod tests {
         // New text: a new stamp.
         on_capacity(
             &mut s,
-            Event::Applied(cm("n1", Some(&rec("n1", 560)))),
+            WatchEvent::Applied(cm("n1", Some(&rec("n1", 560)))),
             t(561),
         );
         assert_eq!(s.model.nodes["n1"].received_at, t(561));
         // A record naming another node, published under this name: ignored.
         on_capacity(
             &mut s,
-            Event::Applied(cm("n3", Some(&rec("n1", 560)))),
+            WatchEvent::Applied(cm("n3", Some(&rec("n1", 560)))),
             t(561),
         );
         assert!(s.model.nodes["n3"].record.is_err());
-        on_capacity(&mut s, Event::Deleted(cm("n1", None)), t(600));
+        on_capacity(&mut s, WatchEvent::Deleted(cm("n1", None)), t(600));
         assert!(!s.model.nodes.contains_key("n1"));
-        on_claim(&mut s, Event::Restarted(vec![]));
+        on_claim(&mut s, WatchEvent::Restarted(vec![]));
         assert!(!s.synced);
-        on_class(&mut s, Event::Restarted(vec![]));
+        on_class(&mut s, WatchEvent::Restarted(vec![]));
         assert!(s.synced);
     }
 
@@ -263,19 +264,19 @@ mod tests {
         };
         on_claim(
             &mut s,
-            Event::Restarted(vec![claim("a", "x"), claim("b", "x")]),
+            WatchEvent::Restarted(vec![claim("a", "x"), claim("b", "x")]),
         );
-        on_claim(&mut s, Event::Applied(claim("a", "y")));
-        on_claim(&mut s, Event::Deleted(claim("b", "x")));
+        on_claim(&mut s, WatchEvent::Applied(claim("a", "y")));
+        on_claim(&mut s, WatchEvent::Deleted(claim("b", "x")));
         assert_eq!(s.claims.keys().collect::<Vec<_>>(), ["a/x", "a/y"]);
         let class = |n: &str| -> StorageClass {
             serde_json::from_value(serde_json::json!({"metadata": {"name": n}, "provisioner": "p"}))
                 .unwrap()
         };
-        on_class(&mut s, Event::Applied(class("c1")));
-        on_class(&mut s, Event::Restarted(vec![class("c2")]));
+        on_class(&mut s, WatchEvent::Applied(class("c1")));
+        on_class(&mut s, WatchEvent::Restarted(vec![class("c2")]));
         assert_eq!(s.classes.keys().collect::<Vec<_>>(), ["c2"]);
-        on_class(&mut s, Event::Deleted(class("c2")));
+        on_class(&mut s, WatchEvent::Deleted(class("c2")));
         assert!(s.classes.is_empty());
     }
 }
