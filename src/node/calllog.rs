@@ -359,9 +359,11 @@ mod tests {
         }
         // Rotated once, promptly: over the bound, by what the other writers appended between the
         // first write past it and the rename (no fixed count of lines: a loaded machine lets a
-        // writer append several before the rotating one runs; CI saw 737 bytes), far from twice.
+        // writer append several before the rotating one runs; CI saw 737 bytes, a build beside
+        // the test 36 KB), within half the bound of it: a rotation put off to the end would hold
+        // nearly all 180 KB.
         let old = std::fs::metadata(rotated_path(&p)).unwrap().len();
-        assert!(old > max && old <= max + max / 4, "{old}");
+        assert!(old > max && old <= max + max / 2, "{old}");
         assert!(std::fs::metadata(&p).unwrap().len() <= max);
     }
 
