@@ -44,6 +44,22 @@ fn bound(docs: &[Value], name: &str, ns: Option<&str>, role: &str, sa: &str) {
     );
 }
 
+/// The capacity overlay's JSON patch `name` first tests that container `index` is `container`,
+/// then appends `flag` to its command, and does nothing else.
+fn appends_flag(name: &str, index: usize, container: &str, flag: &str) {
+    let patch: Value =
+        serde_json::from_str(&file(&format!("../deploy-overlays/capacity/{name}"))).unwrap();
+    let at = format!("/spec/template/spec/containers/{index}");
+    assert_eq!(
+        patch,
+        serde_json::json!([
+            {"op": "test", "path": format!("{at}/name"), "value": container},
+            {"op": "add", "path": format!("{at}/command/-"), "value": flag},
+        ]),
+        "the capacity overlay turns {flag} on in the {container} container"
+    );
+}
+
 const NS: &str = flexvol::provision::capacity::NAMESPACE;
 const WRITES: [&str; 6] = [
     "create",
@@ -152,17 +168,11 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
             .any(|a| a == "--capacity-objects"),
         "controller.yaml runs with --capacity-objects without the capacity overlay: {cmd}"
     );
-    let patch: serde_json::Value = serde_json::from_str(&file(
-        "../deploy-overlays/capacity/controller-capacity.json",
-    ))
-    .unwrap();
-    assert_eq!(
-        patch,
-        serde_json::json!([
-            {"op": "test", "path": "/spec/template/spec/containers/0/name", "value": "controller"},
-            {"op": "add", "path": "/spec/template/spec/containers/0/command/-", "value": "--capacity-objects"},
-        ]),
-        "the capacity overlay turns --capacity-objects on in the controller container"
+    appends_flag(
+        "controller-capacity.json",
+        0,
+        "controller",
+        "--capacity-objects",
     );
     // The DaemonSet's provisioner publishes only in the capacity overlay (issue #33, 5: without
     // the controller's objects it would warn every minute): not in daemonset.yaml, and the
@@ -185,15 +195,11 @@ fn contract_capacity_records_each_token_gets_exactly_its_calls() {
             .any(|a| a == "--publish-capacity"),
         "drivers/deploy's provisioner publishes capacity without the opt-in: {ds_cmd}"
     );
-    let patch: serde_json::Value =
-        serde_json::from_str(&file("../deploy-overlays/capacity/publish-capacity.json")).unwrap();
-    assert_eq!(
-        patch,
-        serde_json::json!([
-            {"op": "test", "path": "/spec/template/spec/containers/1/name", "value": "provisioner"},
-            {"op": "add", "path": "/spec/template/spec/containers/1/command/-", "value": "--publish-capacity"},
-        ]),
-        "the capacity overlay turns --publish-capacity on in the provisioner container"
+    appends_flag(
+        "publish-capacity.json",
+        1,
+        "provisioner",
+        "--publish-capacity",
     );
 
     // Extender: reads claims and classes cluster-wide, the records in flexvol-capacity; writes
