@@ -30,6 +30,7 @@
 pub mod backend;
 pub mod cli;
 pub mod controller;
+pub mod csi;
 pub mod driver;
 pub mod error;
 pub mod node;
