@@ -2,8 +2,8 @@
 //! (VOLUME_ACCESSIBILITY_CONSTRAINTS: volumes are node-local, NodeGetInfo says where), and a
 //! Probe that is ready as soon as the socket answers (nothing is loaded lazily).
 
-use super::Settings;
 use super::proto::*;
+use super::settings::Settings;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 

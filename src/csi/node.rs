@@ -20,7 +20,7 @@
 //! (DEADLINE_EXCEEDED when it expires; the volume's lock keeps a late finish from racing a retry).
 
 use super::proto::*;
-use super::{Settings, status_of};
+use super::settings::{LOG_TARGET, Settings, status_of};
 use crate::backend::{self, hostpath};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
@@ -163,9 +163,9 @@ async fn on_node<T: Send + 'static>(
 fn logged<T>(method: &str, volume_id: &str, path: &str, r: Result<T, Status>) -> Result<T, Status> {
     match &r {
         Ok(_) => {
-            tracing::info!(target: super::LOG_TARGET, "{method} volume {volume_id:?} at {path:?}: OK")
+            tracing::info!(target: LOG_TARGET, "{method} volume {volume_id:?} at {path:?}: OK")
         }
-        Err(s) => tracing::warn!(target: super::LOG_TARGET,
+        Err(s) => tracing::warn!(target: LOG_TARGET,
             "{method} volume {volume_id:?} at {path:?}: {:?}: {}", s.code(), s.message()),
     }
     r

@@ -6,8 +6,8 @@
 //! refusal is logged with kubelet's reason and the plugin keeps serving: kubelet retries when
 //! the socket is recreated (a restart), and the CSI socket still answers whoever calls it.
 
-use super::Settings;
 use super::proto::*;
+use super::settings::{LOG_TARGET, Settings};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -55,9 +55,9 @@ impl registration_server::Registration for RegistrationService {
     ) -> Result<Response<RegistrationStatusResponse>, Status> {
         let s = request.into_inner();
         if s.plugin_registered {
-            tracing::info!(target: super::LOG_TARGET, "kubelet registered the CSI plugin {:?}", self.settings.driver_name);
+            tracing::info!(target: LOG_TARGET, "kubelet registered the CSI plugin {:?}", self.settings.driver_name);
         } else {
-            tracing::error!(target: super::LOG_TARGET,
+            tracing::error!(target: LOG_TARGET,
                 "kubelet did not register the CSI plugin {:?}: {:?}; still serving (kubelet tries again when the plugin restarts)",
                 self.settings.driver_name, s.error);
         }
