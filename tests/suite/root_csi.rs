@@ -304,6 +304,8 @@ fn root_csi_publish_is_a_bind_idempotent_and_unpublish_is_ok_twice() {
 
     unpublish(&p, &t).unwrap();
     assert!(mounts_under(&kubelet).is_empty());
+    // The target directory goes (CSI: the plugin removes what it was given); its parent stays.
+    assert!(!t.exists() && t.parent().unwrap().is_dir());
     unpublish(&p, &t).unwrap();
     // Never published at all: OK too (CSI), and nothing created.
     let never = env
@@ -393,6 +395,12 @@ fn root_csi_unpublish_after_kill9_and_restart() {
     assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
     unpublish(&p, &t).unwrap();
     assert!(mounts_under(&kubelet).is_empty());
+    // Files the pod wrote through the bind are in the source, and a target directory that is
+    // not empty (something kubelet or a person put there) is never removed.
+    std::fs::create_dir(&t).unwrap();
+    std::fs::write(t.join("keep"), "k").unwrap();
+    unpublish(&p, &t).unwrap();
+    assert_eq!(std::fs::read_to_string(t.join("keep")).unwrap(), "k");
 }
 
 #[test]

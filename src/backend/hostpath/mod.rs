@@ -101,7 +101,7 @@ pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
 /// Which front end names the directory a volume is mounted on. Both run the same `mount` and
 /// `unmount` below (one storage path, two front ends); only the directory's shape differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Front {
+enum Front {
     /// A FlexVolume verb: `<kubelet-root>/pods/<uid>/volumes/<vendor>~hostpath/<name>`, which
     /// kubelet creates before `mount`.
     FlexVolume,
@@ -155,10 +155,19 @@ pub fn publish(ctx: &Context, target: &Path, o: &Options) -> Result<Reply> {
 
 /// CSI NodeUnpublishVolume: the FlexVolume `unmount` verb on a target path of CSI's shape. A
 /// target that does not exist, or holds nothing of ours and no record, answers Success (CSI: an
-/// unpublish of what was never published is OK). The empty `mount` directory is left for kubelet,
-/// which removes it after a successful unpublish (it owns the pod's directories).
+/// unpublish of what was never published is OK). Then the target directory is removed, as CSI
+/// asks of the plugin, only while it is an empty directory that is not a mount point (`rmdir`
+/// through its parent opened without following a symlink: never a file, a symlink or a mount);
+/// anything else there stays, and kubelet, which owns the pod's directories, deals with it.
 pub fn unpublish(ctx: &Context, target: &Path) -> Result<Reply> {
-    unmount(ctx, Front::Csi, target)
+    let reply = unmount(ctx, Front::Csi, target)?;
+    let target = pod_dir_path(Front::Csi, target)?;
+    if let (Some(parent), Some(name)) = (target.parent(), target.file_name())
+        && let Ok(dir) = crate::sys::dirfd::open_dir(parent)
+    {
+        let _ = crate::sys::dirfd::rmdir(&dir, name);
+    }
+    Ok(reply)
 }
 
 /// kubelet's HostPathType values (`type` option).
