@@ -437,3 +437,26 @@ fn root_csi_second_instance_does_not_take_a_live_socket() {
     .unwrap();
     assert_eq!(info.name, DRIVER);
 }
+
+#[test]
+fn root_csi_sigterm_removes_its_sockets_and_exits_143() {
+    require_root!();
+    let env = Env::new();
+    let mut p = Plugin::start(&env);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(p.child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = p.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < until,
+            "flexvol csi did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(143));
+    // kubelet's plugin watcher sees the registration socket go and deregisters the driver.
+    assert!(!p.socket.exists() && !p.reg_socket.exists());
+}
