@@ -1,4 +1,10 @@
-//! Link layout of the flexvol executable, and the commit it is built from.
+//! Link layout of the flexvol executable, the commit it is built from, and the gRPC service code
+//! of `flexvol csi`.
+//!
+//! The gRPC services (CSI Identity and Node, kubelet's plugin Registration): tonic-build's
+//! `manual` builder writes their server code into `OUT_DIR` from the method list in
+//! [`grpc_services`]; the messages are hand-written prost structs in `src/csi/proto.rs`. No
+//! protoc, no `.proto` file, nothing fetched: a fresh machine builds with `cargo build` alone.
 //!
 //! The commit (`FLEXVOL_COMMIT` for the crate, read by `src/version.rs`): the environment's
 //! `FLEXVOL_COMMIT` when set (the release script, or a build from a tarball that knows it), else
@@ -21,6 +27,7 @@
 
 fn main() {
     commit();
+    grpc_services();
     println!("cargo:rerun-if-changed=tests/perf/hot-symbols.txt");
     println!("cargo:rerun-if-env-changed=FLEXVOL_LINK_MAP");
     if !links_with_lld() {
@@ -93,4 +100,71 @@ fn commit() {
     println!("cargo:rustc-env=FLEXVOL_COMMIT={commit}");
     let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".to_owned());
     println!("cargo:rustc-env=FLEXVOL_TARGET={target}");
+}
+
+/// Writes the server code of the three gRPC services `flexvol csi` serves (module doc). Only the
+/// methods listed are served; any other method of the service answers UNIMPLEMENTED. Route names
+/// are the spec's (`/csi.v1.Node/NodePublishVolume`): kubelet calls them by these names.
+fn grpc_services() {
+    use tonic_build::manual::{Builder, Method, Service};
+    let method = |name: &str, route: &str, input: &str, output: &str| {
+        Method::builder()
+            .name(name)
+            .route_name(route)
+            .input_type(format!("crate::csi::proto::{input}"))
+            .output_type(format!("crate::csi::proto::{output}"))
+            .codec_path("tonic_prost::ProstCodec")
+            .build()
+    };
+    let service = |package: &str, name: &str, methods: &[(&str, &str)]| {
+        let mut b = Service::builder().name(name).package(package);
+        for (snake, route) in methods {
+            let (input, output) = match *route {
+                // kubelet's registration API names its messages its own way.
+                "GetInfo" => ("InfoRequest".to_owned(), "PluginInfo".to_owned()),
+                "NotifyRegistrationStatus" => (
+                    "RegistrationStatus".to_owned(),
+                    "RegistrationStatusResponse".to_owned(),
+                ),
+                r => (format!("{r}Request"), format!("{r}Response")),
+            };
+            b = b.method(method(snake, route, &input, &output));
+        }
+        b.build()
+    };
+    let services = [
+        service(
+            "csi.v1",
+            "Identity",
+            &[
+                ("get_plugin_info", "GetPluginInfo"),
+                ("get_plugin_capabilities", "GetPluginCapabilities"),
+                ("probe", "Probe"),
+            ],
+        ),
+        service(
+            "csi.v1",
+            "Node",
+            &[
+                ("node_publish_volume", "NodePublishVolume"),
+                ("node_unpublish_volume", "NodeUnpublishVolume"),
+                ("node_get_volume_stats", "NodeGetVolumeStats"),
+                ("node_get_capabilities", "NodeGetCapabilities"),
+                ("node_get_info", "NodeGetInfo"),
+            ],
+        ),
+        service(
+            "pluginregistration",
+            "Registration",
+            &[
+                ("get_info", "GetInfo"),
+                ("notify_registration_status", "NotifyRegistrationStatus"),
+            ],
+        ),
+    ];
+    Builder::new()
+        .build_client(false)
+        .build_server(true)
+        .build_transport(false)
+        .compile(&services);
 }

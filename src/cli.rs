@@ -96,6 +96,11 @@ enum Command {
         after_help = "Configure kube-scheduler (KubeSchedulerConfiguration extenders) with urlPrefix http://<listen>, filterVerb filter, prioritizeVerb prioritize, nodeCacheCapable true, ignorable true. See docs/scheduler-extender.md.\n\nExample:\n  flexvol scheduler-extender --listen 127.0.0.1:8099"
     )]
     SchedulerExtender(crate::controller::extender::SchedulerExtenderArgs),
+    /// A CSI node plugin serving hostPath volumes through the same backend as the FlexVolume verbs, registered with kubelet without a sidecar (docs/csi.md).
+    #[command(
+        after_help = "Serves the CSI Identity and Node services on --endpoint and kubelet's plugin registration on <kubelet-root>/plugins_registry/<driver-name>-reg.sock, until SIGTERM. Runs as root on the node (it bind-mounts into kubelet's pod directories).\n\nExample:\n  flexvol csi --endpoint unix:///var/lib/kubelet/plugins/hostpath.csi.flexvol.io/csi.sock --driver-name hostpath.csi.flexvol.io --node-name $(hostname)"
+    )]
+    Csi(crate::csi::CsiArgs),
 }
 
 #[derive(Args)]
@@ -178,6 +183,7 @@ pub fn main(args: &[String]) -> i32 {
         Command::Provisioner(a) => crate::provision::run(&a),
         Command::Controller(a) => crate::controller::run(&a),
         Command::SchedulerExtender(a) => crate::controller::extender::run(&a),
+        Command::Csi(a) => crate::csi::run(&a),
     }
 }
 

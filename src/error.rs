@@ -32,6 +32,11 @@ pub enum Error {
     /// Input or node state that the driver refuses to act on; the text is the whole message.
     #[error("{0}")]
     Refused(String),
+    /// The mount directory already holds something else: another volume, a mount flexvol did not
+    /// make, files a bind would hide, or this volume with another access mode. Said like
+    /// [`Error::Refused`]; typed because CSI answers it with its own code (ALREADY_EXISTS).
+    #[error("{0}")]
+    Occupied(String),
     /// A filesystem operation on a named path failed.
     #[error("cannot {what} {path}: {source}")]
     Io {
@@ -45,6 +50,11 @@ impl Error {
     /// Shorthand for [`Error::Refused`].
     pub fn refused(msg: impl Into<String>) -> Self {
         Error::Refused(msg.into())
+    }
+
+    /// Shorthand for [`Error::Occupied`].
+    pub fn occupied(msg: impl Into<String>) -> Self {
+        Error::Occupied(msg.into())
     }
 
     /// Shorthand for [`Error::Io`].

@@ -16,13 +16,15 @@
 //!   the inventories of mounted and provisioned volumes they share); [`controller`]: `flexvol
 //!   controller`, the one cluster-wide replica (node loss, capacity objects), and `flexvol
 //!   scheduler-extender`, above `provision`, whose API client and vocabulary they use;
+//! - [`csi`]: `flexvol csi`, the CSI node plugin (hostPath), a second front end on the same
+//!   backend code, with its gRPC runtime (never reached from `driver`);
 //! - [`cli`]: how the binary is invoked: a driver verb by its name (`argv[0]`), else the commands for people.
 //!
 //! **Dependencies point one way.** No file of `src/` imports, through the `crate::` and `super::`
 //! paths of its code, a file that imports it back, directly or through others; the lint
 //! `contract_no_import_cycle_between_source_files` (tests/suite/lints.rs) fails naming the cycle.
 //! The layers above are the usual direction (a module imports from its own layer or lower:
-//! `cli` → `driver`/`provision`/`ops` → `backend` → `node`/`error` → `sys` → `protocol`), with one
+//! `cli` → `driver`/`csi`/`provision`/`ops` → `backend` → `node`/`error` → `sys` → `protocol`), with one
 //! crossing by design: the node config and call log compose the config and option types each
 //! backend owns, which in turn import nothing that imports the node config. The rule the lint
 //! enforces is the file-level one.
@@ -30,6 +32,7 @@
 pub mod backend;
 pub mod cli;
 pub mod controller;
+pub mod csi;
 pub mod driver;
 pub mod error;
 pub mod node;

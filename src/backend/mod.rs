@@ -246,7 +246,7 @@ pub fn record(
 /// Refuses to mount on `at`: it is already a mount point of something other than this volume
 /// (`what`: its filesystem and source, or its identity). Every backend says it the same way.
 pub fn foreign_mount(at: &Path, what: &dyn std::fmt::Display) -> Error {
-    Error::refused(format!(
+    Error::occupied(format!(
         "{} is already a mount point of something else ({what}); unmount it first",
         at.display()
     ))

@@ -468,3 +468,50 @@ fn contract_tenant_file_lint_finds_a_made_up_read() {
     assert!(product_part(t).contains("fs::read("));
     assert!(!product_part(t).contains("fs::read(q)"));
 }
+
+/// The driver's exec path never reaches the gRPC stack (issue #35, item 6): no file that
+/// `driver.rs` imports, directly or through others, is one of `csi`'s or names tonic, prost or
+/// tokio. kubelet execs the driver for every call; the CSI plugin's runtime is for `flexvol csi`.
+#[test]
+fn contract_driver_never_reaches_the_grpc_stack() {
+    use std::collections::BTreeSet;
+    let files = src_files();
+    let edges = imports::graph(&files);
+    let mut reached = BTreeSet::from(["driver".to_owned()]);
+    let mut todo = vec!["driver".to_owned()];
+    while let Some(m) = todo.pop() {
+        for t in edges.get(&m).into_iter().flatten() {
+            if reached.insert(t.clone()) {
+                todo.push(t.clone());
+            }
+        }
+    }
+    // The driver reaches the backends and everything under them (a graph that found nothing would
+    // prove nothing).
+    assert!(
+        reached.contains("backend::hostpath") && reached.len() > 20,
+        "{reached:?}"
+    );
+    let mut found = Vec::new();
+    for (path, text) in &files {
+        let Some(m) = imports::module_of(path) else {
+            continue;
+        };
+        if !reached.contains(&m) {
+            continue;
+        }
+        if m == "csi" || m.starts_with("csi::") {
+            found.push(format!("{path}: is csi's"));
+        }
+        let code = imports::code_of(text);
+        for word in ["tonic", "prost", "tokio"] {
+            if has_word(&code, word) {
+                found.push(format!("{path}: names {word}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the driver's exec path reaches the gRPC stack: {found:?}"
+    );
+}

@@ -30,6 +30,7 @@ mod ops;
 mod provisioner_env;
 mod provisioner_health;
 mod release;
+mod root_csi;
 mod root_hostpath;
 mod security_policy;
 mod util;

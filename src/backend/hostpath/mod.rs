@@ -87,12 +87,87 @@ fn node(config: &Config) -> policy::Node<'_> {
 /// and not resizable, so the other verbs are consistently "Not supported".
 pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
     match call {
-        Call::Mount { mount_dir, options } => {
-            mount(ctx, Path::new(mount_dir), &Options::parse(options)?)
-        }
-        Call::Unmount { mount_dir } => unmount(ctx, Path::new(mount_dir)),
+        Call::Mount { mount_dir, options } => mount(
+            ctx,
+            Front::FlexVolume,
+            Path::new(mount_dir),
+            &Options::parse(options)?,
+        ),
+        Call::Unmount { mount_dir } => unmount(ctx, Front::FlexVolume, Path::new(mount_dir)),
         _ => Ok(Reply::not_supported()),
     }
+}
+
+/// Which front end names the directory a volume is mounted on. Both run the same `mount` and
+/// `unmount` below (one storage path, two front ends); only the directory's shape differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Front {
+    /// A FlexVolume verb: `<kubelet-root>/pods/<uid>/volumes/<vendor>~hostpath/<name>`, which
+    /// kubelet creates before `mount`.
+    FlexVolume,
+    /// A CSI NodePublish/NodeUnpublish target path:
+    /// `<kubelet-root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`, whose parent kubelet
+    /// creates; the plugin creates the `mount` directory itself (CSI spec, NodePublishVolume).
+    Csi,
+}
+
+/// The last component of a CSI target path.
+const CSI_MOUNT: &str = "mount";
+/// The plugin directory kubelet gives every CSI volume of a pod.
+const CSI_PLUGIN_DIR: &str = "kubernetes.io~csi";
+
+impl Front {
+    /// The kubelet root `dir` lives under, when `dir` has this front end's shape.
+    fn kubelet_root(self, dir: &Path) -> Option<PathBuf> {
+        match self {
+            Front::FlexVolume => super::kubelet_root(dir),
+            Front::Csi => {
+                if dir.file_name()? != CSI_MOUNT {
+                    return None;
+                }
+                let parent = dir.parent()?;
+                let root = super::kubelet_root(parent)?;
+                let plugin = parent.parent()?.file_name()?;
+                (plugin == CSI_PLUGIN_DIR).then_some(root)
+            }
+        }
+    }
+
+    fn shape(self) -> String {
+        match self {
+            Front::FlexVolume => format!(
+                "kubelet's pod volume directories <kubelet-root>/pods/<pod-uid>/volumes/<vendor>~{}/<volume>",
+                BACKEND.name()
+            ),
+            Front::Csi => format!(
+                "kubelet's CSI target paths <kubelet-root>/pods/<pod-uid>/volumes/{CSI_PLUGIN_DIR}/<volume>/{CSI_MOUNT}"
+            ),
+        }
+    }
+}
+
+/// CSI NodePublishVolume of a hostPath volume onto `target` (hostile, like everything the request
+/// carries): the FlexVolume `mount` verb's checks and steps, for a target path of CSI's shape
+/// ([`Front::Csi`]), whose last directory it creates (0750, root's) when kubelet has not.
+pub fn publish(ctx: &Context, target: &Path, o: &Options) -> Result<Reply> {
+    mount(ctx, Front::Csi, target, o)
+}
+
+/// CSI NodeUnpublishVolume: the FlexVolume `unmount` verb on a target path of CSI's shape. A
+/// target that does not exist, or holds nothing of ours and no record, answers Success (CSI: an
+/// unpublish of what was never published is OK). Then the target directory is removed, as CSI
+/// asks of the plugin, only while it is an empty directory that is not a mount point (`rmdir`
+/// through its parent opened without following a symlink: never a file, a symlink or a mount);
+/// anything else there stays, and kubelet, which owns the pod's directories, deals with it.
+pub fn unpublish(ctx: &Context, target: &Path) -> Result<Reply> {
+    let reply = unmount(ctx, Front::Csi, target)?;
+    let target = pod_dir_path(Front::Csi, target)?;
+    if let (Some(parent), Some(name)) = (target.parent(), target.file_name())
+        && let Ok(dir) = crate::sys::dirfd::open_dir(parent)
+    {
+        let _ = crate::sys::dirfd::rmdir(&dir, name);
+    }
+    Ok(reply)
 }
 
 /// kubelet's HostPathType values (`type` option).
@@ -440,12 +515,12 @@ struct PodDir {
 /// -> `/data/kubelet`), the five components below it as given. Anything else is refused: the
 /// verbs never act on a directory kubelet did not give this driver. Looks at nothing below the
 /// root; [`open_pod_dir`] does, under the volume's lock.
-fn pod_dir_path(dir: &Path) -> Result<PathBuf> {
+fn pod_dir_path(front: Front, dir: &Path) -> Result<PathBuf> {
     let refuse = |why: &str| {
         Error::refused(format!(
-            "mount directory {:?} {why}; flexvol only acts on kubelet's pod volume directories <kubelet-root>/pods/<pod-uid>/volumes/<vendor>~{}/<volume>",
+            "mount directory {:?} {why}; flexvol only acts on {}",
             dir.display().to_string(),
-            BACKEND.name()
+            front.shape()
         ))
     };
     if !dir.is_absolute() || paths::has_dotdot(dir) {
@@ -454,16 +529,18 @@ fn pod_dir_path(dir: &Path) -> Result<PathBuf> {
     if dir.starts_with("/proc") {
         return Err(refuse("is below /proc"));
     }
-    let Some(root) = super::kubelet_root(dir) else {
+    let Some(root) = front.kubelet_root(dir) else {
         return Err(refuse("is not a pod volume directory"));
     };
     let below = dir.strip_prefix(&root).unwrap_or(dir);
     let plugin = below.components().nth(3).map(|c| c.as_os_str());
     let suffix = format!("~{}", BACKEND.name());
-    if !plugin.is_some_and(|p| {
-        let p = p.to_string_lossy();
-        p.len() > suffix.len() && p.ends_with(&suffix)
-    }) {
+    if front == Front::FlexVolume
+        && !plugin.is_some_and(|p| {
+            let p = p.to_string_lossy();
+            p.len() > suffix.len() && p.ends_with(&suffix)
+        })
+    {
         return Err(refuse("is not a volume directory of this driver"));
     }
     let canonical =
@@ -523,9 +600,10 @@ fn recorded_source_id(r: &VolumeRecord) -> Option<FileId> {
 const SOURCE_ID: &str = "sourceId";
 
 /// `mount <podDir> <json>`.
-fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
+fn mount(ctx: &Context, front: Front, pod_dir: &Path, o: &Options) -> Result<Reply> {
     let opts = HostPathOptions::parse(o)?;
-    let pod_dir = pod_dir_path(pod_dir)?;
+    let pod_dir = pod_dir_path(front, pod_dir)?;
+    let kubelet_root = front.kubelet_root(&pod_dir);
     // The source, and the allowed roots the policy check resolves.
     let roots = ctx.config.hostpath.roots();
     let mut touched = vec![opts.path.as_path()];
@@ -542,6 +620,66 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
     // the caller's own volume, never access: the policy check below sees the path as it is then.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
     guard_unless_local(&pod_dir, &touched);
+    let created = match front {
+        Front::Csi => CreatedTarget::make(&pod_dir)?,
+        Front::FlexVolume => CreatedTarget::default(),
+    };
+    let result = mount_locked(ctx, &opts, &pod_dir, kubelet_root, o);
+    if result.is_err() {
+        // A refused publish leaves nothing it created: the empty target directory goes again.
+        created.undo();
+    }
+    result
+}
+
+/// The CSI target directory a publish created, removed again when the publish fails.
+#[derive(Default)]
+struct CreatedTarget(Option<(std::os::fd::OwnedFd, std::ffi::OsString)>);
+
+impl CreatedTarget {
+    /// Creates the last directory of `target` (a checked CSI target path) when it is missing,
+    /// 0750 and root's, through its parent opened without following any symlink.
+    fn make(target: &Path) -> Result<Self> {
+        let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
+            return Ok(Self(None));
+        };
+        let dir = match crate::sys::dirfd::open_dir(parent) {
+            Ok(d) => d,
+            // No parent (kubelet makes it before the call): `mount` reports the target missing.
+            Err(nix::Error::ENOENT) => return Ok(Self(None)),
+            Err(nix::Error::ELOOP) => {
+                return Err(Error::refused(format!(
+                    "mount directory {} goes through a symlink; flexvol never acts through one",
+                    parent.display()
+                )));
+            }
+            Err(e) => return Err(nix_io("open", parent, e)),
+        };
+        match crate::sys::dirfd::mkdir(&dir, name, 0o750) {
+            Ok(()) => Ok(Self(Some((dir, name.to_owned())))),
+            Err(nix::Error::EEXIST) => Ok(Self(None)),
+            Err(e) => Err(nix_io("create", target, e)),
+        }
+    }
+
+    /// Removes the directory [`CreatedTarget::make`] created, if it is still empty (`rmdir`
+    /// removes nothing else: not a file, not a symlink, not a mount point).
+    fn undo(self) {
+        if let Some((dir, name)) = self.0 {
+            let _ = crate::sys::dirfd::rmdir(&dir, name.as_os_str());
+        }
+    }
+}
+
+/// `mount`'s work under the target's lock.
+fn mount_locked(
+    ctx: &Context,
+    opts: &HostPathOptions,
+    pod_dir: &Path,
+    kubelet_root: Option<PathBuf>,
+    o: &Options,
+) -> Result<Reply> {
+    let pod_dir = pod_dir.to_path_buf();
     // Under the lock: what is mounted there now, not what was before waiting.
     let pod = open_pod_dir(&pod_dir)?.ok_or_else(|| {
         Error::refused(format!(
@@ -555,9 +693,9 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         .map_err(|e| Error::io("resolve host path", &opts.path, e))?;
     let resolved = paths::joined(&existing, &missing);
     let Served { root, provisioning } =
-        check_policy(&node(ctx.config), &resolved, super::kubelet_root(&pod_dir))?;
+        check_policy(&node(ctx.config), &resolved, kubelet_root.clone())?;
     if provisioning {
-        authorize_provisioned(ctx, &opts, o, &root, &existing, &missing)?;
+        authorize_provisioned(ctx, opts, o, &root, &existing, &missing)?;
     }
     // fsGroup only for a provisioned volume, proved by its token or legacy grant just now; a
     // static or inline hostPath keeps the ownership the node gave it (a recursive chown there
@@ -579,7 +717,7 @@ fn mount(ctx: &Context, pod_dir: &Path, o: &Options) -> Result<Reply> {
         check_policy(
             &node(ctx.config),
             &paths::joined(&base_real, &base_missing),
-            super::kubelet_root(&pod_dir),
+            kubelet_root.clone(),
         )?;
     }
 
@@ -773,7 +911,7 @@ fn target_holds(
     if let Some(r) = record
         && (Path::new(&r.source) != source || r.mount_point() != mount_point)
     {
-        return Err(Error::refused(format!(
+        return Err(Error::occupied(format!(
             "{} already holds another volume ({} at {}); unmount it first",
             pod_dir.display(),
             r.source,
@@ -791,7 +929,7 @@ fn target_holds(
         if let Some(name) =
             paths::first_entry(pod_dir).map_err(|e| Error::io("read", pod_dir.as_path(), e))?
         {
-            return Err(Error::refused(format!(
+            return Err(Error::occupied(format!(
                 "{} is not empty (it holds {:?}), so a directory volume would hide what is in it; unmount the volume that is there first",
                 pod_dir.display(),
                 name
@@ -800,7 +938,7 @@ fn target_holds(
         return Ok(None);
     }
     if pod.state.mount_root {
-        return Err(Error::refused(format!(
+        return Err(Error::occupied(format!(
             "{} is a mount point ({}), so {} cannot be placed in it; unmount what is there first",
             pod_dir.display(),
             pod.state.id,
@@ -815,7 +953,7 @@ fn target_holds(
         },
         // Our own placeholder, left by a crash: the record says so.
         Some(st) if record.is_some() && st.kind == FileKind::File && st.size == 0 => Ok(None),
-        Some(_) => Err(Error::refused(format!(
+        Some(_) => Err(Error::occupied(format!(
             "{} already exists and was not made by flexvol; remove it or unmount what is in {} first",
             mount_point.display(),
             pod_dir.display()
@@ -846,7 +984,7 @@ fn already_mounted(
         None => reads_read_only(mount_point),
     };
     if have != read_only {
-        return Err(Error::refused(format!(
+        return Err(Error::occupied(format!(
             "{} is already mounted {} from {} but {} was asked; unmount it first",
             mount_point.display(),
             access(have),
@@ -892,9 +1030,9 @@ const MAX_LAYERS: usize = 16;
 /// Mounts that propagated into a bind (a shared source, or a
 /// bind made by an older version) are detached with it, never unmounted on their own, so the
 /// host's originals stay; the bind is made a slave first so nothing propagates back.
-fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
+fn unmount(ctx: &Context, front: Front, pod_dir: &Path) -> Result<Reply> {
     let state = ctx.state(BACKEND);
-    let pod_dir = pod_dir_path(pod_dir)?;
+    let pod_dir = pod_dir_path(front, pod_dir)?;
     // Under the lock: the probe opens the pod directory, which a concurrent unmount would find
     // busy. What is mounted there shows its own filesystem at the pod directory.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
@@ -931,7 +1069,7 @@ fn unmount(ctx: &Context, pod_dir: &Path) -> Result<Reply> {
         }
     };
     if record.is_none() {
-        check_unrecorded(ctx, &pod_dir, &points)?;
+        check_unrecorded(ctx, front, &pod_dir, &points)?;
     }
     for (p, id) in &points {
         unmount_ours(ctx, p, *id)?;
@@ -992,6 +1130,7 @@ fn file_binds_in(pod_dir: &Path) -> Result<Vec<PathBuf>> {
 /// provisioner root. Reads the mount table once, and only when something is mounted there.
 fn check_unrecorded(
     ctx: &Context,
+    front: Front,
     pod_dir: &Path,
     points: &[(PathBuf, Option<FileId>)],
 ) -> Result<()> {
@@ -1007,7 +1146,7 @@ fn check_unrecorded(
     let table = crate::sys::mountinfo::MountTable::read().map_err(MountError::from)?;
     let mut roots = ctx.config.hostpath.roots();
     roots.extend(ctx.config.local_path.all_roots());
-    let kubelet = crate::backend::kubelet_root(pod_dir);
+    let kubelet = front.kubelet_root(pod_dir);
     let sources = bindable_sources(&table, &roots, kubelet.as_deref());
     for (p, st) in mounted {
         let m = table

@@ -1,0 +1,56 @@
+//! The CSI Identity service: the plugin's name and version, its one plugin capability
+//! (VOLUME_ACCESSIBILITY_CONSTRAINTS: volumes are node-local, NodeGetInfo says where), and a
+//! Probe that is ready as soon as the socket answers (nothing is loaded lazily).
+
+use super::proto::*;
+use super::settings::Settings;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The server code build.rs writes (tonic-build); its one `as` is tonic's `Code as i32`.
+#[allow(clippy::as_conversions)]
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/csi.v1.Identity.rs"));
+}
+pub(crate) use generated::identity_server;
+
+/// The Identity service over the plugin's [`Settings`].
+pub(crate) struct IdentityService {
+    pub(crate) settings: Arc<Settings>,
+}
+
+#[tonic::async_trait]
+impl identity_server::Identity for IdentityService {
+    async fn get_plugin_info(
+        &self,
+        _request: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        Ok(Response::new(GetPluginInfoResponse {
+            name: self.settings.driver_name.clone(),
+            vendor_version: crate::version::VERSION.to_owned(),
+            manifest: Default::default(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _request: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        Ok(Response::new(GetPluginCapabilitiesResponse {
+            capabilities: vec![PluginCapability {
+                service: Some(PluginCapabilityService {
+                    r#type: VOLUME_ACCESSIBILITY_CONSTRAINTS,
+                }),
+            }],
+        }))
+    }
+
+    async fn probe(
+        &self,
+        _request: Request<ProbeRequest>,
+    ) -> Result<Response<ProbeResponse>, Status> {
+        Ok(Response::new(ProbeResponse {
+            ready: Some(BoolValue { value: true }),
+        }))
+    }
+}

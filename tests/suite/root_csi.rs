@@ -1,0 +1,462 @@
+//! Root tier: `flexvol csi` (the CSI node plugin) started on a temporary socket, called over its
+//! Unix socket by a tonic client the way kubelet calls it, with real bind mounts.
+
+use crate::require_root;
+use crate::util::{Env, binary, mounts_under};
+use flexvol::csi::proto::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+const DRIVER: &str = "hostpath.csi.test.flexvol.io";
+
+/// A running `flexvol csi`, killed (SIGKILL) when dropped.
+struct Plugin {
+    child: Child,
+    socket: PathBuf,
+    reg_socket: PathBuf,
+}
+
+impl Plugin {
+    fn start(env: &Env) -> Self {
+        let root = env.root();
+        let sockdir = root.join("csi");
+        std::fs::create_dir_all(&sockdir).unwrap();
+        std::fs::create_dir_all(root.join("kubelet/plugins_registry")).unwrap();
+        let socket = sockdir.join("csi.sock");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join("csi.log"))
+            .unwrap();
+        let child = Command::new(binary())
+            .args(["csi", "--endpoint"])
+            .arg(format!("unix://{}", socket.display()))
+            .args(["--driver-name", DRIVER, "--node-name", "node-t"])
+            .arg("--kubelet-root")
+            .arg(root.join("kubelet"))
+            .env("FLEXVOL_CONFIG", &env.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let reg_socket = root
+            .join("kubelet/plugins_registry")
+            .join(format!("{DRIVER}-reg.sock"));
+        let p = Plugin {
+            child,
+            socket,
+            reg_socket,
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&p.socket).is_err()
+            || std::os::unix::net::UnixStream::connect(&p.reg_socket).is_err()
+        {
+            assert!(
+                Instant::now() < until,
+                "flexvol csi did not listen in 20 s: {}",
+                std::fs::read_to_string(root.join("csi.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A unary call of `route` on the socket at `path`, as kubelet's gRPC client makes it.
+fn call<Req, Resp>(path: &Path, route: &'static str, req: Req) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let path = path.to_owned();
+    rt().block_on(async move {
+        let channel = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let p = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(p).await?,
+                    ))
+                }
+            }))
+            .await
+            .unwrap();
+        let mut g = tonic::client::Grpc::new(channel);
+        g.ready().await.unwrap();
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        g.unary(
+            tonic::Request::new(req),
+            tonic::codegen::http::uri::PathAndQuery::from_static(route),
+            codec,
+        )
+        .await
+        .map(tonic::Response::into_inner)
+    })
+}
+
+fn mount_cap() -> Option<VolumeCapability> {
+    Some(VolumeCapability {
+        block: None,
+        mount: Some(MountVolume::default()),
+        access_mode: Some(AccessMode { mode: 1 }),
+    })
+}
+
+fn publish_req(target: &Path, path: &Path, readonly: bool) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: "vol-1".into(),
+        target_path: target.to_string_lossy().into_owned(),
+        volume_capability: mount_cap(),
+        readonly,
+        volume_context: [
+            ("path".to_owned(), path.to_string_lossy().into_owned()),
+            ("type".to_owned(), "Directory".to_owned()),
+            (
+                "csi.storage.k8s.io/pod.namespace".to_owned(),
+                "ns".to_owned(),
+            ),
+            ("csi.storage.k8s.io/pod.name".to_owned(), "p".to_owned()),
+        ]
+        .into(),
+        ..Default::default()
+    }
+}
+
+fn publish(p: &Plugin, req: NodePublishVolumeRequest) -> Result<(), tonic::Status> {
+    call::<_, NodePublishVolumeResponse>(&p.socket, "/csi.v1.Node/NodePublishVolume", req)
+        .map(|_| ())
+}
+
+fn unpublish(p: &Plugin, target: &Path) -> Result<(), tonic::Status> {
+    call::<_, NodeUnpublishVolumeResponse>(
+        &p.socket,
+        "/csi.v1.Node/NodeUnpublishVolume",
+        NodeUnpublishVolumeRequest {
+            volume_id: "vol-1".into(),
+            target_path: target.to_string_lossy().into_owned(),
+        },
+    )
+    .map(|_| ())
+}
+
+/// A CSI target path under the test's kubelet root; kubelet makes its parent, not the target.
+fn target(env: &Env, uid: &str, pv: &str) -> PathBuf {
+    let parent = env.mkdir(&format!(
+        "kubelet/pods/{uid}/volumes/kubernetes.io~csi/{pv}"
+    ));
+    parent.join("mount")
+}
+
+#[test]
+fn root_csi_identity_node_info_and_registration() {
+    require_root!();
+    let env = Env::new();
+    let p = Plugin::start(&env);
+    for s in [&p.socket, &p.reg_socket] {
+        let mode = std::fs::metadata(s).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{} is mode {mode:o}", s.display());
+    }
+    let info: GetPluginInfoResponse = call(
+        &p.socket,
+        "/csi.v1.Identity/GetPluginInfo",
+        GetPluginInfoRequest {},
+    )
+    .unwrap();
+    assert_eq!(info.name, DRIVER);
+    assert!(!info.vendor_version.is_empty());
+    let probe: ProbeResponse = call(&p.socket, "/csi.v1.Identity/Probe", ProbeRequest {}).unwrap();
+    assert_eq!(probe.ready, Some(BoolValue { value: true }));
+    let node: NodeGetInfoResponse =
+        call(&p.socket, "/csi.v1.Node/NodeGetInfo", NodeGetInfoRequest {}).unwrap();
+    assert_eq!(node.node_id, "node-t");
+    assert_eq!(
+        node.accessible_topology.unwrap().segments,
+        [("flexvol/hostpath".to_owned(), "true".to_owned())].into()
+    );
+    let caps: NodeGetCapabilitiesResponse = call(
+        &p.socket,
+        "/csi.v1.Node/NodeGetCapabilities",
+        NodeGetCapabilitiesRequest {},
+    )
+    .unwrap();
+    assert_eq!(
+        caps.capabilities,
+        vec![NodeServiceCapability {
+            rpc: Some(NodeServiceCapabilityRpc {
+                r#type: GET_VOLUME_STATS
+            })
+        }]
+    );
+    // Not served: NodeStage (no STAGE_UNSTAGE capability) and the Controller service.
+    let e = call::<_, NodeGetInfoResponse>(
+        &p.socket,
+        "/csi.v1.Node/NodeStageVolume",
+        NodeGetInfoRequest {},
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+    let e = call::<_, NodeGetInfoResponse>(
+        &p.socket,
+        "/csi.v1.Controller/CreateVolume",
+        NodeGetInfoRequest {},
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+
+    // kubelet's side of registration.
+    let reg: PluginInfo = call(
+        &p.reg_socket,
+        "/pluginregistration.Registration/GetInfo",
+        InfoRequest {},
+    )
+    .unwrap();
+    assert_eq!(reg.r#type, "CSIPlugin");
+    assert_eq!(reg.name, DRIVER);
+    assert_eq!(PathBuf::from(&reg.endpoint), p.socket);
+    assert_eq!(reg.supported_versions, vec!["1.0.0".to_owned()]);
+    let _: RegistrationStatusResponse = call(
+        &p.reg_socket,
+        "/pluginregistration.Registration/NotifyRegistrationStatus",
+        RegistrationStatus {
+            plugin_registered: false,
+            error: "test refusal".into(),
+        },
+    )
+    .unwrap();
+    // Refused by kubelet: still serving.
+    let again: PluginInfo = call(
+        &p.reg_socket,
+        "/pluginregistration.Registration/GetInfo",
+        InfoRequest {},
+    )
+    .unwrap();
+    assert_eq!(again.name, DRIVER);
+    let log = std::fs::read_to_string(env.root().join("csi.log")).unwrap();
+    assert!(log.contains("test refusal"), "{log}");
+}
+
+#[test]
+fn root_csi_publish_is_a_bind_idempotent_and_unpublish_is_ok_twice() {
+    require_root!();
+    let env = Env::new();
+    let p = Plugin::start(&env);
+    let src = env.mkdir("data");
+    std::fs::write(src.join("hello"), "hi").unwrap();
+    let t = target(&env, "u1", "pv1");
+    let kubelet = env.root().join("kubelet");
+
+    publish(&p, publish_req(&t, &src, false)).unwrap();
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+    assert_eq!(std::fs::read_to_string(t.join("hello")).unwrap(), "hi");
+    std::fs::write(t.join("from-pod"), "x").unwrap();
+    assert_eq!(std::fs::read_to_string(src.join("from-pod")).unwrap(), "x");
+
+    // Again with the same arguments: OK, still one mount.
+    publish(&p, publish_req(&t, &src, false)).unwrap();
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+    // Again with other arguments: ALREADY_EXISTS, nothing changed.
+    let e = publish(&p, publish_req(&t, &src, true)).unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    let other = env.mkdir("other");
+    let e = publish(&p, publish_req(&t, &other, false)).unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+
+    let stats: NodeGetVolumeStatsResponse = call(
+        &p.socket,
+        "/csi.v1.Node/NodeGetVolumeStats",
+        NodeGetVolumeStatsRequest {
+            volume_id: "vol-1".into(),
+            volume_path: t.to_string_lossy().into_owned(),
+            staging_target_path: String::new(),
+        },
+    )
+    .unwrap();
+    assert!(
+        stats
+            .usage
+            .iter()
+            .any(|u| u.unit == UNIT_BYTES && u.total > 0),
+        "{stats:?}"
+    );
+
+    unpublish(&p, &t).unwrap();
+    assert!(mounts_under(&kubelet).is_empty());
+    // The target directory goes (CSI: the plugin removes what it was given); its parent stays.
+    assert!(!t.exists() && t.parent().unwrap().is_dir());
+    unpublish(&p, &t).unwrap();
+    // Never published at all: OK too (CSI), and nothing created.
+    let never = env
+        .root()
+        .join("kubelet/pods/u9/volumes/kubernetes.io~csi/pv9/mount");
+    unpublish(&p, &never).unwrap();
+    assert!(!never.exists());
+    assert_eq!(std::fs::read_to_string(src.join("from-pod")).unwrap(), "x");
+
+    // Stats of what is not there: NOT_FOUND.
+    let e = call::<_, NodeGetVolumeStatsResponse>(
+        &p.socket,
+        "/csi.v1.Node/NodeGetVolumeStats",
+        NodeGetVolumeStatsRequest {
+            volume_id: "vol-1".into(),
+            volume_path: never.to_string_lossy().into_owned(),
+            staging_target_path: String::new(),
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+}
+
+#[test]
+fn root_csi_refuses_a_path_outside_the_allowed_roots() {
+    require_root!();
+    let env = Env::new();
+    let p = Plugin::start(&env);
+    let outside = tempfile::tempdir().unwrap();
+    let t = target(&env, "u1", "pv1");
+    let e = publish(&p, publish_req(&t, outside.path(), false)).unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("allowed"), "{}", e.message());
+    assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+    assert!(mounts_under(outside.path()).is_empty());
+    // The target directory it made for the call is gone again.
+    assert!(!t.exists());
+    // A key of kubelet's own namespace in the volume context: refused, its value not echoed.
+    let mut forged = publish_req(&t, &env.mkdir("data"), false);
+    forged.volume_context.insert(
+        "kubernetes.io/pod.namespace".into(),
+        "forged-ns-value".into(),
+    );
+    let e = publish(&p, forged).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(!e.message().contains("forged-ns-value"));
+    assert!(env.mounts().is_empty());
+}
+
+#[test]
+fn root_csi_refuses_a_target_outside_the_kubelet_directory() {
+    require_root!();
+    let env = Env::new();
+    let p = Plugin::start(&env);
+    let src = env.mkdir("data");
+    // The right shape, under another root than the plugin's --kubelet-root.
+    let parent = env.mkdir("elsewhere/pods/u1/volumes/kubernetes.io~csi/pv1");
+    let t = parent.join("mount");
+    let e = publish(&p, publish_req(&t, &src, false)).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(!t.exists());
+    // Not a CSI target path, under the right root.
+    let flex = env.mkdir("kubelet/pods/u1/volumes/flexvol~hostpath/v");
+    let e = publish(&p, publish_req(&flex, &src, false)).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    let e = unpublish(&p, &t).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+}
+
+#[test]
+fn root_csi_unpublish_after_kill9_and_restart() {
+    require_root!();
+    let env = Env::new();
+    let mut p = Plugin::start(&env);
+    let src = env.mkdir("data");
+    let t = target(&env, "u1", "pv1");
+    publish(&p, publish_req(&t, &src, false)).unwrap();
+    p.kill9();
+    // The sockets are left behind by SIGKILL; the new instance replaces them (nothing listens).
+    assert!(p.socket.exists());
+    drop(p);
+    let p = Plugin::start(&env);
+    // kubelet retries the publish after a restart: still OK, still one mount.
+    publish(&p, publish_req(&t, &src, false)).unwrap();
+    let kubelet = env.root().join("kubelet");
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+    unpublish(&p, &t).unwrap();
+    assert!(mounts_under(&kubelet).is_empty());
+    // Files the pod wrote through the bind are in the source, and a target directory that is
+    // not empty (something kubelet or a person put there) is never removed.
+    std::fs::create_dir(&t).unwrap();
+    std::fs::write(t.join("keep"), "k").unwrap();
+    unpublish(&p, &t).unwrap();
+    assert_eq!(std::fs::read_to_string(t.join("keep")).unwrap(), "k");
+}
+
+#[test]
+fn root_csi_second_instance_does_not_take_a_live_socket() {
+    require_root!();
+    let env = Env::new();
+    let p = Plugin::start(&env);
+    let out = Command::new(binary())
+        .args(["csi", "--endpoint"])
+        .arg(format!("unix://{}", p.socket.display()))
+        .args([
+            "--driver-name",
+            DRIVER,
+            "--node-name",
+            "node-t",
+            "--no-registration",
+        ])
+        .env("FLEXVOL_CONFIG", &env.config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in use"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The first one still answers.
+    let info: GetPluginInfoResponse = call(
+        &p.socket,
+        "/csi.v1.Identity/GetPluginInfo",
+        GetPluginInfoRequest {},
+    )
+    .unwrap();
+    assert_eq!(info.name, DRIVER);
+}
+
+#[test]
+fn root_csi_sigterm_removes_its_sockets_and_exits_143() {
+    require_root!();
+    let env = Env::new();
+    let mut p = Plugin::start(&env);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(p.child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = p.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < until,
+            "flexvol csi did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(143));
+    // kubelet's plugin watcher sees the registration socket go and deregisters the driver.
+    assert!(!p.socket.exists() && !p.reg_socket.exists());
+}
