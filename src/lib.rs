@@ -35,6 +35,7 @@ pub mod controller;
 pub mod csi;
 pub mod driver;
 pub mod error;
+pub mod k8s;
 pub mod node;
 pub mod ops;
 pub mod protocol;

@@ -7,13 +7,13 @@
 //! Contract: the decision ([`plan`]) is made only from two complete lists (every Node; every
 //! ConfigMap of the namespace carrying [`LABEL`]); a ConfigMap without the label is never touched;
 //! a delete carries the object's uid as a precondition, so a node that came back and got a new
-//! object meanwhile keeps it. Every call has [`crate::provision::kube::DEADLINE`].
+//! object meanwhile keeps it. Every call has [`crate::k8s::call::DEADLINE`].
 //!
 //! Status: the decision is unit-tested; [`sync`] runs in tests/cluster/provisioner-e2e.d/extender.sh
 //! under drivers/deploy-overlays/node-loss/controller.yaml's Role (which sets the flag).
 
+use crate::k8s::call::call;
 use crate::provision::capacity::NAMESPACE;
-use crate::provision::kube::call;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;

@@ -3,7 +3,7 @@
 //! `kube-system/flexvol-controller`), never on the nodes.
 //!
 //! Today it does one job, node loss ([`nodeloss`]; the decisions are
-//! [`crate::provision::nodeloss`]'s): for a class of a node-local kind that opts in
+//! [`crate::controller::nodeloss::decide`]'s): for a class of a node-local kind that opts in
 //! (`nodeLossGracePeriod`), the claims and PVs flexvol made on a node whose Node object has been
 //! deleted for that long, with its kubelet silent (no renewed `kube-node-lease` Lease, and none
 //! being renewed when the Node was last seen), are deleted, with events, so that their owners
@@ -17,11 +17,11 @@
 //!
 //! Contract of the loop ([`run`]): a pass every `--resync-seconds` (sooner when a grace ends
 //! before that) lists every kubelet Lease (`kube-node-lease`), every Node and every PV labelled
-//! `flexvol/kind` of a node-local kind, each list complete or the pass decides nothing; every API call has [`crate::provision::kube::DEADLINE`];
+//! `flexvol/kind` of a node-local kind, each list complete or the pass decides nothing; every API call has [`crate::k8s::call::DEADLINE`];
 //! a PV whose work failed is retried after a per-PV backoff (1 s doubling to 5 min,
-//! [`crate::provision::queue::WorkQueue`]); every write is conditional (resourceVersion or uid
+//! [`crate::k8s::queue::WorkQueue`]); every write is conditional (resourceVersion or uid
 //! preconditions), so two replicas running by mistake (a rollout) do the same work once.
-//! It reuses the provisioner's API client ([`crate::provision::apiclient`]: the cluster's CA only,
+//! It reuses the provisioner's API client ([`crate::k8s::client`]: the cluster's CA only,
 //! re-read tokens, connect timeout) and its log format.
 
 pub mod capacity;
@@ -29,7 +29,7 @@ pub mod extender;
 pub mod nodeloss;
 pub mod telemetry;
 
-use crate::provision::telemetry::{self as daemon, LogFormat};
+use crate::k8s::daemon::{self, LogFormat};
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -95,7 +95,7 @@ pub fn run(a: &ControllerArgs) -> i32 {
         metrics: telemetry::Metrics::new(),
         health: telemetry::Health::new(Instant::now(), resync, a.capacity_objects),
     });
-    match daemon::serve(a.metrics_address, shared.clone()) {
+    match crate::k8s::http::serve(a.metrics_address, shared.clone()) {
         Ok(at) => {
             info!(target: LOG_TARGET, "serving /metrics, /healthz and /readyz on http://{at}")
         }
@@ -115,7 +115,7 @@ pub fn run(a: &ControllerArgs) -> i32 {
 
 async fn serve(a: &ControllerArgs, shared: &telemetry::Shared) -> Result<(), String> {
     use telemetry::Loop;
-    let client = crate::provision::apiclient::client(a.kubeconfig.as_deref(), None).await?;
+    let client = crate::k8s::client::client(a.kubeconfig.as_deref(), None).await?;
     shared.health.connected();
     let id = crate::provision::reconcile::Identity {
         node: String::new(),
@@ -136,7 +136,7 @@ async fn serve(a: &ControllerArgs, shared: &telemetry::Shared) -> Result<(), Str
             .map(|k| id.provisioner(k))
             .collect::<Vec<_>>()
             .join(", "),
-        crate::provision::nodeloss::PARAM,
+        crate::controller::nodeloss::decide::PARAM,
         resync.as_secs()
     );
     let capacity_client = a.capacity_objects.then(|| client.clone());
@@ -197,7 +197,7 @@ async fn serve(a: &ControllerArgs, shared: &telemetry::Shared) -> Result<(), Str
 
 #[cfg(test)]
 mod tests {
-    use crate::provision::nodeloss::PARAM;
+    use crate::controller::nodeloss::decide::PARAM;
     use std::collections::BTreeMap;
 
     /// The node-local kinds accept the parameter (and check its value); NFS refuses it, saying why.

@@ -1,5 +1,5 @@
 //! What an operator sees of `flexvol controller` besides its log: its metrics and probes, served
-//! by the provisioner's HTTP server ([`crate::provision::telemetry::serve`], the one serving path
+//! by the provisioner's HTTP server ([`crate::k8s::http::serve`], the one serving path
 //! of the daemons, with its connection bounds) on `--metrics-address`.
 //!
 //! - **Metrics** ([`Metrics`]): per loop (`node-loss`, `capacity`), passes, errors, actions taken
@@ -8,11 +8,12 @@
 //! - **Health** ([`Health`]), per loop, as the provisioner's lanes: `/healthz` answers 200 while
 //!   every running loop has ended a pass (whatever its outcome) within [`Health::live_window`],
 //!   else 503 naming the loop and since when (an API call that never returns is bounded by
-//!   [`crate::provision::kube::DEADLINE`], so a stuck loop is a bug, and a restart its cure);
+//!   [`crate::k8s::call::DEADLINE`], so a stuck loop is a bug, and a restart its cure);
 //!   `/readyz` answers 200 once the API client is connected and every running loop's last pass
 //!   listed what it reads.
 
-use crate::provision::telemetry::{Endpoints, register_build_info};
+use crate::k8s::daemon::register_build_info;
+use crate::k8s::http::Endpoints;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -286,7 +287,7 @@ impl Endpoints for Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::telemetry::answer;
+    use crate::k8s::http::answer;
 
     fn sample(text: &str, series: &str) -> Option<f64> {
         text.lines()

@@ -19,7 +19,7 @@
 //! age again ([`recheck`]).
 
 use crate::node::config::Config;
-use crate::provision::volumedir::{self, Found, SCAN_DEPTH, usable_roots};
+use crate::provision::storage::volumedir::{self, Found, SCAN_DEPTH, usable_roots};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
@@ -194,7 +194,7 @@ pub fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(), String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::volumedir::{Marker, create_volume_dir, prepare_root};
+    use crate::provision::storage::volumedir::{Marker, create_volume_dir, prepare_root};
     use crate::sys::paths::Ownership;
 
     #[test]

@@ -105,7 +105,7 @@ pub fn run(a: &StatusArgs) -> i32 {
         }
     };
     let provisioned = super::provisioned::collect(&config);
-    let sizes = crate::provision::quota::size_status_checked(
+    let sizes = crate::provision::storage::quota::size_status_checked(
         &crate::sys::exec::SystemRunner::new(config.tool_dirs.clone()),
         &provisioned,
     );
@@ -201,8 +201,8 @@ pub fn run(a: &StatusArgs) -> i32 {
 
 /// The volume directories `flexvol provisioner` made under this node's roots.
 fn print_provisioned(
-    found: &[crate::provision::volumedir::Found],
-    sizes: &[crate::provision::quota::SizeStatus],
+    found: &[crate::provision::storage::volumedir::Found],
+    sizes: &[crate::provision::storage::quota::SizeStatus],
 ) {
     for (f, s) in found.iter().zip(sizes) {
         println!("provisioned {} (PV {})", f.path.display(), f.marker.volume);
@@ -223,7 +223,7 @@ fn print_provisioned(
 }
 
 /// One line about a provisioned directory's size: enforced with limit and usage, or why not.
-pub fn size_line(s: &crate::provision::quota::SizeStatus) -> String {
+pub fn size_line(s: &crate::provision::storage::quota::SizeStatus) -> String {
     let mib = crate::protocol::quantity::format_human;
     match (s.enforced, s.limit_bytes, s.used_bytes) {
         (true, Some(limit), Some(used)) => format!(
@@ -243,7 +243,7 @@ pub fn size_line(s: &crate::provision::quota::SizeStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::quota::SizeStatus;
+    use crate::provision::storage::quota::SizeStatus;
 
     #[test]
     fn size_lines_say_enforced_with_numbers_or_not_enforced_with_why() {

@@ -282,7 +282,7 @@ fn plan_tree(path: &Path, what: &'static str) -> Result<Option<Removal>, Uninsta
         }
     }
     let fd = open_tree(path)?;
-    crate::provision::volumedir::check_no_mounts(&fd, path).map_err(err)?;
+    crate::provision::storage::volumedir::check_no_mounts(&fd, path).map_err(err)?;
     Ok(Some(Removal::Tree {
         path: path.to_owned(),
         what,
@@ -342,11 +342,11 @@ fn list_kept(c: &Config, host_root: &Path) -> Vec<String> {
         let Ok(real) = std::fs::canonicalize(&p) else {
             continue;
         };
-        let root = crate::provision::volumedir::Root {
+        let root = crate::provision::storage::volumedir::Root {
             configured: p.clone(),
             real,
         };
-        match crate::provision::volumedir::read_records(&root) {
+        match crate::provision::storage::volumedir::read_records(&root) {
             Ok(recs) => {
                 for rec in recs {
                     kept.push(format!(
@@ -363,11 +363,13 @@ fn list_kept(c: &Config, host_root: &Path) -> Vec<String> {
                 p.display()
             )),
         }
-        if p.join(crate::provision::volumedir::STATE_DIR).exists() {
+        if p.join(crate::provision::storage::volumedir::STATE_DIR)
+            .exists()
+        {
             kept.push(format!(
                 "{}/{} (the provisioner's records of that root)",
                 p.display(),
-                crate::provision::volumedir::STATE_DIR
+                crate::provision::storage::volumedir::STATE_DIR
             ));
         }
     }
@@ -516,8 +518,8 @@ fn remove(x: &Removal) -> Result<Option<String>, UninstallError> {
         }
         Removal::Tree { path, .. } => {
             let fd = open_tree(path)?;
-            crate::provision::volumedir::check_no_mounts(&fd, path).map_err(err)?;
-            crate::provision::volumedir::empty_dir(&fd, path).map_err(err)?;
+            crate::provision::storage::volumedir::check_no_mounts(&fd, path).map_err(err)?;
+            crate::provision::storage::volumedir::empty_dir(&fd, path).map_err(err)?;
             let (parent, name) = split(path)?;
             let pfd = open_dir_nofollow(parent).map_err(|e| fail(path, &e))?;
             ignore_gone(dirfd::rmdir(&pfd, name)).map_err(|e| fail(path, &e))?;

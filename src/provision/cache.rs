@@ -18,13 +18,15 @@
 //! lane that works on its kind ([`Routes`]). When what this instance leads changes, the claim
 //! watch lists again with the new filter.
 //!
-//! PVs made before the labels existed are labelled by the startup sweep of [`super::lanes`].
+//! PVs made before the labels existed are labelled by the startup sweep of [`crate::provision::lanes`].
 
-use super::api::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
-use super::provisioner::ANN_NODE;
-use super::reconcile::{Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value};
-use super::relist::{WatchEvent, watch};
-use super::telemetry::{LOG_TARGET, WatchEvents};
+use crate::k8s::watch::{WatchEvent, watch};
+use crate::provision::cluster::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
+use crate::provision::reconcile::{
+    Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value,
+};
+use crate::provision::storage::ANN_NODE;
+use crate::provision::telemetry::{LOG_TARGET, WatchEvents};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -38,9 +40,9 @@ use tokio::sync::{mpsc::UnboundedSender, watch};
 use tracing::warn;
 
 /// Which lane works on a kind (defined with the lanes' queues, which telemetry may name too).
-pub use super::queue::Lane;
+pub use crate::k8s::queue::Lane;
 
-/// What this instance leads right now (see [`super::lease`]).
+/// What this instance leads right now (see [`crate::k8s::lease`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Leads {
     /// The cluster-wide claim duty: telling claims of node-local classes with Immediate binding.
@@ -127,7 +129,7 @@ impl Scope {
     }
 
     /// The label selector of the claim watch while leading `leads`: none (every claim) for the
-    /// holder of the claim duty, which labels them all ([`super::labeller`]); this node's
+    /// holder of the claim duty, which labels them all ([`crate::provision::labeller`]); this node's
     /// claims (`flexvol/node=<node>`, the label the holder writes from `selected-node`) for the
     /// others.
     pub fn claim_selector(&self, leads: Leads) -> Option<String> {
@@ -240,10 +242,10 @@ pub struct Caches {
 }
 
 /// The claim watch's observer while leading the claim duty (the labeller's
-/// [`super::labeller::Relabel`]; this module does not depend on it).
+/// [`crate::provision::labeller::Relabel`]; this module does not depend on it).
 pub type ClaimObserver = Arc<dyn Observer<PersistentVolumeClaim>>;
 
-/// Sees every event of a watch, kept or not (the claim labeller, [`super::labeller::Relabel`]).
+/// Sees every event of a watch, kept or not (the claim labeller, [`crate::provision::labeller::Relabel`]).
 pub trait Observer<K>: Send + Sync {
     /// An object as it is now.
     fn applied(&self, o: &K);

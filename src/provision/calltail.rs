@@ -1,7 +1,7 @@
 //! The driver's call outcomes as metrics: the driver is exec'd by kubelet per call and serves
 //! nothing, so the provisioner (one per node) follows the call log the driver appends to
 //! ([`crate::node::calllog`], the config's `logFile`) and counts each record in
-//! [`super::telemetry::DriverCalls`].
+//! [`crate::provision::telemetry::DriverCalls`].
 //!
 //! Contract ([`Tail::poll`], every [`EVERY`] on a thread of its own):
 //! - incremental: it remembers the file's `(dev, ino)` and the offset read up to; the first poll
@@ -17,7 +17,7 @@
 //!   longer than [`MAX_LINE`] is skipped and counted as unreadable. The file is root's, but a
 //!   bound costs nothing.
 
-use super::telemetry::DriverCalls;
+use crate::provision::telemetry::DriverCalls;
 use crate::sys::dirfd;
 use serde::Deserialize;
 use std::ffi::OsString;
@@ -209,7 +209,7 @@ pub fn spawn(m: DriverCalls) -> std::io::Result<()> {
                     match t.poll(&m) {
                         Ok(()) => said.clear(),
                         Err(e) if e != said => {
-                            tracing::warn!(target: super::telemetry::LOG_TARGET, "call log: {e}; flexvol_driver_calls_total is not counted until it can be read");
+                            tracing::warn!(target: crate::provision::telemetry::LOG_TARGET, "call log: {e}; flexvol_driver_calls_total is not counted until it can be read");
                             said = e;
                         }
                         Err(_) => {}

@@ -17,18 +17,18 @@
 //!
 //! Status: the type, its validation, its reader, the measuring ([`measure_roots`],
 //! [`measure_vgs`]), the builder ([`build`]) and [`publish`] (called by the node-local lane,
-//! [`super::lanes`], with `flexvol provisioner --publish-capacity`, which drivers/deploy's
+//! [`crate::provision::lanes`], with `flexvol provisioner --publish-capacity`, which drivers/deploy's
 //! DaemonSet sets) are unit-tested; publishing hostPath roots is proven against a real API server
 //! and kube-scheduler (tests/cluster/provisioner-e2e.d/extender.sh); not yet run against an XFS
 //! quota root or real lvm2 (the LVM figures are tested with a fake `lvm`).
 
-use super::api::Cluster;
-use super::quota::{self, SizeStatus};
-use super::volumedir;
 use crate::backend::lvm::policy::LvmConfig;
 use crate::backend::lvm::report::LvRow;
 use crate::node::config::Config;
 use crate::node::localpath::LocalPathConfig;
+use crate::provision::cluster::Cluster;
+use crate::provision::storage::quota::{self, SizeStatus};
+use crate::provision::storage::volumedir;
 use crate::sys::exec::Runner;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -454,7 +454,7 @@ pub async fn publish<C: Cluster>(
     match serde_json::to_string(&record) {
         Ok(text) => match cluster.publish_capacity(node, &text).await {
             Ok(()) => {}
-            Err(e) if e.kind == super::api::ApiErrorKind::NotFound => failed.push(format!(
+            Err(e) if e.kind == crate::k8s::error::ApiErrorKind::NotFound => failed.push(format!(
                 "capacity record of this node not published: ConfigMap {NAMESPACE}/{node} \
                      does not exist yet (`flexvol controller --capacity-objects`, \
                      drivers/deploy-overlays/node-loss/controller.yaml, makes one per Node; without it the scheduler \
@@ -521,7 +521,7 @@ fn unmeasured_vg(vg: &str, why: String) -> VgMeasure {
 }
 
 /// The thin pools of one VG from its `lvs` rows: each pool's data size and the virtual sizes of
-/// the thin LVs in it, summed (what `provision::lvm`'s room check counts).
+/// the thin LVs in it, summed (what `provision::storage::lvm`'s room check counts).
 pub fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
     rows.iter()
         .filter(|r| r.is_thin_pool())

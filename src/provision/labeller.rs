@@ -1,5 +1,5 @@
 //! Routing labels on claims, so that each instance's claim watch can be a label selector: the
-//! instance that holds the `flexvol-claims` Lease ([`super::lease::CLAIMS_LEASE`]; it alone
+//! instance that holds the `flexvol-claims` Lease ([`crate::provision::leadership::CLAIMS_LEASE`]; it alone
 //! watches every claim) labels every claim of a flexvol kind with where its work is done:
 //!
 //! - a claim of a node-local kind (hostPath, LVM) whose `volume.kubernetes.io/selected-node` is
@@ -18,7 +18,7 @@
 //! `selected-node` annotation, as before). A forged label only makes an instance receive a claim
 //! it then does not keep: which instance works on a claim, and whether it is flexvol's at all, is
 //! still decided by the claim's annotations (storage-provisioner, selected-node) and the volume
-//! markers, exactly as without the labels ([`super::cache::Scope::keep_claim`]). The worst a
+//! markers, exactly as without the labels ([`crate::provision::cache::Scope::keep_claim`]). The worst a
 //! tenant can do is make one instance decode the events of its own claims, until the holder puts
 //! the label right.
 //!
@@ -27,15 +27,15 @@
 //! works through it with a [`WorkQueue`] (each claim once, per-claim exponential backoff after a
 //! failure), one merge patch of `metadata.labels` (and the claim's uid, which the API server
 //! refuses to change: a claim recreated under the same name is never labelled from the old one's
-//! decision) per claim, each under [`super::kube::DEADLINE`]. The patch is idempotent; the event it
+//! decision) per claim, each under [`crate::k8s::call::DEADLINE`]. The patch is idempotent; the event it
 //! causes is checked again like any other, so a label written from a stale event is put right at
 //! the next event.
 
-use super::api::ANN_SELECTED_NODE;
-use super::cache::{Lane, Leads, Scope, claim_key};
-use super::queue::{Backoff, WorkQueue};
-use super::reconcile::{LABEL_KIND, LABEL_NODE, node_label_value};
-use super::telemetry::{LOG_TARGET, Metrics};
+use crate::k8s::queue::{Backoff, WorkQueue};
+use crate::provision::cache::{Lane, Leads, Scope, claim_key};
+use crate::provision::cluster::ANN_SELECTED_NODE;
+use crate::provision::reconcile::{LABEL_KIND, LABEL_NODE, node_label_value};
+use crate::provision::telemetry::{LOG_TARGET, Metrics};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, Patch, PatchParams};
 use std::collections::{BTreeMap, HashMap};
@@ -55,7 +55,7 @@ pub fn wanted_labels(
     scope: &Scope,
     c: &PersistentVolumeClaim,
 ) -> Option<BTreeMap<&'static str, String>> {
-    let provisioner = super::reconcile::claim_provisioner(&c.metadata)?;
+    let provisioner = crate::provision::reconcile::claim_provisioner(&c.metadata)?;
     let mut want = BTreeMap::new();
     match scope.claim_lane(c)? {
         Lane::Local => {
@@ -210,7 +210,7 @@ impl Relabel {
     }
 }
 
-impl super::cache::Observer<PersistentVolumeClaim> for Relabel {
+impl crate::provision::cache::Observer<PersistentVolumeClaim> for Relabel {
     fn applied(&self, o: &PersistentVolumeClaim) {
         Self::applied(self, o);
     }
@@ -229,7 +229,7 @@ pub async fn run(
     relabel: Arc<Relabel>,
     mut keys: UnboundedReceiver<String>,
     mut leads: watch::Receiver<Leads>,
-    metrics: Arc<super::telemetry::Shared>,
+    metrics: Arc<crate::provision::telemetry::Shared>,
 ) {
     let mut queue: WorkQueue<String> = WorkQueue::new(Backoff::DEFAULT);
     loop {
@@ -285,7 +285,7 @@ async fn write(client: &kube::Client, key: &str, w: &Work, metrics: &Metrics) ->
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
     let api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
     let patch = label_patch(w.uid.as_deref(), &w.change);
-    let r = super::kube::call(
+    let r = crate::k8s::call::call(
         format!("label claim {key}"),
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
     )
@@ -296,7 +296,7 @@ async fn write(client: &kube::Client, key: &str, w: &Work, metrics: &Metrics) ->
             metrics.claim_labelled("success");
             true
         }
-        Err(e) if e.kind == super::api::ApiErrorKind::NotFound => true,
+        Err(e) if e.kind == crate::k8s::error::ApiErrorKind::NotFound => true,
         Err(e) => {
             warn!(target: LOG_TARGET, claim = %key, "{e}; retrying after a backoff");
             metrics.claim_labelled("failure");
@@ -329,7 +329,7 @@ mod tests {
         let mut a = BTreeMap::new();
         if let Some(p) = prov {
             a.insert(
-                super::super::api::ANN_PROVISIONER_BETA.to_owned(),
+                crate::provision::cluster::ANN_PROVISIONER_BETA.to_owned(),
                 p.to_owned(),
             );
         }

@@ -3,12 +3,12 @@
 //! backends, so that no work of one waits on the other: a dead NFS server delays NFS claims,
 //! never a hostPath or LVM claim, a delete or a resize of this node.
 //!
-//! A lane ([`run`]) waits for keys from the watch caches ([`super::cache`]: only objects it works
+//! A lane ([`run`]) waits for keys from the watch caches ([`crate::provision::cache`]: only objects it works
 //! on), queues them ([`WorkQueue`]: each key once, per-key exponential backoff after a failure),
 //! and works through the due keys in batches: a [`Reconciler::refresh`] (tombstones, this node's
 //! Node), then [`Reconciler::sync`] per key. Every `resync` it queues every key it holds again
 //! (except those backing off). Within the shared lane, a server that fails opens its breaker
-//! ([`super::queue::Breakers`]): the next claims on it fail fast until a single attempt after the
+//! ([`crate::k8s::queue::Breakers`]): the next claims on it fail fast until a single attempt after the
 //! breaker's delay shows it back.
 //!
 //! Each lane beats its own heartbeat ([`telemetry::Health`]) after every object and every pass: a
@@ -23,17 +23,17 @@
 //! label-selected watches see them), writes the legacy grants of PVs made before capabilities, and
 //! removes grants of PVs that are gone.
 
-use super::api::{ANN_PROVISIONED_BY, Cluster};
-use super::cache::{Lane, Leads};
-use super::kube::KubeCluster;
-use super::provisioner::{ANN_NODE, Kind, Provisioner};
-use super::queue::{Backoff, WorkQueue};
-use super::reconcile::{
+use crate::k8s::queue::{Backoff, WorkQueue};
+use crate::node::config::Config;
+use crate::provision::cache::{Lane, Leads};
+use crate::provision::cluster::live::KubeCluster;
+use crate::provision::cluster::{ANN_PROVISIONED_BY, Cluster};
+use crate::provision::reconcile::{
     Identity, Key, LABEL_KIND, LABEL_NODE, Reconciler, Report, legacy_grants, node_label_value,
     sweep_legacy_grants,
 };
-use super::telemetry::{self, LOG_TARGET};
-use crate::node::config::Config;
+use crate::provision::storage::{ANN_NODE, Kind, Provisioner};
+use crate::provision::telemetry::{self, LOG_TARGET};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -110,7 +110,7 @@ pub fn spawn(args: LaneArgs) -> std::io::Result<std::thread::JoinHandle<()>> {
 /// The backends of `lane` (each lane owns its own: a backend's state and tombstone recovery are
 /// never shared between threads).
 fn backends(id: &Identity, lane: Lane) -> Vec<Box<dyn Provisioner>> {
-    super::provisioners(id)
+    crate::provision::provisioners(id)
         .into_iter()
         .filter(|b| b.kind().node_local == (lane == Lane::Local))
         .collect()
@@ -118,7 +118,10 @@ fn backends(id: &Identity, lane: Lane) -> Vec<Box<dyn Provisioner>> {
 
 /// Every kind there is (the sweep looks at every PV; the watches route by kind).
 pub fn all_kinds(id: &Identity) -> Vec<&'static Kind> {
-    super::provisioners(id).iter().map(|b| b.kind()).collect()
+    crate::provision::provisioners(id)
+        .iter()
+        .map(|b| b.kind())
+        .collect()
 }
 
 /// Waits until the node config loads (the installer container writes it).
@@ -139,7 +142,7 @@ async fn run(mut a: LaneArgs) {
     let mut config = load_config(&a.shared, lane).await;
     // A client of the lane's own, on this runtime (see KubeCluster::with_client).
     let client = loop {
-        match super::apiclient::client(a.kubeconfig.as_deref(), a.service_account_dir.as_deref())
+        match crate::k8s::client::client(a.kubeconfig.as_deref(), a.service_account_dir.as_deref())
             .await
         {
             Ok(c) => break c,
@@ -229,7 +232,7 @@ async fn run(mut a: LaneArgs) {
                     warn!(target: LOG_TARGET, "{f}");
                 }
                 if a.publish_capacity {
-                    let failed = super::capacity::publish(
+                    let failed = crate::provision::capacity::publish(
                         &rec.cluster,
                         &config,
                         &a.id.node,

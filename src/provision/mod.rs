@@ -26,35 +26,24 @@
 //! and `/readyz` on `--metrics-address`. Only [`run`] sets them up; this command is for a daemon,
 //! not for kubelet, so the stdout/stderr protocol rule of the verbs does not apply.
 
-pub mod api;
-pub mod apiclient;
 pub mod cache;
 pub mod calltail;
 pub mod capacity;
-pub mod cloning;
-pub mod error;
-pub mod hostpath;
-pub mod kube;
+pub mod cluster;
 pub mod labeller;
 pub mod lanes;
-pub mod lease;
-pub mod lvm;
-pub mod nfs;
-pub mod nodeloss;
-pub mod provisioner;
-pub mod queue;
-pub mod quota;
+pub mod leadership;
 pub mod reconcile;
-pub mod relist;
+pub mod storage;
 pub mod telemetry;
-pub mod volumedir;
 
+use crate::k8s::daemon::LogFormat;
 use crate::node::config::Config;
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use telemetry::{LOG_TARGET, LogFormat};
+use telemetry::LOG_TARGET;
 use tracing::{error, info, warn};
 
 /// Arguments of `flexvol provisioner`.
@@ -134,13 +123,13 @@ pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
 }
 
 /// The kinds of volume served, each as `<vendor>/<kind>`. The one place a provisioner is registered.
-pub fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn provisioner::Provisioner>> {
+pub fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn storage::Provisioner>> {
     vec![
-        Box::new(hostpath::HostPathProvisioner::new(
+        Box::new(storage::hostpath::HostPathProvisioner::new(
             id.provisioner("hostpath"),
         )),
-        Box::new(lvm::LvmProvisioner::new(&id.vendor)),
-        Box::new(nfs::NfsProvisioner::new(id.provisioner("nfs"))),
+        Box::new(storage::lvm::LvmProvisioner::new(&id.vendor)),
+        Box::new(storage::nfs::NfsProvisioner::new(id.provisioner("nfs"))),
     ]
 }
 
@@ -158,7 +147,8 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         #[allow(clippy::exit)]
         std::process::exit(PANIC_EXIT_CODE)
     }));
-    if let Err(e) = telemetry::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
+    if let Err(e) = crate::k8s::daemon::init_logs(a.log_format, a.log_filter.as_deref(), LOG_TARGET)
+    {
         // No logger yet: the one place this command writes stderr itself.
         #[allow(clippy::print_stderr)]
         {
@@ -170,7 +160,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
     // multi-threaded process (crate::sys::hostns).
     let mut a = a.clone();
     if a.host_mount_namespace {
-        let sa = std::path::Path::new(apiclient::SERVICE_ACCOUNT_DIR);
+        let sa = std::path::Path::new(crate::k8s::client::SERVICE_ACCOUNT_DIR);
         let target = if a.host_mount_namespace_pid == 1 {
             std::path::PathBuf::from(crate::sys::hostns::HOST_MOUNT_NAMESPACE)
         } else {
@@ -236,7 +226,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
         health: telemetry::Health::new(Instant::now(), resync)
             .stuck_after(a.lane_timeout_seconds.map(Duration::from_secs)),
     });
-    match telemetry::serve(a.metrics_address, shared.clone()) {
+    match crate::k8s::http::serve(a.metrics_address, shared.clone()) {
         Ok(at) => {
             info!(target: LOG_TARGET, "serving /metrics, /healthz and /readyz on http://{at}")
         }
@@ -314,7 +304,8 @@ async fn serve(
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
     let client =
-        apiclient::client(a.kubeconfig.as_deref(), a.service_account_dir.as_deref()).await?;
+        crate::k8s::client::client(a.kubeconfig.as_deref(), a.service_account_dir.as_deref())
+            .await?;
     let id = identity(a);
     let kinds = lanes::all_kinds(&id);
     let names = |local: bool| -> Vec<String> {
@@ -327,7 +318,7 @@ async fn serve(
     // What this instance leads (the Leases decide; nothing until they do). The shared lane says
     // whether this node serves a shared kind, which makes it eligible for that Lease.
     let serves_shared = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let leadership = lease::Leadership::start(
+    let leadership = crate::provision::leadership::Leadership::start(
         &client,
         a.lease_namespace.as_deref(),
         &a.node_name,
@@ -364,7 +355,7 @@ async fn serve(
         shared.clone(),
     ));
     let observer: cache::ClaimObserver = relabel;
-    let cluster = kube::KubeCluster::start(
+    let cluster = cluster::live::KubeCluster::start(
         client,
         a.node_name.clone(),
         scope,

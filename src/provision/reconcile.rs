@@ -1,11 +1,11 @@
 //! The decisions: from what the API and the node say, what to do for one claim or one PV, done
 //! idempotently.
 //!
-//! The lanes ([`super::lanes`]) call [`Reconciler::refresh`] (steps 1 and 2) before each batch of
+//! The lanes ([`crate::provision::lanes`]) call [`Reconciler::refresh`] (steps 1 and 2) before each batch of
 //! work, then [`Reconciler::sync`] for each [`Key`] due (steps 4 to 6 for that object); the sweep
 //! does step 3. [`Reconciler::pass`] is all of it at once over everything the cluster seam lists
 //! (what the tests drive). The work is the same for every kind of volume; what differs is behind
-//! the [`Provisioner`](super::provisioner::Provisioner) seam (`hostpath`, `lvm`, `nfs`). The steps:
+//! the [`Provisioner`](crate::provision::storage::Provisioner) seam (`hostpath`, `lvm`, `nfs`). The steps:
 //! 1. lets each backend finish what a kill left half done (tombstones);
 //! 2. reads this node's Node (never writes it: the token has no Node write): its hostname label,
 //!    which node-local PVs pin to, and whether it may make node-local volumes at all (not when
@@ -23,7 +23,7 @@
 //!    let the backend make the volume, create `pvc-<claim uid>`; when this node may not or cannot
 //!    serve it, remove `selected-node` so the scheduler picks again, with an event that says why;
 //! 5. every Bound PV of ours whose claim asks for more than the PV's
-//!    [`ANN_SIZE`](super::provisioner::ANN_SIZE): grow it through the backend, then raise the PV's
+//!    [`ANN_SIZE`](crate::provision::storage::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
 //! 6. every PV we provisioned (on this node, for a node-local backend), by what `fate` says:
 //!    with reclaim policy Delete, once Released or — when it was deleted first — once its claim is
@@ -47,18 +47,19 @@
 //! was removed stays (held by its finalizer) until the finalizer is removed, a resize is
 //! re-driven by the claim's request until the PV's annotation records it.
 
-use super::api::{
-    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, ApiError,
-    ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, HOSTNAME_LABEL,
-};
-use super::provisioner::{
-    ANN_NODE, ANN_SIZE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-    SizeCheck, SourceRefusal, awaits_volume, check_clone_source, plan_claim,
-};
-use super::queue::{Backoff, Breakers};
+use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
+use crate::k8s::queue::{Backoff, Breakers};
 use crate::node::capability;
 use crate::node::config::Config;
 use crate::protocol::quantity::{self, parse_size};
+use crate::provision::cluster::{
+    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, Cluster,
+    EventSpec, FINALIZER, HOSTNAME_LABEL,
+};
+use crate::provision::storage::{
+    ANN_NODE, ANN_SIZE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    SizeCheck, SourceRefusal, awaits_volume, check_clone_source, plan_claim,
+};
 use crate::sys::process::checkpoint;
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -389,7 +390,7 @@ enum Step {
     /// It cannot be provisioned now (a step failed, its source is not ready); say so and leave
     /// nothing behind; the claim keeps its node and is tried again.
     Fail(String),
-    /// It can never be provisioned as asked ([`super::provisioner::Never`]): say why and what to
+    /// It can never be provisioned as asked ([`crate::provision::storage::Never`]): say why and what to
     /// change, and remove its `selected-node`, so that it holds no node (the scheduler
     /// extender would not count it anyway: the same [`plan_claim`] decides).
     Never(String),
@@ -544,7 +545,7 @@ impl<C: Cluster> Reconciler<C> {
 
     /// One pass over everything the cluster seam lists, with the node config `cfg`: a
     /// [`Reconciler::refresh`], the legacy grants (step 3), then [`Reconciler::sync`] of every
-    /// claim and every PV. The lanes ([`super::lanes`]) instead sync only the keys that changed
+    /// claim and every PV. The lanes ([`crate::provision::lanes`]) instead sync only the keys that changed
     /// or are due; this is the same work for a cluster seam that lists everything (the tests).
     pub async fn pass(&mut self, cfg: &Config) -> Report {
         let mut report = self.refresh(cfg).await;
@@ -896,7 +897,7 @@ impl<C: Cluster> Reconciler<C> {
     /// which is `Immediate`): the scheduler never gives it a node (`selected-node`), so no
     /// instance would ever make its volume. Tells the claim's author, with a ProvisioningFailed
     /// event, once per claim: only the instance that holds the `flexvol-claims` Lease keeps such
-    /// claims in its cache ([`super::cache::Scope::keep_claim`]), so one instance says it (once
+    /// claims in its cache ([`crate::provision::cache::Scope::keep_claim`]), so one instance says it (once
     /// more after a restart or a change of holder). Costs one read of each such class per batch,
     /// and nothing once said.
     async fn immediate_binding(&mut self, c: &PersistentVolumeClaim, report: &mut Report) {
@@ -1598,7 +1599,7 @@ pub fn legacy_grants(
 
 /// Why work was not tried on a fault domain whose breaker is open. Without times in it, so the
 /// event saying it is recorded once, not once per retry.
-fn paused(domain: &str, open: &super::queue::Open) -> String {
+fn paused(domain: &str, open: &crate::k8s::queue::Open) -> String {
     format!(
         "not tried: the last attempt on {domain} failed ({}), so work on it waits and is retried with a growing delay (at most 5 minutes) while other volumes go on; fix the server or the class",
         open.last

@@ -7,7 +7,7 @@
 //!   `flexvol-provisioner=debug,kube=info`: tracing-subscriber's `Targets` syntax; the default
 //!   shows this provisioner's `info` and nothing of the libraries, whose errors it logs itself:
 //!   kube-client's own line for each failed request would only double them). Set up only by
-//!   [`super::run`]: the driver verbs never reach this module.
+//!   [`crate::provision::run`]: the driver verbs never reach this module.
 //! - **Metrics** ([`Metrics`]): the names in drivers/deploy/README.md ("7. Metrics, health and logs"), kept in a
 //!   `prometheus-client` registry, served as OpenMetrics text (which Prometheus reads).
 //! - **Health** ([`Health`]), per lane: `/healthz` answers 200 while every lane makes progress (a
@@ -24,107 +24,19 @@
 //! the loop's runtime would stall a scrape and fail a probe; and a slow scraper never touches the
 //! loop, which only updates atomics and the registry's short-held locks.
 
-use super::queue::Lane;
-use super::reconcile::{Action, Outcome, Report};
+use crate::k8s::queue::Lane;
 use crate::node::config::Config;
+use crate::provision::reconcile::{Action, Outcome, Report};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The target of the provisioner's log events (what text lines show before the message).
 pub const LOG_TARGET: &str = "flexvol-provisioner";
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// `<time> <LEVEL> flexvol-provisioner: <message>`, one line per event.
-    Text,
-    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the event's fields.
-    Json,
-}
-
-/// RFC 3339 UTC times, as the provisioner's lines always had.
-struct Rfc3339;
-
-impl tracing_subscriber::fmt::time::FormatTime for Rfc3339 {
-    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        w.write_str(&crate::node::calllog::rfc3339(SystemTime::now()))
-    }
-}
-
-/// The filter for `spec` (`None`: this provisioner's `info`, nothing of the libraries).
-pub fn log_filter(
-    spec: Option<&str>,
-    default_target: &str,
-) -> Result<tracing_subscriber::filter::Targets, String> {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
-    match spec.map(str::trim).filter(|s| !s.is_empty()) {
-        None => Ok(Targets::new()
-            .with_target(default_target, LevelFilter::INFO)
-            .with_default(LevelFilter::OFF)),
-        Some(s) => s.parse().map_err(|e| {
-            format!("log filter {s:?}: {e}; write e.g. info or {default_target}=debug,kube=info")
-        }),
-    }
-}
-
-/// Sets the process's log subscriber: `format` on stderr, filtered by `filter` (or `RUST_LOG`;
-/// with neither, `default_target`'s info and nothing of the libraries).
-pub fn init_logs(
-    format: LogFormat,
-    filter: Option<&str>,
-    default_target: &str,
-) -> Result<(), String> {
-    use tracing_subscriber::layer::SubscriberExt;
-    let env = std::env::var("RUST_LOG").ok();
-    let targets = log_filter(filter.or(env.as_deref()), default_target)?;
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_timer(Rfc3339);
-    let sub = tracing_subscriber::registry().with(targets);
-    let set = match format {
-        LogFormat::Text => tracing::subscriber::set_global_default(sub.with(fmt)),
-        LogFormat::Json => {
-            tracing::subscriber::set_global_default(sub.with(fmt.json().flatten_event(true)))
-        }
-    };
-    set.map_err(|e| format!("cannot set up logging: {e}"))
-}
-
-/// The start of a daemon command that keeps no signal thread (`flexvol controller`,
-/// `flexvol scheduler-extender`), after the caller has set its panic hook (whose log line must
-/// name the caller's own target): the termination signals that main() blocks for the driver verbs
-/// are unblocked (without it SIGTERM would wait for the kubelet's SIGKILL), and the logs are set
-/// up as [`init_logs`] does. `false` when logging cannot be set up, after saying why on stderr
-/// (there is no logger yet): the caller exits 2. Call it on the main thread before any other
-/// thread exists (threads inherit the signal mask).
-#[must_use]
-pub fn start_daemon(format: LogFormat, filter: Option<&str>, default_target: &str) -> bool {
-    {
-        use nix::sys::signal::{SigSet, Signal};
-        let mut set = SigSet::empty();
-        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-            set.add(s);
-        }
-        let _ = set.thread_unblock();
-    }
-    match init_logs(format, filter, default_target) {
-        Ok(()) => true,
-        Err(e) => {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("{default_target}: {e}");
-            }
-            false
-        }
-    }
-}
 
 /// Labels of an operation: `action`, `kind`, `outcome`.
 type OpLabels = [(&'static str, &'static str); 3];
@@ -153,7 +65,7 @@ fn gauge_bytes(b: u64) -> i64 {
 }
 
 /// The watches (`watch` label values of `flexvol_provisioner_watch_events_total`), as
-/// [`super::cache`] names them.
+/// [`crate::provision::cache`] names them.
 pub const WATCHES: [&str; 5] = [
     "claims-node",
     "claims-all",
@@ -163,29 +75,12 @@ pub const WATCHES: [&str; 5] = [
 ];
 
 /// The kinds the provisioners of this binary make (`kind` label values), as
-/// [`super::provisioners`] lists them.
+/// [`crate::provision::provisioners`] lists them.
 pub const KINDS: [&str; 3] = ["hostpath", "lvm", "nfs"];
-
-/// Registers `flexvol_build_info{version,commit,target} 1` ([`crate::version`]): every daemon
-/// serves it, so a dashboard can tell which build each instance runs.
-pub fn register_build_info(r: &mut Registry) {
-    let info: Family<[(&'static str, &'static str); 3], Gauge> = Family::default();
-    info.get_or_create(&[
-        ("version", crate::version::VERSION),
-        ("commit", crate::version::COMMIT),
-        ("target", crate::version::TARGET),
-    ])
-    .set(1);
-    r.register(
-        "flexvol_build_info",
-        "Always 1; the labels say this binary's version, the commit it was built from and its target",
-        info,
-    );
-}
 
 /// `flexvol_driver_calls_total{driver,verb,outcome}` and
 /// `flexvol_driver_call_duration_seconds{driver,verb}`: the driver's calls on this node, as its
-/// call log says (the driver is exec'd per call and serves nothing itself; [`super::calltail`]
+/// call log says (the driver is exec'd per call and serves nothing itself; [`crate::provision::calltail`]
 /// reads the log). Every driver × verb × outcome is present from start, at zero.
 #[derive(Debug, Clone)]
 pub struct DriverCalls {
@@ -474,11 +369,11 @@ impl Metrics {
             drop(m.cached.get_or_create(&[("resource", res)]));
         }
         m.driver.clone().register_into(&mut r);
-        register_build_info(&mut r);
+        crate::k8s::daemon::register_build_info(&mut r);
         Self { registry: r, ..m }
     }
 
-    /// The driver call counters, fed by the call log's tailer ([`super::calltail`]).
+    /// The driver call counters, fed by the call log's tailer ([`crate::provision::calltail`]).
     pub fn driver_calls(&self) -> DriverCalls {
         self.driver.clone()
     }
@@ -627,7 +522,7 @@ pub fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<S
     (pools, failed)
 }
 
-/// Liveness and readiness, per lane ([`super::lanes`]), from each lane's heartbeats
+/// Liveness and readiness, per lane ([`crate::provision::lanes`]), from each lane's heartbeats
 /// (milliseconds since `start`, atomics: a lane never waits for a probe, and a probe never waits
 /// for a lane). A lane blocked in a system call (an NFS server that does not answer, a FIFO)
 /// stops beating while the other goes on: `/healthz` and `/readyz` then fail and name it, and
@@ -856,18 +751,7 @@ pub struct Shared {
     pub health: Health,
 }
 
-/// What the one HTTP server of the daemons (the provisioner, the controller; [`serve`]) answers:
-/// `/metrics`, `/healthz` and `/readyz`.
-pub trait Endpoints: Send + Sync + 'static {
-    /// The registry as OpenMetrics text.
-    fn metrics(&self) -> Result<String, String>;
-    /// `/healthz` at `at`: `Err` says what is stuck.
-    fn live(&self, at: Instant) -> Result<(), String>;
-    /// `/readyz` at `at`: `Err` says why not ready.
-    fn ready(&self, at: Instant) -> Result<(), String>;
-}
-
-impl Endpoints for Shared {
+impl crate::k8s::http::Endpoints for Shared {
     fn metrics(&self) -> Result<String, String> {
         self.metrics.set_stuck(&self.health, Instant::now());
         self.metrics.encode()
@@ -877,219 +761,6 @@ impl Endpoints for Shared {
     }
     fn ready(&self, at: Instant) -> Result<(), String> {
         self.health.ready(at)
-    }
-}
-
-/// The answer to `GET path`: status and body.
-pub fn answer(shared: &dyn Endpoints, path: &str, at: Instant) -> (u16, String) {
-    let probe = |r: Result<(), String>| match r {
-        Ok(()) => (200, "ok\n".to_owned()),
-        Err(e) => (503, format!("{e}\n")),
-    };
-    match path {
-        "/metrics" => match shared.metrics() {
-            Ok(s) => (200, s),
-            Err(e) => (500, format!("{e}\n")),
-        },
-        "/healthz" | "/livez" => probe(shared.live(at)),
-        "/readyz" => probe(shared.ready(at)),
-        _ => (404, "not found: /metrics, /healthz, /readyz\n".to_owned()),
-    }
-}
-
-/// How many connections the server holds at once, and for how long. Anything in the pod network
-/// (every tenant's pods) can connect to `--metrics-address`: without a bound, one pod opening
-/// connections and sending nothing would hold sockets and tasks until the process runs out of
-/// descriptors, and kubelet's probes would fail with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Connections held at once from one peer address (the excess is closed at once, unread).
-    pub per_peer: usize,
-    /// Connections held at once in all (the excess is closed at once, unread).
-    pub total: usize,
-    /// A connection must send its request head within this.
-    pub header: Duration,
-    /// A connection is closed this long after it was accepted, whatever it is doing (a client
-    /// that sends slowly or never reads the answer).
-    pub connection: Duration,
-}
-
-/// The server's [`Limits`]: a pod (one peer address) holds at most 4 connections, everyone at
-/// most 64, each at most 10 s. kubelet's probes come from the node's address (one at a time per
-/// probe, each within its 5 s timeout) and Prometheus scrapes from its own: neither is a tenant's
-/// pod, so one tenant's pod cannot crowd them out; only 16 pods of distinct addresses together
-/// can fill the total, for 10 s at a time (a NetworkPolicy keeps them out altogether:
-/// drivers/deploy/README.md, section 7).
-pub const LIMITS: Limits = Limits {
-    per_peer: 4,
-    total: 64,
-    header: Duration::from_secs(5),
-    connection: Duration::from_secs(10),
-};
-
-/// Binds `addr` now (so a port in use is an error at start) and serves `/metrics`, `/healthz` and
-/// `/readyz` on a thread of its own until the process ends, within [`LIMITS`]. No keep-alive, so
-/// a connection lives for one request. Returns the address bound (port 0: the one the kernel
-/// chose).
-pub fn serve(addr: SocketAddr, shared: Arc<dyn Endpoints>) -> Result<SocketAddr, String> {
-    serve_within(addr, shared, LIMITS)
-}
-
-/// [`serve`] within `limits` (shorter ones in tests).
-pub fn serve_within(
-    addr: SocketAddr,
-    shared: Arc<dyn Endpoints>,
-    limits: Limits,
-) -> Result<SocketAddr, String> {
-    let listener = std::net::TcpListener::bind(addr)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| {
-            format!(
-                "cannot listen on {addr} for /metrics, /healthz and /readyz: {e}; give a free port with --metrics-address (and the probes' port in the DaemonSet)"
-            )
-        })?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    std::thread::Builder::new()
-        .name("flexvol-telemetry".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(target: LOG_TARGET, "cannot start the metrics server's runtime: {e}; no /metrics, /healthz or /readyz");
-                    return;
-                }
-            };
-            if let Err(e) = rt.block_on(http(listener, shared, limits)) {
-                tracing::error!(target: LOG_TARGET, "the metrics server stopped: {e}; no /metrics, /healthz or /readyz");
-            }
-        })
-        .map_err(|e| format!("cannot start the metrics server's thread: {e}"))?;
-    Ok(bound)
-}
-
-/// The connections held, by peer address.
-#[derive(Debug, Default)]
-struct Held {
-    by_peer: std::collections::HashMap<std::net::IpAddr, usize>,
-    total: usize,
-}
-
-/// One connection's place in [`Held`]; given back when dropped.
-struct Slot {
-    held: Arc<std::sync::Mutex<Held>>,
-    peer: std::net::IpAddr,
-}
-
-impl Slot {
-    /// A place for a connection from `peer`, unless `peer` or everyone holds the most `limits`
-    /// allow.
-    fn take(
-        held: &Arc<std::sync::Mutex<Held>>,
-        peer: std::net::IpAddr,
-        limits: Limits,
-    ) -> Option<Self> {
-        let mut h = held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mine = h.by_peer.get(&peer).copied().unwrap_or(0);
-        if mine >= limits.per_peer || h.total >= limits.total {
-            return None;
-        }
-        h.by_peer.insert(peer, mine + 1);
-        h.total += 1;
-        Some(Self {
-            held: held.clone(),
-            peer,
-        })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut h = self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        h.total = h.total.saturating_sub(1);
-        if let Some(n) = h.by_peer.get_mut(&self.peer) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                h.by_peer.remove(&self.peer);
-            }
-        }
-    }
-}
-
-/// The answer to one request.
-fn respond<B>(
-    shared: &dyn Endpoints,
-    req: &hyper::Request<B>,
-) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
-    use hyper::{Method, Response, StatusCode, header};
-    let (status, body) = if req.method() == Method::GET {
-        answer(shared, req.uri().path(), Instant::now())
-    } else {
-        (405, "GET only\n".to_owned())
-    };
-    let ctype = if status == 200 && req.uri().path() == "/metrics" {
-        "application/openmetrics-text; version=1.0.0; charset=utf-8"
-    } else {
-        "text/plain; charset=utf-8"
-    };
-    let mut resp = Response::new(http_body_util::Full::from(body));
-    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(ctype),
-    );
-    resp
-}
-
-async fn http(
-    listener: std::net::TcpListener,
-    shared: Arc<dyn Endpoints>,
-    limits: Limits,
-) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-    let held = Arc::new(std::sync::Mutex::new(Held::default()));
-    // HTTP/1 only (hyper 1's http1 connection: no HTTP/2 upgrade), one request per connection,
-    // the request head within `limits.header` (the timer makes that bound effective).
-    let mut conn = hyper::server::conn::http1::Builder::new();
-    conn.timer(hyper_util::rt::TokioTimer::new())
-        .keep_alive(false)
-        .header_read_timeout(limits.header);
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Out of descriptors, or a connection reset before it was accepted: the
-                // listener stays; try again shortly.
-                tracing::debug!(target: LOG_TARGET, "metrics server: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        // An IPv4 peer on a dual-stack socket counts as its IPv4 address.
-        let Some(slot) = Slot::take(&held, peer.ip().to_canonical(), limits) else {
-            // Over the cap: closed at once, unread.
-            drop(stream);
-            continue;
-        };
-        let shared = shared.clone();
-        let serving = conn.serve_connection(
-            hyper_util::rt::TokioIo::new(stream),
-            hyper::service::service_fn(move |req| {
-                let resp = respond(shared.as_ref(), &req);
-                async move { Ok::<_, std::convert::Infallible>(resp) }
-            }),
-        );
-        tokio::spawn(async move {
-            let _slot = slot;
-            let _ = tokio::time::timeout(limits.connection, serving).await;
-        });
     }
 }
 

@@ -1,12 +1,15 @@
 //! The reconcile pass against a recording fake of the API (the [`Cluster`] seam) and real
 //! directories on this host.
 
-use super::api::*;
-use super::provisioner::ANN_NODE;
-use super::reconcile::*;
-use super::volumedir::{MARKER, Marker};
+use crate::k8s::error::ApiError;
+use crate::k8s::error::ApiErrorKind;
+use crate::k8s::error::ApiResult;
 use crate::node::config::Config;
 use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
+use crate::provision::cluster::*;
+use crate::provision::reconcile::*;
+use crate::provision::storage::ANN_NODE;
+use crate::provision::storage::volumedir::{MARKER, Marker};
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimStatus, PersistentVolumeStatus, VolumeResourceRequirements,
@@ -120,7 +123,7 @@ impl Cluster for Fake {
             .cloned())
     }
     async fn add_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
-        let Some(p) = super::kube::add_finalizer_patch(&pv.metadata) else {
+        let Some(p) = crate::provision::cluster::live::add_finalizer_patch(&pv.metadata) else {
             return Ok(());
         };
         self.patches.borrow_mut().push(p.clone());
@@ -135,7 +138,7 @@ impl Cluster for Fake {
         if let Some(k) = self.fail_unguard.take() {
             return Err(err(k));
         }
-        let Some(p) = super::kube::remove_finalizer_patch(&pv.metadata) else {
+        let Some(p) = crate::provision::cluster::live::remove_finalizer_patch(&pv.metadata) else {
             return Ok(());
         };
         self.patches.borrow_mut().push(p.clone());
@@ -248,7 +251,7 @@ impl Cluster for Fake {
             })
             .ok_or_else(|| err(ApiErrorKind::NotFound))?;
         let mut doc = serde_json::to_value(&*c).unwrap();
-        let patch = super::kube::finish_resize_patch(&doc, capacity);
+        let patch = crate::provision::cluster::live::finish_resize_patch(&doc, capacity);
         if patch["metadata"]["resourceVersion"] != doc["metadata"]["resourceVersion"] {
             return Err(err(ApiErrorKind::Conflict));
         }
@@ -383,7 +386,7 @@ fn setup(node_name: &str) -> Reconciler<Fake> {
         node: node_name.into(),
         vendor: "flexvol".into(),
     };
-    let backends = super::provisioners(&id);
+    let backends = crate::provision::provisioners(&id);
     Reconciler::new(f, id, backends)
 }
 
@@ -479,8 +482,8 @@ fn provisions_a_claim_on_its_node_with_a_complete_pv() {
             "annotations": {
             "pv.kubernetes.io/provisioned-by": PROV, "flexvol/node": "node-a",
             "flexvol/size-bytes": "1073741824", "flexvol/size-enforced": "false",
-            "flexvol/size-note": match crate::provision::quota::detect(&dir) {
-                crate::provision::quota::Support::NotEnforced(why) => why,
+            "flexvol/size-note": match crate::provision::storage::quota::detect(&dir) {
+                crate::provision::storage::quota::Support::NotEnforced(why) => why,
                 s => panic!("the test root should have no project quotas: {s:?}"),
             }}},
         "spec": {
@@ -781,7 +784,7 @@ fn a_pass_killed_before_the_pv_was_created_converges_to_one_pv_and_one_directory
     assert_eq!(entries(&root), vec!["pvc-u1_ns_data"]);
     // A fresh process (no memory of events) finishes it.
     let f = std::mem::take(&mut rec.cluster);
-    let backends = super::provisioners(&rec.id);
+    let backends = crate::provision::provisioners(&rec.id);
     let mut rec = Reconciler::new(f, rec.id.clone(), backends);
     let r = block_on(rec.pass(&cfg));
     assert_eq!(r.provisioned.len(), 1, "{r:?}");
@@ -907,7 +910,7 @@ fn deletes_of_other_nodes_are_not_ours() {
         node: "node-b".into(),
         vendor: "flexvol".into(),
     };
-    let backends = super::provisioners(&id);
+    let backends = crate::provision::provisioners(&id);
     let mut other = Reconciler::new(f, id, backends);
     block_on(other.pass(&cfg));
     assert_eq!(other.cluster.volumes.borrow().len(), 1);
@@ -1045,7 +1048,7 @@ fn pv_size(rec: &Reconciler<Fake>) -> (String, String) {
         pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"]
             .0
             .clone(),
-        pv.metadata.annotations.as_ref().unwrap()[super::provisioner::ANN_SIZE].clone(),
+        pv.metadata.annotations.as_ref().unwrap()[crate::provision::storage::ANN_SIZE].clone(),
     )
 }
 
@@ -1103,7 +1106,7 @@ fn a_resize_killed_after_the_pv_finishes_the_claim_on_the_next_pass() {
     let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
     // The PV was grown (annotation and capacity), then the process died.
     let anns = BTreeMap::from([(
-        super::provisioner::ANN_SIZE.to_owned(),
+        crate::provision::storage::ANN_SIZE.to_owned(),
         (2u64 << 30).to_string(),
     )]);
     block_on(
@@ -1812,7 +1815,7 @@ fn pvs_made_before_the_finalizer_get_it_and_keep_working() {
 
 #[test]
 fn finalizer_patches_never_touch_another_entry_or_a_changed_list() {
-    use super::kube::{add_finalizer_patch, remove_finalizer_patch};
+    use crate::provision::cluster::live::{add_finalizer_patch, remove_finalizer_patch};
     let meta = |f: &[&str], rv: &str| ObjectMeta {
         name: Some("pv".into()),
         resource_version: Some(rv.into()),
@@ -1885,7 +1888,8 @@ fn condition_types(claim: &serde_json::Value) -> Vec<String> {
 #[test]
 fn a_finished_resize_keeps_the_conditions_and_status_of_other_controllers_of_1_34() {
     let before = fixture("claim-1.34-resizing");
-    let patch = super::kube::finish_resize_patch(&before, &Quantity("2Gi".into()));
+    let patch =
+        crate::provision::cluster::live::finish_resize_patch(&before, &Quantity("2Gi".into()));
     // Guarded by the claim's resourceVersion; only capacity and conditions written.
     assert_eq!(
         patch["metadata"],
@@ -1918,7 +1922,8 @@ fn a_finished_resize_keeps_the_conditions_and_status_of_other_controllers_of_1_3
 #[test]
 fn a_finished_resize_clears_both_conditions_of_1_20_and_leaves_no_list() {
     let before = fixture("claim-1.20-resizing");
-    let patch = super::kube::finish_resize_patch(&before, &Quantity("2Gi".into()));
+    let patch =
+        crate::provision::cluster::live::finish_resize_patch(&before, &Quantity("2Gi".into()));
     assert_eq!(patch["status"]["conditions"], serde_json::Value::Null);
     let mut after = before.clone();
     json_patch::merge(&mut after, &patch);
@@ -1929,7 +1934,8 @@ fn a_finished_resize_clears_both_conditions_of_1_20_and_leaves_no_list() {
     clean["status"]["conditions"] = serde_json::json!([
         {"type": "example.com/BackupReady", "status": "True"}
     ]);
-    let patch = super::kube::finish_resize_patch(&clean, &Quantity("2Gi".into()));
+    let patch =
+        crate::provision::cluster::live::finish_resize_patch(&clean, &Quantity("2Gi".into()));
     assert!(patch["status"].get("conditions").is_none(), "{patch}");
 }
 
@@ -2077,7 +2083,7 @@ fn a_node_local_class_with_immediate_binding_is_reported_once_per_claim() {
     // A restarted instance says it once more, then no more.
     let f = std::mem::take(&mut rec.cluster);
     let id = rec.id.clone();
-    let backends = super::provisioners(&id);
+    let backends = crate::provision::provisioners(&id);
     let mut again = Reconciler::new(f, id, backends);
     block_on(again.pass(&cfg));
     block_on(again.pass(&cfg));
@@ -2091,7 +2097,7 @@ fn a_node_local_class_with_immediate_binding_is_reported_once_per_claim() {
         node: "node-b".into(),
         vendor: "flexvol".into(),
     };
-    let backends = super::provisioners(&id);
+    let backends = crate::provision::provisioners(&id);
     let mut other = Reconciler::new(f, id, backends);
     block_on(other.pass(&config("node-a", &[&root])));
     assert_eq!(other.cluster.events.borrow().len(), 2);
@@ -2177,9 +2183,9 @@ struct Servers {
     attempts: std::rc::Rc<RefCell<BTreeMap<String, u32>>>,
 }
 
-impl super::provisioner::Provisioner for Servers {
-    fn kind(&self) -> &'static super::provisioner::Kind {
-        &super::nfs::KIND
+impl crate::provision::storage::Provisioner for Servers {
+    fn kind(&self) -> &'static crate::provision::storage::Kind {
+        &crate::provision::storage::nfs::KIND
     }
     fn serves(&self, _: &Config, _: &str) -> bool {
         true
@@ -2193,8 +2199,8 @@ impl super::provisioner::Provisioner for Servers {
     fn provision(
         &mut self,
         _: &Config,
-        req: &super::provisioner::Request<'_>,
-    ) -> Result<super::provisioner::Provisioned, super::provisioner::Refusal> {
+        req: &crate::provision::storage::Request<'_>,
+    ) -> Result<crate::provision::storage::Provisioned, crate::provision::storage::Refusal> {
         let server = req.params["server"].clone();
         *self
             .attempts
@@ -2202,11 +2208,11 @@ impl super::provisioner::Provisioner for Servers {
             .entry(server.clone())
             .or_default() += 1;
         if server == self.dead {
-            return Err(super::provisioner::Refusal::Unavailable(format!(
+            return Err(crate::provision::storage::Refusal::Unavailable(format!(
                 "NFS server {server} did not answer within 30s"
             )));
         }
-        Ok(super::provisioner::Provisioned {
+        Ok(crate::provision::storage::Provisioned {
             capacity_bytes: req.size_bytes,
             location: format!("{server}:/x/{}", req.pv_name),
             ..Default::default()
@@ -2223,7 +2229,7 @@ impl super::provisioner::Provisioner for Servers {
     }
 }
 
-use super::provisioner::ProvisionError;
+use crate::provision::storage::ProvisionError;
 
 #[test]
 fn a_dead_server_costs_one_attempt_and_holds_up_no_other_server() {
@@ -2352,9 +2358,9 @@ fn the_sweep_labels_our_old_pvs_and_only_this_nodes_node_local_ones() {
         legacy_pv("pvc-theirs", "hostpath", "node-b", opts),
         legacy_pv("pvc-nfs", "nfs", "node-b", nfs),
     ]);
-    let kinds = super::lanes::all_kinds(&rec.id);
+    let kinds = crate::provision::lanes::all_kinds(&rec.id);
     let mut r = Report::default();
-    block_on(super::lanes::sweep(&rec, &kinds, &cfg, &mut r));
+    block_on(crate::provision::lanes::sweep(&rec, &kinds, &cfg, &mut r));
     assert_eq!(r.failed, Vec::<String>::new());
     assert_eq!(r.labelled, ["pvc-mine", "pvc-nfs"]);
     let labels = |n: usize| rec.cluster.volumes.borrow()[n].metadata.labels.clone();
@@ -2375,7 +2381,7 @@ fn the_sweep_labels_our_old_pvs_and_only_this_nodes_node_local_ones() {
     );
     // Labelled ones are not labelled again.
     let mut r = Report::default();
-    block_on(super::lanes::sweep(&rec, &kinds, &cfg, &mut r));
+    block_on(crate::provision::lanes::sweep(&rec, &kinds, &cfg, &mut r));
     assert!(r.labelled.is_empty(), "{r:?}");
 }
 
@@ -2484,7 +2490,7 @@ fn capacity_is_published_for_this_node() {
     };
     let f = Fake::default();
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
-    let failed = block_on(super::capacity::publish(
+    let failed = block_on(crate::provision::capacity::publish(
         &f,
         &cfg,
         "node-a",
@@ -2495,7 +2501,7 @@ fn capacity_is_published_for_this_node() {
     let published = f.published.borrow();
     assert_eq!(published.len(), 1);
     assert_eq!(published[0].0, "node-a");
-    let r = super::capacity::parse("node-a", Some(&published[0].1)).unwrap();
+    let r = crate::provision::capacity::parse("node-a", Some(&published[0].1)).unwrap();
     assert_eq!(r.published_at, 1_795_000_000);
     assert_eq!(r.hostpath.len(), 1);
     assert_eq!(r.hostpath[0].path, d.path().display().to_string());
@@ -2507,11 +2513,11 @@ struct Drifting {
     answers: std::rc::Rc<RefCell<std::collections::VecDeque<Option<SizeCheck>>>>,
 }
 
-use super::provisioner::SizeCheck;
+use crate::provision::storage::SizeCheck;
 
-impl super::provisioner::Provisioner for Drifting {
-    fn kind(&self) -> &'static super::provisioner::Kind {
-        &super::hostpath::KIND
+impl crate::provision::storage::Provisioner for Drifting {
+    fn kind(&self) -> &'static crate::provision::storage::Kind {
+        &crate::provision::storage::hostpath::KIND
     }
     fn serves(&self, _: &Config, _: &str) -> bool {
         true
@@ -2522,9 +2528,9 @@ impl super::provisioner::Provisioner for Drifting {
     fn provision(
         &mut self,
         _: &Config,
-        _: &super::provisioner::Request<'_>,
-    ) -> Result<super::provisioner::Provisioned, super::provisioner::Refusal> {
-        Err(super::provisioner::Refusal::Fail("not here".into()))
+        _: &crate::provision::storage::Request<'_>,
+    ) -> Result<crate::provision::storage::Provisioned, crate::provision::storage::Refusal> {
+        Err(crate::provision::storage::Refusal::Fail("not here".into()))
     }
     fn delete(&mut self, _: &Config, _: &PersistentVolume) -> Result<String, ProvisionError> {
         Ok("gone".into())
@@ -2788,7 +2794,8 @@ fn recorded_claims_and_pvs_of_1_34_to_1_36_decode_whole_into_the_model() {
 #[test]
 fn a_finished_resize_of_a_1_36_claim_writes_capacity_and_conditions_only() {
     let before = fixture("claim-1.36-resizing");
-    let patch = super::kube::finish_resize_patch(&before, &Quantity("2Gi".into()));
+    let patch =
+        crate::provision::cluster::live::finish_resize_patch(&before, &Quantity("2Gi".into()));
     assert_eq!(
         patch,
         serde_json::json!({
@@ -2843,7 +2850,7 @@ fn a_resize_of_a_1_36_claim_through_the_pass_keeps_the_unknown_condition() {
 
 #[test]
 fn the_patches_flexvol_sends_to_a_1_35_pv_leave_its_newer_fields() {
-    use super::kube::{
+    use crate::provision::cluster::live::{
         add_finalizer_patch, grow_volume_patch, label_volume_patch, remove_finalizer_patch,
     };
     let before = fixture("pv-1.35-bound");

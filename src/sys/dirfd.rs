@@ -1,7 +1,7 @@
 //! The one file layer for anything a tenant can name: every open, read, listing, walk step and
 //! delete below a volume directory or a root (a hostPath root, an NFS export) that root makes
 //! goes through these descriptor-relative functions, over `nix`/`rustix`. The marked-directory
-//! library ([`crate::provision::volumedir`]), clones ([`crate::provision::cloning::copy`]), the
+//! library ([`crate::provision::storage::volumedir`]), clones ([`crate::provision::storage::cloning::copy`]), the
 //! NFS provisioner and the project quotas are its callers; `tests/suite/lints.rs` fails if a
 //! module of the provisioner opens, reads or lists a file by other means.
 //!
@@ -18,7 +18,7 @@
 //!   only then reopened for reading, `O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`, and checked
 //!   again to be the same inode. So a FIFO never blocks us and a device is never read;
 //! - reads are bounded: [`read_small`] reads at most the size its caller allows (a marker or a
-//!   record is a few KiB); a copy reads at most the size `lstat` gave ([`crate::provision::cloning::copy`]);
+//!   record is a few KiB); a copy reads at most the size `lstat` gave ([`crate::provision::storage::cloning::copy`]);
 //!   nothing here reads "to EOF" from anything but a regular file it has verified;
 //! - stats never follow a symlink, and [`rename_noreplace`] never replaces anything but (where the
 //!   kernel cannot do it atomically) an empty directory — see its doc.

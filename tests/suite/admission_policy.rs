@@ -7,7 +7,7 @@
 //!
 //! The requests: recorded AdmissionReviews in `fixtures/admission/` (the PVs flexvol creates,
 //! as `build_pv` makes them, and the attacks), and updates made by applying flexvol's own patch
-//! builders (`flexvol::provision::kube`, `labeller`) to recorded objects, so a change to what the
+//! builders (`flexvol::provision::cluster::live`, `labeller`) to recorded objects, so a change to what the
 //! provisioner writes is judged by the policy here before a cluster refuses it.
 //!
 //! What the interpreter does not model: type checking against the OpenAPI schema (the API server
@@ -16,7 +16,8 @@
 //! that it does not).
 
 use crate::manifests::deploy_docs;
-use flexvol::provision::{kube, labeller};
+use flexvol::provision::cluster::live as kube;
+use flexvol::provision::labeller;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};

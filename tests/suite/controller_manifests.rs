@@ -1,5 +1,5 @@
 //! drivers/deploy-overlays/node-loss/controller.yaml (`flexvol controller`, issue #24): its ClusterRole and its Role in
-//! kube-node-lease grant exactly the calls of src/controller/nodeloss.rs, the claim delete it needs is granted to it and never to
+//! kube-node-lease grant exactly the calls of src/controller/nodeloss/mod.rs, the claim delete it needs is granted to it and never to
 //! the node provisioner's ServiceAccount (rbac.yaml), and the Deployment runs one replica as
 //! `flexvol controller` with the token in its one container.
 
@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 #[test]
 fn contract_controller_token_is_exactly_its_calls_and_claim_delete_is_not_the_nodes() {
     let d = docs(CONTROLLER);
-    // Every call of src/controller/nodeloss.rs, nothing else.
+    // Every call of src/controller/nodeloss/mod.rs, nothing else.
     let needed: BTreeSet<(String, String, String)> = [
         ("", "nodes", "list"),                       // list_nodes
         ("", "nodes", "get"),                        // act: the node read again

@@ -1,6 +1,6 @@
 //! Issue #24, 1: the scheduler extender's manifests. The capacity records live in the Namespace
 //! flexvol-capacity (rbac.yaml); each of the three ServiceAccounts gets there exactly the calls its
-//! code makes — the node provisioner `update` only (src/provision/kube.rs publish_capacity), the
+//! code makes — the node provisioner `update` only (src/provision/cluster/live.rs publish_capacity), the
 //! controller `list`/`create`/`delete` (src/controller/capacity.rs), the extender `list`/`watch`
 //! (src/controller/extender/watch.rs) — and the node role is refused everything else; the
 //! extender's token writes nothing anywhere. kube-scheduler-config.yaml (what users give

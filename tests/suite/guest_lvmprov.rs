@@ -1,4 +1,4 @@
-//! Guest tier for the LVM provisioner backend (`flexvol::provision::lvm`): its calls as the
+//! Guest tier for the LVM provisioner backend (`flexvol::provision::storage::lvm`): its calls as the
 //! reconcile loop makes them, in this process, as root, against real LVM in the test VM; the
 //! volumes it makes are then used through the real driver binary with kubelet's call sequence.
 //! The API-server side (claims, PVs, events) is proven by the cluster tier's `lvm-*` scenarios of
@@ -8,8 +8,8 @@ use crate::guest_lvm::{Vg, Vol, allowed_env, fs_size, s};
 use crate::util::Env;
 use crate::util::run;
 use flexvol::node::config::Config;
-use flexvol::provision::lvm::LvmProvisioner;
-use flexvol::provision::provisioner::{Provisioned, Provisioner, Refusal, Request};
+use flexvol::provision::storage::lvm::LvmProvisioner;
+use flexvol::provision::storage::{Provisioned, Provisioner, Refusal, Request};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;

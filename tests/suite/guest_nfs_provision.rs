@@ -1,4 +1,4 @@
-//! Guest tier, NFS provisioning: `flexvol::provision::nfs::NfsProvisioner` against the guest's real
+//! Guest tier, NFS provisioning: `flexvol::provision::storage::nfs::NfsProvisioner` against the guest's real
 //! kernel NFS server and client (`tests/vm/run --nfs-server SUITE --ignored --test-threads=1
 //! guest_nfs_provision`), as root. The export is `127.0.0.1:/srv/nfs`; each test makes its own
 //! class export below it (`/srv/nfs/<test>`, mountable since Linux exports subdirectories) and
@@ -10,8 +10,8 @@
 //! the same NFS directory, and a dead server fails within the probe's deadline.
 
 use flexvol::node::config::Config;
-use flexvol::provision::nfs::{self, DriverExports, Exports, NfsProvisioner};
-use flexvol::provision::provisioner::{Provisioned, Provisioner, Refusal, Request};
+use flexvol::provision::storage::nfs::{self, DriverExports, Exports, NfsProvisioner};
+use flexvol::provision::storage::{Provisioned, Provisioner, Refusal, Request};
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
     PersistentVolumeSpec,
@@ -159,7 +159,7 @@ fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n != flexvol::provision::volumedir::STATE_DIR)
+        .filter(|n| n != flexvol::provision::storage::volumedir::STATE_DIR)
         .collect();
     v.sort();
     v

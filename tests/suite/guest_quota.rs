@@ -1,4 +1,4 @@
-//! Guest tier for enforced hostPath sizes (`flexvol::provision::quota`): real XFS and ext4 on loop
+//! Guest tier for enforced hostPath sizes (`flexvol::provision::storage::quota`): real XFS and ext4 on loop
 //! devices, mounted with and without project quotas, the real `xfs_quota`. Runs only inside the
 //! test VM (`tests/vm/run <suite> --ignored --test-threads=1 guest_quota`): this host has no
 //! xfsprogs.
@@ -7,7 +7,7 @@
 //! fails (RAII [`Disk`]).
 
 use crate::util::run;
-use flexvol::provision::quota::{self, FsKind, Outcome, Support};
+use flexvol::provision::storage::quota::{self, FsKind, Outcome, Support};
 use flexvol::sys::exec::SystemRunner;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -334,9 +334,9 @@ fn pv_for(
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
-    use flexvol::provision::hostpath::HostPathProvisioner;
-    use flexvol::provision::provisioner::{Provisioner, Request};
-    use flexvol::provision::volumedir::scan;
+    use flexvol::provision::storage::hostpath::HostPathProvisioner;
+    use flexvol::provision::storage::volumedir::scan;
+    use flexvol::provision::storage::{Provisioner, Request};
     use std::collections::BTreeMap;
 
     let quota_disk = Disk::xfs("prjquota");
@@ -404,7 +404,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
 
     // What `flexvol status` reports.
     let runner = SystemRunner::default();
-    let roots = [flexvol::provision::volumedir::prepare_root(&qroot).unwrap()];
+    let roots = [flexvol::provision::storage::volumedir::prepare_root(&qroot).unwrap()];
     let found = scan(&roots, 4);
     let st = quota::size_status(&runner, &found);
     assert_eq!(st.len(), 1);
@@ -445,7 +445,7 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
     let pv = pv_for("pvc-p", "up", "n1", &p.location);
     assert_eq!(b.expand(&cfg, &pv, 32 << 20).unwrap(), 32 << 20);
     assert_eq!(statfs_total(&pdir), whole);
-    let roots = [flexvol::provision::volumedir::prepare_root(&proot).unwrap()];
+    let roots = [flexvol::provision::storage::volumedir::prepare_root(&proot).unwrap()];
     let st = quota::size_status(&runner, &scan(&roots, 4));
     assert!(!st[0].enforced);
     assert!(
@@ -458,9 +458,9 @@ fn guest_quota_hostpath_backend_provisions_grows_reports_and_deletes() {
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_a_tampered_marker_cannot_steer_xfs_quota() {
-    use flexvol::provision::hostpath::HostPathProvisioner;
-    use flexvol::provision::provisioner::{Provisioner, Request};
-    use flexvol::provision::volumedir::{self, Marker};
+    use flexvol::provision::storage::hostpath::HostPathProvisioner;
+    use flexvol::provision::storage::volumedir::{self, Marker};
+    use flexvol::provision::storage::{Provisioner, Request};
     use std::collections::BTreeMap;
 
     let disk = Disk::xfs("prjquota");
@@ -575,11 +575,11 @@ fn project_of(dir: &Path) -> u32 {
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_a_directory_moved_out_of_its_project_is_put_back_and_counted() {
-    use flexvol::provision::hostpath::HostPathProvisioner;
-    use flexvol::provision::provisioner::{Provisioner, Request, SizeCheck};
     use flexvol::provision::reconcile::Report;
+    use flexvol::provision::storage::hostpath::HostPathProvisioner;
+    use flexvol::provision::storage::volumedir::{prepare_root, scan};
+    use flexvol::provision::storage::{Provisioner, Request, SizeCheck};
     use flexvol::provision::telemetry::Metrics;
-    use flexvol::provision::volumedir::{prepare_root, scan};
     use std::collections::BTreeMap;
 
     let disk = Disk::xfs("prjquota");

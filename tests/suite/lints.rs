@@ -425,7 +425,7 @@ fn contract_tenant_files_only_through_the_one_file_layer() {
     // (file, pattern, why it never touches a tenant's name).
     const ALLOWED: [(&str, &str, &str); 3] = [
         (
-            "provision/apiclient.rs",
+            "k8s/client.rs",
             "fs::read_to_string(",
             "the ServiceAccount's namespace file kubelet projects into our own pod",
         ),

@@ -458,14 +458,14 @@ fn docs_of(p: &Path) -> usize {
     docs(p).len()
 }
 
-/// Issue #20, 8: the provisioner's token grants exactly what src/provision/kube.rs calls (no
+/// Issue #20, 8: the provisioner's token grants exactly what src/provision/cluster/live.rs calls (no
 /// Node write, no claim create/delete, nothing on pods or secrets) and what its leader election
 /// needs (two Leases in its namespace), and only the provisioner container holds it.
 #[test]
 fn contract_manifests_provisioner_token_is_least_privilege() {
     let dir = repo().join("drivers/deploy");
     let docs = docs(&dir);
-    // (apiGroup, resource, verb): every call of src/provision/kube.rs, nothing else.
+    // (apiGroup, resource, verb): every call of src/provision/cluster/live.rs, nothing else.
     let needed: std::collections::BTreeSet<(&str, &str, &str)> = [
         ("", "persistentvolumeclaims", "list"), // watch cache
         ("", "persistentvolumeclaims", "watch"),
@@ -510,7 +510,7 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
     let subject = &binding["subjects"][0];
     assert_eq!(binding["subjects"].as_array().unwrap().len(), 1);
 
-    // Leader election (src/provision/lease.rs): a Role in the DaemonSet's namespace, get/update of
+    // Leader election (src/k8s/lease.rs): a Role in the DaemonSet's namespace, get/update of
     // exactly the two Leases, create (which RBAC cannot limit by name), nothing else.
     let ns = subject["namespace"].as_str().unwrap();
     let leases = of_kind(&docs, "Role")
@@ -519,8 +519,8 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
         .expect("Role flexvol-provisioner-leases");
     assert_eq!(leases["metadata"]["namespace"], ns);
     let names = [
-        flexvol::provision::lease::CLAIMS_LEASE,
-        flexvol::provision::lease::NFS_LEASE,
+        flexvol::provision::leadership::CLAIMS_LEASE,
+        flexvol::provision::leadership::NFS_LEASE,
     ];
     let expected: Value = serde_json::json!([
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
@@ -841,9 +841,9 @@ fn contract_manifests_shipped_classes_are_accepted_by_their_provisioner() {
             })
             .unwrap_or_default();
         let r = match provisioner {
-            "flexvol/hostpath" => flexvol::provision::hostpath::check_params(&params),
-            "flexvol/lvm" => flexvol::provision::lvm::check_params(&params),
-            "flexvol/nfs" => flexvol::provision::nfs::NfsClass::parse(
+            "flexvol/hostpath" => flexvol::provision::storage::hostpath::check_params(&params),
+            "flexvol/lvm" => flexvol::provision::storage::lvm::check_params(&params),
+            "flexvol/nfs" => flexvol::provision::storage::nfs::NfsClass::parse(
                 &params,
                 &flexvol::backend::nfs::options::NfsConfig::default(),
             )

@@ -705,7 +705,7 @@ fn root_ops_status_and_gc_look_only_below_the_kubelet_root_they_are_given() {
 
 /// A volume directory as `flexvol provisioner` makes it (directory, then ownership marker).
 fn provisioned_dir(root: &Path, pv: &str) -> PathBuf {
-    use flexvol::provision::volumedir::{Marker, create_volume_dir, prepare_root};
+    use flexvol::provision::storage::volumedir::{Marker, create_volume_dir, prepare_root};
     let root = prepare_root(root).unwrap();
     let m = Marker {
         provisioner: "flexvol/hostpath".into(),

@@ -21,7 +21,7 @@ pub trait Devices {
     fn holders(&self, dev: (u32, u32)) -> Result<Vec<String>>;
     /// Copies the first `bytes` of the block device `from` onto the block device `to` (both must
     /// be block devices, `to` at least `bytes` long), then flushes `to`; fails once `deadline`
-    /// has passed (checked between chunks). For thick LV clones (`provision::lvm`): the caller
+    /// has passed (checked between chunks). For thick LV clones (`provision::storage::lvm`): the caller
     /// made `to` and checked that nothing uses either.
     fn copy_blocks(&self, from: &Path, to: &Path, bytes: u64, deadline: &Deadline) -> Result<()>;
 }

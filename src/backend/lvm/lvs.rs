@@ -1,5 +1,5 @@
 //! The LV service: the one interface through which the LVM driver verbs and the LVM provisioner
-//! (`provision::lvm`) read and change volume groups, as TopoLVM's lvmd serves its CSI driver:
+//! (`provision::storage::lvm`) read and change volume groups, as TopoLVM's lvmd serves its CSI driver:
 //! list (one report), create, extend, remove, activate and deactivate, tag ([`LvService`]).
 //!
 //! [`LvmCommands`] is the real service: the one `lvm` binary (`lvm lvs`, `lvm lvcreate`, ...)

@@ -48,7 +48,7 @@
 //! parallel creations in one VG check free space one at a time.
 //!
 //! Seams, beside the call's `Context` ([`Seams`]): every LVM command goes through the LV service
-//! ([`lvs`]: list, create, extend, remove, activate, tag; the LVM provisioner, `provision::lvm`,
+//! ([`lvs`]: list, create, extend, remove, activate, tag; the LVM provisioner, `provision::storage::lvm`,
 //! uses the same one), block devices through [`devices`]. `report.rs` holds what `lvm` reports,
 //! `tools.rs` the other tools (blkid, mkfs, the growers), `policy.rs` the node policy.
 

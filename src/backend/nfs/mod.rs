@@ -227,7 +227,7 @@ fn mount(ctx: &Context, prober: &dyn Prober, pod_dir: &Path, o: &Options) -> Res
     mount_parsed(ctx, prober, pod_dir, o, &opts, fs_group)
 }
 
-/// The provisioner's own mount of an export root (`provision::nfs`), which no capability
+/// The provisioner's own mount of an export root (`provision::storage::nfs`), which no capability
 /// covers: reached only from inside the provisioner, never through a verb.
 pub(crate) fn mount_for_provisioner(
     ctx: &Context,

@@ -82,7 +82,7 @@ impl Metrics {
             }
             drop(m.seconds.get_or_create(&[("verb", verb)]));
         }
-        crate::provision::telemetry::register_build_info(&mut r);
+        crate::k8s::daemon::register_build_info(&mut r);
         Self { registry: r, ..m }
     }
 

@@ -28,7 +28,7 @@ pub mod server;
 pub mod watch;
 pub mod wire;
 
-use crate::provision::telemetry::{self, LogFormat};
+use crate::k8s::daemon::{self as telemetry, LogFormat};
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -102,10 +102,7 @@ pub fn run(a: &SchedulerExtenderArgs) -> i32 {
             return 1;
         }
     };
-    let client = match rt.block_on(crate::provision::apiclient::client(
-        a.kubeconfig.as_deref(),
-        None,
-    )) {
+    let client = match rt.block_on(crate::k8s::client::client(a.kubeconfig.as_deref(), None)) {
         Ok(c) => c,
         Err(e) => {
             error!(target: LOG_TARGET, "{e}");

@@ -474,7 +474,7 @@ mod tests {
         let bogus = |name: &str, mode: &str| -> PersistentVolumeClaim {
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "namespace": "evil",
-                             "annotations": {crate::provision::api::ANN_SELECTED_NODE: "roomy"}},
+                             "annotations": {crate::provision::cluster::ANN_SELECTED_NODE: "roomy"}},
                 "spec": {"storageClassName": "local", "accessModes": [mode],
                          "resources": {"requests": {"storage": "1Pi"}}}}))
             .unwrap()

@@ -14,8 +14,8 @@
 
 use super::decide::Published;
 use super::server::State;
+use crate::k8s::watch::{WatchEvent, watch};
 use crate::provision::capacity::{self, DATA_KEY, NAMESPACE};
-use crate::provision::relist::{WatchEvent, watch};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;

@@ -19,7 +19,7 @@ use crate::backend::lvm::lvs::{LvService, LvmCommands, LvmError};
 use crate::node::capability::Key;
 use crate::node::config::Config;
 use crate::protocol::quantity::format_human;
-use crate::provision::quota::{self, Support};
+use crate::provision::storage::quota::{self, Support};
 use crate::sys::exec::Runner;
 use crate::sys::mountinfo::MountTable;
 use crate::sys::process::Deadline;

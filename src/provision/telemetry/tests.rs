@@ -1,6 +1,10 @@
 use super::*;
+use crate::k8s::daemon::log_filter;
+use crate::k8s::http::{Limits, serve, serve_within};
 use crate::provision::reconcile::Op;
 use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 fn op(action: Action, kind: &'static str, outcome: Outcome, ms: u64) -> Op {
     Op {

@@ -64,7 +64,7 @@ nl_controller_setup() {
 	out="$(kc_kubectl apply -f "$REPO/drivers/deploy-overlays/node-loss/controller.yaml" 2>&1)" || fail "apply controller.yaml: $out"
 	kc_kubectl -n kube-system delete deployment flexvol-controller --wait=false >/dev/null || fail "delete the Deployment"
 	sa_kubeconfig flexvol-controller "$KC_DIR/controller.kubeconfig"
-	# Its calls (src/controller/nodeloss.rs) and nothing near them.
+	# Its calls (src/controller/nodeloss/mod.rs) and nothing near them.
 	for v in "list nodes" "get nodes" "list persistentvolumes" "get persistentvolumes" \
 		"patch persistentvolumes" "delete persistentvolumes" "get persistentvolumeclaims -n default" \
 		"delete persistentvolumeclaims -n default" "get storageclasses.storage.k8s.io" "create events -n default" \

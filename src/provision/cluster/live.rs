@@ -1,14 +1,14 @@
-//! [`Cluster`] over kube-rs: claims and PVs from this instance's watch caches ([`super::cache`]:
+//! [`Cluster`] over kube-rs: claims and PVs from this instance's watch caches ([`crate::provision::cache`]:
 //! only the objects it works on), everything else read or written on the server directly, each
 //! call under [`DEADLINE`].
 //!
 //! Only the `provisioner` subcommand reaches this module (it needs the async runtime).
 
-use super::api::{
-    ApiError, ApiErrorKind, ApiResult, Cluster, EventSpec, FINALIZER, RESIZE_CONDITIONS,
-};
-use super::cache::{Caches, ClaimObserver, Routes, Scope};
-use super::telemetry::WatchEvents;
+use crate::k8s::call::call;
+use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
+use crate::provision::cache::{Caches, ClaimObserver, Routes, Scope};
+use crate::provision::cluster::{Cluster, EventSpec, FINALIZER, RESIZE_CONDITIONS};
+use crate::provision::telemetry::WatchEvents;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
@@ -20,12 +20,8 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
 };
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Deadline of every single API call (rule 5).
-pub const DEADLINE: Duration = Duration::from_secs(30);
 
 /// PVs per page of a full list (the sweeps): what one instance holds at once.
 const PAGE: u32 = 250;
@@ -37,40 +33,6 @@ pub struct KubeCluster {
     caches: Arc<Caches>,
     /// Who records events (`source.host`).
     pub node: String,
-}
-
-/// One API call under [`DEADLINE`], its failure as an [`ApiError`] (also for `flexvol controller`).
-pub async fn call<T>(
-    what: impl Into<String>,
-    fut: impl Future<Output = Result<T, kube::Error>>,
-) -> ApiResult<T> {
-    let what = what.into();
-    match tokio::time::timeout(DEADLINE, fut).await {
-        Err(_) => Err(ApiError::new(
-            what,
-            ApiErrorKind::Timeout,
-            format!(
-                "no answer from the API server within {}s",
-                DEADLINE.as_secs()
-            ),
-        )),
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(kube::Error::Api(e))) => {
-            let kind = match (e.code, e.reason.as_str()) {
-                (404, _) => ApiErrorKind::NotFound,
-                (409, "AlreadyExists") => ApiErrorKind::AlreadyExists,
-                (409, _) => ApiErrorKind::Conflict,
-                _ => ApiErrorKind::Other,
-            };
-            let hint = if e.code == 403 {
-                " (a missing RBAC rule: apply drivers/deploy/rbac.yaml)"
-            } else {
-                ""
-            };
-            Err(ApiError::new(what, kind, format!("{}{hint}", e.message)))
-        }
-        Ok(Err(e)) => Err(ApiError::new(what, ApiErrorKind::Other, e.to_string())),
-    }
 }
 
 /// A failed `test` of a JSON patch (the object changed since it was read) is a conflict: the
@@ -168,7 +130,7 @@ pub fn label_volume_patch(labels: &BTreeMap<String, String>) -> serde_json::Valu
 pub fn unselect_node_patch(resource_version: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {
         "resourceVersion": resource_version,
-        "annotations": {super::api::ANN_SELECTED_NODE: null},
+        "annotations": {crate::provision::cluster::ANN_SELECTED_NODE: null},
     }})
 }
 
@@ -402,7 +364,7 @@ impl Cluster for KubeCluster {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(super::api::ANN_SELECTED_NODE));
+            .and_then(|a| a.get(crate::provision::cluster::ANN_SELECTED_NODE));
         if sel.map(String::as_str) != Some(node) {
             return Ok(()); // the scheduler moved on already
         }
@@ -465,7 +427,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn publish_capacity(&self, node: &str, text: &str) -> ApiResult<()> {
-        let ns = super::capacity::NAMESPACE;
+        let ns = crate::provision::capacity::NAMESPACE;
         let api = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
         let cm = ConfigMap {
             metadata: ObjectMeta {
@@ -474,13 +436,13 @@ impl Cluster for KubeCluster {
                 // An update replaces the labels too: keep the controller's, or it would no
                 // longer know the object as its own (it creates and deletes only labelled ones).
                 labels: Some(BTreeMap::from([(
-                    super::capacity::LABEL.to_owned(),
-                    super::capacity::LABEL_VALUE.to_owned(),
+                    crate::provision::capacity::LABEL.to_owned(),
+                    crate::provision::capacity::LABEL_VALUE.to_owned(),
                 )])),
                 ..Default::default()
             },
             data: Some(BTreeMap::from([(
-                super::capacity::DATA_KEY.to_owned(),
+                crate::provision::capacity::DATA_KEY.to_owned(),
                 text.to_owned(),
             )])),
             ..Default::default()

@@ -4,28 +4,28 @@
 //!
 //! The directory work — roots, ownership records, making and deleting a directory without ever
 //! adopting or crossing into something that is not ours — is the marked-directory library's
-//! ([`super::volumedir`], whose module doc has the safety rules); this module picks the root
+//! ([`crate::provision::storage::volumedir`], whose module doc has the safety rules); this module picks the root
 //! (a directory made by an earlier pass for the PV wins, else the most free space), signs the
 //! token, and sizes the volume.
 //!
 //! Sizes: where the root's filesystem enforces project quotas, [`HostPathProvisioner`] gives each new
-//! directory a project quota of the claim's size and raises it on a resize ([`super::quota`]);
+//! directory a project quota of the claim's size and raises it on a resize ([`crate::provision::storage::quota`]);
 //! the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //! `flexvol/size-enforced: "false"` and why.
 
-use super::nodeloss;
-use super::provisioner::{
-    ANN_NODE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-    SizeCheck,
-};
-use super::quota::DriftCheck;
-use super::volumedir::{
+use crate::controller::nodeloss::decide as nodeloss;
+use crate::node::capability::{self, Key, Location, node_key_path};
+use crate::node::config::Config;
+use crate::provision::storage::quota::DriftCheck;
+use crate::provision::storage::volumedir::{
     Deleted, DirParams, DirState, MARKER, Marker, Root, check_ours, create_volume_dir,
     default_rel_path, delete_volume_dir, expand_pattern, finish_deletes, locate, read_record,
     usable_roots,
 };
-use crate::node::capability::{self, Key, Location, node_key_path};
-use crate::node::config::Config;
+use crate::provision::storage::{
+    ANN_NODE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    SizeCheck,
+};
 use crate::sys::dirfd::free_bytes;
 use crate::sys::exec::{Runner, SystemRunner};
 use crate::sys::process::checkpoint;
@@ -34,10 +34,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::cloning::{self, copy};
+use crate::provision::storage::cloning::{self, copy};
 
 /// PV annotation of a clone (the shared one, [`cloning::ANN_CLONED_FROM`]).
-pub use super::cloning::ANN_CLONED_FROM;
+pub use crate::provision::storage::cloning::ANN_CLONED_FROM;
 
 /// Why a hostPath source in use is not copied ([`cloning::check_not_in_use`]).
 const IN_USE: &str =
@@ -220,11 +220,12 @@ impl HostPathProvisioner {
         rel: &std::path::Path,
         req: &Request<'_>,
     ) -> Result<(), Refusal> {
-        let project = super::quota::project_of_volume(runner, root, rel, req.pv_name);
+        let project =
+            crate::provision::storage::quota::project_of_volume(runner, root, rel, req.pv_name);
         delete_volume_dir(root, rel, req.pv_name, req.uid)
             .map_err(|e| Refusal::Fail(format!("{e}; retrying")))?;
         if let Ok(id) = project {
-            super::quota::release(runner, root, id);
+            crate::provision::storage::quota::release(runner, root, id);
         }
         Ok(())
     }
@@ -232,9 +233,9 @@ impl HostPathProvisioner {
 
 /// Checks a hostPath class's parameters ([`Provisioner::check_class`]), pure: also what the
 /// scheduler extender checks before it counts a claim of the class against a node
-/// ([`super::provisioner::plan_claim`]).
+/// ([`crate::provision::storage::plan_claim`]).
 pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
-    // nodeLossGracePeriod is the cluster controller's (super::nodeloss), checked here too.
+    // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
     nodeloss::split_param(params)
         .and_then(|rest| DirParams::parse(&rest))
         .map(|_| ())
@@ -341,8 +342,9 @@ impl Provisioner for HostPathProvisioner {
         let path =
             create_volume_dir(root, &rel, params.ownership, &marker).map_err(Refusal::Fail)?;
         checkpoint("provisioner-after-directory");
-        let size = super::quota::enforce_volume(&*runner, root, &rel, req.size_bytes)
-            .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
+        let size =
+            crate::provision::storage::quota::enforce_volume(&*runner, root, &rel, req.size_bytes)
+                .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
         let mut annotations = size.annotations(req.size_bytes);
         if let Some((_, _, spath, expect)) = &source {
             let copied = Self::copy_from(spath, expect.as_ref(), &path);
@@ -402,11 +404,12 @@ impl Provisioner for HostPathProvisioner {
         let runner = (self.runner)(cfg);
         // The project to clear afterwards: the record's (or an old marker's), only when the
         // directory really carries it (checked now, while it is there).
-        let project = super::quota::project_of_volume(&*runner, &root, &rel, &name);
+        let project =
+            crate::provision::storage::quota::project_of_volume(&*runner, &root, &rel, &name);
         match delete_volume_dir(&root, &rel, &name, &claim_uid_of(pv))? {
             Deleted::Removed => {
                 let released = match project {
-                    Ok(id) => super::quota::release(&*runner, &root, id),
+                    Ok(id) => crate::provision::storage::quota::release(&*runner, &root, id),
                     Err(why) => format!("; no project limit cleared: {why}"),
                 };
                 Ok(format!("removed {}{released}", path.display()))
@@ -427,7 +430,14 @@ impl Provisioner for HostPathProvisioner {
         let name = pv.metadata.name.clone().unwrap_or_default();
         let (root, rel, _) = locate_pv(cfg, pv, "add the root back to grow it")?;
         let runner = (self.runner)(cfg);
-        super::quota::raise_volume(&*runner, &root, &rel, &name, &claim_uid_of(pv), bytes)
+        crate::provision::storage::quota::raise_volume(
+            &*runner,
+            &root,
+            &rel,
+            &name,
+            &claim_uid_of(pv),
+            bytes,
+        )
     }
 
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
@@ -441,13 +451,19 @@ impl Provisioner for HostPathProvisioner {
         let runner = (self.runner)(cfg);
         // Asked only for an old volume whose marker names a project (never on the common path).
         let project_ok = |id: u32| {
-            let support = super::quota::detect_with_tool(&*runner, &path);
+            let support = crate::provision::storage::quota::detect_with_tool(&*runner, &path);
             matches!(
-                super::quota::checked_id(&*runner, &support, &path, id),
+                crate::provision::storage::quota::checked_id(&*runner, &support, &path, id),
                 Ok(Some(_))
             )
         };
-        match super::volumedir::adopt_legacy(&root, &rel, &name, &claim_uid_of(pv), &project_ok) {
+        match crate::provision::storage::volumedir::adopt_legacy(
+            &root,
+            &rel,
+            &name,
+            &claim_uid_of(pv),
+            &project_ok,
+        ) {
             Ok(_) => None,
             Err(e) => Some(format!(
                 "PV {name}: cannot write the ownership record of its old volume: {e}"
@@ -459,7 +475,7 @@ impl Provisioner for HostPathProvisioner {
         // Only a PV whose size was enforced with a project: the others cost nothing.
         let ann = |k: &str| pv.metadata.annotations.as_ref().and_then(|a| a.get(k));
         if ann(ANN_SIZE_ENFORCED).map(String::as_str) != Some("true")
-            || ann(super::quota::ANN_PROJECT).is_none()
+            || ann(crate::provision::storage::quota::ANN_PROJECT).is_none()
         {
             return None;
         }
@@ -467,7 +483,7 @@ impl Provisioner for HostPathProvisioner {
         // A PV not below a root of the config: resize and delete say so when they act.
         let (root, rel, _) = locate_pv(cfg, pv, "").ok()?;
         let runner = (self.runner)(cfg);
-        match super::quota::check_drift(&*runner, &root, &rel, &name) {
+        match crate::provision::storage::quota::check_drift(&*runner, &root, &rel, &name) {
             Ok(DriftCheck::Clean) => None,
             Ok(DriftCheck::Restored(d)) => Some(SizeCheck::Restored(d.to_string())),
             Ok(DriftCheck::NotRestored(d, why)) => Some(SizeCheck::NotRestored(d.to_string(), why)),
@@ -530,7 +546,7 @@ mod tests {
             .insert(ANN_NODE.into(), "n".into());
         if made
             .annotations
-            .get(crate::provision::provisioner::ANN_SIZE_ENFORCED)
+            .get(crate::provision::storage::ANN_SIZE_ENFORCED)
             == Some(&"false".to_owned())
         {
             // Not enforced here (tmpfs, ext4 without prjquota...): no tool is run at all.
@@ -556,7 +572,10 @@ mod tests {
             assert_eq!(p.check_size(&cfg, &enforced), None);
             let a = enforced.metadata.annotations.get_or_insert_default();
             a.insert(ANN_SIZE_ENFORCED.into(), "true".into());
-            a.insert(super::super::quota::ANN_PROJECT.into(), "7".into());
+            a.insert(
+                crate::provision::storage::quota::ANN_PROJECT.into(),
+                "7".into(),
+            );
             assert_eq!(p.check_size(&cfg, &enforced), None);
             assert_eq!(fake.calls().len(), calls, "{:?}", fake.lines());
         }

@@ -1,4 +1,4 @@
-//! kube-runtime's watcher as the caches ([`super::cache`]) and the scheduler extender's view
+//! kube-runtime's watcher as the caches ([`crate::provision::cache`]) and the scheduler extender's view
 //! (`controller::extender::watch`) consume it: one [`WatchEvent`] per change, and a whole list
 //! (the first, or one after the watch lost its place) as one [`WatchEvent::Restarted`].
 
@@ -6,7 +6,7 @@ use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::watcher;
 
-/// A change one watch saw, as the caches ([`super::cache`]) and the scheduler extender's view
+/// A change one watch saw, as the caches ([`crate::provision::cache`]) and the scheduler extender's view
 /// (`controller::extender::watch`) apply it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent<K> {

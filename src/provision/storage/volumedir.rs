@@ -1,5 +1,5 @@
 //! Marked directories: the library the hostPath and NFS provisioners (and `flexvol status`/`gc`,
-//! and the project quotas of [`super::quota`]) share to make, find and delete volume directories
+//! and the project quotas of [`crate::provision::storage::quota`]) share to make, find and delete volume directories
 //! below a root — a hostPath root of the node config, or an NFS export the provisioner mounted.
 //!
 //! What it offers: [`Root`]s ([`prepare_root`], [`usable_roots`]), ownership [`Record`]s and
@@ -34,7 +34,7 @@
 //! time its PV is checked ([`check_ours`]) ([`adopt_legacy`]: the PV read from the API server, whose path is that directory, is
 //! the evidence; the marker must agree on the PV and claim, and its `projectId` is kept only when
 //! the directory carries that project). Until then such a directory is deleted and resized only
-//! as its own PV's, its `projectId` used only after [`super::quota`] checked it. Nesting and the
+//! as its own PV's, its `projectId` used only after [`crate::provision::storage::quota`] checked it. Nesting and the
 //! delete's tree check read records only: a marker file elsewhere — below a volume, above a new
 //! path — is the tenant's and is never read. Every read of a marker or record goes through the
 //! one file layer ([`crate::sys::dirfd::read_small`]: a regular file only, never blocking,
@@ -80,7 +80,7 @@
 //! [`finish_deletes`] (or the next delete of the PV) removes, and its record with it.
 //!
 //! Sizes are not this module's: a record holds the project ID of a volume's quota (written by
-//! [`super::quota`] before the quota is set up), nothing more.
+//! [`crate::provision::storage::quota`] before the quota is set up), nothing more.
 //!
 //! What this relies on: nothing but root can write below `<root>/.flexvol`. The drivers must not
 //! serve it (or a root itself) to an inline volume, which the capability check of
@@ -95,7 +95,7 @@
 //! ([`create_volume_dir_as`]) — the record published by a hard link and renames that never replace
 //! make them converge on one directory. Nothing here takes a lock.
 
-use super::error::ProvisionError;
+use crate::provision::storage::error::ProvisionError;
 use crate::sys::dirfd::{self, dev_ino, open_child_dir, open_dir};
 use crate::sys::paths::{self, Ownership};
 use crate::sys::process::checkpoint;
@@ -141,7 +141,7 @@ pub struct Marker {
     pub claim_uid: String,
     /// The node it lives on.
     pub node: String,
-    /// The project ID of its enforced size ([`super::quota`]), recorded before the quota is set
+    /// The project ID of its enforced size ([`crate::provision::storage::quota`]), recorded before the quota is set
     /// up so that a pass after a kill reuses it. Absent where the size is not enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<u32>,

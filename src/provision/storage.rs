@@ -1,7 +1,7 @@
 //! The seam between the reconcile loop and the storage: one [`Provisioner`] per kind of volume the
 //! provisioner makes (`hostpath`, `lvm`, `nfs`).
 //!
-//! The reconciler ([`super::reconcile`]) reads the API server and decides *which* claim, PV or
+//! The reconciler ([`crate::provision::reconcile`]) reads the API server and decides *which* claim, PV or
 //! resize to act on; a backend does the node-side work for one of them and says what came of it.
 //! Everything a backend needs later (to delete or grow a volume) must be in what it returns at
 //! provisioning time — the PV's flexVolume options and annotations — because the StorageClass may
@@ -28,11 +28,19 @@
 //! - every external command and mount is bounded (the `sys::exec` deadlines), so a dead NFS server
 //!   or a stuck LVM command gives an error in bounded time.
 //!
-//! Calls are synchronous and run on their lane's own thread ([`super::lanes`]): a lane works on
+//! Calls are synchronous and run on their lane's own thread ([`crate::provision::lanes`]): a lane works on
 //! one object at a time; a slow call holds up only its lane, and the watches buffer meanwhile.
 
-pub use super::error::ProvisionError;
+pub mod cloning;
+pub mod error;
+pub mod hostpath;
+pub mod lvm;
+pub mod nfs;
+pub mod quota;
+pub mod volumedir;
+
 use crate::node::config::Config;
+pub use crate::provision::storage::error::ProvisionError;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -140,7 +148,7 @@ pub trait Provisioner {
 
     /// The fault domain of a class's parameters or a PV's flexVolume options (both name it the
     /// same way): the server whose failure would fail every claim on it. Work for a domain whose
-    /// breaker is open fails fast ([`super::queue::Breakers`]). `None` (the default): node-local
+    /// breaker is open fails fast ([`crate::k8s::queue::Breakers`]). `None` (the default): node-local
     /// work, which shares nothing that can fail for some claims and not others.
     fn fault_domain(&self, _params: &BTreeMap<String, String>) -> Option<String> {
         None
@@ -168,7 +176,7 @@ pub trait Provisioner {
 
     /// Gives the volume of `pv` (a PV of this kind, of this node for a node-local kind) the
     /// root-only ownership record it lacks when it was made before records existed
-    /// ([`super::volumedir::adopt_legacy`]); `Some` says what failed, for the log. The default:
+    /// ([`crate::provision::storage::volumedir::adopt_legacy`]); `Some` says what failed, for the log. The default:
     /// nothing to adopt (a kind whose ownership is not kept in directory records).
     fn adopt(&self, _cfg: &Config, _pv: &PersistentVolume) -> Option<String> {
         None
@@ -176,7 +184,7 @@ pub trait Provisioner {
 
     /// Checks that the size its PV says is enforced (`flexvol/size-enforced: "true"`) still is,
     /// and puts back what a pod changed (a hostPath directory moved out of its project, see
-    /// [`super::quota::check_drift`]). Called for each PV of this kind (of this node for a
+    /// [`crate::provision::storage::quota::check_drift`]). Called for each PV of this kind (of this node for a
     /// node-local kind) that is kept, on every resync. `None`: nothing to say (no enforced size,
     /// or it is as it should be). The default: nothing to check.
     fn check_size(&self, _cfg: &Config, _pv: &PersistentVolume) -> Option<SizeCheck> {
@@ -257,11 +265,11 @@ pub fn awaits_volume(c: &PersistentVolumeClaim) -> bool {
 
 /// THE decision of whether a claim of class `class_name` (provisioner `<vendor>/<kind>`) could
 /// ever be provisioned, from the claim and the class alone, pure: the provisioner
-/// ([`super::reconcile`]) makes nothing for a claim this refuses, and the scheduler extender
+/// ([`crate::provision::reconcile`]) makes nothing for a claim this refuses, and the scheduler extender
 /// (`controller::extender::claims`) counts no capacity for it, so the two cannot drift apart.
 /// `class_check` is the class's parameters checked by the kind (the backend's `check_class`,
-/// which for hostPath and LVM is [`super::hostpath::check_params`] and
-/// [`super::lvm::check_params`]). A clone's source is checked further, against the server, by
+/// which for hostPath and LVM is [`crate::provision::storage::hostpath::check_params`] and
+/// [`crate::provision::storage::lvm::check_params`]). A clone's source is checked further, against the server, by
 /// [`source_claim_ready`] and [`check_clone_source`].
 pub fn plan_claim(
     kind: &Kind,
@@ -484,7 +492,7 @@ pub fn check_clone_source(
             "{what}: PV {pv_name} is not bound to that claim; nothing was created"
         ));
     }
-    if ann(super::api::ANN_PROVISIONED_BY) != Some(provisioner) {
+    if ann(crate::provision::cluster::ANN_PROVISIONED_BY) != Some(provisioner) {
         return never(format!(
             "{what}: PV {pv_name} was not provisioned by {provisioner}; flexvol copies only volumes it made, of the same class; nothing was created"
         ));

@@ -4,7 +4,7 @@
 //! of hostPath and NFS clones ([`copy`]).
 //!
 //! The reconciler checks the source before a backend sees it
-//! ([`super::provisioner::check_clone_source`]: same namespace, same class, ours, this node for a
+//! ([`crate::provision::storage::check_clone_source`]: same namespace, same class, ours, this node for a
 //! node-local kind, not larger than the request); each backend checks its own ownership marks
 //! again before it reads a byte, and decides with [`in_use`] whether the source may be read now:
 //! - a file-by-file copy (hostPath, NFS) or a block copy (a thick LV) of a volume a pod is
@@ -16,9 +16,9 @@
 //! Dependencies point one way: the backends (`hostpath`, `lvm`, `nfs`) use this module; it uses
 //! none of them, only the node's state records (`crate::node::state`) and `crate::sys`.
 
-use super::provisioner::Refusal;
 use crate::backend::Backend;
 use crate::node::config::Config;
+use crate::provision::storage::Refusal;
 
 pub mod copy;
 

@@ -1,5 +1,5 @@
 //! Node loss, the calls: one pass reads every Node and every node-local PV flexvol made, asks
-//! [`crate::provision::nodeloss::decide`] what to do with each, and does it.
+//! [`crate::controller::nodeloss::decide::decide`] what to do with each, and does it.
 //!
 //! Safety rules, in the order they apply:
 //! - the kubelets' Leases (`kube-node-lease`), the Node list and the PV list are each read
@@ -17,15 +17,18 @@
 //! - events are written only when a delete is about to be issued, so a retried pass does not
 //!   repeat them.
 
+pub mod decide;
+
 use super::LOG_TARGET;
-use crate::provision::api::{ApiError, ApiErrorKind, ApiResult};
-use crate::provision::kube::{call, remove_finalizer_patch};
-use crate::provision::nodeloss::{
+use crate::controller::nodeloss::decide::{
     ANN_DELETED_ALIVE, ANN_LEASE_AT_MARK, ANN_MISSING_SINCE, ClaimStep, ClassGrace, Decision,
     Heartbeats, LEASE_NAMESPACE, LeaseSeen, Life, Nodes, Target, claim_step, class_grace, decide,
     event_message, target,
 };
-use crate::provision::queue::{Backoff, WorkQueue};
+use crate::k8s::call::call;
+use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
+use crate::k8s::queue::{Backoff, WorkQueue};
+use crate::provision::cluster::live::remove_finalizer_patch;
 use crate::provision::reconcile::LABEL_KIND;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -336,7 +339,7 @@ impl NodeLoss {
                     "node {} has no Node object (since {at}) and its kubelet does not renew its Lease; unless either is back within the class {}'s {} of {}s, this claim and its PV {} are deleted so that the claim can be recreated on another node",
                     t.node,
                     t.class,
-                    crate::provision::nodeloss::PARAM,
+                    crate::controller::nodeloss::decide::PARAM,
                     g.as_secs(),
                     t.pv
                 );
@@ -496,7 +499,7 @@ impl NodeLoss {
                 call(
                     format!(
                         "remove finalizer {} from PersistentVolume {}",
-                        crate::provision::api::FINALIZER,
+                        crate::provision::cluster::FINALIZER,
                         t.pv
                     ),
                     pv_api.patch(&t.pv, &PatchParams::default(), &Patch::Json::<()>(p)),

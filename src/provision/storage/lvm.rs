@@ -41,9 +41,6 @@
 //! injected with the block devices ([`LvmProvisioner::with_seams`]), so unit tests run this module
 //! against an in-memory LVM as well as against scripted `lvm` command lines.
 
-use super::provisioner::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-};
 use crate::backend::lvm::options::key;
 use crate::backend::lvm::policy::{self, LvmConfig};
 use crate::backend::lvm::{
@@ -54,6 +51,9 @@ use crate::backend::{Backend, Context};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
+use crate::provision::storage::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+};
 use crate::sys::process::{Deadline, checkpoint};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
@@ -100,13 +100,13 @@ pub struct ClassParams {
 impl ClassParams {
     /// Validates a StorageClass's `parameters`; unknown keys are errors.
     pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, String> {
-        // nodeLossGracePeriod is the cluster controller's (super::nodeloss), checked here too.
-        let params = &super::nodeloss::split_param(params)?;
+        // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
+        let params = &crate::controller::nodeloss::decide::split_param(params)?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
                 "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}",
                 PARAMS.join(", "),
-                super::nodeloss::PARAM
+                crate::controller::nodeloss::decide::PARAM
             ));
         }
         let mut o = serde_json::Map::new();
@@ -201,7 +201,7 @@ impl LvmProvisioner {
 
 /// Checks an LVM class's parameters ([`Provisioner::check_class`]), pure: also what the
 /// scheduler extender checks before it counts a claim of the class against a node
-/// ([`super::provisioner::plan_claim`]).
+/// ([`crate::provision::storage::plan_claim`]).
 pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
     ClassParams::parse(params).map(|_| ())
 }
@@ -329,7 +329,7 @@ pub(crate) fn provision(
         let p = clone(ctx, seams, req, &o, &tag, &lvs, src, sname)?;
         let mut p = made(&p)?;
         p.annotations.insert(
-            super::cloning::ANN_CLONED_FROM.to_owned(),
+            crate::provision::storage::cloning::ANN_CLONED_FROM.to_owned(),
             format!(
                 "{sname} ({})",
                 if src.is_thin() {
@@ -387,7 +387,7 @@ pub(crate) fn provision(
     made(row)
 }
 
-/// Why a thick source in use is not copied ([`super::cloning::check_not_in_use`]).
+/// Why a thick source in use is not copied ([`crate::provision::storage::cloning::check_not_in_use`]).
 const IN_USE: &str =
     "a block copy of a mounted LV would be neither point-in-time nor crash-consistent";
 
@@ -400,7 +400,7 @@ const IN_USE: &str =
 ///   the kernel takes it atomically, a crash-consistent image (what a power cut would leave;
 ///   the filesystem replays its journal on mount);
 /// - a thick source: a new thick LV of the requested size and a block copy of the source, only
-///   while no pod uses the source (the driver's records, [`super::cloning`], and the LV not
+///   while no pod uses the source (the driver's records, [`crate::provision::storage::cloning`], and the LV not
 ///   open); otherwise the claim waits;
 /// - larger than the source: the LV is extended and tagged [`TAG_GROW_FS`], so the driver grows
 ///   the filesystem on its first mount; the clone is never formatted (it carries
@@ -457,17 +457,17 @@ fn clone(
         }
         (false, None) => {
             if src.open() {
-                return Err(super::cloning::waiting(
+                return Err(crate::provision::storage::cloning::waiting(
                     src_pv,
                     &format!("the open LV {}", key(&src.lv_name)),
                     IN_USE,
                 ));
             }
-            super::cloning::check_not_in_use(
+            crate::provision::storage::cloning::check_not_in_use(
                 ctx.config,
                 Backend::Lvm,
                 src_pv,
-                &super::cloning::Source::Lv {
+                &crate::provision::storage::cloning::Source::Lv {
                     vg: &o.vg,
                     lv: &src.lv_name,
                 },

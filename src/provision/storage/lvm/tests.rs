@@ -810,7 +810,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     assert_eq!(made.capacity_bytes, 96 * MI);
     assert_eq!(
         made.annotations
-            .get(crate::provision::cloning::ANN_CLONED_FROM),
+            .get(crate::provision::storage::cloning::ANN_CLONED_FROM),
         Some(&"pvc-src (thin snapshot)".to_owned())
     );
     let c1 = lvm.lv("vg0/pvc-c1").unwrap();
@@ -967,7 +967,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     );
     assert_eq!(
         made.annotations
-            .get(crate::provision::cloning::ANN_CLONED_FROM),
+            .get(crate::provision::storage::cloning::ANN_CLONED_FROM),
         Some(&"pvc-tsrc (block copy)".to_owned())
     );
     // Again (killed before the PV): the copy is made again into the same LV, no second LV.

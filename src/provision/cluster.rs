@@ -1,11 +1,14 @@
 //! The seam between the provisioner's decisions and the API server: the few operations it needs,
-//! as a trait ([`Cluster`]), implemented over kube-rs in [`super::kube`] and by a recording fake
+//! as a trait ([`Cluster`]), implemented over kube-rs in [`crate::provision::cluster::live`] and by a recording fake
 //! in the tests.
 //!
 //! Contract for implementations: every call has a deadline and returns [`ApiError`] when it
 //! passes; `NotFound` on delete and `AlreadyExists` on create are reported as such (the caller
 //! decides whether they are success).
 
+pub mod live;
+
+use crate::k8s::error::ApiResult;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -35,47 +38,6 @@ pub const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer
 /// uses only these two; later releases add others (`ControllerResizeError`, `NodeResizeError`,
 /// `ModifyVolumeError`, `ModifyingVolume`, ...) that belong to other controllers and are kept.
 pub const RESIZE_CONDITIONS: [&str; 2] = ["Resizing", "FileSystemResizePending"];
-
-/// What went wrong talking to the API server.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what}: {message}")]
-pub struct ApiError {
-    /// The operation (`create PersistentVolume pvc-…`).
-    pub what: String,
-    /// Kind of failure.
-    pub kind: ApiErrorKind,
-    /// The server's message, or the transport error.
-    pub message: String,
-}
-
-/// Kinds of failure the provisioner acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiErrorKind {
-    /// 404.
-    NotFound,
-    /// 409 on create.
-    AlreadyExists,
-    /// 409 on update (stale resourceVersion).
-    Conflict,
-    /// Deadline passed.
-    Timeout,
-    /// Anything else (403 included: a missing RBAC rule shows here).
-    Other,
-}
-
-impl ApiError {
-    /// An error of `kind` for `what`.
-    pub fn new(what: impl Into<String>, kind: ApiErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            what: what.into(),
-            kind,
-            message: message.into(),
-        }
-    }
-}
-
-/// Result of the API calls.
-pub type ApiResult<T> = Result<T, ApiError>;
 
 /// An event to record on an object.
 #[derive(Debug, Clone, PartialEq, Eq)]

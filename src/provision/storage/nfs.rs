@@ -90,15 +90,15 @@
 //! `recover` only removes provisioner mounts left by a kill (reading mountinfo, no network):
 //! tombstones are finished by the delete of their own PV, which the reconciler retries.
 
-use super::cloning::{self, copy};
-use super::provisioner::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, ProvisionError, Provisioned, Provisioner,
-    Refusal, Request,
-};
-use super::volumedir::{self, DirState, Marker, Root};
 use crate::backend::nfs::options::{NfsConfig, NfsOptions};
 use crate::node::config::Config;
 use crate::protocol::options::Options;
+use crate::provision::storage::cloning::{self, copy};
+use crate::provision::storage::volumedir::{self, DirState, Marker, Root};
+use crate::provision::storage::{
+    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, ProvisionError, Provisioned, Provisioner,
+    Refusal, Request,
+};
 use crate::sys::dirfd;
 use crate::sys::paths::{self, Ownership};
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -190,7 +190,7 @@ impl NfsClass {
     /// Validates a class's `parameters` against the node policy `nfs`. Nothing has run when this
     /// fails.
     pub fn parse(params: &BTreeMap<String, String>, nfs: &NfsConfig) -> Result<Self, String> {
-        super::nodeloss::refuse_for_shared(params, "nfs")?;
+        crate::controller::nodeloss::decide::refuse_for_shared(params, "nfs")?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
                 "unknown class parameter {k:?}; the nfs provisioner knows {}",

@@ -54,9 +54,9 @@
 //! being deleted, since the instance that would remove it ran on the lost node. A Retain PV whose
 //! claim is gone (Released) and that nobody deletes needs nothing more ([`Decision::Nothing`]).
 
-use super::api::{ANN_PROVISIONED_BY, FINALIZER, HOSTNAME_LABEL};
-use super::provisioner::ANN_NODE;
-use super::reconcile::LABEL_KIND;
+use crate::provision::cluster::{ANN_PROVISIONED_BY, FINALIZER, HOSTNAME_LABEL};
+use crate::provision::reconcile::LABEL_KIND;
+use crate::provision::storage::ANN_NODE;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;

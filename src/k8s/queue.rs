@@ -1,4 +1,4 @@
-//! The work queue of one lane ([`super::lanes`]): which objects to look at next, keyed by object,
+//! The work queue of one lane ([`crate::provision::lanes`]): which objects to look at next, keyed by object,
 //! with per-object exponential backoff, and a breaker per fault domain (an NFS server).
 //!
 //! As in client-go's rate-limited work queue (and kube-runtime's controller):

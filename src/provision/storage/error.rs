@@ -1,6 +1,6 @@
 //! What the provisioners' work can fail with, typed so the reconciler can branch on it: the
-//! [`super::provisioner::Provisioner`] seam's `check_class`, `delete` and `expand`, and the
-//! marked-directory library's ownership checks and deletes ([`super::volumedir`]).
+//! [`crate::provision::storage::Provisioner`] seam's `check_class`, `delete` and `expand`, and the
+//! marked-directory library's ownership checks and deletes ([`crate::provision::storage::volumedir`]).
 //!
 //! The message (`Display`) is the text people read in events and logs, unchanged from when these
 //! were plain strings; the variant says what kind of failure it is. A plain `String` converts to

@@ -33,13 +33,13 @@
 //! duration while another holds it (it reads again only when that record could have expired); the Lease is a
 //! few hundred bytes.
 //!
-//! An instance with a stuck lane is unfit ([`Leadership::set_fit`]): its electors take part in
+//! An instance with a stuck lane is unfit (`crate::provision::leadership::Leadership::set_fit`): its electors take part in
 //! nothing and release what they hold, as when they are no longer eligible.
 //!
-//! RBAC (drivers/deploy/rbac.yaml): `get` and `update` on the Leases [`CLAIMS_LEASE`] and
-//! [`NFS_LEASE`] only, and `create` of Leases, in the Leases' namespace (kube-system).
+//! RBAC (drivers/deploy/rbac.yaml): `get` and `update` on the Leases `flexvol-claims` and
+//! `flexvol-nfs` only, and `create` of Leases, in the Leases' namespace (kube-system).
 
-use super::telemetry::LOG_TARGET;
+use super::LOG_TARGET;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
@@ -86,11 +86,6 @@ pub const TIMING: Timing = Timing {
     renew_deadline: RENEW_DEADLINE,
     retry_period: RETRY_PERIOD,
 };
-
-/// The Lease of the shared claim work (one instance at a time).
-pub const CLAIMS_LEASE: &str = "flexvol-claims";
-/// The Lease of the NFS work (one instance at a time among those that serve NFS).
-pub const NFS_LEASE: &str = "flexvol-nfs";
 
 /// The Lease's record as this process last read it, and since when (this process's monotonic
 /// clock) it has read it unchanged.
@@ -307,16 +302,19 @@ pub fn spawn(
 
 /// When an elector takes part: while `eligible` and `fit`, and until `stopping` turns true (the
 /// process stops: from then on it releases what it holds and takes nothing). `fit` is false while
-/// a lane of this instance is stuck ([`Leadership::set_fit`]): it releases what it holds and
+/// a lane of this instance is stuck (`crate::provision::leadership::Leadership::set_fit`): it releases what it holds and
 /// takes nothing until the lane moves again.
-struct Part {
-    eligible: Arc<AtomicBool>,
-    fit: Arc<AtomicBool>,
-    stopping: watch::Receiver<bool>,
+pub struct Part {
+    /// Whether this process may lead this Lease now.
+    pub eligible: Arc<AtomicBool>,
+    /// Cleared while this process is unfit to lead (a stuck worker).
+    pub fit: Arc<AtomicBool>,
+    /// Turns true when the process stops.
+    pub stopping: watch::Receiver<bool>,
 }
 
 /// [`spawn`], also setting `gauge` to 1 while leading and 0 otherwise.
-fn start(
+pub fn start(
     client: kube::Client,
     namespace: String,
     name: String,
@@ -348,94 +346,6 @@ fn start(
     }
     tokio::spawn(e.run(part));
     Leader { rx, until, holds }
-}
-
-/// This instance's elections, started by `serve()`.
-#[derive(Debug, Clone)]
-pub struct Leadership {
-    /// [`CLAIMS_LEASE`]: every instance is eligible.
-    pub claims: Leader,
-    /// [`NFS_LEASE`]: instances that serve a shared kind are eligible.
-    pub nfs: Leader,
-    /// Set when the process stops: no elector is eligible any more (each releases what it holds).
-    stop: Arc<watch::Sender<bool>>,
-    /// Cleared while a lane is stuck: no elector is eligible (each releases what it holds).
-    fit: Arc<AtomicBool>,
-}
-
-impl Leadership {
-    /// Starts the electors in `namespace` (`None`: the client's default namespace: the pod's in a
-    /// cluster, else the kubeconfig context's, else `default`) as `node`, each with its gauge in
-    /// `metrics`; for [`NFS_LEASE`] only while `serves_shared` (set by the shared lane) says so.
-    pub fn start(
-        client: &kube::Client,
-        namespace: Option<&str>,
-        node: &str,
-        metrics: &super::telemetry::Metrics,
-        serves_shared: Arc<AtomicBool>,
-    ) -> Self {
-        let ns = namespace.unwrap_or(client.default_namespace()).to_owned();
-        let (stop, stopping) = watch::channel(false);
-        let fit = Arc::new(AtomicBool::new(true));
-        let elect = |name: &str, eligible: Arc<AtomicBool>| {
-            start(
-                client.clone(),
-                ns.clone(),
-                name.to_owned(),
-                node.to_owned(),
-                Part {
-                    eligible,
-                    fit: fit.clone(),
-                    stopping: stopping.clone(),
-                },
-                TIMING,
-                Some(metrics.leader(name)),
-            )
-        };
-        Self {
-            claims: elect(CLAIMS_LEASE, Arc::new(AtomicBool::new(true))),
-            nfs: elect(NFS_LEASE, serves_shared),
-            stop: Arc::new(stop),
-            fit,
-        }
-    }
-
-    /// Whether this instance is fit to lead: `false` while a lane is stuck
-    /// ([`super::telemetry::Health::live`]). Unfit, each elector at its next round (at most
-    /// [`RETRY_PERIOD`] later) stops leading and releases a Lease it holds, as when it is no
-    /// longer eligible, so that a healthy instance takes the shared work over at its next read
-    /// instead of never (a stuck instance that still renews would keep it forever); fit again,
-    /// it takes part again.
-    pub fn set_fit(&self, fit: bool) {
-        self.fit.store(fit, Ordering::Relaxed);
-    }
-
-    /// Stops taking part (the process is stopping): each elector stops leading at once and
-    /// releases a Lease it holds (holderIdentity emptied, by an update conditional on the
-    /// resourceVersion read, as any write of the elector), so another instance takes over at its
-    /// next read instead of after the lease expires. Waits at most `limit` for the releases;
-    /// whether every Lease was let go.
-    pub async fn release(&self, limit: Duration) -> bool {
-        self.stop.send_replace(true);
-        let end = Instant::now() + limit;
-        loop {
-            if !self.claims.holds() && !self.nfs.holds() {
-                return true;
-            }
-            if Instant::now() >= end {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// What this process leads right now ([`Leader::is_leading`] of each).
-    pub fn leads(&self) -> super::cache::Leads {
-        super::cache::Leads {
-            claims: self.claims.is_leading(),
-            shared: self.nfs.is_leading(),
-        }
-    }
 }
 
 /// Why a call failed.
@@ -1173,7 +1083,7 @@ mod tests {
                 .unwrap();
             rt.block_on(async move {
                 let mut config = kube::Config::new(url.parse().unwrap());
-                crate::provision::apiclient::trust(&mut config, "test").unwrap();
+                crate::k8s::client::trust(&mut config, "test").unwrap();
                 let client = kube::Client::try_from(config).unwrap();
                 let leader = start(
                     client,

@@ -266,7 +266,7 @@ fn a_kill_9_at_each_step_of_create_and_delete_converges() {
         let mut c = std::process::Command::new(&exe);
         c.args([
             "--exact",
-            "provision::volumedir::tests::kill_child",
+            "provision::storage::volumedir::tests::kill_child",
             "--nocapture",
         ])
         .env("FLEXVOL_DIRLIB_CHILD_ROOT", root)

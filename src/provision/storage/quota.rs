@@ -56,9 +56,9 @@
 //!   no walk): `FS_IOC_FSSETXATTR` has no safe binding here. Inodes moved out deeper in the tree
 //!   are not found (that is a walk of the whole volume); docs/security.md says what holds.
 
-use super::error::ProvisionError;
-use super::provisioner::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
-use super::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
+use crate::provision::storage::error::ProvisionError;
+use crate::provision::storage::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
+use crate::provision::storage::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use crate::sys::dirfd::{self, FsMagic};
 use crate::sys::exec::{Cmd, Runner};
 use serde::Serialize;
