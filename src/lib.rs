@@ -42,3 +42,4 @@ pub mod protocol;
 pub mod provision;
 pub mod sys;
 pub mod version;
+pub mod vocab;

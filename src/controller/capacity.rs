@@ -1,6 +1,6 @@
 //! The per-node capacity ConfigMaps of the scheduler extender (docs/scheduler-extender.md):
 //! `flexvol controller --capacity-objects` creates one, empty, for each Node in
-//! [`crate::provision::capacity::NAMESPACE`], and deletes those whose Node is gone, so that a
+//! [`crate::vocab::capacity::NAMESPACE`], and deletes those whose Node is gone, so that a
 //! node's token needs only `get`/`update` there (it can falsify records, not add or remove
 //! objects).
 //!
@@ -13,7 +13,7 @@
 //! under drivers/deploy-overlays/node-loss/controller.yaml's Role (which sets the flag).
 
 use crate::k8s::call::call;
-use crate::provision::capacity::NAMESPACE;
+use crate::vocab::capacity::NAMESPACE;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The label the controller puts on the objects it makes (and the only ones it deletes); the node
 /// writes it back with every update.
-pub use crate::provision::capacity::{LABEL, LABEL_VALUE};
+use crate::vocab::capacity::{LABEL, LABEL_VALUE};
 
 /// What a pass does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -75,7 +75,7 @@ pub fn run(a: &ControllerArgs) -> i32 {
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(target: LOG_TARGET, "internal error ({info}); exiting, please report it with this log");
         #[allow(clippy::exit)]
-        std::process::exit(crate::provision::PANIC_EXIT_CODE)
+        std::process::exit(crate::k8s::daemon::PANIC_EXIT_CODE)
     }));
     if !daemon::start_daemon(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         return 2;
@@ -117,26 +117,17 @@ async fn serve(a: &ControllerArgs, shared: &telemetry::Shared) -> Result<(), Str
     use telemetry::Loop;
     let client = crate::k8s::client::client(a.kubeconfig.as_deref(), None).await?;
     shared.health.connected();
-    let id = crate::provision::reconcile::Identity {
-        node: String::new(),
-        vendor: a.vendor.clone(),
-    };
-    let local_kinds: Vec<&'static str> = crate::provision::provisioners(&id)
-        .iter()
-        .map(|b| b.kind())
-        .filter(|k| k.node_local)
-        .map(|k| k.name)
-        .collect();
+    let local_kinds: Vec<&'static str> = crate::vocab::NODE_LOCAL_KINDS.to_vec();
     let resync = Duration::from_secs(a.resync_seconds.max(1));
     info!(
         target: LOG_TARGET,
         "node loss: watching the PVs of {} (classes opt in with {}); a pass every {}s",
         local_kinds
             .iter()
-            .map(|k| id.provisioner(k))
+            .map(|k| format!("{}/{k}", a.vendor))
             .collect::<Vec<_>>()
             .join(", "),
-        crate::controller::nodeloss::decide::PARAM,
+        crate::vocab::class::PARAM,
         resync.as_secs()
     );
     let capacity_client = a.capacity_objects.then(|| client.clone());
@@ -192,54 +183,5 @@ async fn serve(a: &ControllerArgs, shared: &telemetry::Shared) -> Result<(), Str
             .passed(Loop::NodeLoss, Instant::now(), s.listed);
         let wait = next.map_or(resync, |d| d.min(resync));
         tokio::time::sleep(wait.max(Duration::from_millis(500))).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::controller::nodeloss::decide::PARAM;
-    use std::collections::BTreeMap;
-
-    /// The node-local kinds accept the parameter (and check its value); NFS refuses it, saying why.
-    #[test]
-    fn classes_accept_the_grace_only_for_node_local_kinds() {
-        let id = crate::provision::reconcile::Identity {
-            node: "n".into(),
-            vendor: "flexvol".into(),
-        };
-        let p = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
-            kv.iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
-        let mut seen = Vec::new();
-        for b in crate::provision::provisioners(&id) {
-            let k = b.kind();
-            seen.push(k.name);
-            let base: &[(&str, &str)] = match k.name {
-                "hostpath" => &[("mode", "0770")],
-                "lvm" => &[("volumegroup", "vg0")],
-                _ => &[("server", "10.0.0.5"), ("share", "/export")],
-            };
-            assert!(b.check_class(&p(base)).is_ok(), "{}", k.name);
-            let mut with = base.to_vec();
-            with.push((PARAM, "10m"));
-            let r = b.check_class(&p(&with));
-            if k.node_local {
-                assert!(r.is_ok(), "{}: {r:?}", k.name);
-                let mut bad = base.to_vec();
-                bad.push((PARAM, "10 minutes"));
-                let e = b.check_class(&p(&bad)).unwrap_err().to_string();
-                assert!(e.contains(PARAM) && e.contains("10 minutes"), "{e}");
-                let mut typo = base.to_vec();
-                typo.push(("nodeLossGrace", "10m"));
-                let e = b.check_class(&p(&typo)).unwrap_err().to_string();
-                assert!(e.contains(PARAM), "the unknown-key error lists it: {e}");
-            } else {
-                let e = r.unwrap_err().to_string();
-                assert!(e.contains("node-local kinds (hostpath, lvm) only"), "{e}");
-            }
-        }
-        assert_eq!(seen, ["hostpath", "lvm", "nfs"]);
     }
 }

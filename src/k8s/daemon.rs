@@ -9,6 +9,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::time::SystemTime;
 
+/// Exit code of a daemon after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to
+/// fix.
+pub const PANIC_EXIT_CODE: i32 = 70;
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

@@ -25,5 +25,6 @@ pub mod daemon;
 pub mod error;
 pub mod http;
 pub mod lease;
+pub mod patch;
 pub mod queue;
 pub mod watch;

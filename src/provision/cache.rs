@@ -21,12 +21,11 @@
 //! PVs made before the labels existed are labelled by the startup sweep of [`crate::provision::lanes`].
 
 use crate::k8s::watch::{WatchEvent, watch};
-use crate::provision::cluster::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
-use crate::provision::reconcile::{
-    Key, LABEL_KIND, LABEL_NODE, claim_provisioner, node_label_value,
-};
-use crate::provision::storage::ANN_NODE;
+use crate::provision::reconcile::{Key, claim_provisioner, node_label_value};
 use crate::provision::telemetry::{LOG_TARGET, WatchEvents};
+use crate::vocab::ANN_NODE;
+use crate::vocab::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
+use crate::vocab::{LABEL_KIND, LABEL_NODE};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -17,28 +17,6 @@ use std::collections::BTreeMap;
 // Kubernetes' well-known names the provisioner reads and writes (sig-storage's, and the
 // scheduler's for WaitForFirstConsumer).
 
-/// Claim annotation naming the provisioner (1.20 sets only this one).
-pub const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// Claim annotation naming the provisioner (1.23+ also set this one).
-pub const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-/// Claim annotation the scheduler sets for WaitForFirstConsumer.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// PV annotation: who provisioned it.
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// The node label PVs are pinned by.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-/// The PV finalizer of external provisioners (sig-storage-lib-external-provisioner's, what
-/// Kubernetes 1.33's `HonorPVReclaimPolicy` relies on): every PV the provisioner makes carries it,
-/// and it is removed only once the volume is (reclaim policy Delete) or when the PV is deleted
-/// (any other policy), so a PV deleted before its claim still gets its volume removed.
-pub const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
-
-/// The claim conditions a finished resize clears: `Resizing` (set while the volume is being
-/// grown) and `FileSystemResizePending` (set when only the node's part is left). Kubernetes 1.20
-/// uses only these two; later releases add others (`ControllerResizeError`, `NodeResizeError`,
-/// `ModifyVolumeError`, `ModifyingVolume`, ...) that belong to other controllers and are kept.
-pub const RESIZE_CONDITIONS: [&str; 2] = ["Resizing", "FileSystemResizePending"];
-
 /// An event to record on an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventSpec {

@@ -33,9 +33,10 @@
 
 use crate::k8s::queue::{Backoff, WorkQueue};
 use crate::provision::cache::{Lane, Leads, Scope, claim_key};
-use crate::provision::cluster::ANN_SELECTED_NODE;
-use crate::provision::reconcile::{LABEL_KIND, LABEL_NODE, node_label_value};
+use crate::provision::reconcile::node_label_value;
 use crate::provision::telemetry::{LOG_TARGET, Metrics};
+use crate::vocab::ANN_SELECTED_NODE;
+use crate::vocab::{LABEL_KIND, LABEL_NODE};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, Patch, PatchParams};
 use std::collections::{BTreeMap, HashMap};
@@ -328,10 +329,7 @@ mod tests {
     ) -> PersistentVolumeClaim {
         let mut a = BTreeMap::new();
         if let Some(p) = prov {
-            a.insert(
-                crate::provision::cluster::ANN_PROVISIONER_BETA.to_owned(),
-                p.to_owned(),
-            );
+            a.insert(crate::vocab::ANN_PROVISIONER_BETA.to_owned(), p.to_owned());
         }
         if let Some(n) = node {
             a.insert(ANN_SELECTED_NODE.to_owned(), n.to_owned());

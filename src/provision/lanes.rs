@@ -26,14 +26,16 @@
 use crate::k8s::queue::{Backoff, WorkQueue};
 use crate::node::config::Config;
 use crate::provision::cache::{Lane, Leads};
+use crate::provision::cluster::Cluster;
 use crate::provision::cluster::live::KubeCluster;
-use crate::provision::cluster::{ANN_PROVISIONED_BY, Cluster};
 use crate::provision::reconcile::{
-    Identity, Key, LABEL_KIND, LABEL_NODE, Reconciler, Report, legacy_grants, node_label_value,
-    sweep_legacy_grants,
+    Identity, Key, Reconciler, Report, legacy_grants, node_label_value, sweep_legacy_grants,
 };
-use crate::provision::storage::{ANN_NODE, Kind, Provisioner};
+use crate::provision::storage::{Kind, Provisioner};
 use crate::provision::telemetry::{self, LOG_TARGET};
+use crate::vocab::ANN_NODE;
+use crate::vocab::ANN_PROVISIONED_BY;
+use crate::vocab::{LABEL_KIND, LABEL_NODE};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -106,8 +106,7 @@ pub struct ProvisionerArgs {
     pub service_account_dir: Option<PathBuf>,
 }
 
-/// Exit code after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to fix.
-pub const PANIC_EXIT_CODE: i32 = 70;
+use crate::k8s::daemon::PANIC_EXIT_CODE;
 
 /// A warning in the log (for the watches in [`kube`]; this file logs with `tracing` directly).
 pub fn log(msg: &str) {
@@ -459,3 +458,69 @@ async fn serve(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod class_param_tests {
+    use crate::vocab::class::PARAM;
+    use std::collections::BTreeMap;
+
+    /// The node-local kinds accept the parameter (and check its value); NFS refuses it, saying why.
+    /// The controller's list of node-local kinds ([`crate::vocab::NODE_LOCAL_KINDS`]) is the
+    /// provisioners' own.
+    #[test]
+    fn node_local_kinds_are_the_provisioners() {
+        let id = crate::provision::reconcile::Identity {
+            node: "n".into(),
+            vendor: "flexvol".into(),
+        };
+        let local: Vec<&str> = crate::provision::provisioners(&id)
+            .iter()
+            .map(|b| b.kind())
+            .filter(|k| k.node_local)
+            .map(|k| k.name)
+            .collect();
+        assert_eq!(local, crate::vocab::NODE_LOCAL_KINDS);
+    }
+
+    #[test]
+    fn classes_accept_the_grace_only_for_node_local_kinds() {
+        let id = crate::provision::reconcile::Identity {
+            node: "n".into(),
+            vendor: "flexvol".into(),
+        };
+        let p = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let mut seen = Vec::new();
+        for b in crate::provision::provisioners(&id) {
+            let k = b.kind();
+            seen.push(k.name);
+            let base: &[(&str, &str)] = match k.name {
+                "hostpath" => &[("mode", "0770")],
+                "lvm" => &[("volumegroup", "vg0")],
+                _ => &[("server", "10.0.0.5"), ("share", "/export")],
+            };
+            assert!(b.check_class(&p(base)).is_ok(), "{}", k.name);
+            let mut with = base.to_vec();
+            with.push((PARAM, "10m"));
+            let r = b.check_class(&p(&with));
+            if k.node_local {
+                assert!(r.is_ok(), "{}: {r:?}", k.name);
+                let mut bad = base.to_vec();
+                bad.push((PARAM, "10 minutes"));
+                let e = b.check_class(&p(&bad)).unwrap_err().to_string();
+                assert!(e.contains(PARAM) && e.contains("10 minutes"), "{e}");
+                let mut typo = base.to_vec();
+                typo.push(("nodeLossGrace", "10m"));
+                let e = b.check_class(&p(&typo)).unwrap_err().to_string();
+                assert!(e.contains(PARAM), "the unknown-key error lists it: {e}");
+            } else {
+                let e = r.unwrap_err().to_string();
+                assert!(e.contains("node-local kinds (hostpath, lvm) only"), "{e}");
+            }
+        }
+        assert_eq!(seen, ["hostpath", "lvm", "nfs"]);
+    }
+}

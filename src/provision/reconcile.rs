@@ -23,7 +23,7 @@
 //!    let the backend make the volume, create `pvc-<claim uid>`; when this node may not or cannot
 //!    serve it, remove `selected-node` so the scheduler picks again, with an event that says why;
 //! 5. every Bound PV of ours whose claim asks for more than the PV's
-//!    [`ANN_SIZE`](crate::provision::storage::ANN_SIZE): grow it through the backend, then raise the PV's
+//!    [`ANN_SIZE`](crate::vocab::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
 //! 6. every PV we provisioned (on this node, for a node-local backend), by what `fate` says:
 //!    with reclaim policy Delete, once Released or — when it was deleted first — once its claim is
@@ -52,15 +52,19 @@ use crate::k8s::queue::{Backoff, Breakers};
 use crate::node::capability;
 use crate::node::config::Config;
 use crate::protocol::quantity::{self, parse_size};
-use crate::provision::cluster::{
-    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, Cluster,
-    EventSpec, FINALIZER, HOSTNAME_LABEL,
-};
+use crate::provision::cluster::{Cluster, EventSpec};
 use crate::provision::storage::{
-    ANN_NODE, ANN_SIZE, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-    SizeCheck, SourceRefusal, awaits_volume, check_clone_source, plan_claim,
+    Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck, SourceRefusal,
+    awaits_volume, check_clone_source, plan_claim,
 };
 use crate::sys::process::checkpoint;
+use crate::vocab::LABEL_KIND;
+use crate::vocab::LABEL_NODE;
+use crate::vocab::{ANN_NODE, ANN_SIZE};
+use crate::vocab::{
+    ANN_PROVISIONED_BY, ANN_PROVISIONER, ANN_PROVISIONER_BETA, ANN_SELECTED_NODE, FINALIZER,
+    HOSTNAME_LABEL,
+};
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
@@ -71,13 +75,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
-
-/// Label on every PV we make: the kind that made it (`hostpath`, `lvm`, `nfs`), so an instance can
-/// watch only the shared kinds' PVs (a label selector: the API server filters).
-pub const LABEL_KIND: &str = "flexvol/kind";
-/// Label on every node-local PV we make: its node ([`node_label_value`]), so an instance watches
-/// only its own node's PVs. Only a filter: who made a PV is still decided by its annotations.
-pub const LABEL_NODE: &str = "flexvol/node";
 
 /// `node` as a label value: itself when it is one (at most 63 characters of `[A-Za-z0-9._-]`,
 /// alphanumeric at both ends), else `h-` and a 64-bit FNV-1a hash of it in hex (a node name may be

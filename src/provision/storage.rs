@@ -41,21 +41,11 @@ pub mod volumedir;
 
 use crate::node::config::Config;
 pub use crate::provision::storage::error::ProvisionError;
+use crate::vocab::ANN_NODE;
+use crate::vocab::ANN_SIZE;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
-
-/// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
-pub const ANN_NODE: &str = "flexvol/node";
-/// PV annotation: the size in bytes the backend really provisioned (or grew to), which may exceed
-/// the request (LVM rounds up to extents). The resize logic compares claims against it, not
-/// against the PV's capacity, which kube-controller-manager raises by itself on a resize.
-pub const ANN_SIZE: &str = "flexvol/size-bytes";
-/// PV annotation: `"true"` when the backend enforces the size (an LV, a project quota), `"false"`
-/// with the reason in [`ANN_SIZE_NOTE`] otherwise.
-pub const ANN_SIZE_ENFORCED: &str = "flexvol/size-enforced";
-/// PV annotation: why the size is not enforced, for people and `flexvol status`.
-pub const ANN_SIZE_NOTE: &str = "flexvol/size-note";
 
 /// One claim to provision, as the reconciler validated it.
 #[derive(Debug, Clone)]
@@ -492,7 +482,7 @@ pub fn check_clone_source(
             "{what}: PV {pv_name} is not bound to that claim; nothing was created"
         ));
     }
-    if ann(crate::provision::cluster::ANN_PROVISIONED_BY) != Some(provisioner) {
+    if ann(crate::vocab::ANN_PROVISIONED_BY) != Some(provisioner) {
         return never(format!(
             "{what}: PV {pv_name} was not provisioned by {provisioner}; flexvol copies only volumes it made, of the same class; nothing was created"
         ));

@@ -8,8 +8,14 @@ use crate::node::config::Config;
 use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use crate::provision::cluster::*;
 use crate::provision::reconcile::*;
-use crate::provision::storage::ANN_NODE;
 use crate::provision::storage::volumedir::{MARKER, Marker};
+use crate::vocab::ANN_NODE;
+use crate::vocab::ANN_PROVISIONED_BY;
+use crate::vocab::ANN_PROVISIONER;
+use crate::vocab::ANN_PROVISIONER_BETA;
+use crate::vocab::ANN_SELECTED_NODE;
+use crate::vocab::FINALIZER;
+use crate::vocab::HOSTNAME_LABEL;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimStatus, PersistentVolumeStatus, VolumeResourceRequirements,
@@ -123,7 +129,8 @@ impl Cluster for Fake {
             .cloned())
     }
     async fn add_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
-        let Some(p) = crate::provision::cluster::live::add_finalizer_patch(&pv.metadata) else {
+        let Some(p) = crate::k8s::patch::add_finalizer_patch(&pv.metadata, crate::vocab::FINALIZER)
+        else {
             return Ok(());
         };
         self.patches.borrow_mut().push(p.clone());
@@ -138,7 +145,9 @@ impl Cluster for Fake {
         if let Some(k) = self.fail_unguard.take() {
             return Err(err(k));
         }
-        let Some(p) = crate::provision::cluster::live::remove_finalizer_patch(&pv.metadata) else {
+        let Some(p) =
+            crate::k8s::patch::remove_finalizer_patch(&pv.metadata, crate::vocab::FINALIZER)
+        else {
             return Ok(());
         };
         self.patches.borrow_mut().push(p.clone());
@@ -1048,7 +1057,7 @@ fn pv_size(rec: &Reconciler<Fake>) -> (String, String) {
         pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"]
             .0
             .clone(),
-        pv.metadata.annotations.as_ref().unwrap()[crate::provision::storage::ANN_SIZE].clone(),
+        pv.metadata.annotations.as_ref().unwrap()[crate::vocab::ANN_SIZE].clone(),
     )
 }
 
@@ -1105,10 +1114,7 @@ fn a_resize_the_class_does_not_allow_changes_nothing_and_says_why() {
 fn a_resize_killed_after_the_pv_finishes_the_claim_on_the_next_pass() {
     let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
     // The PV was grown (annotation and capacity), then the process died.
-    let anns = BTreeMap::from([(
-        crate::provision::storage::ANN_SIZE.to_owned(),
-        (2u64 << 30).to_string(),
-    )]);
+    let anns = BTreeMap::from([(crate::vocab::ANN_SIZE.to_owned(), (2u64 << 30).to_string())]);
     block_on(
         rec.cluster
             .grow_volume("pvc-u1", &Quantity("2Gi".into()), &anns),
@@ -1815,7 +1821,7 @@ fn pvs_made_before_the_finalizer_get_it_and_keep_working() {
 
 #[test]
 fn finalizer_patches_never_touch_another_entry_or_a_changed_list() {
-    use crate::provision::cluster::live::{add_finalizer_patch, remove_finalizer_patch};
+    use crate::k8s::patch::{add_finalizer_patch, remove_finalizer_patch};
     let meta = |f: &[&str], rv: &str| ObjectMeta {
         name: Some("pv".into()),
         resource_version: Some(rv.into()),
@@ -1829,7 +1835,7 @@ fn finalizer_patches_never_touch_another_entry_or_a_changed_list() {
     // Read with ours at index 1; meanwhile another controller inserted one before it: the test
     // fails, nothing is removed.
     let read = meta(&["a", FINALIZER, "b"], "5");
-    let p = remove_finalizer_patch(&read).unwrap();
+    let p = remove_finalizer_patch(&read, crate::vocab::FINALIZER).unwrap();
     let mut now = pv(meta(&["x", "a", FINALIZER, "b"], "6"));
     assert_eq!(
         apply_json_patch(&mut now, p.clone()).unwrap_err().kind,
@@ -1840,21 +1846,30 @@ fn finalizer_patches_never_touch_another_entry_or_a_changed_list() {
     let mut same = pv(read.clone());
     apply_json_patch(&mut same, p).unwrap();
     assert_eq!(same.metadata.finalizers.unwrap(), vec!["a", "b"]);
-    assert_eq!(remove_finalizer_patch(&meta(&["a"], "5")), None);
+    assert_eq!(
+        remove_finalizer_patch(&meta(&["a"], "5"), crate::vocab::FINALIZER),
+        None
+    );
     // Adding: only onto the list as read (resourceVersion test).
-    let p = add_finalizer_patch(&meta(&["a"], "5")).unwrap();
+    let p = add_finalizer_patch(&meta(&["a"], "5"), crate::vocab::FINALIZER).unwrap();
     let mut moved = pv(meta(&["a", "b"], "6"));
     assert!(apply_json_patch(&mut moved, p).is_err());
-    let p = add_finalizer_patch(&ObjectMeta {
-        resource_version: Some("5".into()),
-        ..Default::default()
-    })
+    let p = add_finalizer_patch(
+        &ObjectMeta {
+            resource_version: Some("5".into()),
+            ..Default::default()
+        },
+        crate::vocab::FINALIZER,
+    )
     .unwrap();
     let mut none = pv(meta(&[], "5"));
     none.metadata.finalizers = None;
     apply_json_patch(&mut none, p).unwrap();
     assert_eq!(none.metadata.finalizers.unwrap(), vec![FINALIZER]);
-    assert_eq!(add_finalizer_patch(&meta(&[FINALIZER], "5")), None);
+    assert_eq!(
+        add_finalizer_patch(&meta(&[FINALIZER], "5"), crate::vocab::FINALIZER),
+        None
+    );
 }
 
 // --- Claim conditions (issue #22, 3): a finished resize removes only its own ----------------
@@ -2501,7 +2516,7 @@ fn capacity_is_published_for_this_node() {
     let published = f.published.borrow();
     assert_eq!(published.len(), 1);
     assert_eq!(published[0].0, "node-a");
-    let r = crate::provision::capacity::parse("node-a", Some(&published[0].1)).unwrap();
+    let r = crate::vocab::capacity::parse("node-a", Some(&published[0].1)).unwrap();
     assert_eq!(r.published_at, 1_795_000_000);
     assert_eq!(r.hostpath.len(), 1);
     assert_eq!(r.hostpath[0].path, d.path().display().to_string());
@@ -2850,9 +2865,8 @@ fn a_resize_of_a_1_36_claim_through_the_pass_keeps_the_unknown_condition() {
 
 #[test]
 fn the_patches_flexvol_sends_to_a_1_35_pv_leave_its_newer_fields() {
-    use crate::provision::cluster::live::{
-        add_finalizer_patch, grow_volume_patch, label_volume_patch, remove_finalizer_patch,
-    };
+    use crate::k8s::patch::{add_finalizer_patch, remove_finalizer_patch};
+    use crate::provision::cluster::live::{grow_volume_patch, label_volume_patch};
     let before = fixture("pv-1.35-bound");
     let typed: PersistentVolume = serde_json::from_value(before.clone()).unwrap();
     let mut after = before.clone();
@@ -2878,11 +2892,14 @@ fn the_patches_flexvol_sends_to_a_1_35_pv_leave_its_newer_fields() {
     let mut meta = typed.metadata.clone();
     meta.finalizers = Some(vec!["kubernetes.io/pv-protection".into()]);
     let add: json_patch::Patch =
-        serde_json::from_value(add_finalizer_patch(&meta).unwrap()).unwrap();
+        serde_json::from_value(add_finalizer_patch(&meta, crate::vocab::FINALIZER).unwrap())
+            .unwrap();
     after["metadata"]["finalizers"] = serde_json::json!(["kubernetes.io/pv-protection"]);
     json_patch::patch(&mut after, &add).unwrap();
-    let remove: json_patch::Patch =
-        serde_json::from_value(remove_finalizer_patch(&typed.metadata).unwrap()).unwrap();
+    let remove: json_patch::Patch = serde_json::from_value(
+        remove_finalizer_patch(&typed.metadata, crate::vocab::FINALIZER).unwrap(),
+    )
+    .unwrap();
     json_patch::patch(&mut after, &remove).unwrap();
     assert_eq!(after["status"], before["status"]);
     assert_eq!(

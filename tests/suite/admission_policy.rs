@@ -284,11 +284,15 @@ fn contract_admission_policy_allows_every_pv_update_and_delete_flexvol_makes() {
             Some(node),
         ));
         // Removing and adding its finalizer (kube.rs, JSON patches with their tests).
-        let p = kube::remove_finalizer_patch(&meta.metadata).unwrap();
+        let p =
+            flexvol::k8s::patch::remove_finalizer_patch(&meta.metadata, flexvol::vocab::FINALIZER)
+                .unwrap();
         let without = json_patched(&old, p);
         allowed(&pv_update(&old, without.clone(), Some(node)));
         let meta2: PersistentVolume = serde_json::from_value(without.clone()).unwrap();
-        let p = kube::add_finalizer_patch(&meta2.metadata).unwrap();
+        let p =
+            flexvol::k8s::patch::add_finalizer_patch(&meta2.metadata, flexvol::vocab::FINALIZER)
+                .unwrap();
         allowed(&pv_update(&without, json_patched(&without, p), Some(node)));
         // A resize (grow_volume).
         let grown = kube::grow_volume_patch(

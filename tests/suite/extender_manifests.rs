@@ -60,7 +60,7 @@ fn appends_flag(name: &str, index: usize, container: &str, flag: &str) {
     );
 }
 
-const NS: &str = flexvol::provision::capacity::NAMESPACE;
+const NS: &str = flexvol::vocab::capacity::NAMESPACE;
 const WRITES: [&str; 6] = [
     "create",
     "update",

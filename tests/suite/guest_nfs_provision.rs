@@ -301,7 +301,7 @@ fn guest_nfs_provision_archive_and_retain_keep_the_data() {
     let pattern = ("pathPattern", "{{ .PVC.Namespace }}/{{ .PVC.Name }}");
     let arch = provision(&mut a, &class(&share, &[pattern]), "u1").unwrap();
     assert_eq!(
-        arch.annotations[nfs::ANN_ON_DELETE],
+        arch.annotations[flexvol::vocab::ANN_ON_DELETE],
         "archive",
         "the default"
     );
@@ -357,7 +357,7 @@ fn guest_nfs_provision_racing_instances_make_one_directory_and_both_delete() {
         });
         let first = got[0].clone().unwrap();
         assert_eq!(got[1].clone().unwrap(), first);
-        let dir = share.join(&first.annotations[nfs::ANN_PATH]);
+        let dir = share.join(&first.annotations[flexvol::vocab::ANN_PATH]);
         assert_eq!(names(&dir), [".flexvol-provisioned"]);
         let pv = pv_of(&uid, &first);
         let said: Vec<_> = std::thread::scope(|s| {
@@ -436,7 +436,11 @@ fn guest_nfs_provision_recover_unmounts_what_a_kill_left() {
     assert_eq!(nfs_mounts_below(tmp.path()).len(), 1);
     // The next provision of that PV reuses it (the driver's mount is idempotent) and cleans up.
     let got = provision(&mut a, &class(&share, &[]), "u1").unwrap();
-    assert!(share.join(&got.annotations[nfs::ANN_PATH]).is_dir());
+    assert!(
+        share
+            .join(&got.annotations[flexvol::vocab::ANN_PATH])
+            .is_dir()
+    );
     assert!(nfs_mounts_below(tmp.path()).is_empty());
     // And recover() removes one of any other PV.
     let left2 = a
@@ -518,7 +522,7 @@ fn guest_nfs_provision_inline_volumes_cannot_reach_provisioned_directories() {
     let mut a = node(&tmp, "node-a");
     let share = export("prov-steal");
     let got = provision(&mut a, &class(&share, &[]), "u1").unwrap();
-    let dir = share.join(&got.annotations[nfs::ANN_PATH]);
+    let dir = share.join(&got.annotations[flexvol::vocab::ANN_PATH]);
     std::fs::write(dir.join("secret"), b"team-b's data").unwrap();
     let payload_in = |ns: &str, name: &str, server: &str, share: &str, token: Option<&str>| {
         let mut j = serde_json::json!({

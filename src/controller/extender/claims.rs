@@ -22,9 +22,9 @@
 
 use super::decide::{Need, Target};
 use super::wire::Pod;
-use crate::provision::cluster::ANN_SELECTED_NODE;
 use crate::provision::storage::{awaits_volume, plan_claim, source_claim_ready};
 use crate::provision::storage::{hostpath, lvm};
+use crate::vocab::ANN_SELECTED_NODE;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use std::collections::{BTreeMap, BTreeSet};

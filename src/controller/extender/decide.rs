@@ -22,7 +22,7 @@
 //!   the pod uses: pods spread to where the most stays free, and a node filling up scores low.
 //!   A pod with no flexvol claims gets 0 everywhere (no opinion).
 
-use crate::provision::capacity::{CapacityRecord, RootCapacity};
+use crate::vocab::capacity::{CapacityRecord, RootCapacity};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -414,7 +414,7 @@ pub fn prioritize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::capacity::{self, ThinPoolCapacity, VgCapacity};
+    use crate::vocab::capacity::{ThinPoolCapacity, VgCapacity};
 
     const GI: u64 = 1 << 30;
     const NOW: u64 = 1_795_000_000;
@@ -591,7 +591,7 @@ mod tests {
     #[test]
     fn unknown_and_malformed_nodes_pass() {
         let mut m = model(vec![record("known", vec![root("/srv", 10 * GI, 9 * GI)])]);
-        let junk = capacity::parse("bad", Some("{\"version\":1,\"node\":\"other\"}"));
+        let junk = crate::vocab::capacity::parse("bad", Some("{\"version\":1,\"node\":\"other\"}"));
         assert!(junk.is_err());
         m.nodes.insert(
             "bad".into(),
@@ -785,7 +785,7 @@ mod tests {
         let mut r = lvm_node();
         r.lvm[0].error = Some("x".into());
         r.lvm[0].extent_size = 0;
-        capacity::validate(&r, "n").unwrap();
+        crate::vocab::capacity::validate(&r, "n").unwrap();
     }
 
     /// Scores stay in 0..=10 for any numbers, including sizes of zero and u64::MAX.

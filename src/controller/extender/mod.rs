@@ -74,7 +74,7 @@ pub fn run(a: &SchedulerExtenderArgs) -> i32 {
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(target: LOG_TARGET, "internal error ({info}); exiting, please report it with this log");
         #[allow(clippy::exit)]
-        std::process::exit(crate::provision::PANIC_EXIT_CODE)
+        std::process::exit(crate::k8s::daemon::PANIC_EXIT_CODE)
     }));
     if !telemetry::start_daemon(a.log_format, a.log_filter.as_deref(), LOG_TARGET) {
         return 2;
@@ -113,7 +113,7 @@ pub fn run(a: &SchedulerExtenderArgs) -> i32 {
         target: LOG_TARGET,
         "serving POST /filter and /prioritize on http://{}; capacity from ConfigMaps in {}",
         a.listen,
-        crate::provision::capacity::NAMESPACE
+        crate::vocab::capacity::NAMESPACE
     );
     rt.spawn(watch::run(client, state.clone()));
     match rt.block_on(server::serve(listener, state)) {

@@ -373,7 +373,7 @@ mod tests {
     use super::*;
     use crate::controller::extender::decide::Published;
     use crate::controller::extender::wire::HostPriority;
-    use crate::provision::capacity::{CapacityRecord, RootCapacity};
+    use crate::vocab::capacity::{CapacityRecord, RootCapacity};
 
     const GI: u64 = 1 << 30;
 
@@ -474,7 +474,7 @@ mod tests {
         let bogus = |name: &str, mode: &str| -> PersistentVolumeClaim {
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "namespace": "evil",
-                             "annotations": {crate::provision::cluster::ANN_SELECTED_NODE: "roomy"}},
+                             "annotations": {crate::vocab::ANN_SELECTED_NODE: "roomy"}},
                 "spec": {"storageClassName": "local", "accessModes": [mode],
                          "resources": {"requests": {"storage": "1Pi"}}}}))
             .unwrap()

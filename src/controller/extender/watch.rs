@@ -1,5 +1,5 @@
 //! The extender's view of the cluster: three watches (the capacity ConfigMaps of
-//! [`crate::provision::capacity::NAMESPACE`], every PVC, every StorageClass) kept in
+//! [`crate::vocab::capacity::NAMESPACE`], every PVC, every StorageClass) kept in
 //! [`State`]. The appliers ([`on_capacity`], [`on_claim`], [`on_class`]) are pure and tested; [`run`]
 //! feeds them from kube-rs watchers, retrying a failed watch after 2 s, forever.
 //!
@@ -15,7 +15,7 @@
 use super::decide::Published;
 use super::server::State;
 use crate::k8s::watch::{WatchEvent, watch};
-use crate::provision::capacity::{self, DATA_KEY, NAMESPACE};
+use crate::vocab::capacity::{DATA_KEY, NAMESPACE};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -45,7 +45,7 @@ fn keep_capacity(s: &mut State, cm: ConfigMap, now: SystemTime) {
     if same && s.model.nodes.contains_key(&name) {
         return;
     }
-    let record = capacity::parse(&name, text.as_deref());
+    let record = crate::vocab::capacity::parse(&name, text.as_deref());
     s.capacity_text
         .insert(name.clone(), text.unwrap_or_default());
     s.model.nodes.insert(

@@ -54,117 +54,30 @@
 //! being deleted, since the instance that would remove it ran on the lost node. A Retain PV whose
 //! claim is gone (Released) and that nobody deletes needs nothing more ([`Decision::Nothing`]).
 
-use crate::provision::cluster::{ANN_PROVISIONED_BY, FINALIZER, HOSTNAME_LABEL};
-use crate::provision::reconcile::LABEL_KIND;
-use crate::provision::storage::ANN_NODE;
+use crate::vocab::ANN_DELETED_ALIVE;
+use crate::vocab::ANN_LEASE_AT_MARK;
+use crate::vocab::ANN_MISSING_SINCE;
+use crate::vocab::ANN_NODE;
+use crate::vocab::LABEL_KIND;
+use crate::vocab::class::MAX_GRACE;
+use crate::vocab::class::PARAM;
+use crate::vocab::class::parse_grace;
+use crate::vocab::{ANN_PROVISIONED_BY, FINALIZER, HOSTNAME_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-/// The class parameter that opts a node-local class in: how long a PV's node must have had no
-/// Node object before its claim and PV are deleted.
-pub const PARAM: &str = "nodeLossGracePeriod";
-/// PV annotation: when the controller first saw the PV's node gone (RFC 3339, UTC).
-pub const ANN_MISSING_SINCE: &str = "flexvol/node-missing-since";
-/// PV annotation written with [`ANN_MISSING_SINCE`]: the `renewTime` of the node's Lease as it was
-/// then ([`LeaseSeen::token`]); absent when the node had no Lease. A Lease that differs later was
-/// renewed during the grace.
-pub const ANN_LEASE_AT_MARK: &str = "flexvol/node-lease-at-mark";
-/// PV annotation: the PV's Node is gone but its kubelet was seen alive (RFC 3339, UTC, when the
-/// hold was written). Nothing is ever deleted for a PV that carries it; it goes when the Node comes
-/// back, or when an admin removes it (then the grace runs from the next pass).
-pub const ANN_DELETED_ALIVE: &str = "flexvol/node-deleted-alive";
 /// The namespace of the kubelets' Leases (one per Node, named like it).
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// kubelet's default `nodeLeaseDurationSeconds`, for a Lease that does not say (it renews every
 /// quarter of it).
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
-/// The shortest grace accepted. A grace shorter than a few minutes is for tests.
-pub const MIN_GRACE: Duration = Duration::from_secs(10);
-/// The longest grace accepted (a year).
-pub const MAX_GRACE: Duration = Duration::from_secs(366 * 24 * 3600);
 /// How far in the future a recorded time may be (clocks of two controllers) before it is
 /// treated as garbage and written again.
 const FUTURE_SLACK: Duration = Duration::from_secs(60);
-
-/// Parses a grace period as Go's durations are written, with the units `h`, `m` and `s` and
-/// whole numbers (`90s`, `10m`, `1h30m`), between [`MIN_GRACE`] and [`MAX_GRACE`].
-pub fn parse_grace(v: &str) -> Result<Duration, String> {
-    let bad = |why: &str| {
-        format!(
-            "class parameter {PARAM}={v:?} {why}; write a duration such as \"10m\", \"1h\" or \"1h30m\" (units h, m, s), at least {}s",
-            MIN_GRACE.as_secs()
-        )
-    };
-    if v.is_empty() {
-        return Err(bad("is empty"));
-    }
-    let mut total: u64 = 0;
-    let mut digits = String::new();
-    let mut last_unit = u64::MAX;
-    for c in v.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit = match c {
-            'h' => 3600,
-            'm' => 60,
-            's' => 1,
-            _ => return Err(bad("has a character that is not a digit or one of h, m, s")),
-        };
-        if digits.is_empty() {
-            return Err(bad("has a unit without a number"));
-        }
-        if unit >= last_unit {
-            return Err(bad("repeats a unit or gives them out of order"));
-        }
-        last_unit = unit;
-        let n: u64 = digits.parse().map_err(|_| bad("is too large"))?;
-        digits.clear();
-        total = n
-            .checked_mul(unit)
-            .and_then(|x| total.checked_add(x))
-            .ok_or_else(|| bad("is too large"))?;
-    }
-    if !digits.is_empty() {
-        return Err(bad("ends in a number without a unit"));
-    }
-    let d = Duration::from_secs(total);
-    if d < MIN_GRACE {
-        return Err(bad("is too short"));
-    }
-    if d > MAX_GRACE {
-        return Err(bad("is longer than a year"));
-    }
-    Ok(d)
-}
-
-/// For the node-local kinds' class validation: checks [`PARAM`] when present and returns the
-/// other parameters (what the kind's own parser validates).
-pub fn split_param(params: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
-    if let Some(v) = params.get(PARAM) {
-        parse_grace(v)?;
-    }
-    Ok(params
-        .iter()
-        .filter(|(k, _)| k.as_str() != PARAM)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect())
-}
-
-/// For a shared kind's class validation (NFS): [`PARAM`] is an error that says why.
-pub fn refuse_for_shared(params: &BTreeMap<String, String>, kind: &str) -> Result<(), String> {
-    if params.contains_key(PARAM) {
-        return Err(format!(
-            "class parameter {PARAM} is for node-local kinds (hostpath, lvm) only: a {kind} volume lives on its server, not on a node, and does not go when a node does; remove it from the class"
-        ));
-    }
-    Ok(())
-}
 
 /// The Nodes that exist, as one list just read: their names and `kubernetes.io/hostname` labels.
 #[derive(Debug, Clone, Default)]
@@ -661,11 +574,14 @@ pub fn event_message(t: &Target, since: &str, grace: Duration, claim_deleted: bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::class::{MIN_GRACE, PARAM, parse_grace, refuse_for_shared, split_param};
+    use crate::vocab::{HOSTNAME_LABEL, LABEL_KIND};
     use k8s_openapi::api::core::v1::{
         FlexPersistentVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
         ObjectReference, PersistentVolumeSpec, VolumeNodeAffinity,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use std::collections::BTreeMap;
 
     fn pv(kind: &str, node: &str) -> PersistentVolume {
         PersistentVolume {

@@ -21,15 +21,15 @@ pub mod decide;
 
 use super::LOG_TARGET;
 use crate::controller::nodeloss::decide::{
-    ANN_DELETED_ALIVE, ANN_LEASE_AT_MARK, ANN_MISSING_SINCE, ClaimStep, ClassGrace, Decision,
-    Heartbeats, LEASE_NAMESPACE, LeaseSeen, Life, Nodes, Target, claim_step, class_grace, decide,
-    event_message, target,
+    ClaimStep, ClassGrace, Decision, Heartbeats, LEASE_NAMESPACE, LeaseSeen, Life, Nodes, Target,
+    claim_step, class_grace, decide, event_message, target,
 };
 use crate::k8s::call::call;
 use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
+use crate::k8s::patch::remove_finalizer_patch;
 use crate::k8s::queue::{Backoff, WorkQueue};
-use crate::provision::cluster::live::remove_finalizer_patch;
-use crate::provision::reconcile::LABEL_KIND;
+use crate::vocab::LABEL_KIND;
+use crate::vocab::{ANN_DELETED_ALIVE, ANN_LEASE_AT_MARK, ANN_MISSING_SINCE};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
@@ -339,7 +339,7 @@ impl NodeLoss {
                     "node {} has no Node object (since {at}) and its kubelet does not renew its Lease; unless either is back within the class {}'s {} of {}s, this claim and its PV {} are deleted so that the claim can be recreated on another node",
                     t.node,
                     t.class,
-                    crate::controller::nodeloss::decide::PARAM,
+                    crate::vocab::class::PARAM,
                     g.as_secs(),
                     t.pv
                 );
@@ -490,7 +490,7 @@ impl NodeLoss {
         {
             return Ok(());
         }
-        if let Some(p) = remove_finalizer_patch(&pv.metadata) {
+        if let Some(p) = remove_finalizer_patch(&pv.metadata, crate::vocab::FINALIZER) {
             did = true;
             let p: json_patch::Patch = serde_json::from_value(p).map_err(|e| {
                 ApiError::new("build a JSON patch", ApiErrorKind::Other, e.to_string())
@@ -499,7 +499,7 @@ impl NodeLoss {
                 call(
                     format!(
                         "remove finalizer {} from PersistentVolume {}",
-                        crate::provision::cluster::FINALIZER,
+                        crate::vocab::FINALIZER,
                         t.pv
                     ),
                     pv_api.patch(&t.pv, &PatchParams::default(), &Patch::Json::<()>(p)),

@@ -7,8 +7,9 @@
 use crate::k8s::call::call;
 use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
 use crate::provision::cache::{Caches, ClaimObserver, Routes, Scope};
-use crate::provision::cluster::{Cluster, EventSpec, FINALIZER, RESIZE_CONDITIONS};
+use crate::provision::cluster::{Cluster, EventSpec};
 use crate::provision::telemetry::WatchEvents;
+use crate::vocab::{FINALIZER, RESIZE_CONDITIONS};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
 };
@@ -46,44 +47,6 @@ fn test_failed_is_conflict(e: ApiError) -> ApiError {
     } else {
         e
     }
-}
-
-/// The JSON patch that adds [`FINALIZER`] to an object as read (`meta`): applied only while its
-/// resourceVersion is still the one read (a `test`), so a list another controller changed
-/// meanwhile is never overwritten. `None` when `meta` carries it already or has no
-/// resourceVersion.
-pub fn add_finalizer_patch(meta: &ObjectMeta) -> Option<serde_json::Value> {
-    let rv = meta.resource_version.as_deref()?;
-    let list = meta.finalizers.as_deref().unwrap_or_default();
-    if list.iter().any(|f| f == FINALIZER) {
-        return None;
-    }
-    let add = if list.is_empty() {
-        serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
-    } else {
-        serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
-    };
-    Some(serde_json::json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-        add,
-    ]))
-}
-
-/// The JSON patch that removes [`FINALIZER`] from an object as read (`meta`), and only it: a
-/// `test` that the entry at its index still is [`FINALIZER`], then a `remove` of that index.
-/// `None` when `meta` does not carry it.
-pub fn remove_finalizer_patch(meta: &ObjectMeta) -> Option<serde_json::Value> {
-    let i = meta
-        .finalizers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .position(|f| f == FINALIZER)?;
-    let path = format!("/metadata/finalizers/{i}");
-    Some(serde_json::json!([
-        {"op": "test", "path": path, "value": FINALIZER},
-        {"op": "remove", "path": path},
-    ]))
 }
 
 /// The status merge patch that records a finished resize on `claim` (the claim as the server
@@ -130,7 +93,7 @@ pub fn label_volume_patch(labels: &BTreeMap<String, String>) -> serde_json::Valu
 pub fn unselect_node_patch(resource_version: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {
         "resourceVersion": resource_version,
-        "annotations": {crate::provision::cluster::ANN_SELECTED_NODE: null},
+        "annotations": {crate::vocab::ANN_SELECTED_NODE: null},
     }})
 }
 
@@ -312,13 +275,23 @@ impl Cluster for KubeCluster {
     }
 
     async fn add_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
-        self.patch_volume_finalizer(pv, add_finalizer_patch(&pv.metadata), "add", "to")
-            .await
+        self.patch_volume_finalizer(
+            pv,
+            crate::k8s::patch::add_finalizer_patch(&pv.metadata, crate::vocab::FINALIZER),
+            "add",
+            "to",
+        )
+        .await
     }
 
     async fn remove_volume_finalizer(&self, pv: &PersistentVolume) -> ApiResult<()> {
-        self.patch_volume_finalizer(pv, remove_finalizer_patch(&pv.metadata), "remove", "from")
-            .await
+        self.patch_volume_finalizer(
+            pv,
+            crate::k8s::patch::remove_finalizer_patch(&pv.metadata, crate::vocab::FINALIZER),
+            "remove",
+            "from",
+        )
+        .await
     }
 
     async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
@@ -364,7 +337,7 @@ impl Cluster for KubeCluster {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(crate::provision::cluster::ANN_SELECTED_NODE));
+            .and_then(|a| a.get(crate::vocab::ANN_SELECTED_NODE));
         if sel.map(String::as_str) != Some(node) {
             return Ok(()); // the scheduler moved on already
         }
@@ -427,7 +400,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn publish_capacity(&self, node: &str, text: &str) -> ApiResult<()> {
-        let ns = crate::provision::capacity::NAMESPACE;
+        let ns = crate::vocab::capacity::NAMESPACE;
         let api = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
         let cm = ConfigMap {
             metadata: ObjectMeta {
@@ -436,13 +409,13 @@ impl Cluster for KubeCluster {
                 // An update replaces the labels too: keep the controller's, or it would no
                 // longer know the object as its own (it creates and deletes only labelled ones).
                 labels: Some(BTreeMap::from([(
-                    crate::provision::capacity::LABEL.to_owned(),
-                    crate::provision::capacity::LABEL_VALUE.to_owned(),
+                    crate::vocab::capacity::LABEL.to_owned(),
+                    crate::vocab::capacity::LABEL_VALUE.to_owned(),
                 )])),
                 ..Default::default()
             },
             data: Some(BTreeMap::from([(
-                crate::provision::capacity::DATA_KEY.to_owned(),
+                crate::vocab::capacity::DATA_KEY.to_owned(),
                 text.to_owned(),
             )])),
             ..Default::default()

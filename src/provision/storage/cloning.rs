@@ -22,9 +22,6 @@ use crate::provision::storage::Refusal;
 
 pub mod copy;
 
-/// PV annotation of a clone: the PV it was copied from, and what the copy did.
-pub const ANN_CLONED_FROM: &str = "flexvol/cloned-from";
-
 /// What a volume is on this node, as the drivers' records name what they mounted: never a name
 /// kubelet takes from the pod (`kubernetes.io/pvOrVolumeName` is the pod's own volume name for an
 /// inline volume, so any pod could name one after a PV).

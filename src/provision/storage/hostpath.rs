@@ -13,7 +13,6 @@
 //! the project ID is recorded in the record before the quota is set up. Elsewhere the PV says
 //! `flexvol/size-enforced: "false"` and why.
 
-use crate::controller::nodeloss::decide as nodeloss;
 use crate::node::capability::{self, Key, Location, node_key_path};
 use crate::node::config::Config;
 use crate::provision::storage::quota::DriftCheck;
@@ -23,12 +22,12 @@ use crate::provision::storage::volumedir::{
     usable_roots,
 };
 use crate::provision::storage::{
-    ANN_NODE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-    SizeCheck,
+    Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck,
 };
 use crate::sys::dirfd::free_bytes;
 use crate::sys::exec::{Runner, SystemRunner};
 use crate::sys::process::checkpoint;
+use crate::vocab::{ANN_NODE, ANN_SIZE_ENFORCED};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,8 +35,8 @@ use std::sync::Arc;
 
 use crate::provision::storage::cloning::{self, copy};
 
-/// PV annotation of a clone (the shared one, [`cloning::ANN_CLONED_FROM`]).
-pub use crate::provision::storage::cloning::ANN_CLONED_FROM;
+/// PV annotation of a clone (the shared one, [`crate::vocab::ANN_CLONED_FROM`]).
+pub use crate::vocab::ANN_CLONED_FROM;
 
 /// Why a hostPath source in use is not copied ([`cloning::check_not_in_use`]).
 const IN_USE: &str =
@@ -236,11 +235,11 @@ impl HostPathProvisioner {
 /// ([`crate::provision::storage::plan_claim`]).
 pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
     // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
-    nodeloss::split_param(params)
+    crate::vocab::class::split_param(params)
         .and_then(|rest| DirParams::parse(&rest))
         .map(|_| ())
         .map_err(|e| match e.starts_with("unknown class parameter") {
-            true => format!("{e}, {}", nodeloss::PARAM),
+            true => format!("{e}, {}", crate::vocab::class::PARAM),
             false => e,
         })
 }
@@ -263,7 +262,7 @@ impl Provisioner for HostPathProvisioner {
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
-        let params = nodeloss::split_param(req.params)
+        let params = crate::vocab::class::split_param(req.params)
             .and_then(|rest| DirParams::parse(&rest))
             .map_err(Refusal::Fail)?;
         let rel = match &params.path_pattern {
@@ -475,7 +474,7 @@ impl Provisioner for HostPathProvisioner {
         // Only a PV whose size was enforced with a project: the others cost nothing.
         let ann = |k: &str| pv.metadata.annotations.as_ref().and_then(|a| a.get(k));
         if ann(ANN_SIZE_ENFORCED).map(String::as_str) != Some("true")
-            || ann(crate::provision::storage::quota::ANN_PROJECT).is_none()
+            || ann(crate::vocab::ANN_PROJECT).is_none()
         {
             return None;
         }
@@ -544,11 +543,7 @@ mod tests {
             .annotations
             .get_or_insert_default()
             .insert(ANN_NODE.into(), "n".into());
-        if made
-            .annotations
-            .get(crate::provision::storage::ANN_SIZE_ENFORCED)
-            == Some(&"false".to_owned())
-        {
+        if made.annotations.get(crate::vocab::ANN_SIZE_ENFORCED) == Some(&"false".to_owned()) {
             // Not enforced here (tmpfs, ext4 without prjquota...): no tool is run at all.
             assert_eq!(p.expand(&cfg, &pv, 2 << 20), Ok(2 << 20));
             assert!(fake.calls().is_empty(), "{:?}", fake.lines());
@@ -572,10 +567,7 @@ mod tests {
             assert_eq!(p.check_size(&cfg, &enforced), None);
             let a = enforced.metadata.annotations.get_or_insert_default();
             a.insert(ANN_SIZE_ENFORCED.into(), "true".into());
-            a.insert(
-                crate::provision::storage::quota::ANN_PROJECT.into(),
-                "7".into(),
-            );
+            a.insert(crate::vocab::ANN_PROJECT.into(), "7".into());
             assert_eq!(p.check_size(&cfg, &enforced), None);
             assert_eq!(fake.calls().len(), calls, "{:?}", fake.lines());
         }

@@ -51,19 +51,16 @@ use crate::backend::{Backend, Context};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
-use crate::provision::storage::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
-};
+use crate::provision::storage::{Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request};
 use crate::sys::process::{Deadline, checkpoint};
+use crate::vocab::ANN_LV;
+use crate::vocab::ANN_VG;
+use crate::vocab::{ANN_SIZE, ANN_SIZE_ENFORCED};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
 
 /// Class parameter names.
 pub const PARAMS: [&str; 4] = ["volumegroup", "thinpool", "fsType", "mkfsOptions"];
-/// PV annotation: the volume group of the LV (what delete and expand act on).
-pub const ANN_VG: &str = "flexvol/lvm-volumegroup";
-/// PV annotation: the LV's name (the PV's name).
-pub const ANN_LV: &str = "flexvol/lvm-lv";
 /// Prefix of the tag naming the PV an LV was made for (the driver's, which serves such an LV only
 /// through the PV's capability).
 pub const TAG_PV_PREFIX: &str = crate::backend::lvm::TAG_PV_PREFIX;
@@ -101,12 +98,12 @@ impl ClassParams {
     /// Validates a StorageClass's `parameters`; unknown keys are errors.
     pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, String> {
         // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
-        let params = &crate::controller::nodeloss::decide::split_param(params)?;
+        let params = &crate::vocab::class::split_param(params)?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
                 "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}",
                 PARAMS.join(", "),
-                crate::controller::nodeloss::decide::PARAM
+                crate::vocab::class::PARAM
             ));
         }
         let mut o = serde_json::Map::new();
@@ -329,7 +326,7 @@ pub(crate) fn provision(
         let p = clone(ctx, seams, req, &o, &tag, &lvs, src, sname)?;
         let mut p = made(&p)?;
         p.annotations.insert(
-            crate::provision::storage::cloning::ANN_CLONED_FROM.to_owned(),
+            crate::vocab::ANN_CLONED_FROM.to_owned(),
             format!(
                 "{sname} ({})",
                 if src.is_thin() {

@@ -95,23 +95,17 @@ use crate::node::config::Config;
 use crate::protocol::options::Options;
 use crate::provision::storage::cloning::{self, copy};
 use crate::provision::storage::volumedir::{self, DirState, Marker, Root};
-use crate::provision::storage::{
-    ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE, Kind, ProvisionError, Provisioned, Provisioner,
-    Refusal, Request,
-};
+use crate::provision::storage::{Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request};
 use crate::sys::dirfd;
 use crate::sys::paths::{self, Ownership};
+use crate::vocab::ANN_EXPORT;
+use crate::vocab::ANN_ON_DELETE;
+use crate::vocab::ANN_PATH;
+use crate::vocab::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// PV annotation: the export root mounted to create and remove the directory (the class's
-/// `share`).
-pub const ANN_EXPORT: &str = "flexvol/nfs-export";
-/// PV annotation: the volume's directory relative to [`ANN_EXPORT`], exactly as created.
-pub const ANN_PATH: &str = "flexvol/nfs-path";
-/// PV annotation: what delete does (`delete`, `retain`, `archive`).
-pub const ANN_ON_DELETE: &str = "flexvol/nfs-on-delete";
 /// Archives are `<export>/archived-<pv>-<UTC time>`.
 pub const ARCHIVE_PREFIX: &str = "archived-";
 /// The provisioner's private mounts live in `<runDir>/<this>/<node>/<pv>`.
@@ -190,7 +184,7 @@ impl NfsClass {
     /// Validates a class's `parameters` against the node policy `nfs`. Nothing has run when this
     /// fails.
     pub fn parse(params: &BTreeMap<String, String>, nfs: &NfsConfig) -> Result<Self, String> {
-        crate::controller::nodeloss::decide::refuse_for_shared(params, "nfs")?;
+        crate::vocab::class::refuse_for_shared(params, "nfs")?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
                 "unknown class parameter {k:?}; the nfs provisioner knows {}",
@@ -914,7 +908,7 @@ impl Provisioner for NfsProvisioner {
         ]);
         if let (Some(src), Some(c)) = (&source, copied) {
             annotations.insert(
-                cloning::ANN_CLONED_FROM.to_owned(),
+                crate::vocab::ANN_CLONED_FROM.to_owned(),
                 format!("{} ({})", src.pv, c.summary()),
             );
         }

@@ -58,9 +58,10 @@
 
 use crate::provision::storage::error::ProvisionError;
 use crate::provision::storage::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
-use crate::provision::storage::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use crate::sys::dirfd::{self, FsMagic};
 use crate::sys::exec::{Cmd, Runner};
+use crate::vocab::ANN_PROJECT;
+use crate::vocab::{ANN_SIZE, ANN_SIZE_ENFORCED, ANN_SIZE_NOTE};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -429,9 +430,6 @@ pub fn raise(
     verify(runner, fs, dir, id, limit)?;
     Ok(limit)
 }
-
-/// PV annotation: the project ID of an enforced size (for people; the record is what counts).
-pub const ANN_PROJECT: &str = "flexvol/quota-project";
 
 impl Outcome {
     /// The PV annotations that say what came of it ([`ANN_SIZE`], [`ANN_SIZE_ENFORCED`], and

@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::backend::testing::{DEV, DEVNUM, FakeDevices, FakeLvs, World};
+use crate::vocab::ANN_LV;
+use crate::vocab::ANN_VG;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -809,8 +811,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     let made = clone_on(&w, &lvm, "pvc-c1", &thin, 96 * MI, &src).unwrap();
     assert_eq!(made.capacity_bytes, 96 * MI);
     assert_eq!(
-        made.annotations
-            .get(crate::provision::storage::cloning::ANN_CLONED_FROM),
+        made.annotations.get(crate::vocab::ANN_CLONED_FROM),
         Some(&"pvc-src (thin snapshot)".to_owned())
     );
     let c1 = lvm.lv("vg0/pvc-c1").unwrap();
@@ -966,8 +967,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
         ["/dev/vg0/pvc-tsrc /dev/vg0/pvc-k1 67108864"]
     );
     assert_eq!(
-        made.annotations
-            .get(crate::provision::storage::cloning::ANN_CLONED_FROM),
+        made.annotations.get(crate::vocab::ANN_CLONED_FROM),
         Some(&"pvc-tsrc (block copy)".to_owned())
     );
     // Again (killed before the PV): the copy is made again into the same LV, no second LV.

@@ -3,6 +3,9 @@
 //! filesystem work, the marker, the races and the delete modes are real.
 
 use super::*;
+use crate::vocab::ANN_EXPORT;
+use crate::vocab::ANN_ON_DELETE;
+use crate::vocab::ANN_PATH;
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, ObjectReference, PersistentVolumeClaim, PersistentVolumeSpec,
 };
@@ -336,7 +339,10 @@ fn provision_makes_a_marked_directory_and_the_pv_source() {
     assert_eq!(got.annotations[ANN_PATH], "ns/claim-u1");
     assert_eq!(got.annotations[ANN_ON_DELETE], "archive");
     assert_eq!(got.annotations[ANN_SIZE_ENFORCED], "false");
-    assert_eq!(got.annotations[super::ANN_SIZE], (1u64 << 30).to_string());
+    assert_eq!(
+        got.annotations[crate::vocab::ANN_SIZE],
+        (1u64 << 30).to_string()
+    );
     assert!(got.annotations[ANN_SIZE_NOTE].contains("does not limit"));
     let md = std::fs::metadata(&dir).unwrap();
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
@@ -870,8 +876,8 @@ fn a_clone_copies_the_source_directory_on_the_export() {
         Path::new("/etc/passwd")
     );
     assert!(
-        c.annotations[cloning::ANN_CLONED_FROM].starts_with("pvc-u1 (1 files, ")
-            && c.annotations[cloning::ANN_CLONED_FROM]
+        c.annotations[crate::vocab::ANN_CLONED_FROM].starts_with("pvc-u1 (1 files, ")
+            && c.annotations[crate::vocab::ANN_CLONED_FROM]
                 .contains(" reflinked, 5 bytes, 1 dirs, 1 symlinks"),
         "{:?}",
         c.annotations
