@@ -10,12 +10,22 @@
 //!   and [`error`], the error a verb answers with;
 //! - [`backend`]: the driver verbs of `hostpath`, `nfs` and `lvm`, one function per verb;
 //! - [`driver`]: one kubelet call, top to bottom (it never starts the async runtime nor the
-//!   Kubernetes client); [`provision`]: `flexvol provisioner`, the per-node daemon that makes
-//!   volumes and PVs for claims, and the Kubernetes client and HTTP server the daemons share;
-//!   [`ops`]: the commands for operators (`install`, `doctor`, `status`, `gc`, `conformance`, and
-//!   the inventories of mounted and provisioned volumes they share); [`controller`]: `flexvol
-//!   controller`, the one cluster-wide replica (node loss, capacity objects), and `flexvol
-//!   scheduler-extender`, above `provision`, whose API client and vocabulary they use;
+//!   Kubernetes client);
+//! - [`vocab`]: the shared vocabulary (the annotations, labels and finalizer flexvol writes, the
+//!   class parameters that are not a kind's own, the capacity record's wire format); it imports
+//!   no other room;
+//! - [`k8s`]: the one Kubernetes layer the daemons share (client, call deadline and typed API
+//!   errors, the watch adapter, the work queue, Leases, finalizer patches, one daemon start, one
+//!   HTTP server); it imports no daemon;
+//! - [`provision`]: `flexvol provisioner`, the per-node daemon that makes volumes and PVs for
+//!   claims: the reconciler, the API seam (`provision::cluster`), the per-kind storage work
+//!   behind the `Provisioner` seam (`provision::storage`); [`ops`]: the commands for operators
+//!   (`install`, `doctor`, `status`, `gc`, `conformance`, and the inventories of mounted and
+//!   provisioned volumes they share); [`controller`]: `flexvol controller`, the one
+//!   cluster-wide replica (node loss, capacity objects), and `flexvol scheduler-extender`; it
+//!   imports [`k8s`] and [`vocab`], never the provisioner's internals (the extender's one
+//!   exception: the provisioner's pure claim planning in `provision::storage`, so both decide
+//!   alike);
 //! - [`csi`]: `flexvol csi`, the CSI node plugin (hostPath), a second front end on the same
 //!   backend code, with its gRPC runtime (never reached from `driver`);
 //! - [`cli`]: how the binary is invoked: a driver verb by its name (`argv[0]`), else the commands for people.
@@ -23,8 +33,10 @@
 //! **Dependencies point one way.** No file of `src/` imports, through the `crate::` and `super::`
 //! paths of its code, a file that imports it back, directly or through others; the lint
 //! `contract_no_import_cycle_between_source_files` (tests/suite/lints.rs) fails naming the cycle.
-//! The layers above are the usual direction (a module imports from its own layer or lower:
-//! `cli` → `driver`/`csi`/`provision`/`ops` → `backend` → `node`/`error` → `sys` → `protocol`), with one
+//! What each room may import is a table, `ROOMS` in tests/suite/lints.rs, which
+//! `contract_rooms_import_only_what_they_may` enforces. The layers above are the usual direction
+//! (a module imports from its own layer or lower: `cli` → `driver`/`csi`/`controller`/`ops` →
+//! `provision` → `k8s`/`vocab`; `driver` → `backend` → `node`/`error` → `sys` → `protocol`), with one
 //! crossing by design: the node config and call log compose the config and option types each
 //! backend owns, which in turn import nothing that imports the node config. The rule the lint
 //! enforces is the file-level one.

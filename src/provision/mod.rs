@@ -9,12 +9,13 @@
 //! `external-provisioner.volume.kubernetes.io/finalizer`), grows both when the claim asks for more,
 //! and deletes both when a PV of reclaim policy Delete that it made is Released, or is deleted
 //! and its claim is gone; only then does its finalizer go. The decisions are in
-//! [`reconcile`], the node-side work behind the [`provisioner::Provisioner`] seam (the directory
-//! work of hostPath and NFS in the marked-directory library, [`volumedir`]), the API server behind
-//! the [`api::Cluster`] seam (implemented over kube-rs in [`kube`], with watch caches of only
-//! what this instance works on, [`cache`], fed by kube-runtime's watcher through [`relist`]). The work runs in two lanes ([`lanes`]: node-local and
-//! shared, each on its own thread, with a work queue, per-object backoff and breakers from
-//! [`queue`]); docs/provisioner-controller.md describes the whole.
+//! [`reconcile`], the node-side work behind the [`storage::Provisioner`] seam (one module per
+//! kind under [`storage`]; the directory work of hostPath and NFS in the marked-directory
+//! library, [`storage::volumedir`]), the API server behind the [`cluster::Cluster`] seam
+//! (implemented over kube-rs in [`cluster::live`], with watch caches of only what this instance
+//! works on, [`cache`], fed by [`crate::k8s::watch`]). The work runs in two lanes ([`lanes`]:
+//! node-local and shared, each on its own thread, with a work queue, per-object backoff and
+//! breakers from [`crate::k8s::queue`]); docs/provisioner-controller.md describes the whole.
 //!
 //! **The driver does not pay for it.** Only [`run`] builds the tokio runtime and the kube client,
 //! and the driver verbs reach no code under `provision/`: `cli::main` dispatches on `argv[0]`

@@ -1,5 +1,6 @@
 //! Rules about the source itself that neither rustc nor clippy can state.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -88,7 +89,12 @@ mod imports {
         if parts == ["main"] {
             return None;
         }
-        if matches!(parts.last(), Some(&("tests" | "testing"))) {
+        // Test-only files (`tests.rs`, `testing.rs`, `<what>_tests.rs`: declared under
+        // `#[cfg(test)]` by their parent).
+        if parts
+            .last()
+            .is_some_and(|l| matches!(*l, "tests" | "testing") || l.ends_with("_tests"))
+        {
             return None;
         }
         if matches!(parts.last(), Some(&("mod" | "lib"))) {
@@ -337,6 +343,127 @@ fn contract_no_import_cycle_between_source_files() {
         cycles.is_empty(),
         "import cycles in src/ (a file must not import, directly or through others, a file that imports it):\n{}",
         cycles.join("\n")
+    );
+}
+
+/// The rooms of `src/` (lib.rs's layer map) and what each may import: dependencies point one way,
+/// the Kubernetes layer (`k8s`) and the shared vocabulary (`vocab`) import no daemon, the daemons
+/// do not import each other's internals, and the driver's rooms reach no daemon. The one
+/// exception, by name: the scheduler extender computes a claim's needs with the provisioner's own
+/// pure claim planning and class parsers (`provision::storage`), so both decide alike.
+const ROOMS: &[(&str, &[&str])] = &[
+    ("protocol", &[]),
+    ("version", &[]),
+    ("vocab", &[]),
+    ("sys", &["protocol"]),
+    ("node", &["backend", "protocol", "sys"]),
+    ("error", &["node", "protocol", "sys"]),
+    ("backend", &["error", "node", "protocol", "sys"]),
+    ("driver", &["backend", "node", "protocol", "sys"]),
+    (
+        "csi",
+        &["backend", "error", "node", "protocol", "sys", "version"],
+    ),
+    ("k8s", &["node", "version"]),
+    (
+        "provision",
+        &[
+            "backend", "error", "k8s", "node", "protocol", "sys", "version", "vocab",
+        ],
+    ),
+    (
+        "controller",
+        &["k8s", "protocol", "vocab", "provision::storage"],
+    ),
+    (
+        "ops",
+        &[
+            "backend",
+            "error",
+            "node",
+            "protocol",
+            "provision",
+            "sys",
+            "version",
+            "vocab",
+        ],
+    ),
+];
+
+/// The edges of `edges` that leave their room for one [`ROOMS`] does not allow (`cli` and the
+/// crate root may import anything; a room missing from the table is an error).
+fn room_violations(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let room = |m: &str| m.split("::").next().unwrap_or("").to_owned();
+    let mut bad = Vec::new();
+    for (from, tos) in edges {
+        let r = room(from);
+        if r.is_empty() || r == "cli" {
+            continue;
+        }
+        let Some((_, allowed)) = ROOMS.iter().find(|(n, _)| *n == r) else {
+            bad.push(format!(
+                "{from}: room {r} is not in ROOMS (say what it may import)"
+            ));
+            continue;
+        };
+        for to in tos {
+            if room(to) == r {
+                continue;
+            }
+            let ok = allowed
+                .iter()
+                .any(|a| to == a || to.starts_with(&format!("{a}::")));
+            if !ok {
+                bad.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    bad
+}
+
+/// Every file of `src/` imports only what its room may ([`ROOMS`]).
+#[test]
+fn contract_rooms_import_only_what_they_may() {
+    let edges = imports::graph(&src_files());
+    let bad = room_violations(&edges);
+    assert!(
+        bad.is_empty(),
+        "imports across rooms that ROOMS does not allow (tests/suite/lints.rs):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The rooms lint on made-up files: the Kubernetes layer naming a daemon, and a daemon naming
+/// another's internals, are found; the allowed exception is not.
+#[test]
+fn contract_rooms_lint_finds_a_made_up_import() {
+    let f = |p: &str, t: &str| (p.to_owned(), t.to_owned());
+    let files = vec![
+        f(
+            "lib.rs",
+            "pub mod k8s;\npub mod provision;\npub mod controller;\n",
+        ),
+        f("k8s/mod.rs", "pub mod lease;\n"),
+        f(
+            "k8s/lease.rs",
+            "use crate::provision::telemetry::Metrics;\n",
+        ),
+        f("provision/mod.rs", "pub mod telemetry;\npub mod storage;\n"),
+        f("provision/telemetry.rs", "use crate::k8s::lease::X;\n"),
+        f("provision/storage.rs", "pub fn plan_claim() {}\n"),
+        f(
+            "controller/mod.rs",
+            "use crate::provision::storage::plan_claim;\nuse crate::provision::telemetry::Y;\n",
+        ),
+    ];
+    let bad = room_violations(&imports::graph(&files));
+    assert_eq!(
+        bad,
+        [
+            "controller -> provision::telemetry",
+            "k8s::lease -> provision::telemetry"
+        ],
+        "{bad:?}"
     );
 }
 
