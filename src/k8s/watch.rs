@@ -1,10 +1,16 @@
 //! kube-runtime's watcher as the caches ([`crate::provision::cache`]) and the scheduler extender's view
 //! (`controller::extender::watch`) consume it: one [`WatchEvent`] per change, and a whole list
 //! (the first, or one after the watch lost its place) as one [`WatchEvent::Restarted`].
+//!
+//! **Backoff.** After a failed list or watch, the watcher is polled again only after
+//! kube-runtime's [`DefaultBackoff`] (client-go's reflector: 0.8 s doubling to 30 s with jitter,
+//! reset after 120 s without a failure), so a consumer logs each error and goes on reading: it
+//! never sleeps itself, and a struggling API server is not asked again every 2 s by every node.
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::utils::{Backoff, StreamBackoff};
+use kube::runtime::watcher::{self, DefaultBackoff};
 
 /// A change one watch saw, as the caches ([`crate::provision::cache`]) and the scheduler extender's view
 /// (`controller::extender::watch`) apply it.
@@ -19,7 +25,17 @@ pub enum WatchEvent<K> {
     Restarted(Vec<K>),
 }
 
-/// kube-runtime's watcher on `api`, its events as [`WatchEvent`]s.
+/// `events`, polled again after an error only once `backoff` says so.
+fn backed_off<S, B>(events: S, backoff: B) -> StreamBackoff<S, B>
+where
+    S: futures::TryStream,
+    B: Backoff,
+{
+    StreamBackoff::new(events, backoff)
+}
+
+/// kube-runtime's watcher on `api`, after each failure paused by [`DefaultBackoff`], its events
+/// as [`WatchEvent`]s.
 pub fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -27,7 +43,10 @@ pub fn watch<K>(
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    relists(watcher::watcher(api, config))
+    relists(backed_off(
+        watcher::watcher(api, config),
+        DefaultBackoff::default(),
+    ))
 }
 
 /// kube-runtime (0.92 and later) streams a list page by page (`Init`, one `InitApply` per object,
@@ -64,6 +83,46 @@ fn relists<K, E>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Errors in a row are spaced by the backoff (not read back to back), and a success in
+    /// between goes through at once: the consumer never has to sleep.
+    #[test]
+    fn failures_are_spaced_by_the_backoff() {
+        struct Steps(Vec<std::time::Duration>);
+        impl Iterator for Steps {
+            type Item = std::time::Duration;
+            fn next(&mut self) -> Option<std::time::Duration> {
+                if self.0.is_empty() {
+                    None
+                } else {
+                    Some(self.0.remove(0))
+                }
+            }
+        }
+        impl Backoff for Steps {
+            fn reset(&mut self) {}
+        }
+        let ms = std::time::Duration::from_millis;
+        let items: Vec<Result<u8, &str>> = vec![Err("a"), Err("b"), Ok(1), Err("c")];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let got: Vec<(Result<u8, &str>, std::time::Duration)> = rt.block_on(
+            backed_off(
+                futures::stream::iter(items),
+                Steps(vec![ms(150), ms(150), ms(150)]),
+            )
+            .map(|r| (r, start.elapsed()))
+            .collect(),
+        );
+        let results: Vec<_> = got.iter().map(|(r, _)| *r).collect();
+        assert_eq!(results, [Err("a"), Err("b"), Ok(1), Err("c")]);
+        assert!(got[0].1 < ms(100), "{got:?}");
+        assert!(got[1].1 >= ms(150), "the second error waited: {got:?}");
+        assert!(got[2].1 >= ms(300), "{got:?}");
+    }
 
     /// A list that arrives page by page, with an error between two pages, is one `Restarted`
     /// with every object of it; a list again (`Init`) starts afresh; changes pass one by one.

@@ -34,7 +34,6 @@ use kube::runtime::watcher;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 use tokio::sync::{mpsc::UnboundedSender, watch};
 use tracing::warn;
 
@@ -529,8 +528,8 @@ async fn watch_into<K>(
                     apply(&cache, &scope, &routes, &how, leads, observer, ev);
                 }
                 futures::future::Either::Left((Some(Err(e)), _)) => {
+                    // The watcher itself waits before it lists again (crate::k8s::watch).
                     warn!(target: LOG_TARGET, "watch of {}: {e}; retrying", how.what);
-                    tokio::time::sleep(Duration::from_secs(2)).await;
                 }
                 futures::future::Either::Left((None, _)) | futures::future::Either::Right(_) => {
                     break;

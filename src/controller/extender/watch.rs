@@ -23,7 +23,7 @@ use kube::Api;
 use kube::runtime::watcher;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// The names of the three watches, as [`State::listed`] records them.
 pub const WATCHES: [&str; 3] = ["capacity", "claims", "classes"];
@@ -151,8 +151,8 @@ where
                     Err(_) => return,
                 },
                 Err(e) => {
+                    // The watcher itself waits before it lists again (crate::k8s::watch).
                     tracing::warn!(target: super::server::LOG_TARGET, "watch of {what}: {e}; retrying");
-                    tokio::time::sleep(Duration::from_secs(2)).await;
                 }
             }
         }
@@ -185,6 +185,7 @@ pub async fn run(client: kube::Client, state: Arc<RwLock<State>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn cm(name: &str, text: Option<&str>) -> ConfigMap {
         let mut data = serde_json::Map::new();
