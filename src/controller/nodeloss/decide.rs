@@ -90,14 +90,36 @@ pub const MAX_GRACE: Duration = Duration::from_secs(366 * 24 * 3600);
 /// treated as garbage and written again.
 const FUTURE_SLACK: Duration = Duration::from_secs(60);
 
+/// Why a class's [`PARAM`] is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraceError {
+    /// The value is not a duration flexvol accepts (`why` says what is wrong with it).
+    #[error(
+        "class parameter {PARAM}={value:?} {why}; write a duration such as \"10m\", \"1h\" or \"1h30m\" (units h, m, s), at least {}s",
+        MIN_GRACE.as_secs()
+    )]
+    BadDuration {
+        /// The value as written in the class.
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A shared kind's class (NFS) sets it: such a volume does not go when a node does.
+    #[error(
+        "class parameter {PARAM} is for node-local kinds (hostpath, lvm) only: a {kind} volume lives on its server, not on a node, and does not go when a node does; remove it from the class"
+    )]
+    SharedKind {
+        /// The kind (`nfs`).
+        kind: String,
+    },
+}
+
 /// Parses a grace period as Go's durations are written, with the units `h`, `m` and `s` and
 /// whole numbers (`90s`, `10m`, `1h30m`), between [`MIN_GRACE`] and [`MAX_GRACE`].
-pub fn parse_grace(v: &str) -> Result<Duration, String> {
-    let bad = |why: &str| {
-        format!(
-            "class parameter {PARAM}={v:?} {why}; write a duration such as \"10m\", \"1h\" or \"1h30m\" (units h, m, s), at least {}s",
-            MIN_GRACE.as_secs()
-        )
+pub fn parse_grace(v: &str) -> Result<Duration, GraceError> {
+    let bad = |why: &'static str| GraceError::BadDuration {
+        value: v.to_owned(),
+        why,
     };
     if v.is_empty() {
         return Err(bad("is empty"));
@@ -145,7 +167,9 @@ pub fn parse_grace(v: &str) -> Result<Duration, String> {
 
 /// For the node-local kinds' class validation: checks [`PARAM`] when present and returns the
 /// other parameters (what the kind's own parser validates).
-pub fn split_param(params: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
+pub fn split_param(
+    params: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, GraceError> {
     if let Some(v) = params.get(PARAM) {
         parse_grace(v)?;
     }
@@ -157,11 +181,11 @@ pub fn split_param(params: &BTreeMap<String, String>) -> Result<BTreeMap<String,
 }
 
 /// For a shared kind's class validation (NFS): [`PARAM`] is an error that says why.
-pub fn refuse_for_shared(params: &BTreeMap<String, String>, kind: &str) -> Result<(), String> {
+pub fn refuse_for_shared(params: &BTreeMap<String, String>, kind: &str) -> Result<(), GraceError> {
     if params.contains_key(PARAM) {
-        return Err(format!(
-            "class parameter {PARAM} is for node-local kinds (hostpath, lvm) only: a {kind} volume lives on its server, not on a node, and does not go when a node does; remove it from the class"
-        ));
+        return Err(GraceError::SharedKind {
+            kind: kind.to_owned(),
+        });
     }
     Ok(())
 }
@@ -473,7 +497,7 @@ pub fn class_grace(class: Option<&StorageClass>, provisioner: &str) -> ClassGrac
         None => ClassGrace::Off,
         Some(v) => match parse_grace(v) {
             Ok(d) => ClassGrace::Grace(d),
-            Err(e) => ClassGrace::Invalid(e),
+            Err(e) => ClassGrace::Invalid(e.to_string()),
         },
     }
 }
@@ -794,6 +818,11 @@ mod tests {
             "10d",
         ] {
             let e = parse_grace(bad).unwrap_err();
+            assert!(
+                matches!(&e, GraceError::BadDuration { value, .. } if value == bad),
+                "{bad}: {e:?}"
+            );
+            let e = e.to_string();
             assert!(e.contains(PARAM) && e.contains("\"10m\""), "{bad}: {e}");
         }
     }
@@ -808,8 +837,12 @@ mod tests {
         assert_eq!(rest.keys().collect::<Vec<_>>(), ["mode"]);
         let mut badp = p.clone();
         badp.insert(PARAM.into(), "soon".into());
-        assert!(split_param(&badp).unwrap_err().contains("soon"));
+        let e = split_param(&badp).unwrap_err();
+        assert!(matches!(e, GraceError::BadDuration { .. }), "{e:?}");
+        assert!(e.to_string().contains("soon"), "{e}");
         let e = refuse_for_shared(&p, "nfs").unwrap_err();
+        assert_eq!(e, GraceError::SharedKind { kind: "nfs".into() });
+        let e = e.to_string();
         assert!(e.contains("node-local kinds") && e.contains("nfs"), "{e}");
         assert!(refuse_for_shared(&rest, "nfs").is_ok());
     }

@@ -101,7 +101,8 @@ impl ClassParams {
     /// Validates a StorageClass's `parameters`; unknown keys are errors.
     pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, String> {
         // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
-        let params = &crate::controller::nodeloss::decide::split_param(params)?;
+        let params =
+            &crate::controller::nodeloss::decide::split_param(params).map_err(|e| e.to_string())?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
                 "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}",
