@@ -13,6 +13,7 @@
 //! under drivers/deploy-overlays/node-loss/controller.yaml's Role (which sets the flag).
 
 use crate::k8s::call::call;
+use crate::k8s::error::ApiError;
 use crate::vocab::capacity::NAMESPACE;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -49,12 +50,22 @@ pub fn plan(nodes: &BTreeSet<String>, objects: &BTreeMap<String, String>) -> Pla
     }
 }
 
-/// One pass: list, decide, act. Returns what was done, or why the pass decided nothing.
-pub async fn sync(client: &kube::Client) -> Result<Plan, String> {
+/// Why a pass of the capacity loop failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A list failed: nothing was decided.
+    #[error("{0}")]
+    List(#[from] ApiError),
+    /// Some of the plan's creates or deletes failed (the others were done).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Act(Vec<ApiError>),
+}
+
+/// One pass: list, decide, act. Returns what was done, or why the pass failed.
+pub async fn sync(client: &kube::Client) -> Result<Plan, SyncError> {
     let nodes_api = Api::<Node>::all(client.clone());
     let nodes: BTreeSet<String> = call("list Nodes", nodes_api.list(&ListParams::default()))
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .items
         .into_iter()
         .filter_map(|n| n.metadata.name)
@@ -63,8 +74,7 @@ pub async fn sync(client: &kube::Client) -> Result<Plan, String> {
     let lp = ListParams::default().labels(&format!("{LABEL}={LABEL_VALUE}"));
     let objects: BTreeMap<String, String> =
         call(format!("list ConfigMaps in {NAMESPACE}"), api.list(&lp))
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .items
             .into_iter()
             .filter_map(|c| Some((c.metadata.name?, c.metadata.uid?)))
@@ -87,7 +97,7 @@ pub async fn sync(client: &kube::Client) -> Result<Plan, String> {
         )
         .await
         {
-            errors.push(e.to_string());
+            errors.push(e);
         }
     }
     for (n, uid) in &p.delete {
@@ -104,19 +114,33 @@ pub async fn sync(client: &kube::Client) -> Result<Plan, String> {
         )
         .await
         {
-            errors.push(e.to_string());
+            errors.push(e);
         }
     }
     if errors.is_empty() {
         Ok(p)
     } else {
-        Err(errors.join("; "))
+        Err(SyncError::Act(errors))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pass whose creates or deletes failed says each failure, in order.
+    #[test]
+    fn failed_acts_are_each_said() {
+        use crate::k8s::error::ApiErrorKind;
+        let e = SyncError::Act(vec![
+            ApiError::new("create ConfigMap a", ApiErrorKind::Other, "denied"),
+            ApiError::new("delete ConfigMap b", ApiErrorKind::Timeout, "slow"),
+        ]);
+        assert_eq!(
+            e.to_string(),
+            "create ConfigMap a: denied; delete ConfigMap b: slow"
+        );
+    }
 
     /// Each node gets one object; objects of nodes that are gone go, by uid; nothing else moves.
     #[test]

@@ -113,7 +113,10 @@ pub fn run(a: &ControllerArgs) -> i32 {
     }
 }
 
-async fn serve(a: &ControllerArgs, shared: &telemetry::Shared) -> Result<(), String> {
+async fn serve(
+    a: &ControllerArgs,
+    shared: &telemetry::Shared,
+) -> Result<(), crate::k8s::client::ClientError> {
     use telemetry::Loop;
     let client = crate::k8s::client::client(a.kubeconfig.as_deref(), None).await?;
     shared.health.connected();

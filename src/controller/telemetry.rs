@@ -13,7 +13,7 @@
 //!   listed what it reads.
 
 use crate::k8s::daemon::register_build_info;
-use crate::k8s::http::Endpoints;
+use crate::k8s::http::{Endpoints, Unhealthy};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -144,10 +144,9 @@ impl Metrics {
     }
 
     /// The registry as OpenMetrics text.
-    pub fn encode(&self) -> Result<String, String> {
+    pub fn encode(&self) -> Result<String, crate::k8s::http::EncodeError> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .map_err(|e| format!("cannot encode the metrics: {e}"))?;
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
 }
@@ -205,7 +204,7 @@ impl Health {
     }
 
     /// `/healthz` at `at`: `Err` names the loops without a pass for too long.
-    pub fn live(&self, at: Instant) -> Result<(), String> {
+    pub fn live(&self, at: Instant) -> Result<(), Unhealthy> {
         let window = self.live_window();
         let stuck: Vec<String> = LOOPS
             .iter()
@@ -228,15 +227,15 @@ impl Health {
         if stuck.is_empty() {
             Ok(())
         } else {
-            Err(stuck.join("\n"))
+            Err(Unhealthy::Stuck(stuck.join("\n")))
         }
     }
 
     /// `/readyz` at `at`: live, connected, and every running loop's last pass listed.
-    pub fn ready(&self, at: Instant) -> Result<(), String> {
+    pub fn ready(&self, at: Instant) -> Result<(), Unhealthy> {
         self.live(at)?;
         if !self.connected.load(Ordering::Relaxed) {
-            return Err("no API client yet".into());
+            return Err(Unhealthy::NotReady("no API client yet".into()));
         }
         let not: Vec<String> = LOOPS
             .iter()
@@ -258,7 +257,7 @@ impl Health {
         if not.is_empty() {
             Ok(())
         } else {
-            Err(not.join("\n"))
+            Err(Unhealthy::NotReady(not.join("\n")))
         }
     }
 }
@@ -273,13 +272,13 @@ pub struct Shared {
 }
 
 impl Endpoints for Shared {
-    fn metrics(&self) -> Result<String, String> {
+    fn metrics(&self) -> Result<String, crate::k8s::http::EncodeError> {
         self.metrics.encode()
     }
-    fn live(&self, at: Instant) -> Result<(), String> {
+    fn live(&self, at: Instant) -> Result<(), crate::k8s::http::Unhealthy> {
         self.health.live(at)
     }
-    fn ready(&self, at: Instant) -> Result<(), String> {
+    fn ready(&self, at: Instant) -> Result<(), crate::k8s::http::Unhealthy> {
         self.health.ready(at)
     }
 }

@@ -30,6 +30,27 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 /// How long a TCP connection to the API server may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why there is no API client: the kind says what to fix (the message says it in words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// No kubeconfig was given and this is not a pod with a service account (its environment
+    /// variables are absent or wrong).
+    #[error("{0}")]
+    NoKubeconfig(String),
+    /// The kubeconfig given cannot be read or used.
+    #[error("{0}")]
+    Kubeconfig(String),
+    /// The cluster's CA is missing or holds no certificate (the host's CA store is never used).
+    #[error("{0}")]
+    BadCa(String),
+    /// The service account's files (token, namespace) cannot be read or used.
+    #[error("{0}")]
+    ServiceAccount(String),
+    /// The client cannot be built from a config that was read.
+    #[error("{0}")]
+    Build(String),
+}
+
 /// How the API server's certificate is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trust {
@@ -44,7 +65,7 @@ pub enum Trust {
 /// Decides how `config`'s server is checked and makes kube-rs's TLS setup follow it without
 /// ever reaching for the host's CA store (see the module docs). `source` names where the config
 /// came from, for the error: what to fix, and where.
-pub fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, String> {
+pub fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, ClientError> {
     let url = config.cluster_url.to_string();
     if config.cluster_url.scheme_str() == Some("http") {
         config.root_cert.get_or_insert_with(Vec::new);
@@ -58,17 +79,17 @@ pub fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, String> {
     }
     match config.root_cert.as_deref() {
         Some(cas) if !cas.is_empty() => Ok(Trust::Ca(cas.len())),
-        Some(_) => Err(format!(
+        Some(_) => Err(ClientError::BadCa(format!(
             "{source}: the certificate authority given for the cluster at {url} holds no PEM \
              CERTIFICATE block; give the cluster's CA certificate (kubectl config view --raw \
              shows the one kubectl uses)"
-        )),
-        None => Err(format!(
+        ))),
+        None => Err(ClientError::BadCa(format!(
             "{source} names no certificate authority for the cluster at {url}, and the \
              provisioner does not use this host's CA store: add certificate-authority-data \
              (base64 of the cluster's CA, PEM) or certificate-authority (a file) to that cluster \
              entry, or, on a test cluster only, insecure-skip-tls-verify: true"
-        )),
+        ))),
     }
 }
 
@@ -83,17 +104,20 @@ pub fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, String> {
 pub async fn client(
     kubeconfig: Option<&Path>,
     service_account_dir: Option<&Path>,
-) -> Result<kube::Client, String> {
+) -> Result<kube::Client, ClientError> {
     let (mut config, source) = match kubeconfig {
         Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .map_err(|e| format!("cannot read kubeconfig {}: {e}", p.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| {
+                ClientError::Kubeconfig(format!("cannot read kubeconfig {}: {e}", p.display()))
+            })?;
             let config = kube::Config::from_custom_kubeconfig(
                 kc,
                 &kube::config::KubeConfigOptions::default(),
             )
             .await
-            .map_err(|e| format!("kubeconfig {} is not usable: {e}", p.display()))?;
+            .map_err(|e| {
+                ClientError::Kubeconfig(format!("kubeconfig {} is not usable: {e}", p.display()))
+            })?;
             (config, format!("kubeconfig {}", p.display()))
         }
         None => match service_account_dir {
@@ -130,8 +154,8 @@ pub async fn client(
         ));
     }
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    let client =
-        kube::Client::try_from(config).map_err(|e| format!("cannot build the API client: {e}"))?;
+    let client = kube::Client::try_from(config)
+        .map_err(|e| ClientError::Build(format!("cannot build the API client: {e}")))?;
     if std::env::var_os("FLEXVOL_TEST_PANIC_AT").is_some_and(|v| v == "provisioner-task") {
         // Test hook (tests/suite/provisioner_env.rs): a stand-in for a bug in a spawned task, as a
         // watch's, to show that the provisioner's panic hook ends the process with a log line.
@@ -142,18 +166,18 @@ pub async fn client(
 
 /// The API server's URL from `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`, as
 /// kube-rs's in-cluster config makes it (an IPv6 address in brackets).
-fn service_url() -> Result<String, String> {
+fn service_url() -> Result<String, ClientError> {
     let var = |n: &str| {
         std::env::var(n).map_err(|e| {
-            format!(
+            ClientError::NoKubeconfig(format!(
                 "not running in a pod with a service account ({n}: {e}); pass --kubeconfig FILE"
-            )
+            ))
         })
     };
     let host = var("KUBERNETES_SERVICE_HOST")?;
-    let port: u16 = var("KUBERNETES_SERVICE_PORT")?
-        .parse()
-        .map_err(|e| format!("KUBERNETES_SERVICE_PORT is not a port: {e}"))?;
+    let port: u16 = var("KUBERNETES_SERVICE_PORT")?.parse().map_err(|e| {
+        ClientError::NoKubeconfig(format!("KUBERNETES_SERVICE_PORT is not a port: {e}"))
+    })?;
     Ok(match host.parse::<std::net::IpAddr>() {
         Ok(std::net::IpAddr::V6(ip)) => format!("https://[{ip}]:{port}"),
         _ => format!("https://{host}:{port}"),
@@ -163,14 +187,14 @@ fn service_url() -> Result<String, String> {
 /// The in-cluster config with the service account read in `dir` instead of kube-rs's fixed path:
 /// the same server URL, CA (`ca.crt`), namespace and token file (`token`, re-read by kube-rs like
 /// the in-cluster one: both are an `AuthInfo` with a `tokenFile`).
-async fn incluster_at(dir: &Path) -> Result<kube::Config, String> {
+async fn incluster_at(dir: &Path) -> Result<kube::Config, ClientError> {
     let ns_file = dir.join("namespace");
     let namespace = std::fs::read_to_string(&ns_file).map_err(|e| {
-        format!(
+        ClientError::ServiceAccount(format!(
             "the service account at {SERVICE_ACCOUNT_DIR} is not usable: cannot read its \
              namespace ({}): {e}",
             ns_file.display()
-        )
+        ))
     })?;
     let ca = dir.join("ca.crt");
     let kc = serde_json::json!({
@@ -187,33 +211,35 @@ async fn incluster_at(dir: &Path) -> Result<kube::Config, String> {
         "current-context": "incluster",
     });
     let kc: kube::config::Kubeconfig = serde_json::from_value(kc)
-        .map_err(|e| format!("cannot make the in-cluster config: {e}"))?;
+        .map_err(|e| ClientError::Build(format!("cannot make the in-cluster config: {e}")))?;
     kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
         .map_err(|e| {
-            format!(
+            ClientError::ServiceAccount(format!(
                 "the service account at {SERVICE_ACCOUNT_DIR} (in the container's view, {}) is \
                  not usable: {e}; it needs token, ca.crt (from kube-root-ca.crt) and namespace",
                 dir.display()
-            )
+            ))
         })
 }
 
-fn incluster() -> Result<kube::Config, String> {
+fn incluster() -> Result<kube::Config, ClientError> {
     use kube::config::InClusterError as E;
     kube::Config::incluster().map_err(|e| match e {
         E::ReadEnvironmentVariable(_) | E::ParseClusterPort(_) | E::ParseClusterUrl(_) => {
-            format!(
+            ClientError::NoKubeconfig(format!(
                 "not running in a pod with a service account (KUBERNETES_SERVICE_HOST and \
                  KUBERNETES_SERVICE_PORT: {e}); pass --kubeconfig FILE"
-            )
+            ))
         }
-        E::ReadCertificateBundle(_) | E::ParseCertificates(_) => format!(
+        E::ReadCertificateBundle(_) | E::ParseCertificates(_) => ClientError::BadCa(format!(
             "{SERVICE_ACCOUNT_DIR}/ca.crt: {e}; the API server is checked against this CA only \
              (not the host's CA store): project ca.crt into the service account volume \
              (drivers/deploy/daemonset.yaml takes it from the ConfigMap kube-root-ca.crt)"
-        ),
-        other => format!("the service account at {SERVICE_ACCOUNT_DIR} is not usable: {other}"),
+        )),
+        other => ClientError::ServiceAccount(format!(
+            "the service account at {SERVICE_ACCOUNT_DIR} is not usable: {other}"
+        )),
     })
 }
 
@@ -267,6 +293,8 @@ mod tests {
     fn no_ca_and_no_insecure_is_an_error_that_says_what_to_fix() {
         let mut c = block_on(config_of(&kubeconfig("https://127.0.0.1:1", "")));
         let e = trust(&mut c, "kubeconfig /k").unwrap_err();
+        assert!(matches!(e, ClientError::BadCa(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.starts_with("kubeconfig /k names no certificate authority"),
             "{e}"
@@ -301,7 +329,8 @@ mod tests {
             &format!("    certificate-authority: {}\n", ca.display()),
         )));
         let e = trust(&mut c, "k").unwrap_err();
-        assert!(e.contains("holds no PEM CERTIFICATE"), "{e}");
+        assert!(matches!(e, ClientError::BadCa(_)), "{e:?}");
+        assert!(e.to_string().contains("holds no PEM CERTIFICATE"), "{e}");
     }
 
     #[test]
@@ -309,6 +338,16 @@ mod tests {
         let mut c = block_on(config_of(&kubeconfig("http://127.0.0.1:1", "")));
         assert_eq!(trust(&mut c, "k").unwrap(), Trust::PlainHttp);
         assert_eq!(c.root_cert, Some(vec![]));
+    }
+
+    /// A service account directory without its files is a service account error (not a CA or
+    /// kubeconfig one), and says where it looked.
+    #[test]
+    fn an_unreadable_service_account_is_its_own_kind() {
+        let d = tempfile::tempdir().unwrap();
+        let e = block_on(incluster_at(d.path())).unwrap_err();
+        assert!(matches!(e, ClientError::ServiceAccount(_)), "{e:?}");
+        assert!(e.to_string().contains("cannot read its namespace"), "{e}");
     }
 
     /// The client itself is built (no panic, no host CA store) for the insecure kubeconfig;
@@ -331,6 +370,10 @@ mod tests {
         let Err(e) = block_on(client(Some(&none), None)) else {
             panic!("a kubeconfig without a CA gave a client")
         };
-        assert!(e.contains("names no certificate authority"), "{e}");
+        assert!(matches!(e, ClientError::BadCa(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("names no certificate authority"),
+            "{e}"
+        );
     }
 }

@@ -31,11 +31,22 @@ impl tracing_subscriber::fmt::time::FormatTime for Rfc3339 {
     }
 }
 
+/// Why the logs cannot be set up (the daemon then exits 2, after saying it on stderr).
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// `--log-filter` (or `RUST_LOG`) is not a filter.
+    #[error("{0}")]
+    Filter(String),
+    /// The process's subscriber cannot be set (one is set already).
+    #[error("cannot set up logging: {0}")]
+    Install(#[from] tracing::subscriber::SetGlobalDefaultError),
+}
+
 /// The filter for `spec` (`None`: this provisioner's `info`, nothing of the libraries).
 pub fn log_filter(
     spec: Option<&str>,
     default_target: &str,
-) -> Result<tracing_subscriber::filter::Targets, String> {
+) -> Result<tracing_subscriber::filter::Targets, LogError> {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     match spec.map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(Targets::new()
@@ -43,7 +54,9 @@ pub fn log_filter(
             .with_target(super::LOG_TARGET, LevelFilter::INFO)
             .with_default(LevelFilter::OFF)),
         Some(s) => s.parse().map_err(|e| {
-            format!("log filter {s:?}: {e}; write e.g. info or {default_target}=debug,kube=info")
+            LogError::Filter(format!(
+                "log filter {s:?}: {e}; write e.g. info or {default_target}=debug,kube=info"
+            ))
         }),
     }
 }
@@ -54,7 +67,7 @@ pub fn init_logs(
     format: LogFormat,
     filter: Option<&str>,
     default_target: &str,
-) -> Result<(), String> {
+) -> Result<(), LogError> {
     use tracing_subscriber::layer::SubscriberExt;
     let env = std::env::var("RUST_LOG").ok();
     let targets = log_filter(filter.or(env.as_deref()), default_target)?;
@@ -68,7 +81,7 @@ pub fn init_logs(
             tracing::subscriber::set_global_default(sub.with(fmt.json().flatten_event(true)))
         }
     };
-    set.map_err(|e| format!("cannot set up logging: {e}"))
+    Ok(set?)
 }
 
 /// The start of a daemon command that keeps no signal thread (`flexvol controller`,

@@ -11,20 +11,57 @@ use std::time::{Duration, Instant};
 
 use super::LOG_TARGET;
 
+/// Why `/metrics` has no answer (500).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode the metrics: {0}")]
+pub struct EncodeError(#[from] pub std::fmt::Error);
+
+/// Why a probe answers 503; the text says what, for people (the answer's body).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unhealthy {
+    /// Not live (`/healthz`, and so `/readyz`): something has made no progress for too long.
+    #[error("{0}")]
+    Stuck(String),
+    /// Live but not ready (`/readyz`): not connected, or not listed or passed yet.
+    #[error("{0}")]
+    NotReady(String),
+}
+
+/// Why the HTTP server does not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address cannot be bound (a port in use, an address not on this host).
+    #[error(
+        "cannot listen on {addr} for /metrics, /healthz and /readyz: {source}; give a free port with --metrics-address (and the probes' port in the DaemonSet)"
+    )]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bound socket cannot be used (its address, its runtime registration).
+    #[error("{0}")]
+    Socket(std::io::Error),
+    /// The server's thread cannot be started.
+    #[error("cannot start the metrics server's thread: {0}")]
+    Thread(std::io::Error),
+}
+
 /// What the one HTTP server of the daemons (the provisioner, the controller; [`serve`]) answers:
 /// `/metrics`, `/healthz` and `/readyz`.
 pub trait Endpoints: Send + Sync + 'static {
     /// The registry as OpenMetrics text.
-    fn metrics(&self) -> Result<String, String>;
+    fn metrics(&self) -> Result<String, EncodeError>;
     /// `/healthz` at `at`: `Err` says what is stuck.
-    fn live(&self, at: Instant) -> Result<(), String>;
+    fn live(&self, at: Instant) -> Result<(), Unhealthy>;
     /// `/readyz` at `at`: `Err` says why not ready.
-    fn ready(&self, at: Instant) -> Result<(), String>;
+    fn ready(&self, at: Instant) -> Result<(), Unhealthy>;
 }
 
 /// The answer to `GET path`: status and body.
 pub fn answer(shared: &dyn Endpoints, path: &str, at: Instant) -> (u16, String) {
-    let probe = |r: Result<(), String>| match r {
+    let probe = |r: Result<(), Unhealthy>| match r {
         Ok(()) => (200, "ok\n".to_owned()),
         Err(e) => (503, format!("{e}\n")),
     };
@@ -73,7 +110,7 @@ pub const LIMITS: Limits = Limits {
 /// `/readyz` on a thread of its own until the process ends, within [`LIMITS`]. No keep-alive, so
 /// a connection lives for one request. Returns the address bound (port 0: the one the kernel
 /// chose).
-pub fn serve(addr: SocketAddr, shared: Arc<dyn Endpoints>) -> Result<SocketAddr, String> {
+pub fn serve(addr: SocketAddr, shared: Arc<dyn Endpoints>) -> Result<SocketAddr, ServeError> {
     serve_within(addr, shared, LIMITS)
 }
 
@@ -82,15 +119,11 @@ pub fn serve_within(
     addr: SocketAddr,
     shared: Arc<dyn Endpoints>,
     limits: Limits,
-) -> Result<SocketAddr, String> {
+) -> Result<SocketAddr, ServeError> {
     let listener = std::net::TcpListener::bind(addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| {
-            format!(
-                "cannot listen on {addr} for /metrics, /healthz and /readyz: {e}; give a free port with --metrics-address (and the probes' port in the DaemonSet)"
-            )
-        })?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let bound = listener.local_addr().map_err(ServeError::Socket)?;
     std::thread::Builder::new()
         .name("flexvol-telemetry".into())
         .spawn(move || {
@@ -108,7 +141,7 @@ pub fn serve_within(
                 tracing::error!(target: LOG_TARGET, "the metrics server stopped: {e}; no /metrics, /healthz or /readyz");
             }
         })
-        .map_err(|e| format!("cannot start the metrics server's thread: {e}"))?;
+        .map_err(ServeError::Thread)?;
     Ok(bound)
 }
 
@@ -194,8 +227,8 @@ async fn http(
     listener: std::net::TcpListener,
     shared: Arc<dyn Endpoints>,
     limits: Limits,
-) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(ServeError::Socket)?;
     let held = Arc::new(std::sync::Mutex::new(Held::default()));
     // HTTP/1 only (hyper 1's http1 connection: no HTTP/2 upgrade), one request per connection,
     // the request head within `limits.header` (the timer makes that bound effective).

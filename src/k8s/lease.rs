@@ -387,31 +387,51 @@ async fn call<T>(
     }
 }
 
+/// Why a Lease cannot be converted between the typed model and the object written: the Lease
+/// as read is not one (another writer), or this build cannot encode its own.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LeaseShape {
+    /// The object read does not fit the Lease model.
+    #[error("not a Lease: {0}")]
+    NotALease(serde_json::Error),
+    /// A Lease (or its spec) built here cannot be encoded.
+    #[error("cannot encode the Lease: {0}")]
+    Encode(serde_json::Error),
+    /// The spec built here did not encode to an object.
+    #[error("cannot encode the Lease: its spec is not an object")]
+    SpecEncodedNotObject,
+    /// The Lease as read is not a JSON object.
+    #[error("the Lease as read is not an object")]
+    ReadNotObject,
+    /// The Lease as read has a `spec` that is not an object.
+    #[error("the Lease as read has a spec that is not an object")]
+    ReadSpecNotObject,
+}
+
 /// A Lease as the typed model reads it (for the decisions only: never written back).
-fn typed(o: &DynamicObject) -> Result<Lease, String> {
+fn typed(o: &DynamicObject) -> Result<Lease, LeaseShape> {
     serde_json::to_value(o)
         .and_then(serde_json::from_value)
-        .map_err(|e| format!("not a Lease: {e}"))
+        .map_err(LeaseShape::NotALease)
 }
 
 /// A Lease built here (a new one), untyped for [`Api::create`].
-fn untyped(l: &Lease) -> Result<DynamicObject, String> {
+fn untyped(l: &Lease) -> Result<DynamicObject, LeaseShape> {
     serde_json::to_value(l)
         .and_then(serde_json::from_value)
-        .map_err(|e| format!("cannot encode the Lease: {e}"))
+        .map_err(LeaseShape::Encode)
 }
 
 /// The Lease `raw` as read, with the fields `spec` sets (client-go's record: holder, duration,
 /// acquire and renew times, transitions) written into its `spec`; every other field of it, known
 /// to this build's model or not, stays as read.
-fn with_spec(mut raw: DynamicObject, spec: &LeaseSpec) -> Result<DynamicObject, String> {
-    let serde_json::Value::Object(set) =
-        serde_json::to_value(spec).map_err(|e| format!("cannot encode the Lease: {e}"))?
+fn with_spec(mut raw: DynamicObject, spec: &LeaseSpec) -> Result<DynamicObject, LeaseShape> {
+    let serde_json::Value::Object(set) = serde_json::to_value(spec).map_err(LeaseShape::Encode)?
     else {
-        return Err("cannot encode the Lease: its spec is not an object".to_owned());
+        return Err(LeaseShape::SpecEncodedNotObject);
     };
     let Some(top) = raw.data.as_object_mut() else {
-        return Err("the Lease as read is not an object".to_owned());
+        return Err(LeaseShape::ReadNotObject);
     };
     let spec_v = top
         .entry("spec")
@@ -420,7 +440,7 @@ fn with_spec(mut raw: DynamicObject, spec: &LeaseSpec) -> Result<DynamicObject, 
         *spec_v = serde_json::Value::Object(serde_json::Map::new());
     }
     let Some(into) = spec_v.as_object_mut() else {
-        return Err("the Lease as read has a spec that is not an object".to_owned());
+        return Err(LeaseShape::ReadSpecNotObject);
     };
     into.extend(set);
     Ok(raw)
@@ -1207,7 +1227,10 @@ mod tests {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": "lease"}, "spec": "text"}))
         .unwrap();
-        assert!(with_spec(odd, &spec).is_err());
+        assert!(
+            matches!(with_spec(odd, &spec), Err(LeaseShape::ReadSpecNotObject)),
+            "refused as a spec that is not an object"
+        );
     }
 
     /// Over HTTP: an instance takes a released Lease written by a newer API server, renews it,

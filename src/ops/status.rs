@@ -68,7 +68,9 @@ fn capacity(a: &StatusArgs, node: &str) -> i32 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let record = cap::build(node, now, &config.local_path, &config.lvm, &roots, &vgs);
-    let invalid = crate::vocab::capacity::validate(&record, node).err();
+    let invalid = crate::vocab::capacity::validate(&record, node)
+        .err()
+        .map(|e| e.to_string());
     if a.json {
         let v = serde_json::json!({"record": record, "failed": failed, "invalid": invalid});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());

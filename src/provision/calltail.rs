@@ -47,6 +47,25 @@ struct Status {
     status: String,
 }
 
+/// Why the call log cannot be read this poll (the next poll tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum TailError {
+    /// The configured log path has no directory or no file name.
+    #[error("{}: not a file path", .0.display())]
+    NotAFilePath(PathBuf),
+    /// The log (or its directory) cannot be opened or examined.
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        /// The path that failed.
+        path: PathBuf,
+        /// Why.
+        source: dirfd::SafeError,
+    },
+    /// The log was there a moment ago and is not now.
+    #[error("the log vanished")]
+    Vanished,
+}
+
 /// A follower of one call log.
 #[derive(Debug)]
 pub struct Tail {
@@ -75,19 +94,23 @@ impl Tail {
 
     /// Reads what was appended since the last poll and counts it in `m`. `Err` says why the log
     /// could not be read (a missing log is no error: nothing was called yet, or logging is off).
-    pub fn poll(&mut self, m: &DriverCalls) -> Result<(), String> {
+    pub fn poll(&mut self, m: &DriverCalls) -> Result<(), TailError> {
         let Some((dir, name)) = self.dir_and_name() else {
-            return Err(format!("{}: not a file path", self.path.display()));
+            return Err(TailError::NotAFilePath(self.path.clone()));
+        };
+        let unreadable = |path: &Path, e: dirfd::SafeError| TailError::Unreadable {
+            path: path.to_path_buf(),
+            source: e,
         };
         let dirfd = match dirfd::open_dir(&dir) {
             Ok(d) => d,
             Err(nix::Error::ENOENT) => return Ok(()),
-            Err(e) => return Err(format!("{}: {e}", dir.display())),
+            Err(e) => return Err(unreadable(&dir, e.into())),
         };
         let current = match dirfd::open_regular(&dirfd, name.as_os_str(), None) {
             Ok(fd) => Some(fd),
             Err(dirfd::SafeError::Sys(nix::Error::ENOENT)) => None,
-            Err(e) => return Err(format!("{}: {e}", self.path.display())),
+            Err(e) => return Err(unreadable(&self.path, e)),
         };
         let id_size = |fd: &OwnedFd| {
             dirfd::stat(fd).map(|s| {
@@ -98,7 +121,7 @@ impl Tail {
             })
         };
         let cur = match &current {
-            Some(fd) => Some(id_size(fd).map_err(|e| format!("{}: {e}", self.path.display()))?),
+            Some(fd) => Some(id_size(fd).map_err(|e| unreadable(&self.path, e.into()))?),
             None => None,
         };
         let mut budget = MAX_READ;
@@ -109,7 +132,7 @@ impl Tail {
             (Some(_), None) => {}
             (Some((id, off)), Some((cid, size))) if id == cid => {
                 let off = if size < off { 0 } else { off };
-                let fd = current.as_ref().ok_or("the log vanished")?;
+                let fd = current.as_ref().ok_or(TailError::Vanished)?;
                 let off = read_lines(fd, off, size, &mut budget, m);
                 self.at = Some((id, off));
             }
@@ -127,7 +150,7 @@ impl Tail {
                         m.unreadable();
                     }
                 }
-                let fd = current.as_ref().ok_or("the log vanished")?;
+                let fd = current.as_ref().ok_or(TailError::Vanished)?;
                 let off = read_lines(fd, 0, size, &mut budget, m);
                 self.at = Some((cid, off));
             }
@@ -208,9 +231,9 @@ pub fn spawn(m: DriverCalls) -> std::io::Result<()> {
                 if let Some(t) = tail.as_mut() {
                     match t.poll(&m) {
                         Ok(()) => said.clear(),
-                        Err(e) if e != said => {
+                        Err(e) if e.to_string() != said => {
                             tracing::warn!(target: crate::provision::telemetry::LOG_TARGET, "call log: {e}; flexvol_driver_calls_total is not counted until it can be read");
-                            said = e;
+                            said = e.to_string();
                         }
                         Err(_) => {}
                     }
@@ -225,6 +248,28 @@ pub fn spawn(m: DriverCalls) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A path with no file name, or under a file, is an error of its kind (a missing directory
+    /// is none: nothing was logged yet).
+    #[test]
+    fn unreadable_paths_are_errors_of_their_kind() {
+        let m = DriverCalls::default();
+        let e = Tail::new(PathBuf::from("/")).poll(&m).unwrap_err();
+        assert!(matches!(e, TailError::NotAFilePath(_)), "{e:?}");
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let e = Tail::new(file.join("calls.log")).poll(&m).unwrap_err();
+        assert!(
+            matches!(&e, TailError::Unreadable { path, .. } if *path == file),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!("{}: ", file.display())),
+            "{e}"
+        );
+        Tail::new(d.path().join("none/calls.log")).poll(&m).unwrap();
+    }
 
     fn line(backend: &str, verb: &str, status: &str, ms: f64) -> String {
         format!(
@@ -375,7 +420,11 @@ mod tests {
         std::fs::remove_file(&p).unwrap();
         nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let e = t.poll(&m).unwrap_err();
-        assert!(e.contains("FIFO"), "{e}");
+        assert!(
+            matches!(&e, TailError::Unreadable { path, .. } if *path == p),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("FIFO"), "{e}");
     }
 
     /// A line longer than MAX_LINE is skipped (counted unreadable), and the lines after it count.

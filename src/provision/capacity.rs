@@ -382,7 +382,7 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab::capacity::{DATA_KEY, MAX_RECORD_BYTES, parse};
+    use crate::vocab::capacity::{DATA_KEY, MAX_RECORD_BYTES, RecordError, parse};
 
     /// Promised space: only enforced quotas count, each its limit minus its usage (a volume over
     /// its limit promises nothing more, never a negative).
@@ -710,7 +710,8 @@ esac
             f(&mut r);
             let text = serde_json::to_string(&r).unwrap();
             let e = parse("n1", Some(&text)).unwrap_err();
-            assert!(e.contains(want), "{want:?} not in {e:?}");
+            assert!(matches!(e, RecordError::Invalid(_)), "{e:?}");
+            assert!(e.to_string().contains(want), "{want:?} not in {e:?}");
         };
         bad(&|r| r.version = 2, "version 2");
         bad(&|r| r.node = "n2".into(), "describes node \"n2\"");
@@ -739,12 +740,17 @@ esac
             },
             "more than 256",
         );
-        assert!(parse("n1", None).unwrap_err().contains(DATA_KEY));
-        assert!(
-            parse("n1", Some(&" ".repeat(MAX_RECORD_BYTES + 1)))
-                .unwrap_err()
-                .contains("more than")
+        let e = parse("n1", None).unwrap_err();
+        assert_eq!(e, RecordError::Missing);
+        assert!(e.to_string().contains(DATA_KEY), "{e}");
+        let e = parse("n1", Some(&" ".repeat(MAX_RECORD_BYTES + 1))).unwrap_err();
+        assert_eq!(
+            e,
+            RecordError::TooLarge {
+                len: MAX_RECORD_BYTES + 1
+            }
         );
+        assert!(e.to_string().contains("more than"), "{e}");
         for junk in [
             "",
             "{",

@@ -287,11 +287,25 @@ fn take_signals(stop: &tokio::sync::watch::Sender<bool>) {
     std::process::exit(code)
 }
 
+/// Why the provisioner stops (it then exits 1; the DaemonSet restarts it).
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    /// No API client (what to fix is in the message).
+    #[error(transparent)]
+    Client(#[from] crate::k8s::client::ClientError),
+    /// A lane's thread cannot be started.
+    #[error("cannot start a lane: {0}")]
+    Lane(std::io::Error),
+    /// A lane's thread ended (it never returns while the process works).
+    #[error("a lane stopped; exiting so that the DaemonSet restarts the provisioner")]
+    LaneStopped,
+}
+
 async fn serve(
     a: &ProvisionerArgs,
     shared: &Arc<telemetry::Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let health = &shared.health;
     // The installer container writes the config; until a valid one exists, wait (no work on an
     // unknown config: it would send every claim picked for this node back).
@@ -400,7 +414,7 @@ async fn serve(
             serves_shared: serves_shared.clone(),
             publish_capacity: a.publish_capacity,
         };
-        lanes.push(lanes::spawn(args).map_err(|e| format!("cannot start a lane: {e}"))?);
+        lanes.push(lanes::spawn(args).map_err(StartError::Lane)?);
     }
     // The watches, the electors and the API calls run on this runtime; the lanes on their own
     // threads. Every 200 ms: whether a lane is stuck (then the electors give up the Leases, so
@@ -418,7 +432,7 @@ async fn serve(
             match &live {
                 Err(why) => error!(target: LOG_TARGET,
                     "{}; giving up the Leases this instance holds until it moves again (kubelet's liveness probe restarts the container)",
-                    why.replace('\n', "; ")),
+                    why.to_string().replace('\n', "; ")),
                 Ok(()) => {
                     info!(target: LOG_TARGET, "every lane moves again: taking part in the Leases again")
                 }
@@ -432,9 +446,7 @@ async fn serve(
             health.synced();
         }
         if lanes.iter().any(|l| l.is_finished()) {
-            return Err(
-                "a lane stopped; exiting so that the DaemonSet restarts the provisioner".into(),
-            );
+            return Err(StartError::LaneStopped);
         }
         if let Ok(Err(_)) = tokio::time::timeout(Duration::from_millis(200), stop.changed()).await {
             // The signal thread is gone (it could not wait): no stop will come, just the pace.

@@ -1315,10 +1315,7 @@ impl<C: Cluster> Reconciler<C> {
                 }
             }
             let domain = self.pv_domain(bi, pv);
-            let grown = self
-                .guarded(domain.as_deref(), |b| b.expand(cfg, pv, want), bi)
-                .map_err(|e| e.to_string());
-            let grown = match grown {
+            let grown = match self.guarded(domain.as_deref(), |b| b.expand(cfg, pv, want), bi) {
                 Ok(b) => b,
                 Err(why) => {
                     let msg = format!(

@@ -24,6 +24,7 @@
 //! the loop's runtime would stall a scrape and fail a probe; and a slow scraper never touches the
 //! loop, which only updates atomics and the registry's short-held locks.
 
+use crate::k8s::http::Unhealthy;
 use crate::k8s::queue::Lane;
 use crate::node::config::Config;
 use crate::provision::reconcile::{Action, Outcome, Report};
@@ -458,10 +459,9 @@ impl Metrics {
     }
 
     /// The registry as OpenMetrics text.
-    pub fn encode(&self) -> Result<String, String> {
+    pub fn encode(&self) -> Result<String, crate::k8s::http::EncodeError> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .map_err(|e| format!("cannot encode the metrics: {e}"))?;
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
 
@@ -704,22 +704,26 @@ impl Health {
     }
 
     /// `/healthz` at `at`: `Err` names the stuck lanes, and says how every lane's last pass was.
-    pub fn live(&self, at: Instant) -> Result<(), String> {
+    pub fn live(&self, at: Instant) -> Result<(), Unhealthy> {
         let stuck = self.stuck(at);
         if stuck.is_empty() {
             return Ok(());
         }
-        Err(format!("{}\n{}", stuck.join("\n"), self.passes(at))
-            .trim_end()
-            .to_owned())
+        Err(Unhealthy::Stuck(
+            format!("{}\n{}", stuck.join("\n"), self.passes(at))
+                .trim_end()
+                .to_owned(),
+        ))
     }
 
     /// `/readyz` at `at`: `Err` says why not (a lane stuck, the caches not listed, a lane
     /// without a recent pass).
-    pub fn ready(&self, at: Instant) -> Result<(), String> {
+    pub fn ready(&self, at: Instant) -> Result<(), Unhealthy> {
         self.live(at)?;
         if !self.is_synced() {
-            return Err("the watches of claims and PVs have not listed yet".into());
+            return Err(Unhealthy::NotReady(
+                "the watches of claims and PVs have not listed yet".into(),
+            ));
         }
         let mut late = Vec::new();
         for l in LANES {
@@ -737,7 +741,7 @@ impl Health {
         if late.is_empty() {
             Ok(())
         } else {
-            Err(late.join("\n"))
+            Err(Unhealthy::NotReady(late.join("\n")))
         }
     }
 }
@@ -752,14 +756,14 @@ pub struct Shared {
 }
 
 impl crate::k8s::http::Endpoints for Shared {
-    fn metrics(&self) -> Result<String, String> {
+    fn metrics(&self) -> Result<String, crate::k8s::http::EncodeError> {
         self.metrics.set_stuck(&self.health, Instant::now());
         self.metrics.encode()
     }
-    fn live(&self, at: Instant) -> Result<(), String> {
+    fn live(&self, at: Instant) -> Result<(), crate::k8s::http::Unhealthy> {
         self.health.live(at)
     }
-    fn ready(&self, at: Instant) -> Result<(), String> {
+    fn ready(&self, at: Instant) -> Result<(), crate::k8s::http::Unhealthy> {
         self.health.ready(at)
     }
 }

@@ -11,7 +11,7 @@ pub const NAMESPACE: &str = "flexvol-capacity";
 /// The ConfigMap data key of the record.
 pub const DATA_KEY: &str = "capacity.json";
 /// The label on every capacity object: the controller creates them with it and deletes only
-/// objects that carry it; the node's update ([`publish`]) writes it back, since an update replaces
+/// objects that carry it; the node's update (`provision::capacity::publish`) writes it back, since an update replaces
 /// the whole object, labels included.
 pub const LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
@@ -138,17 +138,43 @@ impl ThinPoolCapacity {
     }
 }
 
-fn unique<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<(), String> {
+/// Why a capacity record is ignored (by the extender) or not published (by its node).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// The ConfigMap has no [`DATA_KEY`].
+    #[error("no key {DATA_KEY}")]
+    Missing,
+    /// The text is over [`MAX_RECORD_BYTES`].
+    #[error("{len} bytes, more than the {MAX_RECORD_BYTES} a record may have")]
+    TooLarge {
+        /// Its length.
+        len: usize,
+    },
+    /// The text is not a record's JSON (the parser's message).
+    #[error("not a capacity record: {0}")]
+    NotARecord(String),
+    /// A record that cannot be true ([`validate`]): what is wrong with it.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn unique<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<(), RecordError> {
     let mut seen = BTreeSet::new();
     for (i, n) in names.enumerate() {
         if i >= MAX_ITEMS {
-            return Err(format!("more than {MAX_ITEMS} {what}"));
+            return Err(RecordError::Invalid(format!(
+                "more than {MAX_ITEMS} {what}"
+            )));
         }
         if n.is_empty() || n.len() > 4096 {
-            return Err(format!("a {what} name is empty or too long"));
+            return Err(RecordError::Invalid(format!(
+                "a {what} name is empty or too long"
+            )));
         }
         if !seen.insert(n) {
-            return Err(format!("{what} {n:?} is listed twice"));
+            return Err(RecordError::Invalid(format!(
+                "{what} {n:?} is listed twice"
+            )));
         }
     }
     Ok(())
@@ -156,33 +182,39 @@ fn unique<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<(), St
 
 /// Checks a record published as the ConfigMap `object_name`: the version, the node named as the
 /// object, and numbers that can be true (nothing free beyond a size; names unique, bounded).
-pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), String> {
+pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), RecordError> {
     if r.version != VERSION {
-        return Err(format!(
+        return Err(RecordError::Invalid(format!(
             "version {} (this build reads version {VERSION})",
             r.version
-        ));
+        )));
     }
     if r.node != object_name {
-        return Err(format!(
+        return Err(RecordError::Invalid(format!(
             "it describes node {:?} but is published as {object_name:?}",
             r.node
-        ));
+        )));
     }
     unique("class", r.hostpath_classes.iter().map(String::as_str))?;
     unique("root", r.hostpath.iter().map(|x| x.path.as_str()))?;
     for root in &r.hostpath {
         if !root.path.starts_with('/') {
-            return Err(format!("root {:?} is not an absolute path", root.path));
+            return Err(RecordError::Invalid(format!(
+                "root {:?} is not an absolute path",
+                root.path
+            )));
         }
         if root.available > root.size {
-            return Err(format!(
+            return Err(RecordError::Invalid(format!(
                 "root {}: {} bytes available of {}",
                 root.path, root.available, root.size
-            ));
+            )));
         }
         if root.error.as_ref().is_some_and(|e| e.len() > 1024) {
-            return Err(format!("root {}: error text too long", root.path));
+            return Err(RecordError::Invalid(format!(
+                "root {}: error text too long",
+                root.path
+            )));
         }
         unique("class of a root", root.classes.iter().map(String::as_str))?;
         if let Some(c) = root
@@ -190,32 +222,38 @@ pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), String> {
             .iter()
             .find(|c| !r.hostpath_classes.contains(c))
         {
-            return Err(format!(
+            return Err(RecordError::Invalid(format!(
                 "root {} names class {c:?}, which is not in hostpathClasses",
                 root.path
-            ));
+            )));
         }
     }
     unique("volume group", r.lvm.iter().map(|v| v.name.as_str()))?;
     for vg in &r.lvm {
         if vg.free > vg.size {
-            return Err(format!(
+            return Err(RecordError::Invalid(format!(
                 "volume group {}: {} bytes free of {}",
                 vg.name, vg.free, vg.size
-            ));
+            )));
         }
         if vg.error.as_ref().is_some_and(|e| e.len() > 1024) {
-            return Err(format!("volume group {}: error text too long", vg.name));
+            return Err(RecordError::Invalid(format!(
+                "volume group {}: error text too long",
+                vg.name
+            )));
         }
         if vg.extent_size == 0 && vg.error.is_none() {
-            return Err(format!("volume group {}: extent size 0", vg.name));
+            return Err(RecordError::Invalid(format!(
+                "volume group {}: extent size 0",
+                vg.name
+            )));
         }
         unique("thin pool", vg.thin_pools.iter().map(|p| p.name.as_str()))?;
         if let Some(p) = vg.thin_pools.iter().find(|p| p.size > vg.size) {
-            return Err(format!(
+            return Err(RecordError::Invalid(format!(
                 "thin pool {}/{} is larger than its volume group",
                 vg.name, p.name
-            ));
+            )));
         }
     }
     Ok(())
@@ -223,16 +261,13 @@ pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), String> {
 
 /// Reads the record in a capacity ConfigMap's data (`None`: the key is absent): bounded, parsed,
 /// [`validate`]d. The error says why it is ignored.
-pub fn parse(object_name: &str, data: Option<&str>) -> Result<CapacityRecord, String> {
-    let text = data.ok_or_else(|| format!("no key {DATA_KEY}"))?;
+pub fn parse(object_name: &str, data: Option<&str>) -> Result<CapacityRecord, RecordError> {
+    let text = data.ok_or(RecordError::Missing)?;
     if text.len() > MAX_RECORD_BYTES {
-        return Err(format!(
-            "{} bytes, more than the {MAX_RECORD_BYTES} a record may have",
-            text.len()
-        ));
+        return Err(RecordError::TooLarge { len: text.len() });
     }
     let r: CapacityRecord =
-        serde_json::from_str(text).map_err(|e| format!("not a capacity record: {e}"))?;
+        serde_json::from_str(text).map_err(|e| RecordError::NotARecord(e.to_string()))?;
     validate(&r, object_name)?;
     Ok(r)
 }

@@ -14,14 +14,36 @@ pub const MIN_GRACE: Duration = Duration::from_secs(10);
 /// The longest grace accepted (a year).
 pub const MAX_GRACE: Duration = Duration::from_secs(366 * 24 * 3600);
 
+/// Why a class's [`PARAM`] is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraceError {
+    /// The value is not a duration flexvol accepts (`why` says what is wrong with it).
+    #[error(
+        "class parameter {PARAM}={value:?} {why}; write a duration such as \"10m\", \"1h\" or \"1h30m\" (units h, m, s), at least {}s",
+        MIN_GRACE.as_secs()
+    )]
+    BadDuration {
+        /// The value as written in the class.
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A shared kind's class (NFS) sets it: such a volume does not go when a node does.
+    #[error(
+        "class parameter {PARAM} is for node-local kinds (hostpath, lvm) only: a {kind} volume lives on its server, not on a node, and does not go when a node does; remove it from the class"
+    )]
+    SharedKind {
+        /// The kind (`nfs`).
+        kind: String,
+    },
+}
+
 /// Parses a grace period as Go's durations are written, with the units `h`, `m` and `s` and
 /// whole numbers (`90s`, `10m`, `1h30m`), between [`MIN_GRACE`] and [`MAX_GRACE`].
-pub fn parse_grace(v: &str) -> Result<Duration, String> {
-    let bad = |why: &str| {
-        format!(
-            "class parameter {PARAM}={v:?} {why}; write a duration such as \"10m\", \"1h\" or \"1h30m\" (units h, m, s), at least {}s",
-            MIN_GRACE.as_secs()
-        )
+pub fn parse_grace(v: &str) -> Result<Duration, GraceError> {
+    let bad = |why: &'static str| GraceError::BadDuration {
+        value: v.to_owned(),
+        why,
     };
     if v.is_empty() {
         return Err(bad("is empty"));
@@ -69,7 +91,9 @@ pub fn parse_grace(v: &str) -> Result<Duration, String> {
 
 /// For the node-local kinds' class validation: checks [`PARAM`] when present and returns the
 /// other parameters (what the kind's own parser validates).
-pub fn split_param(params: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
+pub fn split_param(
+    params: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, GraceError> {
     if let Some(v) = params.get(PARAM) {
         parse_grace(v)?;
     }
@@ -81,11 +105,11 @@ pub fn split_param(params: &BTreeMap<String, String>) -> Result<BTreeMap<String,
 }
 
 /// For a shared kind's class validation (NFS): [`PARAM`] is an error that says why.
-pub fn refuse_for_shared(params: &BTreeMap<String, String>, kind: &str) -> Result<(), String> {
+pub fn refuse_for_shared(params: &BTreeMap<String, String>, kind: &str) -> Result<(), GraceError> {
     if params.contains_key(PARAM) {
-        return Err(format!(
-            "class parameter {PARAM} is for node-local kinds (hostpath, lvm) only: a {kind} volume lives on its server, not on a node, and does not go when a node does; remove it from the class"
-        ));
+        return Err(GraceError::SharedKind {
+            kind: kind.to_owned(),
+        });
     }
     Ok(())
 }

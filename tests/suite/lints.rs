@@ -596,6 +596,85 @@ fn contract_tenant_file_lint_finds_a_made_up_read() {
     assert!(!product_part(t).contains("fs::read(q)"));
 }
 
+/// The error types of `Result<T, E>`s written on `line` whose `E` is a bare `String`.
+fn string_errors(line: &str) -> usize {
+    let mut found = 0;
+    for (i, _) in line.match_indices("Result<") {
+        if line[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // ApiResult<..>, IoResult<..>: another type
+        }
+        let (mut depth, mut last_arg) = (0usize, None);
+        let body = &line[i + "Result<".len()..];
+        for (j, c) in body.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                ',' if depth == 0 => last_arg = Some(j + 1),
+                '>' | ')' | ']' if depth == 0 => {
+                    if last_arg.is_some_and(|a| body[a..j].trim() == "String") {
+                        found += 1;
+                    }
+                    break;
+                }
+                '>' | ')' | ']' => depth -= 1,
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// Issue #34, 4: the daemons' errors are typed (thiserror enums whose variants are the kinds a
+/// caller branches on), never a bare `Result<_, String>`: in `src/k8s/`, `src/vocab/`, `src/controller/` and the
+/// provisioner's own files (`src/provision/` but the per-kind `storage`, whose errors are typed on
+/// their own schedule). Test modules may keep theirs.
+#[test]
+fn contract_daemon_errors_are_typed() {
+    let mut bad = Vec::new();
+    for (rel, text) in src_files() {
+        let in_scope = rel.starts_with("k8s/")
+            || rel.starts_with("vocab/")
+            || rel.starts_with("controller/")
+            || (rel.starts_with("provision/")
+                && !rel.starts_with("provision/storage")
+                && !rel.ends_with("tests.rs"));
+        if !in_scope {
+            continue;
+        }
+        for (n, line) in product_part(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if string_errors(code) > 0 {
+                bad.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "type these errors (a thiserror enum, one variant per kind a caller branches on):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The lint above finds bare `String` errors however nested, and leaves other types alone.
+#[test]
+fn contract_string_error_lint_finds_made_up_ones() {
+    assert_eq!(string_errors("fn f() -> Result<(), String> {"), 1);
+    assert_eq!(
+        string_errors("fn f() -> Result<BTreeMap<String, String>, String> {"),
+        1
+    );
+    assert_eq!(
+        string_errors("let p = |r: Result<Vec<(u8, u8)>, String>| r;"),
+        1
+    );
+    assert_eq!(
+        string_errors("fn f() -> Result<BTreeMap<String, String>, GraceError> {"),
+        0
+    );
+    assert_eq!(string_errors("fn f() -> Result<String, EncodeError> {"), 0);
+    assert_eq!(string_errors("fn f() -> ApiResult<String> {"), 0);
+    assert_eq!(string_errors("fn f() -> io::Result<String> {"), 0);
+}
+
 /// The driver's exec path never reaches the gRPC stack (issue #35, item 6): no file that
 /// `driver.rs` imports, directly or through others, is one of `csi`'s or names tonic, prost or
 /// tokio. kubelet execs the driver for every call; the CSI plugin's runtime is for `flexvol csi`.

@@ -44,27 +44,51 @@ pub struct Caches<'a> {
     pub max_per_namespace: usize,
 }
 
+/// Why a claim does not count on the node picked for it (a note for people, in the extender's
+/// log): the kind says which part of [`need_of`]'s check it failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotCounted {
+    /// The claim waits for no volume (no spec, bound, being deleted, not Pending).
+    #[error("{0}")]
+    NotPending(String),
+    /// Its StorageClass is missing or is not a node-local flexvol class that waits for the first
+    /// consumer.
+    #[error("{0}")]
+    Class(String),
+    /// The provisioner would refuse it for good.
+    #[error("{0}")]
+    Never(String),
+    /// The provisioner would not make it now (its data source is not ready).
+    #[error("{0}")]
+    NotNow(String),
+}
+
 /// What `claim` needs if flexvol will make it on the node picked for it, else why not.
-pub fn need_of(c: &Caches<'_>, key: &str, claim: &PersistentVolumeClaim) -> Result<Need, String> {
+pub fn need_of(
+    c: &Caches<'_>,
+    key: &str,
+    claim: &PersistentVolumeClaim,
+) -> Result<Need, NotCounted> {
     let spec = claim
         .spec
         .as_ref()
-        .ok_or_else(|| format!("claim {key} has no spec"))?;
+        .ok_or_else(|| NotCounted::NotPending(format!("claim {key} has no spec")))?;
     if spec.volume_name.as_deref().is_some_and(|v| !v.is_empty()) {
-        return Err(format!("claim {key} is bound"));
+        return Err(NotCounted::NotPending(format!("claim {key} is bound")));
     }
     if !awaits_volume(claim) {
-        return Err(format!("claim {key} is being deleted or no longer Pending"));
+        return Err(NotCounted::NotPending(format!(
+            "claim {key} is being deleted or no longer Pending"
+        )));
     }
     let class_name = spec
         .storage_class_name
         .as_deref()
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| format!("claim {key} has no StorageClass"))?;
-    let class = c
-        .classes
-        .get(class_name)
-        .ok_or_else(|| format!("claim {key}: StorageClass {class_name} not found"))?;
+        .ok_or_else(|| NotCounted::Class(format!("claim {key} has no StorageClass")))?;
+    let class = c.classes.get(class_name).ok_or_else(|| {
+        NotCounted::Class(format!("claim {key}: StorageClass {class_name} not found"))
+    })?;
     let params = class.parameters.clone().unwrap_or_default();
     let (kind, class_check, target) = match class
         .provisioner
@@ -82,7 +106,9 @@ pub fn need_of(c: &Caches<'_>, key: &str, claim: &PersistentVolumeClaim) -> Resu
                 .filter(|v| !v.is_empty())
                 .cloned()
                 .ok_or_else(|| {
-                    format!("claim {key}: StorageClass {class_name} has no volumegroup")
+                    NotCounted::Class(format!(
+                        "claim {key}: StorageClass {class_name} has no volumegroup"
+                    ))
                 })?;
             let target = Target::Lvm {
                 vg,
@@ -91,26 +117,30 @@ pub fn need_of(c: &Caches<'_>, key: &str, claim: &PersistentVolumeClaim) -> Resu
             (&lvm::KIND, lvm::check_params(&params), target)
         }
         _ => {
-            return Err(format!(
+            return Err(NotCounted::Class(format!(
                 "claim {key}: StorageClass {class_name} is not a node-local flexvol class"
-            ));
+            )));
         }
     };
     if class.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer") {
-        return Err(format!(
+        return Err(NotCounted::Class(format!(
             "claim {key}: StorageClass {class_name} does not wait for the first consumer"
-        ));
+        )));
     }
     let plan = plan_claim(kind, class_name, class_check, claim).map_err(|n| {
-        format!(
+        NotCounted::Never(format!(
             "claim {key} is never provisioned ({:?}): {}",
             n.why, n.message
-        )
+        ))
     })?;
     if let Some(src) = &plan.source {
         let ns = claim.metadata.namespace.as_deref().unwrap_or("");
-        source_claim_ready(ns, src, c.claims.get(&format!("{ns}/{src}")))
-            .map_err(|r| format!("claim {key} is not provisioned now: {}", r.message()))?;
+        source_claim_ready(ns, src, c.claims.get(&format!("{ns}/{src}"))).map_err(|r| {
+            NotCounted::NotNow(format!(
+                "claim {key} is not provisioned now: {}",
+                r.message()
+            ))
+        })?;
     }
     Ok(Need {
         claim: key.to_owned(),
@@ -137,7 +167,7 @@ pub fn needs_of_pod(c: &Caches<'_>, pod: &Pod) -> (Vec<Need>, Vec<String>) {
         };
         match need_of(c, &key, claim) {
             Ok(n) => needs.push(n),
-            Err(why) => notes.push(why),
+            Err(why) => notes.push(why.to_string()),
         }
     }
     (needs, notes)
@@ -512,7 +542,7 @@ mod tests {
         for name in &names {
             let key = format!("evil/{name}");
             let why = need_of(&c, &key, &claims[&key]).unwrap_err();
-            assert!(why.contains(&key), "{why}");
+            assert!(why.to_string().contains(&key), "{why}");
         }
         // Without the fault they count: the refusal, not the annotation, is what is skipped.
         claims.insert("evil/fine".into(), headed("evil", "fine", |_| {}));

@@ -22,7 +22,7 @@
 //!   the pod uses: pods spread to where the most stays free, and a node filling up scores low.
 //!   A pod with no flexvol claims gets 0 everywhere (no opinion).
 
-use crate::vocab::capacity::{CapacityRecord, RootCapacity};
+use crate::vocab::capacity::{CapacityRecord, RecordError, RootCapacity};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -59,7 +59,7 @@ pub struct Need {
 #[derive(Debug, Clone)]
 pub struct Published {
     /// The record, or why it is ignored.
-    pub record: Result<CapacityRecord, String>,
+    pub record: Result<CapacityRecord, RecordError>,
     /// When the extender received this version of it (its own clock).
     pub received_at: SystemTime,
 }
@@ -592,7 +592,13 @@ mod tests {
     fn unknown_and_malformed_nodes_pass() {
         let mut m = model(vec![record("known", vec![root("/srv", 10 * GI, 9 * GI)])]);
         let junk = crate::vocab::capacity::parse("bad", Some("{\"version\":1,\"node\":\"other\"}"));
-        assert!(junk.is_err());
+        assert!(
+            matches!(
+                junk,
+                Err(crate::vocab::capacity::RecordError::NotARecord(_))
+            ),
+            "{junk:?}"
+        );
         m.nodes.insert(
             "bad".into(),
             Published {

@@ -122,10 +122,9 @@ impl Metrics {
     }
 
     /// The registry as OpenMetrics text.
-    pub fn encode(&self) -> Result<String, String> {
+    pub fn encode(&self) -> Result<String, crate::k8s::http::EncodeError> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .map_err(|e| format!("cannot encode the metrics: {e}"))?;
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
 }

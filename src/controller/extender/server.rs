@@ -115,7 +115,7 @@ fn json<T: serde::Serialize>(status: u16, v: &T) -> Answer {
     }
 }
 
-fn filter_error(why: String) -> Answer {
+fn filter_error(why: DecodeError) -> Answer {
     json(
         200,
         &ExtenderFilterResult {
@@ -139,14 +139,27 @@ struct Decoded {
     uncounted: BTreeMap<(String, String), usize>,
 }
 
+/// Why a request cannot be decided.
+#[derive(Debug, thiserror::Error)]
+enum DecodeError {
+    /// The caches have not listed yet: nothing is known to decide from.
+    #[error("not ready: the capacity, claim and class caches have not synced")]
+    NotSynced,
+    /// The body is not an `ExtenderArgs` (a bad request).
+    #[error("undecodable request: {0}")]
+    Undecodable(serde_json::Error),
+    /// The request names no pod (a bad request).
+    #[error("the request has no pod")]
+    NoPod,
+}
+
 /// Decodes a request against `state`, or says why it cannot be decided.
-fn decode(state: &State, body: &[u8]) -> Result<Decoded, String> {
+fn decode(state: &State, body: &[u8]) -> Result<Decoded, DecodeError> {
     if !state.synced {
-        return Err("not ready: the capacity, claim and class caches have not synced".into());
+        return Err(DecodeError::NotSynced);
     }
-    let args: ExtenderArgs =
-        serde_json::from_slice(body).map_err(|e| format!("undecodable request: {e}"))?;
-    let pod = args.pod.as_ref().ok_or("the request has no pod")?;
+    let args: ExtenderArgs = serde_json::from_slice(body).map_err(DecodeError::Undecodable)?;
+    let pod = args.pod.as_ref().ok_or(DecodeError::NoPod)?;
     let names: Vec<String> = match (&args.node_names, &args.nodes) {
         (Some(n), _) => n.clone(),
         (None, Some(list)) => list
@@ -249,8 +262,29 @@ pub fn answer(state: &State, method: &str, path: &str, body: &[u8], now: SystemT
     }
 }
 
+/// Why a request's body was not read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// The connection failed while the body was read (a bad request: 400).
+    #[error("reading the request: {0}")]
+    Read(String),
+    /// The body is over [`MAX_BODY`] (413).
+    #[error("request larger than {MAX_BODY} bytes")]
+    TooLarge,
+}
+
+impl BodyError {
+    /// The answer's status.
+    fn status(&self) -> u16 {
+        match self {
+            Self::Read(_) => 400,
+            Self::TooLarge => 413,
+        }
+    }
+}
+
 /// Reads a body of at most [`MAX_BODY`] bytes.
-async fn read_body<B>(body: B) -> Result<Vec<u8>, (u16, String)>
+async fn read_body<B>(body: B) -> Result<Vec<u8>, BodyError>
 where
     B: hyper::body::Body<Data = hyper::body::Bytes>,
     B::Error: std::fmt::Display,
@@ -259,12 +293,12 @@ where
     let mut body = std::pin::pin!(body);
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| (400, format!("reading the request: {e}\n")))?;
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
         let Ok(chunk) = frame.into_data() else {
             continue; // trailers
         };
         if out.len().saturating_add(chunk.len()) > MAX_BODY {
-            return Err((413, format!("request larger than {MAX_BODY} bytes\n")));
+            return Err(BodyError::TooLarge);
         }
         out.extend_from_slice(&chunk);
     }
@@ -275,14 +309,14 @@ where
 pub async fn serve(
     listener: std::net::TcpListener,
     state: Arc<RwLock<State>>,
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     let metrics = Arc::new(super::metrics::Metrics::new());
     use hyper::service::service_fn;
     use hyper::{Response, StatusCode, header};
     listener
         .set_nonblocking(true)
-        .map_err(|e| format!("cannot make the listener non-blocking: {e}"))?;
-    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+        .map_err(ServerError::NonBlocking)?;
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(ServerError::Socket)?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT));
     // HTTP/1 with keep-alive (kube-scheduler reuses its connection), the request head within
     // HEADER_TIMEOUT (the timer makes that bound effective).
@@ -324,7 +358,7 @@ pub async fn serve(
                     let (parts, body) = req.into_parts();
                     let body = match tokio::time::timeout(BODY_TIMEOUT, read_body(body)).await {
                         Ok(Ok(b)) => b,
-                        Ok(Err((status, why))) => return (status, TEXT, why),
+                        Ok(Err(why)) => return (why.status(), TEXT, format!("{why}\n")),
                         Err(_) => {
                             return (408, TEXT, "the request body was too slow\n".to_owned());
                         }
@@ -361,11 +395,30 @@ pub async fn serve(
     }
 }
 
+/// Why the extender does not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// `--listen` cannot be bound (an address in use, or not on this host).
+    #[error(
+        "cannot listen on {addr}: {source}; give a free address with --listen (and the same in kube-scheduler's extenders urlPrefix)"
+    )]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The listener cannot be made non-blocking.
+    #[error("cannot make the listener non-blocking: {0}")]
+    NonBlocking(std::io::Error),
+    /// The listener cannot be registered with the runtime.
+    #[error("{0}")]
+    Socket(std::io::Error),
+}
+
 /// Binds `addr` (an address in use is an error at start); the listener for [`serve`].
-pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
-    std::net::TcpListener::bind(addr).map_err(|e| {
-        format!("cannot listen on {addr}: {e}; give a free address with --listen (and the same in kube-scheduler's extenders urlPrefix)")
-    })
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, ServerError> {
+    std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })
 }
 
 #[cfg(test)]
@@ -376,6 +429,20 @@ mod tests {
     use crate::vocab::capacity::{CapacityRecord, RootCapacity};
 
     const GI: u64 = 1 << 30;
+
+    /// An address in use is a bind error that names --listen (the process exits at start).
+    #[test]
+    fn an_address_in_use_is_a_bind_error() {
+        let first = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let at = first.local_addr().unwrap();
+        let e = bind(at).unwrap_err();
+        assert!(
+            matches!(&e, ServerError::Bind { addr, source }
+                if *addr == at && source.kind() == std::io::ErrorKind::AddrInUse),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("--listen"), "{e}");
+    }
 
     fn now() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000)
@@ -612,9 +679,22 @@ mod tests {
             // The body bound, on the reader itself (over a socket the client may see the
             // connection closed before it reads the 413).
             let body = |n| http_body_util::Full::new(hyper::body::Bytes::from(vec![b' '; n]));
-            assert_eq!(read_body(body(MAX_BODY + 1)).await.unwrap_err().0, 413);
+            let e = read_body(body(MAX_BODY + 1)).await.unwrap_err();
+            assert!(matches!(e, BodyError::TooLarge), "{e:?}");
+            assert_eq!(e.status(), 413);
             let ok = body(MAX_BODY);
             assert_eq!(read_body(ok).await.unwrap().len(), MAX_BODY);
+            // A body that fails while it is read is a bad request (400), not a large one.
+            let broken = http_body_util::StreamBody::new(futures::stream::iter([Err::<
+                hyper::body::Frame<hyper::body::Bytes>,
+                _,
+            >(
+                "connection reset",
+            )]));
+            let e = read_body(broken).await.unwrap_err();
+            assert!(matches!(e, BodyError::Read(_)), "{e:?}");
+            assert_eq!(e.status(), 400);
+            assert_eq!(e.to_string(), "reading the request: connection reset");
         });
     }
 }

@@ -217,13 +217,9 @@ mod tests {
             t(110),
         );
         assert!(s.model.nodes["n1"].record.is_ok());
-        assert!(
-            s.model.nodes["n2"]
-                .record
-                .as_ref()
-                .unwrap_err()
-                .contains(DATA_KEY)
-        );
+        let e = s.model.nodes["n2"].record.as_ref().unwrap_err();
+        assert_eq!(e, &crate::vocab::capacity::RecordError::Missing);
+        assert!(e.to_string().contains(DATA_KEY), "{e}");
         assert!(!s.synced);
         // The same text again (a relist): the stamp stays.
         on_capacity(

@@ -386,7 +386,7 @@ pub fn class_grace(class: Option<&StorageClass>, provisioner: &str) -> ClassGrac
         None => ClassGrace::Off,
         Some(v) => match parse_grace(v) {
             Ok(d) => ClassGrace::Grace(d),
-            Err(e) => ClassGrace::Invalid(e),
+            Err(e) => ClassGrace::Invalid(e.to_string()),
         },
     }
 }
@@ -574,7 +574,9 @@ pub fn event_message(t: &Target, since: &str, grace: Duration, claim_deleted: bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab::class::{MIN_GRACE, PARAM, parse_grace, refuse_for_shared, split_param};
+    use crate::vocab::class::{
+        GraceError, MIN_GRACE, PARAM, parse_grace, refuse_for_shared, split_param,
+    };
     use crate::vocab::{HOSTNAME_LABEL, LABEL_KIND};
     use k8s_openapi::api::core::v1::{
         FlexPersistentVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -710,6 +712,11 @@ mod tests {
             "10d",
         ] {
             let e = parse_grace(bad).unwrap_err();
+            assert!(
+                matches!(&e, GraceError::BadDuration { value, .. } if value == bad),
+                "{bad}: {e:?}"
+            );
+            let e = e.to_string();
             assert!(e.contains(PARAM) && e.contains("\"10m\""), "{bad}: {e}");
         }
     }
@@ -724,8 +731,12 @@ mod tests {
         assert_eq!(rest.keys().collect::<Vec<_>>(), ["mode"]);
         let mut badp = p.clone();
         badp.insert(PARAM.into(), "soon".into());
-        assert!(split_param(&badp).unwrap_err().contains("soon"));
+        let e = split_param(&badp).unwrap_err();
+        assert!(matches!(e, GraceError::BadDuration { .. }), "{e:?}");
+        assert!(e.to_string().contains("soon"), "{e}");
         let e = refuse_for_shared(&p, "nfs").unwrap_err();
+        assert_eq!(e, GraceError::SharedKind { kind: "nfs".into() });
+        let e = e.to_string();
         assert!(e.contains("node-local kinds") && e.contains("nfs"), "{e}");
         assert!(refuse_for_shared(&rest, "nfs").is_ok());
     }

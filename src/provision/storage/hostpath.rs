@@ -236,6 +236,7 @@ impl HostPathProvisioner {
 pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
     // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
     crate::vocab::class::split_param(params)
+        .map_err(|e| e.to_string())
         .and_then(|rest| DirParams::parse(&rest))
         .map(|_| ())
         .map_err(|e| match e.starts_with("unknown class parameter") {
@@ -263,6 +264,7 @@ impl Provisioner for HostPathProvisioner {
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
         let params = crate::vocab::class::split_param(req.params)
+            .map_err(|e| e.to_string())
             .and_then(|rest| DirParams::parse(&rest))
             .map_err(Refusal::Fail)?;
         let rel = match &params.path_pattern {

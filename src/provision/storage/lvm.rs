@@ -98,7 +98,7 @@ impl ClassParams {
     /// Validates a StorageClass's `parameters`; unknown keys are errors.
     pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, String> {
         // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
-        let params = &crate::vocab::class::split_param(params)?;
+        let params = &crate::vocab::class::split_param(params).map_err(|e| e.to_string())?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
                 "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}",

@@ -184,7 +184,7 @@ impl NfsClass {
     /// Validates a class's `parameters` against the node policy `nfs`. Nothing has run when this
     /// fails.
     pub fn parse(params: &BTreeMap<String, String>, nfs: &NfsConfig) -> Result<Self, String> {
-        crate::vocab::class::refuse_for_shared(params, "nfs")?;
+        crate::vocab::class::refuse_for_shared(params, "nfs").map_err(|e| e.to_string())?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(format!(
                 "unknown class parameter {k:?}; the nfs provisioner knows {}",

@@ -194,11 +194,9 @@ fn liveness_follows_each_lanes_heartbeat() {
     assert_eq!(h.live_window(), Duration::from_secs(300));
     // Alive from the start (waiting for the config or the first pass).
     assert_eq!(h.live(t0 + Duration::from_secs(299)), Ok(()));
-    assert!(
-        h.live(t0 + Duration::from_secs(301))
-            .unwrap_err()
-            .contains("stuck")
-    );
+    let e = h.live(t0 + Duration::from_secs(301)).unwrap_err();
+    assert!(matches!(e, Unhealthy::Stuck(_)), "{e:?}");
+    assert!(e.to_string().contains("stuck"), "{e}");
     h.beat(t0 + Duration::from_secs(290));
     assert_eq!(h.live(t0 + Duration::from_secs(500)), Ok(()));
     h.passed(Lane::Local, t0 + Duration::from_secs(600));
@@ -230,6 +228,8 @@ fn a_stuck_lane_is_named_while_the_other_passes() {
     }
     assert_eq!(h.live(at(310)), Ok(()));
     let e = h.live(at(311)).unwrap_err();
+    assert!(matches!(e, Unhealthy::Stuck(_)), "{e:?}");
+    let e = e.to_string();
     assert!(
         e.contains("lane shared: no progress for 301s (limit 300s), since "),
         "{e}"
@@ -238,7 +238,11 @@ fn a_stuck_lane_is_named_while_the_other_passes() {
     assert!(!e.contains("lane node-local: no progress"), "{e}");
     assert!(e.contains("lane node-local: last pass ended 0s ago"), "{e}");
     let r = h.ready(at(311)).unwrap_err();
-    assert!(r.contains("lane shared: no progress"), "{r}");
+    assert!(
+        matches!(r, Unhealthy::Stuck(_)),
+        "a stuck lane is stuck on /readyz too: {r:?}"
+    );
+    assert!(r.to_string().contains("lane shared: no progress"), "{r}");
     // The same, as the metric an alert reads.
     let m = Metrics::new();
     m.set_stuck(&h, at(311));
@@ -254,15 +258,17 @@ fn a_stuck_lane_is_named_while_the_other_passes() {
     // Progress within a pass (one object's work ended) is not stuck; a pass ending clears it.
     h.beat_lane(Lane::Shared, at(311));
     assert_eq!(h.live(at(312)), Ok(()));
+    let r = h.ready(at(312)).unwrap_err();
+    assert!(matches!(r, Unhealthy::NotReady(_)), "{r:?}");
     assert!(
-        h.ready(at(312))
-            .unwrap_err()
-            .contains("lane shared: the last pass ended 302s ago")
+        r.to_string()
+            .contains("lane shared: the last pass ended 302s ago"),
+        "{r}"
     );
     h.passed(Lane::Shared, at(312));
     assert_eq!(h.ready(at(312)), Ok(()));
     // And the other way round.
-    let e = h.live(at(400 + 301)).unwrap_err();
+    let e = h.live(at(400 + 301)).unwrap_err().to_string();
     assert!(e.contains("lane node-local: no progress"), "{e}");
     assert!(e.contains("lane shared: no progress"), "{e}");
 }
@@ -273,20 +279,29 @@ fn readiness_needs_synced_caches_and_a_recent_pass_of_each_lane() {
     let h = Health::new(t0, Duration::from_secs(3));
     assert_eq!(h.ready_window(), Duration::from_secs(60));
     let at = |s| t0 + Duration::from_secs(s);
-    assert!(h.ready(at(1)).unwrap_err().contains("not listed"));
+    let r = h.ready(at(1)).unwrap_err();
+    assert!(matches!(r, Unhealthy::NotReady(_)), "{r:?}");
+    assert!(r.to_string().contains("not listed"), "{r}");
     h.passed(Lane::Local, at(2)); // a pass on caches not listed yet
     h.passed(Lane::Shared, at(2));
-    assert!(h.ready(at(3)).unwrap_err().contains("not listed"));
+    assert!(
+        h.ready(at(3))
+            .unwrap_err()
+            .to_string()
+            .contains("not listed")
+    );
     h.synced();
     assert_eq!(h.ready(at(3)), Ok(()));
     assert_eq!(h.ready(at(62)), Ok(()));
-    assert!(h.ready(at(63)).unwrap_err().contains("61s ago"));
+    assert!(h.ready(at(63)).unwrap_err().to_string().contains("61s ago"));
     let h = Health::new(t0, Duration::from_secs(3));
     h.synced();
     h.passed(Lane::Local, at(1));
     assert_eq!(
         h.ready(at(1)),
-        Err("lane shared: no pass has ended yet".into())
+        Err(Unhealthy::NotReady(
+            "lane shared: no pass has ended yet".into()
+        ))
     );
 }
 
@@ -306,11 +321,12 @@ fn the_log_filter_defaults_to_info_here_and_nothing_of_the_libraries() {
     let f = log_filter(Some("flexvol-provisioner=debug,kube=info"), LOG_TARGET).unwrap();
     assert!(f.would_enable(LOG_TARGET, &Level::DEBUG));
     assert!(f.would_enable("kube", &Level::INFO));
+    let e = log_filter(Some("=nonsense="), LOG_TARGET).unwrap_err();
     assert!(
-        log_filter(Some("=nonsense="), LOG_TARGET)
-            .unwrap_err()
-            .contains("log filter")
+        matches!(e, crate::k8s::daemon::LogError::Filter(_)),
+        "{e:?}"
     );
+    assert!(e.to_string().contains("log filter"), "{e}");
 }
 
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -356,7 +372,12 @@ fn the_server_answers_on_its_own_thread() {
     assert_eq!(get(addr, "/nope").0, 404);
     // A port in use is an error that says what to change.
     let e = serve(addr, shared).unwrap_err();
-    assert!(e.contains("--metrics-address"), "{e}");
+    assert!(
+        matches!(&e, crate::k8s::http::ServeError::Bind { addr: a, source }
+            if *a == addr && source.kind() == std::io::ErrorKind::AddrInUse),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("--metrics-address"), "{e}");
     // A client that never sends its request is dropped, and the server goes on.
     let _idle = std::net::TcpStream::connect(addr).unwrap();
     assert_eq!(get(addr, "/healthz").0, 200);
