@@ -138,7 +138,7 @@ pub fn main_os(args: Vec<std::ffi::OsString>) -> i32 {
 }
 
 /// The program: returns the exit code.
-pub fn main(args: &[String]) -> i32 {
+pub(crate) fn main(args: &[String]) -> i32 {
     let argv0 = args.first().map(String::as_str).unwrap_or("flexvol");
     let name = argv0.rsplit('/').next().unwrap_or(argv0);
     let rest = args.get(1..).unwrap_or(&[]);

@@ -14,7 +14,7 @@ use crate::sys::process::{self, Deadline};
 
 /// Runs one call of `backend` with kubelet's `args` (everything after argv[0]) and returns the
 /// exit code. The reply has been written when this returns.
-pub fn run(backend: Backend, argv0: &str, args: &[String]) -> i32 {
+pub(crate) fn run(backend: Backend, argv0: &str, args: &[String]) -> i32 {
     let verb = args.first().map(String::as_str).unwrap_or("");
     let config = Config::load();
     match &config {
@@ -78,7 +78,7 @@ fn answer(
 
 /// The driver name kubelet knows this install by (`<vendor>/<driver>`), from the directory the
 /// executable runs from (`.../<vendor>~<driver>/<driver>`); `flexvol/<driver>` when run by hand.
-pub fn driver_name(backend: Backend, argv0: &str) -> String {
+pub(crate) fn driver_name(backend: Backend, argv0: &str) -> String {
     let parent = std::path::Path::new(argv0)
         .parent()
         .and_then(|p| p.file_name())
@@ -92,7 +92,7 @@ pub fn driver_name(backend: Backend, argv0: &str) -> String {
 }
 
 /// Writes the reply (if nothing else has) and the call record; returns the exit code.
-pub fn finish(reply: &Reply) -> i32 {
+pub(crate) fn finish(reply: &Reply) -> i32 {
     if reply::emit(reply) {
         calllog::record_final(reply);
         reply.exit_code()

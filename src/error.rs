@@ -53,12 +53,12 @@ impl Error {
     }
 
     /// Shorthand for [`Error::Occupied`].
-    pub fn occupied(msg: impl Into<String>) -> Self {
+    pub(crate) fn occupied(msg: impl Into<String>) -> Self {
         Error::Occupied(msg.into())
     }
 
     /// Shorthand for [`Error::Io`].
-    pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             what,
             path: path.into(),
@@ -68,4 +68,4 @@ impl Error {
 }
 
 /// Result of a call.
-pub type Result<T> = std::result::Result<T, Error>;
+pub(crate) type Result<T> = std::result::Result<T, Error>;

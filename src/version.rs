@@ -4,14 +4,14 @@
 //! same values in `flexvol_build_info`.
 
 /// The crate's version (semantic versioning; `CHANGELOG.md`).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The commit this binary was built from (12 hex digits, `-dirty` when tracked files differed).
 pub const COMMIT: &str = env!("FLEXVOL_COMMIT");
 /// The target triple this binary was built for (`build.rs`, from cargo's `TARGET`).
-pub const TARGET: &str = env!("FLEXVOL_TARGET");
+pub(crate) const TARGET: &str = env!("FLEXVOL_TARGET");
 
 /// `0.1.0 (commit 0123456789ab, x86_64-unknown-linux-gnu)`: what `--version` says after the name.
-pub const LONG: &str = concat!(
+pub(crate) const LONG: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("FLEXVOL_COMMIT"),

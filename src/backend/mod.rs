@@ -13,11 +13,11 @@
 //! ([`lvm::Seams`]); hostPath has none. [`answer`] passes the real ones; unit tests call a
 //! backend's `handle` with doubles (`testing.rs`).
 
-pub mod hostpath;
+pub(crate) mod hostpath;
 pub mod lvm;
 pub mod nfs;
 #[cfg(test)]
-pub mod testing;
+pub(crate) mod testing;
 
 use crate::error::{Error, Result};
 use crate::node::config::Config;
@@ -93,15 +93,15 @@ pub struct Context<'a> {
     /// The mount seam.
     pub mounter: &'a dyn Mounter,
     /// When this call must have answered.
-    pub deadline: Deadline,
+    pub(crate) deadline: Deadline,
     /// `<vendor>/<driver>` as kubelet knows this install (e.g. `flexvol/lvm`); kubelet derives
     /// the global device mount path from it (`.../flexvolume/<vendor>/<driver>/mounts/<name>`).
-    pub driver_name: &'a str,
+    pub(crate) driver_name: &'a str,
 }
 
 impl<'a> Context<'a> {
     /// A call's context: `runner` and `mounter` are the node's ([`on_node`]) or a test's doubles.
-    pub fn new(
+    pub(crate) fn new(
         config: &'a Config,
         runner: &'a dyn Runner,
         mounter: &'a dyn Mounter,
@@ -119,7 +119,7 @@ impl<'a> Context<'a> {
 
     /// Takes the lock for `key` of `backend`, waiting at most the configured time (and never past
     /// the deadline).
-    pub fn lock(&self, backend: Backend, key: &str) -> Result<VolumeLock> {
+    pub(crate) fn lock(&self, backend: Backend, key: &str) -> Result<VolumeLock> {
         let wait = self.deadline.cap(self.config.lock_timeout());
         Ok(VolumeLock::acquire(
             &self.config.lock_dir(),
@@ -129,14 +129,14 @@ impl<'a> Context<'a> {
     }
 
     /// The state records of `backend`.
-    pub fn state(&self, backend: Backend) -> StateStore {
+    pub(crate) fn state(&self, backend: Backend) -> StateStore {
         StateStore::new(&self.config.state_dir, backend.name())
     }
 }
 
 /// Runs `f` with a context over the node's real seams: commands found in the config's `toolDirs`,
 /// the kernel's mounts. What the driver, `flexvol gc` and the provisioner's node work run with.
-pub fn on_node<T>(
+pub(crate) fn on_node<T>(
     config: &Config,
     deadline: Deadline,
     driver_name: &str,
@@ -153,12 +153,12 @@ pub fn on_node<T>(
 }
 
 /// The name of a volume's lock; `flexvol gc` takes the same lock as the verbs.
-pub fn lock_key(backend: Backend, key: &str) -> String {
+pub(crate) fn lock_key(backend: Backend, key: &str) -> String {
     format!("{}:{key}", backend.name())
 }
 
 /// Answers one call for `backend`, with that backend's real seams.
-pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
+pub(crate) fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
     match call {
         Call::Init => Ok(Reply {
             capabilities: Some(backend.capabilities()),
@@ -185,7 +185,7 @@ pub fn answer(backend: Backend, call: &Call, ctx: &Context) -> Result<Reply> {
 /// `Ok(Some(note))` too, with nothing changed (the mount still works; the note says why the group
 /// was not applied). `Err` (deadline, a tree too deep, a system error) is the call's Failure: the
 /// root was left unchanged, so kubelet's retry walks again.
-pub fn apply_fs_group(
+pub(crate) fn apply_fs_group(
     root: &std::os::fd::OwnedFd,
     gid: u32,
     deadline: &Deadline,
@@ -220,7 +220,7 @@ pub fn apply_fs_group(
 /// A state record of `backend`'s `verb` on `target`, stamped now, with what every backend fills
 /// the same way; `pod` (the call's options) adds the volume and the pod kubelet named. Callers
 /// add the rest (mount point, `extra`) with struct update syntax.
-pub fn record(
+pub(crate) fn record(
     backend: Backend,
     verb: &str,
     target: &Path,
@@ -245,7 +245,7 @@ pub fn record(
 
 /// Refuses to mount on `at`: it is already a mount point of something other than this volume
 /// (`what`: its filesystem and source, or its identity). Every backend says it the same way.
-pub fn foreign_mount(at: &Path, what: &dyn std::fmt::Display) -> Error {
+pub(crate) fn foreign_mount(at: &Path, what: &dyn std::fmt::Display) -> Error {
     Error::occupied(format!(
         "{} is already a mount point of something else ({what}); unmount it first",
         at.display()
@@ -253,7 +253,7 @@ pub fn foreign_mount(at: &Path, what: &dyn std::fmt::Display) -> Error {
 }
 
 /// Whether an unmount failed because the mount is in use (EBUSY).
-pub fn is_busy(e: &MountError) -> bool {
+pub(crate) fn is_busy(e: &MountError) -> bool {
     matches!(
         e,
         MountError::Unmount {
@@ -265,7 +265,7 @@ pub fn is_busy(e: &MountError) -> bool {
 
 /// The Failure for a mount at `at` that a process still uses: nothing to do but wait, and
 /// kubelet retries.
-pub fn busy(at: &Path) -> Error {
+pub(crate) fn busy(at: &Path) -> Error {
     Error::refused(format!(
         "{} is busy (a process still uses it); kubelet will retry once the pod's containers are gone",
         at.display()
@@ -274,7 +274,7 @@ pub fn busy(at: &Path) -> Error {
 
 /// The canonical form of a directory kubelet names (pod or global mount directory); `None` when
 /// it does not exist. Relative paths, `..` and non-directories are refused.
-pub fn canonical_mount_dir(dir: &Path) -> Result<Option<PathBuf>> {
+pub(crate) fn canonical_mount_dir(dir: &Path) -> Result<Option<PathBuf>> {
     if !dir.is_absolute() || crate::sys::paths::has_dotdot(dir) {
         return Err(Error::refused(format!(
             "mount directory {:?} must be an absolute path without \"..\"",
@@ -294,7 +294,7 @@ pub fn canonical_mount_dir(dir: &Path) -> Result<Option<PathBuf>> {
 
 /// The kubelet root a pod directory lives under (`<root>/pods/<uid>/volumes/<plugin>/<name>`);
 /// `None` for a directory of another shape.
-pub fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {
+pub(crate) fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {
     let comps: Vec<_> = pod_dir.components().collect();
     let n = comps.len();
     if n >= 6 && comps[n - 5].as_os_str() == "pods" && comps[n - 3].as_os_str() == "volumes" {

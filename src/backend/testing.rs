@@ -28,15 +28,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The one block device of the fake node.
-pub const DEV: &str = "/dev/vg0/lv1";
+pub(crate) const DEV: &str = "/dev/vg0/lv1";
 /// Its device number: the one the fake mounter gives its first mount (0, 100).
-pub const DEVNUM: (u32, u32) = (0, 100);
+pub(crate) const DEVNUM: (u32, u32) = (0, 100);
 
 /// [`DEV`]'s device number (when present), the swap devices, [`DEVNUM`]'s holders, the
 /// block copies made (`<from> <to> <bytes>`), other present devices (device number (0, 200+i)),
 /// and what to run while a block copy is made (with its source: a test's look at the node then).
 #[allow(clippy::type_complexity)]
-pub struct FakeDevices(
+pub(crate) struct FakeDevices(
     pub Mutex<Option<(u32, u32)>>,
     pub Mutex<Vec<(u32, u32)>>,
     pub Mutex<Vec<String>>,
@@ -47,7 +47,7 @@ pub struct FakeDevices(
 
 impl FakeDevices {
     /// [`DEV`] exists, as [`DEVNUM`].
-    pub fn present() -> Self {
+    pub(crate) fn present() -> Self {
         Self(
             Mutex::new(Some(DEVNUM)),
             Mutex::default(),
@@ -59,7 +59,7 @@ impl FakeDevices {
     }
 
     /// [`DEV`] does not exist.
-    pub fn absent() -> Self {
+    pub(crate) fn absent() -> Self {
         Self(
             Mutex::new(None),
             Mutex::default(),
@@ -106,11 +106,11 @@ impl Devices for FakeDevices {
 }
 
 /// A server probe that records `(server, port)` and answers from `up`, without the network.
-pub struct FakeProber {
+pub(crate) struct FakeProber {
     /// Every probe, in order.
-    pub probes: RefCell<Vec<(String, u16)>>,
+    pub(crate) probes: RefCell<Vec<(String, u16)>>,
     /// Whether the server answers.
-    pub up: Cell<bool>,
+    pub(crate) up: Cell<bool>,
 }
 
 impl Prober for FakeProber {
@@ -180,20 +180,20 @@ impl Runner for SimRunner<'_> {
 }
 
 /// A fake node for one backend's verbs.
-pub struct World {
+pub(crate) struct World {
     _dir: tempfile::TempDir,
     /// The node's temporary directory, canonical.
     pub root: PathBuf,
     /// Node config: defaults, state and run dirs under [`World::root`], no log file.
-    pub config: Config,
+    pub(crate) config: Config,
     /// The scripted tools (every command is recorded here).
-    pub runner: FakeRunner,
+    pub(crate) runner: FakeRunner,
     /// The mount table and every mount call.
-    pub mounter: FakeMounter,
+    pub(crate) mounter: FakeMounter,
     /// Block devices ([`FakeDevices::present`] to begin with).
-    pub devices: FakeDevices,
+    pub(crate) devices: FakeDevices,
     /// The server probe (the server is up to begin with).
-    pub prober: FakeProber,
+    pub(crate) prober: FakeProber,
     backend: Backend,
 }
 
@@ -224,7 +224,7 @@ impl World {
     }
 
     /// Runs `f` with a context over this node's doubles, as the driver runs a verb.
-    pub fn with_ctx<T>(&self, f: impl FnOnce(&Context) -> T) -> T {
+    pub(crate) fn with_ctx<T>(&self, f: impl FnOnce(&Context) -> T) -> T {
         let runner = SimRunner {
             fake: &self.runner,
             mounter: &self.mounter,
@@ -246,7 +246,7 @@ impl World {
 
     /// Runs `f` as [`World::with_ctx`] does, with the LVM backend's seams: this node's
     /// [`FakeDevices`] and the real LV service over the scripted tools.
-    pub fn with_lvm<T>(&self, f: impl FnOnce(&Context, &Seams) -> T) -> T {
+    pub(crate) fn with_lvm<T>(&self, f: impl FnOnce(&Context, &Seams) -> T) -> T {
         let seams = Seams {
             devices: &self.devices,
             lvs: &LvmCommands,
@@ -255,7 +255,7 @@ impl World {
     }
 
     /// One call with kubelet's argv (verb first), answered by the backend's `handle`.
-    pub fn call(&self, args: &[&str]) -> Result<Reply> {
+    pub(crate) fn call(&self, args: &[&str]) -> Result<Reply> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let call = Call::parse(&args).unwrap();
         match self.backend {
@@ -270,20 +270,20 @@ impl World {
     }
 
     /// The command lines run so far.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.runner.lines()
     }
 }
 
 /// One volume group of [`FakeLvs`].
 #[derive(Debug, Clone)]
-pub struct FakeVg {
+pub(crate) struct FakeVg {
     /// Extent size in bytes.
-    pub extent: u64,
+    pub(crate) extent: u64,
     /// Free bytes.
-    pub free: u64,
+    pub(crate) free: u64,
     /// Its LVs (their `vg_extent_size`/`vg_free` columns are filled in when listed).
-    pub lvs: Vec<LvRow>,
+    pub(crate) lvs: Vec<LvRow>,
 }
 
 /// An in-memory LVM behind the LV service: volume groups that exist, LVs that `create` adds
@@ -291,17 +291,17 @@ pub struct FakeVg {
 /// flip; a VG that is not there is [`LvmError::VgNotFound`], as `lvm` says it. Every change is
 /// recorded in [`FakeLvs::calls`].
 #[derive(Default)]
-pub struct FakeLvs {
+pub(crate) struct FakeLvs {
     /// The volume groups, by name.
-    pub vgs: Mutex<BTreeMap<String, FakeVg>>,
+    pub(crate) vgs: Mutex<BTreeMap<String, FakeVg>>,
     /// Every call that changes something, in order (`create vg0/lv1 134217728 [pool] tag,tag`,
     /// `extend vg0/lv1 268435456`, `remove vg0/lv1`, `activate vg0/lv1`, ...).
-    pub calls: Mutex<Vec<String>>,
+    pub(crate) calls: Mutex<Vec<String>>,
 }
 
 impl FakeLvs {
     /// LVM with one empty VG `vg` of 4 MiB extents and `free` bytes free.
-    pub fn with_vg(vg: &str, free: u64) -> Self {
+    pub(crate) fn with_vg(vg: &str, free: u64) -> Self {
         let lvm = Self::default();
         lvm.vgs.lock().unwrap().insert(
             vg.to_owned(),
@@ -315,7 +315,7 @@ impl FakeLvs {
     }
 
     /// Adds an existing LV (`attr` as `lvs` shows it, `tags` comma-separated, `pool` or "").
-    pub fn add(&self, vg: &str, lv: &str, attr: &str, size: u64, tags: &str, pool: &str) {
+    pub(crate) fn add(&self, vg: &str, lv: &str, attr: &str, size: u64, tags: &str, pool: &str) {
         let mut vgs = self.vgs.lock().unwrap();
         let g = vgs.get_mut(vg).unwrap();
         g.lvs.push(LvRow {
@@ -332,7 +332,7 @@ impl FakeLvs {
     }
 
     /// The LV `vg_lv` (`<vg>/<lv>`) as `lvs` would list it now.
-    pub fn lv(&self, vg_lv: &str) -> Option<LvRow> {
+    pub(crate) fn lv(&self, vg_lv: &str) -> Option<LvRow> {
         let (vg, lv) = vg_lv.split_once('/')?;
         self.list_rows(vg)
             .ok()?
@@ -341,7 +341,7 @@ impl FakeLvs {
     }
 
     /// The calls so far.
-    pub fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
 

@@ -27,15 +27,15 @@ use crate::vocab::capacity::{LABEL, LABEL_VALUE};
 
 /// What a pass does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Nodes that get an (empty) object.
-    pub create: Vec<String>,
+    pub(crate) create: Vec<String>,
     /// Objects (name, uid) whose Node is gone.
-    pub delete: Vec<(String, String)>,
+    pub(crate) delete: Vec<(String, String)>,
 }
 
 /// From every Node's name and every labelled object (name → uid): what to create and delete.
-pub fn plan(nodes: &BTreeSet<String>, objects: &BTreeMap<String, String>) -> Plan {
+pub(crate) fn plan(nodes: &BTreeSet<String>, objects: &BTreeMap<String, String>) -> Plan {
     Plan {
         create: nodes
             .iter()
@@ -52,7 +52,7 @@ pub fn plan(nodes: &BTreeSet<String>, objects: &BTreeMap<String, String>) -> Pla
 
 /// Why a pass of the capacity loop failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SyncError {
+pub(crate) enum SyncError {
     /// A list failed: nothing was decided.
     #[error("{0}")]
     List(#[from] ApiError),
@@ -62,7 +62,7 @@ pub enum SyncError {
 }
 
 /// One pass: list, decide, act. Returns what was done, or why the pass failed.
-pub async fn sync(client: &kube::Client) -> Result<Plan, SyncError> {
+pub(crate) async fn sync(client: &kube::Client) -> Result<Plan, SyncError> {
     let nodes_api = Api::<Node>::all(client.clone());
     let nodes: BTreeSet<String> = call("list Nodes", nodes_api.list(&ListParams::default()))
         .await?

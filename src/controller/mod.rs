@@ -24,7 +24,7 @@
 //! It reuses the provisioner's API client ([`crate::k8s::client`]: the cluster's CA only,
 //! re-read tokens, connect timeout) and its log format.
 
-pub mod capacity;
+pub(crate) mod capacity;
 pub mod extender;
 pub mod nodeloss;
 pub mod telemetry;
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use tracing::{error, info};
 
 /// The target of the controller's log events.
-pub const LOG_TARGET: &str = "flexvol-controller";
+pub(crate) const LOG_TARGET: &str = "flexvol-controller";
 
 /// Arguments of `flexvol controller`.
 #[derive(Args, Debug, Clone)]
@@ -47,29 +47,29 @@ pub struct ControllerArgs {
     pub kubeconfig: Option<PathBuf>,
     /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
-    pub vendor: String,
+    pub(crate) vendor: String,
     /// Also keep one capacity ConfigMap per Node in `flexvol-capacity` for the scheduler
     /// extender (docs/scheduler-extender.md; drivers/deploy-overlays/node-loss/controller.yaml sets it and grants it).
     #[arg(long)]
-    pub capacity_objects: bool,
+    pub(crate) capacity_objects: bool,
     /// A pass at least this often (sooner when a grace period ends earlier).
     #[arg(long, default_value_t = 15, value_name = "SECONDS")]
-    pub resync_seconds: u64,
+    pub(crate) resync_seconds: u64,
     /// Serve /metrics, /healthz and /readyz here (the pod network; the probes use it), as the
     /// provisioner does on its own port.
     #[arg(long, default_value = "0.0.0.0:9480", value_name = "ADDRESS:PORT")]
     pub metrics_address: std::net::SocketAddr,
     /// Log lines as `text` (`<time> <LEVEL> flexvol-controller: <message>`) or `json`.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Which events to log, e.g. `flexvol-controller=debug,kube=info` (default: `RUST_LOG`,
     /// else this controller's info and nothing of the libraries).
     #[arg(long, value_name = "FILTER")]
-    pub log_filter: Option<String>,
+    pub(crate) log_filter: Option<String>,
 }
 
 /// Runs the controller until killed; returns the exit code on a fatal error.
-pub fn run(a: &ControllerArgs) -> i32 {
+pub(crate) fn run(a: &ControllerArgs) -> i32 {
     // As the provisioner: a panic is a log line and exit 70 (the Deployment restarts it; every
     // step is restart-safe); SIGTERM ends it at once.
     std::panic::set_hook(Box::new(|info| {

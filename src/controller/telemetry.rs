@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The controller's loops (`loop` label values), in [`Health`]'s slot order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Loop {
+pub(crate) enum Loop {
     /// Node loss ([`super::nodeloss`]).
     NodeLoss,
     /// The capacity objects ([`super::capacity`]; only with `--capacity-objects`).
@@ -50,7 +50,7 @@ impl Loop {
 const LOOPS: [Loop; 2] = [Loop::NodeLoss, Loop::Capacity];
 
 /// The actions (`action` label values) of each loop.
-pub const ACTIONS: [(Loop, &str); 4] = [
+pub(crate) const ACTIONS: [(Loop, &str); 4] = [
     (Loop::NodeLoss, "claim-deleted"),
     (Loop::NodeLoss, "pv-deleted"),
     (Loop::Capacity, "object-created"),
@@ -62,7 +62,7 @@ type ActionLabels = [(&'static str, &'static str); 2];
 
 /// The controller's metrics.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     passes: Family<LoopLabels, Counter>,
     errors: Family<LoopLabels, Counter>,
@@ -78,7 +78,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A registry with every metric and series, at zero.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut r = Registry::default();
         let m = Self {
             registry: Registry::default(),
@@ -124,7 +124,7 @@ impl Metrics {
     }
 
     /// Counts a pass of `l` that did `actions` (action, how many) and failed `errors` times.
-    pub fn record(&self, l: Loop, actions: &[(&'static str, u64)], errors: u64) {
+    pub(crate) fn record(&self, l: Loop, actions: &[(&'static str, u64)], errors: u64) {
         let k = [("loop", l.name())];
         self.passes.get_or_create(&k).inc();
         self.errors.get_or_create(&k).inc_by(errors);
@@ -144,7 +144,7 @@ impl Metrics {
     }
 
     /// The registry as OpenMetrics text.
-    pub fn encode(&self) -> Result<String, crate::k8s::http::EncodeError> {
+    pub(crate) fn encode(&self) -> Result<String, crate::k8s::http::EncodeError> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
@@ -156,7 +156,7 @@ const NEVER: u64 = u64::MAX;
 /// Liveness and readiness per loop, from the end of each loop's passes (milliseconds since
 /// `start`, atomics: a probe never waits for a loop).
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     start: Instant,
     resync: Duration,
     /// Which loops run (capacity only with `--capacity-objects`).
@@ -171,7 +171,7 @@ pub struct Health {
 impl Health {
     /// Health of loops that pass at least every `resync`, alive as of `start`; `capacity`: whether
     /// the capacity loop runs.
-    pub fn new(start: Instant, resync: Duration, capacity: bool) -> Self {
+    pub(crate) fn new(start: Instant, resync: Duration, capacity: bool) -> Self {
         Self {
             start,
             resync,
@@ -188,23 +188,23 @@ impl Health {
 
     /// How long a loop may go without ending a pass before it is stuck: 10 resyncs, at least 5
     /// minutes (a pass makes a few API calls per PV, each bounded by the client's deadline).
-    pub fn live_window(&self) -> Duration {
+    pub(crate) fn live_window(&self) -> Duration {
         (self.resync * 10).max(Duration::from_secs(300))
     }
 
     /// The API client is made (the process has its credentials and the server's address).
-    pub fn connected(&self) {
+    pub(crate) fn connected(&self) {
         self.connected.store(true, Ordering::Relaxed);
     }
 
     /// A pass of `l` ended at `at`; `listed`: it read what it decides from.
-    pub fn passed(&self, l: Loop, at: Instant, listed: bool) {
+    pub(crate) fn passed(&self, l: Loop, at: Instant, listed: bool) {
         self.pass[l.index()].store(self.ms(at), Ordering::Relaxed);
         self.listed[l.index()].store(listed, Ordering::Relaxed);
     }
 
     /// `/healthz` at `at`: `Err` names the loops without a pass for too long.
-    pub fn live(&self, at: Instant) -> Result<(), Unhealthy> {
+    pub(crate) fn live(&self, at: Instant) -> Result<(), Unhealthy> {
         let window = self.live_window();
         let stuck: Vec<String> = LOOPS
             .iter()
@@ -232,7 +232,7 @@ impl Health {
     }
 
     /// `/readyz` at `at`: live, connected, and every running loop's last pass listed.
-    pub fn ready(&self, at: Instant) -> Result<(), Unhealthy> {
+    pub(crate) fn ready(&self, at: Instant) -> Result<(), Unhealthy> {
         self.live(at)?;
         if !self.connected.load(Ordering::Relaxed) {
             return Err(Unhealthy::NotReady("no API client yet".into()));
@@ -264,11 +264,11 @@ impl Health {
 
 /// What the controller's HTTP server reads.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     /// The metrics.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// The health.
-    pub health: Health,
+    pub(crate) health: Health,
 }
 
 impl Endpoints for Shared {

@@ -24,7 +24,7 @@
 //! tests/suite/contract.rs). [`proto`] is public for the tests' gRPC client.
 
 pub(crate) mod identity;
-pub(crate) mod node;
+pub mod node;
 pub mod proto;
 pub(crate) mod registration;
 pub(crate) mod settings;
@@ -42,33 +42,33 @@ const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
 
 /// `flexvol csi`'s command line.
 #[derive(clap::Args, Debug, Clone)]
-pub struct CsiArgs {
+pub(crate) struct CsiArgs {
     /// Where to serve CSI: unix:///PATH (or an absolute PATH). The directory must exist, be owned
     /// by root and writable by nobody else.
     #[arg(long, value_name = "unix:///PATH")]
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// The CSI driver name (a DNS name, e.g. hostpath.csi.flexvol.io): what GetPluginInfo answers
     /// and kubelet registers.
     #[arg(long, value_name = "NAME")]
-    pub driver_name: String,
+    pub(crate) driver_name: String,
     /// This node's name, the node id NodeGetInfo answers (default: $NODE_NAME, else the host name).
     #[arg(long, value_name = "NODE")]
-    pub node_name: Option<String>,
+    pub(crate) node_name: Option<String>,
     /// The CSI socket's path as kubelet sees it, which registration reports (default: the
     /// endpoint's path; set it when this runs in a container that mounts the directory elsewhere).
     #[arg(long, value_name = "PATH")]
-    pub kubelet_registration_path: Option<PathBuf>,
+    pub(crate) kubelet_registration_path: Option<PathBuf>,
     /// kubelet's root directory: target paths must be below it, and the registration socket goes
     /// in its plugins_registry directory.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
-    pub kubelet_root: PathBuf,
+    pub(crate) kubelet_root: PathBuf,
     /// The topology key NodeGetInfo reports with the value "true" (kubelet labels the node with
     /// it); the example classes select nodes by this label.
     #[arg(long, value_name = "KEY", default_value = "flexvol/hostpath")]
-    pub topology_key: String,
+    pub(crate) topology_key: String,
     /// Do not serve the registration socket (run without kubelet, e.g. under csi-sanity).
     #[arg(long)]
-    pub no_registration: bool,
+    pub(crate) no_registration: bool,
 }
 
 /// The two CSI services on one socket, routed by the request's path (`/csi.v1.Identity/...`);
@@ -247,7 +247,7 @@ fn incoming(
 }
 
 /// Runs `flexvol csi` until a termination signal; returns the exit code on a start-up error.
-pub fn run(a: &CsiArgs) -> i32 {
+pub(crate) fn run(a: &CsiArgs) -> i32 {
     // A daemon has no kubelet caller to answer in JSON: a panic is a log line and exit 70 (the
     // DaemonSet restarts it; every call is restart-safe).
     std::panic::set_hook(Box::new(|info| {

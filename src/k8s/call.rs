@@ -5,10 +5,10 @@ use std::future::Future;
 use std::time::Duration;
 
 /// Deadline of every single API call (rule 5).
-pub const DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 
 /// One API call under [`DEADLINE`], its failure as an [`ApiError`] (also for `flexvol controller`).
-pub async fn call<T>(
+pub(crate) async fn call<T>(
     what: impl Into<String>,
     fut: impl Future<Output = Result<T, kube::Error>>,
 ) -> ApiResult<T> {

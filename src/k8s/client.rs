@@ -25,14 +25,14 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Where the in-cluster config reads the service account (kube-rs's fixed path).
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// How long a TCP connection to the API server may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why there is no API client: the kind says what to fix (the message says it in words).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     /// No kubeconfig was given and this is not a pod with a service account (its environment
     /// variables are absent or wrong).
     #[error("{0}")]
@@ -53,7 +53,7 @@ pub enum ClientError {
 
 /// How the API server's certificate is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trust {
+pub(crate) enum Trust {
     /// Against this many CA certificates of the cluster's own (kubeconfig or `ca.crt`).
     Ca(usize),
     /// Not at all (`insecure-skip-tls-verify: true`).
@@ -65,7 +65,7 @@ pub enum Trust {
 /// Decides how `config`'s server is checked and makes kube-rs's TLS setup follow it without
 /// ever reaching for the host's CA store (see the module docs). `source` names where the config
 /// came from, for the error: what to fix, and where.
-pub fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, ClientError> {
+pub(crate) fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, ClientError> {
     let url = config.cluster_url.to_string();
     if config.cluster_url.scheme_str() == Some("http") {
         config.root_cert.get_or_insert_with(Vec::new);
@@ -101,7 +101,7 @@ pub fn trust(config: &mut kube::Config, source: &str) -> Result<Trust, ClientErr
 /// `--host-mount-namespace` it is `/proc/self/fd/N`, the container's directory held open across
 /// the switch (crate::sys::hostns): `token`, `ca.crt` and `namespace` are read through it, the
 /// token again on every refresh, as kube-rs reads its fixed path.
-pub async fn client(
+pub(crate) async fn client(
     kubeconfig: Option<&Path>,
     service_account_dir: Option<&Path>,
 ) -> Result<kube::Client, ClientError> {

@@ -11,11 +11,11 @@ use std::time::SystemTime;
 
 /// Exit code of a daemon after a panic (EX_SOFTWARE): a bug, as opposed to 1, an environment to
 /// fix.
-pub const PANIC_EXIT_CODE: i32 = 70;
+pub(crate) const PANIC_EXIT_CODE: i32 = 70;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `<time> <LEVEL> flexvol-provisioner: <message>`, one line per event.
     Text,
     /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the event's fields.
@@ -33,7 +33,7 @@ impl tracing_subscriber::fmt::time::FormatTime for Rfc3339 {
 
 /// Why the logs cannot be set up (the daemon then exits 2, after saying it on stderr).
 #[derive(Debug, thiserror::Error)]
-pub enum LogError {
+pub(crate) enum LogError {
     /// `--log-filter` (or `RUST_LOG`) is not a filter.
     #[error("{0}")]
     Filter(String),
@@ -43,7 +43,7 @@ pub enum LogError {
 }
 
 /// The filter for `spec` (`None`: this provisioner's `info`, nothing of the libraries).
-pub fn log_filter(
+pub(crate) fn log_filter(
     spec: Option<&str>,
     default_target: &str,
 ) -> Result<tracing_subscriber::filter::Targets, LogError> {
@@ -63,7 +63,7 @@ pub fn log_filter(
 
 /// Sets the process's log subscriber: `format` on stderr, filtered by `filter` (or `RUST_LOG`;
 /// with neither, `default_target`'s info and nothing of the libraries).
-pub fn init_logs(
+pub(crate) fn init_logs(
     format: LogFormat,
     filter: Option<&str>,
     default_target: &str,
@@ -92,7 +92,7 @@ pub fn init_logs(
 /// (there is no logger yet): the caller exits 2. Call it on the main thread before any other
 /// thread exists (threads inherit the signal mask).
 #[must_use]
-pub fn start_daemon(format: LogFormat, filter: Option<&str>, default_target: &str) -> bool {
+pub(crate) fn start_daemon(format: LogFormat, filter: Option<&str>, default_target: &str) -> bool {
     {
         use nix::sys::signal::{SigSet, Signal};
         let mut set = SigSet::empty();
@@ -115,7 +115,7 @@ pub fn start_daemon(format: LogFormat, filter: Option<&str>, default_target: &st
 
 /// Registers `flexvol_build_info{version,commit,target} 1` ([`crate::version`]): every daemon
 /// serves it, so a dashboard can tell which build each instance runs.
-pub fn register_build_info(r: &mut Registry) {
+pub(crate) fn register_build_info(r: &mut Registry) {
     let info: Family<[(&'static str, &'static str); 3], Gauge> = Family::default();
     info.get_or_create(&[
         ("version", crate::version::VERSION),

@@ -4,18 +4,18 @@
 /// What went wrong talking to the API server.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what}: {message}")]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// The operation (`create PersistentVolume pvc-…`).
-    pub what: String,
+    pub(crate) what: String,
     /// Kind of failure.
     pub kind: ApiErrorKind,
     /// The server's message, or the transport error.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Kinds of failure the provisioner acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiErrorKind {
+pub(crate) enum ApiErrorKind {
     /// 404.
     NotFound,
     /// 409 on create.
@@ -40,4 +40,4 @@ impl ApiError {
 }
 
 /// Result of the API calls.
-pub type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;

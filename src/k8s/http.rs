@@ -29,7 +29,7 @@ pub enum Unhealthy {
 
 /// Why the HTTP server does not run.
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     /// The address cannot be bound (a port in use, an address not on this host).
     #[error(
         "cannot listen on {addr} for /metrics, /healthz and /readyz: {source}; give a free port with --metrics-address (and the probes' port in the DaemonSet)"
@@ -50,7 +50,7 @@ pub enum ServeError {
 
 /// What the one HTTP server of the daemons (the provisioner, the controller; [`serve`]) answers:
 /// `/metrics`, `/healthz` and `/readyz`.
-pub trait Endpoints: Send + Sync + 'static {
+pub(crate) trait Endpoints: Send + Sync + 'static {
     /// The registry as OpenMetrics text.
     fn metrics(&self) -> Result<String, EncodeError>;
     /// `/healthz` at `at`: `Err` says what is stuck.
@@ -60,7 +60,7 @@ pub trait Endpoints: Send + Sync + 'static {
 }
 
 /// The answer to `GET path`: status and body.
-pub fn answer(shared: &dyn Endpoints, path: &str, at: Instant) -> (u16, String) {
+pub(crate) fn answer(shared: &dyn Endpoints, path: &str, at: Instant) -> (u16, String) {
     let probe = |r: Result<(), Unhealthy>| match r {
         Ok(()) => (200, "ok\n".to_owned()),
         Err(e) => (503, format!("{e}\n")),
@@ -81,16 +81,16 @@ pub fn answer(shared: &dyn Endpoints, path: &str, at: Instant) -> (u16, String) 
 /// connections and sending nothing would hold sockets and tasks until the process runs out of
 /// descriptors, and kubelet's probes would fail with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections held at once from one peer address (the excess is closed at once, unread).
-    pub per_peer: usize,
+    pub(crate) per_peer: usize,
     /// Connections held at once in all (the excess is closed at once, unread).
-    pub total: usize,
+    pub(crate) total: usize,
     /// A connection must send its request head within this.
-    pub header: Duration,
+    pub(crate) header: Duration,
     /// A connection is closed this long after it was accepted, whatever it is doing (a client
     /// that sends slowly or never reads the answer).
-    pub connection: Duration,
+    pub(crate) connection: Duration,
 }
 
 /// The server's [`Limits`]: a pod (one peer address) holds at most 4 connections, everyone at
@@ -99,7 +99,7 @@ pub struct Limits {
 /// pod, so one tenant's pod cannot crowd them out; only 16 pods of distinct addresses together
 /// can fill the total, for 10 s at a time (a NetworkPolicy keeps them out altogether:
 /// drivers/deploy/README.md, section 7).
-pub const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     per_peer: 4,
     total: 64,
     header: Duration::from_secs(5),
@@ -110,12 +110,15 @@ pub const LIMITS: Limits = Limits {
 /// `/readyz` on a thread of its own until the process ends, within [`LIMITS`]. No keep-alive, so
 /// a connection lives for one request. Returns the address bound (port 0: the one the kernel
 /// chose).
-pub fn serve(addr: SocketAddr, shared: Arc<dyn Endpoints>) -> Result<SocketAddr, ServeError> {
+pub(crate) fn serve(
+    addr: SocketAddr,
+    shared: Arc<dyn Endpoints>,
+) -> Result<SocketAddr, ServeError> {
     serve_within(addr, shared, LIMITS)
 }
 
 /// [`serve`] within `limits` (shorter ones in tests).
-pub fn serve_within(
+pub(crate) fn serve_within(
     addr: SocketAddr,
     shared: Arc<dyn Endpoints>,
     limits: Limits,

@@ -53,35 +53,32 @@ use tracing::{debug, info, warn};
 
 /// How long a holder's record stays valid for the others after they saw it change (written as
 /// `leaseDurationSeconds`; client-go's default).
-pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+pub(crate) const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// A leader that has not renewed successfully for this long stops reporting itself leader
 /// (client-go's default). Less than [`LEASE_DURATION`]: the difference is the margin in which no
 /// instance leads at all.
-pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// How often the holder renews the Lease (and a candidate without another holder reads it). A
 /// candidate that sees another holder reads again only when that record could have expired, so
 /// a takeover after the holder died comes at most two [`LEASE_DURATION`]s (30 s) after the
 /// holder's last renewal, plus the API calls; 15 to 17 s when the candidate's last read came
 /// just after that renewal.
-pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
-/// Deadline of each API call of an elector (a leader's calls also end at its renew deadline): its
-/// renew deadline.
-pub const CALL_DEADLINE: Duration = RENEW_DEADLINE;
+pub(crate) const RETRY_PERIOD: Duration = Duration::from_secs(2);
 
 /// An elector's periods: [`TIMING`], or shorter ones in tests. `renew_deadline` must be less than
 /// `lease_duration` (whole seconds: it is written in the record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// Written as `leaseDurationSeconds`.
-    pub lease_duration: Duration,
+    pub(crate) lease_duration: Duration,
     /// A leader stops this long after it sent its last successful write; also each call's deadline.
-    pub renew_deadline: Duration,
+    pub(crate) renew_deadline: Duration,
     /// Between two rounds.
-    pub retry_period: Duration,
+    pub(crate) retry_period: Duration,
 }
 
 /// The periods every elector of the provisioner uses (client-go's defaults).
-pub const TIMING: Timing = Timing {
+pub(crate) const TIMING: Timing = Timing {
     lease_duration: LEASE_DURATION,
     renew_deadline: RENEW_DEADLINE,
     retry_period: RETRY_PERIOD,
@@ -90,20 +87,20 @@ pub const TIMING: Timing = Timing {
 /// The Lease's record as this process last read it, and since when (this process's monotonic
 /// clock) it has read it unchanged.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The record (`spec`) as read.
-    pub spec: LeaseSpec,
+    pub(crate) spec: LeaseSpec,
     /// The object's resourceVersion as read: every write changes it, even one that leaves the
     /// record as it was (a holder whose wall clock stands still).
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// When this process first read the object as it is.
-    pub since: Instant,
+    pub(crate) since: Instant,
 }
 
 /// What `spec` at `version`, read at `now`, makes of what was observed before (`prev`): the same
 /// time as before when neither changed (client-go compares the whole record; the resourceVersion
 /// catches a write of an identical one), `now` when either did.
-pub fn observe(
+pub(crate) fn observe(
     prev: Option<Observed>,
     spec: &LeaseSpec,
     version: Option<&str>,
@@ -121,7 +118,7 @@ pub fn observe(
 
 /// The step an elector takes on the Lease it just read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// There is no Lease: create it, naming this instance.
     Create,
     /// The Lease names this instance: renew it.
@@ -136,18 +133,18 @@ pub enum Step {
 }
 
 /// The holder a record names (`None`: nobody, as after a release).
-pub fn holder(spec: &LeaseSpec) -> Option<&str> {
+pub(crate) fn holder(spec: &LeaseSpec) -> Option<&str> {
     spec.holder_identity.as_deref().filter(|h| !h.is_empty())
 }
 
 /// The longest a record is honoured unchanged, whatever its `leaseDurationSeconds` says: a
 /// record written with the token's `update` right and a duration of years must not stop the
 /// shared work for longer (every flexvol holder writes [`LEASE_DURATION`]).
-pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(300);
+pub(crate) const MAX_LEASE_DURATION: Duration = Duration::from_secs(300);
 
 /// How long the record stays valid after it was observed: its own `leaseDurationSeconds` (at
 /// most [`MAX_LEASE_DURATION`]), or [`LEASE_DURATION`] when it gives none.
-pub fn duration_of(spec: &LeaseSpec) -> Duration {
+pub(crate) fn duration_of(spec: &LeaseSpec) -> Duration {
     spec.lease_duration_seconds
         .and_then(|s| u64::try_from(s).ok())
         .filter(|s| *s > 0)
@@ -158,7 +155,7 @@ pub fn duration_of(spec: &LeaseSpec) -> Duration {
 /// The decision: the Lease as read (`None`: there is none) with when it was first seen so,
 /// `now`, this instance's identity `me` and whether it may lead. Never looks at the record's
 /// times: only at who holds it and how long this process has seen it unchanged.
-pub fn decide(read: Option<&Observed>, now: Instant, me: &str, eligible: bool) -> Step {
+pub(crate) fn decide(read: Option<&Observed>, now: Instant, me: &str, eligible: bool) -> Step {
     let Some(o) = read else {
         return if eligible { Step::Create } else { Step::Wait };
     };
@@ -185,7 +182,7 @@ pub fn decide(read: Option<&Observed>, now: Instant, me: &str, eligible: bool) -
 /// The record to write for `step` over the one read (`read`), with `lease_duration` (whole
 /// seconds), at wall-clock time `wall` (only written, for people: never compared). `None` for
 /// [`Step::Wait`].
-pub fn spec_for(
+pub(crate) fn spec_for(
     step: Step,
     read: Option<&LeaseSpec>,
     me: &str,
@@ -236,7 +233,7 @@ pub fn spec_for(
 
 /// Whether an instance whose last successful write as the holder was sent at `renewed` leads at
 /// `now`: only within `renew_deadline` ([`RENEW_DEADLINE`]) of it.
-pub fn leading(renewed: Option<Instant>, renew_deadline: Duration, now: Instant) -> bool {
+pub(crate) fn leading(renewed: Option<Instant>, renew_deadline: Duration, now: Instant) -> bool {
     renewed
         .and_then(|t| t.checked_add(renew_deadline))
         .is_some_and(|end| now < end)
@@ -244,7 +241,7 @@ pub fn leading(renewed: Option<Instant>, renew_deadline: Duration, now: Instant)
 
 /// Whether this process leads for one Lease, as its elector last knew it.
 #[derive(Debug, Clone)]
-pub struct Leader {
+pub(crate) struct Leader {
     rx: watch::Receiver<bool>,
     /// Until when the last successful write as the holder lets it lead (`None`: not holding).
     until: Arc<Mutex<Option<Instant>>>,
@@ -257,64 +254,32 @@ impl Leader {
     /// Whether this process leads right now: checked against the clock, so it turns `false` at
     /// the renew deadline even when the elector's task could not run (a runtime stalled by
     /// blocking work). Ask it before each piece of shared work.
-    pub fn is_leading(&self) -> bool {
+    pub(crate) fn is_leading(&self) -> bool {
         let until = *self.until.lock().unwrap_or_else(PoisonError::into_inner);
         until.is_some_and(|u| Instant::now() < u) && *self.rx.borrow()
     }
 
-    /// The elector's reports (`true`: leading), to wait for a change (`changed().await`).
-    pub fn watch(&self) -> watch::Receiver<bool> {
-        self.rx.clone()
-    }
-
     /// Whether the Lease, as this elector last read or wrote it, names this instance.
-    pub fn holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         self.holds.load(Ordering::Acquire)
     }
-}
-
-/// Starts an elector for the Lease `namespace/name` as `holder` on the caller's runtime: it runs
-/// until every [`Leader`] handle of it is dropped (releasing the Lease if it holds it), and takes
-/// part only while `eligible` is true (read every [`RETRY_PERIOD`]; turned false while holding:
-/// released).
-pub fn spawn(
-    client: kube::Client,
-    namespace: String,
-    name: String,
-    holder: String,
-    eligible: Arc<AtomicBool>,
-) -> Leader {
-    let (_stop, stopping) = watch::channel(false);
-    start(
-        client,
-        namespace,
-        name,
-        holder,
-        Part {
-            eligible,
-            fit: Arc::new(AtomicBool::new(true)),
-            stopping,
-        },
-        TIMING,
-        None,
-    )
 }
 
 /// When an elector takes part: while `eligible` and `fit`, and until `stopping` turns true (the
 /// process stops: from then on it releases what it holds and takes nothing). `fit` is false while
 /// a lane of this instance is stuck (`crate::provision::leadership::Leadership::set_fit`): it releases what it holds and
 /// takes nothing until the lane moves again.
-pub struct Part {
+pub(crate) struct Part {
     /// Whether this process may lead this Lease now.
-    pub eligible: Arc<AtomicBool>,
+    pub(crate) eligible: Arc<AtomicBool>,
     /// Cleared while this process is unfit to lead (a stuck worker).
-    pub fit: Arc<AtomicBool>,
+    pub(crate) fit: Arc<AtomicBool>,
     /// Turns true when the process stops.
-    pub stopping: watch::Receiver<bool>,
+    pub(crate) stopping: watch::Receiver<bool>,
 }
 
 /// [`spawn`], also setting `gauge` to 1 while leading and 0 otherwise.
-pub fn start(
+pub(crate) fn start(
     client: kube::Client,
     namespace: String,
     name: String,

@@ -17,14 +17,14 @@
 /// The target of this room's own log lines (the API client's warnings, the electors, the HTTP
 /// server's failures): every daemon's default log filter shows it at `info`
 /// ([`daemon::log_filter`]).
-pub const LOG_TARGET: &str = "flexvol-k8s";
+pub(crate) const LOG_TARGET: &str = "flexvol-k8s";
 
-pub mod call;
-pub mod client;
-pub mod daemon;
-pub mod error;
-pub mod http;
-pub mod lease;
+pub(crate) mod call;
+pub(crate) mod client;
+pub(crate) mod daemon;
+pub(crate) mod error;
+pub(crate) mod http;
+pub(crate) mod lease;
 pub mod patch;
 pub mod queue;
-pub mod watch;
+pub(crate) mod watch;

@@ -22,7 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 
 /// Which lane works on a kind: the node-local kinds' or the shared kinds'.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Lane {
+pub(crate) enum Lane {
     /// hostPath, LVM: this node's volumes.
     Local,
     /// NFS: volumes any node may make, made by the one instance that leads them.
@@ -43,23 +43,23 @@ use std::time::{Duration, Instant};
 
 /// Delays after consecutive failures: `base`, `2 base`, `4 base`, ... up to `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// After the first failure.
-    pub base: Duration,
+    pub(crate) base: Duration,
     /// Never longer than this.
-    pub max: Duration,
+    pub(crate) max: Duration,
 }
 
 impl Backoff {
     /// The provisioner's: 1 s doubling to 5 minutes (sig-storage's external-provisioner uses 1 s
     /// to 5 min too).
-    pub const DEFAULT: Backoff = Backoff {
+    pub(crate) const DEFAULT: Backoff = Backoff {
         base: Duration::from_secs(1),
         max: Duration::from_secs(300),
     };
 
     /// The delay after `failures` consecutive failures (`failures >= 1`).
-    pub fn delay(&self, failures: u32) -> Duration {
+    pub(crate) fn delay(&self, failures: u32) -> Duration {
         let shift = failures.saturating_sub(1).min(20);
         self.base.saturating_mul(1u32 << shift).min(self.max)
     }
@@ -67,7 +67,7 @@ impl Backoff {
 
 /// The keys to work on, each once, and the keys waiting out a backoff.
 #[derive(Debug)]
-pub struct WorkQueue<K: Ord + Hash + Clone> {
+pub(crate) struct WorkQueue<K: Ord + Hash + Clone> {
     backoff: Backoff,
     /// Due now (ordered: stable, testable batches).
     due: BTreeSet<K>,
@@ -89,19 +89,19 @@ impl<K: Ord + Hash + Clone> WorkQueue<K> {
     }
 
     /// `key` changed: due now, backoff or not (the change may be the fix).
-    pub fn add(&mut self, key: K) {
+    pub(crate) fn add(&mut self, key: K) {
         self.due.insert(key);
     }
 
     /// A resync: `key` is due now unless it is waiting out a backoff.
-    pub fn add_unless_backing_off(&mut self, key: K) {
+    pub(crate) fn add_unless_backing_off(&mut self, key: K) {
         if !self.failing.contains_key(&key) {
             self.due.insert(key);
         }
     }
 
     /// Takes every key due at `now`: the changed ones and the failed ones whose delay is over.
-    pub fn take(&mut self, now: Instant) -> Vec<K> {
+    pub(crate) fn take(&mut self, now: Instant) -> Vec<K> {
         for (k, (_, at)) in &self.failing {
             if *at <= now && self.due.insert(k.clone()) {
                 self.retries += 1;
@@ -112,7 +112,7 @@ impl<K: Ord + Hash + Clone> WorkQueue<K> {
 
     /// The work on `key` ended at `now`: on success its failures are forgotten; on failure it
     /// comes back after the next delay (unless a change makes it due sooner).
-    pub fn done(&mut self, key: &K, ok: bool, now: Instant) {
+    pub(crate) fn done(&mut self, key: &K, ok: bool, now: Instant) {
         if ok {
             self.failing.remove(key);
             return;
@@ -123,18 +123,18 @@ impl<K: Ord + Hash + Clone> WorkQueue<K> {
     }
 
     /// Forgets `key` (its object is gone).
-    pub fn forget(&mut self, key: &K) {
+    pub(crate) fn forget(&mut self, key: &K) {
         self.failing.remove(key);
         self.due.remove(key);
     }
 
     /// When the next failed key is due (`None`: none failed).
-    pub fn next_retry(&self) -> Option<Instant> {
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
         self.failing.values().map(|(_, at)| *at).min()
     }
 
     /// Keys due now plus keys waiting out a backoff (the queue depth metric).
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.due.len()
             + self
                 .failing
@@ -144,23 +144,24 @@ impl<K: Ord + Hash + Clone> WorkQueue<K> {
     }
 
     /// Keys waiting out a backoff.
-    pub fn failing(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn failing(&self) -> usize {
         self.failing.len()
     }
 
     /// Retries handed out so far.
-    pub fn retries(&self) -> u64 {
+    pub(crate) fn retries(&self) -> u64 {
         self.retries
     }
 }
 
 /// Why work for a fault domain was not attempted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Open {
+pub(crate) struct Open {
     /// When the next attempt is let through.
-    pub until: Instant,
+    pub(crate) until: Instant,
     /// What the last attempt failed with.
-    pub last: String,
+    pub(crate) last: String,
 }
 
 #[derive(Debug, Clone)]
@@ -174,7 +175,7 @@ struct BreakerState {
 
 /// One breaker per fault domain (an NFS server's name).
 #[derive(Debug)]
-pub struct Breakers {
+pub(crate) struct Breakers {
     backoff: Backoff,
     open: HashMap<String, BreakerState>,
 }
@@ -191,7 +192,7 @@ impl Breakers {
     /// Whether work for `domain` may go ahead at `now`: yes when closed; when open, no until its
     /// delay is over, then yes for one attempt (half-open; the caller reports its outcome with
     /// [`Breakers::record`]).
-    pub fn admit(&mut self, domain: &str, now: Instant) -> Result<(), Open> {
+    pub(crate) fn admit(&mut self, domain: &str, now: Instant) -> Result<(), Open> {
         let Some(s) = self.open.get_mut(domain) else {
             return Ok(());
         };
@@ -207,7 +208,7 @@ impl Breakers {
 
     /// The outcome of an attempt for `domain` at `now`: success closes its breaker; a failure
     /// (one that says the server is unreachable or did not answer) opens it, for longer each time.
-    pub fn record(&mut self, domain: &str, failure: Option<&str>, now: Instant) {
+    pub(crate) fn record(&mut self, domain: &str, failure: Option<&str>, now: Instant) {
         match failure {
             None => {
                 self.open.remove(domain);
@@ -228,7 +229,7 @@ impl Breakers {
     }
 
     /// Domains whose breaker is open (a metric).
-    pub fn open_count(&self) -> usize {
+    pub(crate) fn open_count(&self) -> usize {
         self.open.len()
     }
 }

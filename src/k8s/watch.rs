@@ -15,7 +15,7 @@ use kube::runtime::watcher::{self, DefaultBackoff};
 /// A change one watch saw, as the caches ([`crate::provision::cache`]) and the scheduler extender's view
 /// (`controller::extender::watch`) apply it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchEvent<K> {
+pub(crate) enum WatchEvent<K> {
     /// An object was added or changed.
     Applied(K),
     /// An object was deleted.
@@ -36,7 +36,7 @@ where
 
 /// kube-runtime's watcher on `api`, after each failure paused by [`DefaultBackoff`], its events
 /// as [`WatchEvent`]s.
-pub fn watch<K>(
+pub(crate) fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
 ) -> impl Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send

@@ -57,7 +57,7 @@ struct Record<'a> {
 /// Starts the record for this call. Nothing is written until [`record_final`]. `syslog` is the
 /// socket to also send the record to (normally `/dev/log`), `None` when syslog is off;
 /// `max_bytes`: the config's `callLogMaxBytes` (0: never rotate).
-pub fn begin(
+pub(crate) fn begin(
     file: Option<PathBuf>,
     max_bytes: u64,
     syslog: Option<PathBuf>,
@@ -81,7 +81,7 @@ pub fn begin(
 }
 
 /// Writes the record with the reply. Only the first call writes; later ones do nothing.
-pub fn record_final(reply: &Reply) {
+pub(crate) fn record_final(reply: &Reply) {
     let Some(p) = PENDING.lock().ok().and_then(|mut g| g.take()) else {
         return;
     };
@@ -108,7 +108,7 @@ pub fn record_final(reply: &Reply) {
 
 /// Appends `line` (one record, newline included) to the log at `path`, rotating it when it has
 /// grown past `max_bytes` (0: never); see the module doc. Errors are dropped.
-pub fn append(path: &Path, line: &[u8], max_bytes: u64) {
+pub(crate) fn append(path: &Path, line: &[u8], max_bytes: u64) {
     // One write(2) with O_APPEND: concurrent calls never interleave within a line.
     let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
@@ -128,7 +128,7 @@ pub fn append(path: &Path, line: &[u8], max_bytes: u64) {
 }
 
 /// The old log's name: `<file>.1`.
-pub fn rotated_path(path: &Path) -> PathBuf {
+pub(crate) fn rotated_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(".1");
     PathBuf::from(s)
@@ -177,7 +177,7 @@ fn known_option(backend: &str, key: &str) -> bool {
 /// Redacts one argument of a call to `backend` for the log: in an options object, every value
 /// goes through the one redaction rule ([`crate::protocol::options::redact_value`]), and the
 /// value of an option the backend does not read is not logged at all.
-pub fn redact_arg(backend: &str, arg: &str) -> String {
+pub(crate) fn redact_arg(backend: &str, arg: &str) -> String {
     if !arg.trim_start().starts_with('{') {
         return arg.to_owned();
     }
@@ -201,7 +201,7 @@ pub fn redact_arg(backend: &str, arg: &str) -> String {
 }
 
 /// Formats a time as RFC 3339 UTC with milliseconds.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     // SystemTime is a timespec (i64 seconds), so a time after the epoch always fits; the
     // fallback is as unreachable as the pre-epoch one above.

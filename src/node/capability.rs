@@ -57,15 +57,15 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The PV option that carries the token. Its name contains `token`: redacted everywhere.
-pub const OPTION: &str = "capabilityToken";
+pub(crate) const OPTION: &str = "capabilityToken";
 /// The node key's file name inside the state directory.
-pub const NODE_KEY_FILE: &str = "capability.key";
+pub(crate) const NODE_KEY_FILE: &str = "capability.key";
 /// Key length made by [`Key::load_or_create`].
-pub const KEY_BYTES: usize = 32;
+pub(crate) const KEY_BYTES: usize = 32;
 /// Shortest key accepted from a file (a shared key an operator made).
-pub const MIN_KEY_BYTES: usize = 16;
+pub(crate) const MIN_KEY_BYTES: usize = 16;
 /// Longest key file read.
-pub const MAX_KEY_BYTES: usize = 4096;
+pub(crate) const MAX_KEY_BYTES: usize = 4096;
 /// The version prefix of a token made before tokens named their namespace (kind, PV, location).
 const TOKEN_PREFIX: &str = "v1.";
 /// The version prefix of a token that also covers its claim's namespace:
@@ -104,7 +104,7 @@ impl Location<'_> {
 /// the provisioner signs, what the reconciler writes a legacy grant for, and what a driver checks
 /// (with [`crate::protocol::options::Options::plain`]). `None` for another kind or a missing
 /// option.
-pub fn pv_location<'a>(
+pub(crate) fn pv_location<'a>(
     kind: &str,
     options: &'a std::collections::BTreeMap<String, String>,
 ) -> Option<Location<'a>> {
@@ -126,13 +126,13 @@ pub fn pv_location<'a>(
 /// The bytes a token is the HMAC of. Fields are separated by NUL, which none of them may hold
 /// (option values with NUL are refused by every parser), so two different volumes never share a
 /// message.
-pub fn message(pv: &str, loc: &Location<'_>) -> Vec<u8> {
+pub(crate) fn message(pv: &str, loc: &Location<'_>) -> Vec<u8> {
     build_message(b"flexvol capability v1\0", pv, None, loc)
 }
 
 /// The bytes a namespace-bound (v2) token is the HMAC of: as [`message`], with the claim's
 /// namespace after the PV. A v1 message never equals a v2 one (their first field differs).
-pub fn message_v2(pv: &str, namespace: &str, loc: &Location<'_>) -> Vec<u8> {
+pub(crate) fn message_v2(pv: &str, namespace: &str, loc: &Location<'_>) -> Vec<u8> {
     build_message(b"flexvol capability v2\0", pv, Some(namespace), loc)
 }
 
@@ -165,13 +165,13 @@ fn build_message(head: &[u8], pv: &str, namespace: Option<&str>, loc: &Location<
 
 /// Whether `token` has the form of a token that names its claim's namespace (v2); says nothing of
 /// its validity.
-pub fn names_namespace(token: &str) -> bool {
+pub(crate) fn names_namespace(token: &str) -> bool {
     token.starts_with(TOKEN_V2_PREFIX)
 }
 
 /// What a valid token says of whom it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// A token made before tokens named a namespace: its PV and location only. The namespace
     /// comes from the provisioner's root-only grant on the node ([`authorize`]).
     AnyNamespace,
@@ -202,7 +202,7 @@ pub enum KeyError {
 impl KeyError {
     /// Whether the key file does not exist (callers decide whether that is a refusal or a
     /// reason to create one).
-    pub fn is_missing(&self) -> bool {
+    pub(crate) fn is_missing(&self) -> bool {
         matches!(self, KeyError::Missing { .. })
     }
 }
@@ -218,7 +218,7 @@ impl std::fmt::Debug for Key {
 
 impl Key {
     /// A key from raw bytes (tests, and keys read from trusted files).
-    pub fn from_bytes(bytes: &[u8]) -> Self {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
         Key(hmac::Key::new(hmac::HMAC_SHA256, bytes))
     }
 
@@ -371,13 +371,14 @@ impl Key {
 
     /// Whether `token` is this key's token for PV `pv` at `loc` (constant time in the tag), of
     /// either version, whatever namespace a v2 token names.
-    pub fn verify(&self, pv: &str, loc: &Location<'_>, token: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn verify(&self, pv: &str, loc: &Location<'_>, token: &str) -> bool {
         self.scope(pv, loc, token).is_some()
     }
 
     /// What `token` serves when it is this key's token for PV `pv` at `loc`; `None` when it is
     /// not valid (malformed, another PV or location, another key, a namespace changed).
-    pub fn scope(&self, pv: &str, loc: &Location<'_>, token: &str) -> Option<Scope> {
+    pub(crate) fn scope(&self, pv: &str, loc: &Location<'_>, token: &str) -> Option<Scope> {
         if let Some(rest) = token.strip_prefix(TOKEN_V2_PREFIX) {
             let (ns, hex) = rest.split_once('.')?;
             if ns.is_empty() || ns.contains('\0') {
@@ -396,7 +397,7 @@ impl Key {
 }
 
 /// The directory of legacy grants inside the state directory.
-pub const LEGACY_DIR: &str = "legacy-grants";
+pub(crate) const LEGACY_DIR: &str = "legacy-grants";
 
 /// A legacy grant: a volume made before capabilities, served without a token to this PV name in
 /// this namespace only.
@@ -411,7 +412,7 @@ pub struct LegacyGrant {
 
 /// Where the legacy grant of `loc` is: `<stateDir>/legacy-grants/<sha256(kind, location)>`, so a
 /// driver finds it from the options alone, with one open.
-pub fn legacy_grant_path(state_dir: &Path, loc: &Location<'_>) -> PathBuf {
+pub(crate) fn legacy_grant_path(state_dir: &Path, loc: &Location<'_>) -> PathBuf {
     let digest = ring::digest::digest(&ring::digest::SHA256, &message("", loc));
     let mut name = String::with_capacity(64);
     for b in digest.as_ref() {
@@ -454,7 +455,7 @@ pub fn write_legacy_grant(
 
 /// The legacy grant of `loc`, if there is one that only root could have written (a regular file
 /// owned by root or us, not writable by group or others, not a symlink).
-pub fn read_legacy_grant(state_dir: &Path, loc: &Location<'_>) -> Option<LegacyGrant> {
+pub(crate) fn read_legacy_grant(state_dir: &Path, loc: &Location<'_>) -> Option<LegacyGrant> {
     let path = legacy_grant_path(state_dir, loc);
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -472,7 +473,7 @@ pub fn read_legacy_grant(state_dir: &Path, loc: &Location<'_>) -> Option<LegacyG
 }
 
 /// Removes the legacy grant of `loc` (when its volume is deleted). Missing is fine.
-pub fn remove_legacy_grant(state_dir: &Path, loc: &Location<'_>) -> std::io::Result<()> {
+pub(crate) fn remove_legacy_grant(state_dir: &Path, loc: &Location<'_>) -> std::io::Result<()> {
     match std::fs::remove_file(legacy_grant_path(state_dir, loc)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
@@ -481,7 +482,7 @@ pub fn remove_legacy_grant(state_dir: &Path, loc: &Location<'_>) -> std::io::Res
 
 /// How a driver decided that a call may use a provisioner-made volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Granted {
+pub(crate) enum Granted {
     /// A valid token for this PV and location.
     Token,
     /// No token, but a legacy grant for this location, this PV name and this namespace.
@@ -494,7 +495,7 @@ pub enum Granted {
 /// `kubernetes.io/pod.namespace`; `None` for calls without a pod, such as `waitforattach`, where
 /// a legacy grant for the location suffices). `key` is the kind's key as loaded (an error is kept
 /// for the message). The `Err` is a complete refusal message that echoes no token.
-pub fn authorize(
+pub(crate) fn authorize(
     key: Result<&Key, &KeyError>,
     state_dir: &Path,
     loc: &Location<'_>,

@@ -28,18 +28,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Where the config is read from unless `FLEXVOL_CONFIG` says otherwise.
-pub const DEFAULT_PATH: &str = "/etc/flexvol/config.json";
+pub(crate) const DEFAULT_PATH: &str = "/etc/flexvol/config.json";
 /// Environment variable naming another config file (tests, unusual nodes).
-pub const ENV_VAR: &str = "FLEXVOL_CONFIG";
+pub(crate) const ENV_VAR: &str = "FLEXVOL_CONFIG";
 
 /// Allowed range of every `...Seconds` key (0 only where [`Config::parse`] says so): one day is
 /// more than any kubelet waits for a verb, and keeps every deadline computation far from overflow.
-pub const SECONDS_RANGE: (u64, u64) = (1, 86_400);
+pub(crate) const SECONDS_RANGE: (u64, u64) = (1, 86_400);
 
 /// `callLogMaxBytes` unless the config says otherwise: 8 MiB (tens of thousands of calls).
-pub const DEFAULT_CALL_LOG_MAX_BYTES: u64 = 8 << 20;
+pub(crate) const DEFAULT_CALL_LOG_MAX_BYTES: u64 = 8 << 20;
 /// The least `callLogMaxBytes` other than 0 (a few records).
-pub const MIN_CALL_LOG_MAX_BYTES: u64 = 64 << 10;
+pub(crate) const MIN_CALL_LOG_MAX_BYTES: u64 = 64 << 10;
 
 /// The whole node configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -53,21 +53,21 @@ pub struct Config {
     pub log_file: Option<PathBuf>,
     /// When the log file has grown past this many bytes, the call that sees it renames it to
     /// `<logFile>.1` (replacing the one before) and the next call starts a new file; 0: never.
-    pub call_log_max_bytes: u64,
+    pub(crate) call_log_max_bytes: u64,
     /// Also send each call record to the system log (`/dev/log`: journald or syslog).
-    pub log_syslog: bool,
+    pub(crate) log_syslog: bool,
     /// The datagram socket `logSyslog` sends to; another path only for tests or a chrooted syslog.
-    pub syslog_socket: PathBuf,
+    pub(crate) syslog_socket: PathBuf,
     /// How long a call waits for another call holding the same volume's lock.
-    pub lock_timeout_seconds: u64,
+    pub(crate) lock_timeout_seconds: u64,
     /// How long any verb may run before it answers Failure (waitforattach included).
-    pub verb_timeout_seconds: u64,
+    pub(crate) verb_timeout_seconds: u64,
     /// Upper bound for any single external command.
-    pub command_timeout_seconds: u64,
+    pub(crate) command_timeout_seconds: u64,
     /// Directories searched for tools (mount.nfs, lvm, blkid, mkfs.*), in order.
-    pub tool_dirs: Vec<PathBuf>,
+    pub(crate) tool_dirs: Vec<PathBuf>,
     /// hostPath backend policy.
-    pub hostpath: crate::backend::hostpath::policy::HostPathConfig,
+    pub(crate) hostpath: crate::backend::hostpath::policy::HostPathConfig,
     /// NFS backend policy.
     pub nfs: crate::backend::nfs::options::NfsConfig,
     /// LVM backend policy.
@@ -75,7 +75,7 @@ pub struct Config {
     /// Provisioning roots, in rancher local-path-provisioner's `config.json` keys at the top level
     /// (`nodePathMap`, `storageClassConfigs`, ...): parsed apart, see [`Config::parse`].
     #[serde(skip)]
-    pub local_path: crate::node::localpath::LocalPathConfig,
+    pub(crate) local_path: crate::node::localpath::LocalPathConfig,
 }
 
 impl Default for Config {
@@ -129,7 +129,7 @@ pub enum ConfigError {
 
 impl Config {
     /// The config file in effect: `$FLEXVOL_CONFIG` or the default path.
-    pub fn path() -> (PathBuf, bool) {
+    pub(crate) fn path() -> (PathBuf, bool) {
         match std::env::var_os(ENV_VAR) {
             Some(p) if !p.is_empty() => (PathBuf::from(p), true),
             _ => (PathBuf::from(DEFAULT_PATH), false),
@@ -138,7 +138,7 @@ impl Config {
 
     /// Loads the config in effect. A missing file is fine only at the default path: a file named
     /// explicitly by `FLEXVOL_CONFIG` must exist. The file must be trusted (module doc).
-    pub fn load() -> Result<Self, ConfigError> {
+    pub(crate) fn load() -> Result<Self, ConfigError> {
         let (path, explicit) = Self::path();
         let mut file = match std::fs::File::open(&path) {
             Ok(f) => f,
@@ -250,19 +250,19 @@ impl Config {
     }
 
     /// The log file, `None` when logging to a file is off.
-    pub fn log_path(&self) -> Option<&Path> {
+    pub(crate) fn log_path(&self) -> Option<&Path> {
         self.log_file
             .as_deref()
             .filter(|p| !p.as_os_str().is_empty())
     }
 
     /// Lock wait as a duration (clamped to [`SECONDS_RANGE`], also for a config built in code).
-    pub fn lock_timeout(&self) -> Duration {
+    pub(crate) fn lock_timeout(&self) -> Duration {
         Duration::from_secs(self.lock_timeout_seconds.min(SECONDS_RANGE.1))
     }
 
     /// Verb deadline as a duration (clamped to [`SECONDS_RANGE`]).
-    pub fn verb_timeout(&self) -> Duration {
+    pub(crate) fn verb_timeout(&self) -> Duration {
         Duration::from_secs(
             self.verb_timeout_seconds
                 .clamp(SECONDS_RANGE.0, SECONDS_RANGE.1),
@@ -270,7 +270,7 @@ impl Config {
     }
 
     /// Per-command cap as a duration (clamped to [`SECONDS_RANGE`]).
-    pub fn command_timeout(&self) -> Duration {
+    pub(crate) fn command_timeout(&self) -> Duration {
         Duration::from_secs(
             self.command_timeout_seconds
                 .clamp(SECONDS_RANGE.0, SECONDS_RANGE.1),
@@ -278,7 +278,7 @@ impl Config {
     }
 
     /// Where this backend's locks live.
-    pub fn lock_dir(&self) -> PathBuf {
+    pub(crate) fn lock_dir(&self) -> PathBuf {
         self.run_dir.join("locks")
     }
 }

@@ -28,10 +28,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// local-path's name for "any node not listed".
-pub const DEFAULT_NODE: &str = "DEFAULT_PATH_FOR_NON_LISTED_NODES";
+pub(crate) const DEFAULT_NODE: &str = "DEFAULT_PATH_FOR_NON_LISTED_NODES";
 
 /// The keys of local-path's `config.json` that flexvol reads.
-pub const KEYS: [&str; 6] = [
+pub(crate) const KEYS: [&str; 6] = [
     "nodePathMap",
     "sharedFileSystemPath",
     "storageClassConfigs",
@@ -43,40 +43,40 @@ pub const KEYS: [&str; 6] = [
 /// One `nodePathMap` entry.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct NodePath {
+pub(crate) struct NodePath {
     /// A node name, or [`DEFAULT_NODE`].
     pub node: String,
     /// The roots on that node; empty means none.
     #[serde(default)]
-    pub paths: Vec<PathBuf>,
+    pub(crate) paths: Vec<PathBuf>,
 }
 
 /// A set of roots: the top level of the file, or one `storageClassConfigs` entry.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct PathMap {
+pub(crate) struct PathMap {
     /// Roots per node.
-    pub node_path_map: Vec<NodePath>,
+    pub(crate) node_path_map: Vec<NodePath>,
     /// One root shared by every node.
-    pub shared_file_system_path: Option<PathBuf>,
+    pub(crate) shared_file_system_path: Option<PathBuf>,
 }
 
 /// The local-path part of the node config.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct LocalPathConfig {
+pub(crate) struct LocalPathConfig {
     /// Roots per node for classes without their own entry.
-    pub node_path_map: Vec<NodePath>,
+    pub(crate) node_path_map: Vec<NodePath>,
     /// One root shared by every node (instead of `nodePathMap`).
-    pub shared_file_system_path: Option<PathBuf>,
+    pub(crate) shared_file_system_path: Option<PathBuf>,
     /// Roots per StorageClass name.
-    pub storage_class_configs: BTreeMap<String, PathMap>,
+    pub(crate) storage_class_configs: BTreeMap<String, PathMap>,
     /// local-path's helper-pod setup command: accepted, not run.
-    pub setup_command: Option<String>,
+    pub(crate) setup_command: Option<String>,
     /// local-path's helper-pod teardown command: accepted, not run.
-    pub teardown_command: Option<String>,
+    pub(crate) teardown_command: Option<String>,
     /// local-path's helper-pod timeout: accepted, not used.
-    pub cmd_timeout_seconds: Option<u64>,
+    pub(crate) cmd_timeout_seconds: Option<u64>,
 }
 
 impl PathMap {
@@ -118,7 +118,7 @@ impl PathMap {
     }
 
     /// The roots this map gives `node`, in the order written.
-    pub fn roots_for(&self, node: &str) -> Vec<PathBuf> {
+    pub(crate) fn roots_for(&self, node: &str) -> Vec<PathBuf> {
         if let Some(p) = &self.shared_file_system_path {
             return vec![p.clone()];
         }
@@ -148,7 +148,7 @@ fn check_root(what: &str, p: &Path) -> Result<(), String> {
 impl LocalPathConfig {
     /// The roots `node` has for classes without an entry of their own (`nodePathMap` or
     /// `sharedFileSystemPath`).
-    pub fn default_roots(&self, node: &str) -> Vec<PathBuf> {
+    pub(crate) fn default_roots(&self, node: &str) -> Vec<PathBuf> {
         self.top().roots_for(node)
     }
 
@@ -159,13 +159,8 @@ impl LocalPathConfig {
         }
     }
 
-    /// Whether the file names any root at all.
-    pub fn is_empty(&self) -> bool {
-        self.all_roots().is_empty()
-    }
-
     /// Checks the rules in the module doc.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         self.top().check("nodePathMap")?;
         for (class, m) in &self.storage_class_configs {
             m.check(&format!("storageClassConfigs.{class}"))?;
@@ -174,7 +169,7 @@ impl LocalPathConfig {
     }
 
     /// The roots for volumes of `class` on `node`.
-    pub fn roots_for(&self, node: &str, class: &str) -> Vec<PathBuf> {
+    pub(crate) fn roots_for(&self, node: &str, class: &str) -> Vec<PathBuf> {
         match self.storage_class_configs.get(class) {
             Some(m) => m.roots_for(node),
             None => self.top().roots_for(node),
@@ -182,7 +177,7 @@ impl LocalPathConfig {
     }
 
     /// Every root `node` has for some class: deciding whether it serves, and where deletes may act.
-    pub fn node_roots(&self, node: &str) -> Vec<PathBuf> {
+    pub(crate) fn node_roots(&self, node: &str) -> Vec<PathBuf> {
         let mut v = self.top().roots_for(node);
         for m in self.storage_class_configs.values() {
             v.extend(m.roots_for(node));
@@ -193,7 +188,7 @@ impl LocalPathConfig {
     }
 
     /// Every root named anywhere in the file (for any node).
-    pub fn all_roots(&self) -> Vec<PathBuf> {
+    pub(crate) fn all_roots(&self) -> Vec<PathBuf> {
         let top = self.top();
         let mut v: Vec<PathBuf> = top
             .all()
@@ -207,7 +202,7 @@ impl LocalPathConfig {
 
     /// Splits local-path's keys off a JSON config object: returns them parsed and checked, and
     /// leaves the other keys in `obj` for the flexvol config proper.
-    pub fn split_off(
+    pub(crate) fn split_off(
         obj: &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<Option<Self>, String> {
         let mut lp = serde_json::Map::new();
@@ -231,7 +226,7 @@ mod tests {
     use super::*;
 
     /// The two `config.json` examples of local-path-provisioner's README, verbatim.
-    pub const README_CONFIG: &str = r#"{
+    pub(crate) const README_CONFIG: &str = r#"{
         "nodePathMap":[
         {
                 "node":"DEFAULT_PATH_FOR_NON_LISTED_NODES",
@@ -247,7 +242,7 @@ mod tests {
         }
         ]
 }"#;
-    pub const README_CLASS_CONFIG: &str = r#"{
+    pub(crate) const README_CLASS_CONFIG: &str = r#"{
         "storageClassConfigs":{
                 "ssd":{
                         "nodePathMap":[

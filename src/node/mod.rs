@@ -1,7 +1,7 @@
 //! Node-local bookkeeping shared by every backend: the config file (with local-path's provisioning
 //! roots), durable volume records, capabilities and the per-call log.
 
-pub mod calllog;
+pub(crate) mod calllog;
 pub mod capability;
 pub mod config;
 pub mod localpath;

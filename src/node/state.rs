@@ -27,30 +27,30 @@ pub struct VolumeRecord {
     /// Backend name.
     pub backend: String,
     /// The verb that made the mount (`mount` or `mountdevice`).
-    pub verb: String,
+    pub(crate) verb: String,
     /// The directory kubelet named.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Where the mount actually is, when not the target itself (a file inside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount_point: Option<PathBuf>,
     /// What is mounted: a host path, `server:/share` or a device.
     pub source: String,
     /// Mounted read-only.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
     /// `kubernetes.io/pvOrVolumeName`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
     /// `namespace/name` of the pod, for `mount`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<String>,
+    pub(crate) pod: Option<String>,
     /// Pod UID, for `mount`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<String>,
+    pub(crate) pod_uid: Option<String>,
     /// Seconds since the epoch when the record was written.
-    pub since: u64,
+    pub(crate) since: u64,
     /// Backend specifics (fs type, VG/LV, mount options...). Never secrets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub extra: BTreeMap<String, String>,
+    pub(crate) extra: BTreeMap<String, String>,
 }
 
 impl VolumeRecord {
@@ -63,7 +63,7 @@ impl VolumeRecord {
     /// than the target must be a single plain name directly inside it (`<target>/<name>`, no
     /// `.`, `..` or separators). A record that says otherwise was not written by flexvol, and
     /// unmounting or deleting what it names could hit anything on the node.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let Some(mp) = &self.mount_point else {
             return Ok(());
         };
@@ -100,7 +100,7 @@ pub enum StateError {
 
 /// The records of one backend: `<stateDir>/<backend>/<key>.json`.
 #[derive(Debug, Clone)]
-pub struct StateStore {
+pub(crate) struct StateStore {
     dir: PathBuf,
 }
 
@@ -112,18 +112,13 @@ impl StateStore {
         }
     }
 
-    /// The directory holding the records.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     fn file(&self, target: &Path) -> PathBuf {
         self.dir
             .join(format!("{}.json", file_key(&target.to_string_lossy())))
     }
 
     /// Writes the record for `rec.target`, atomically.
-    pub fn save(&self, rec: &VolumeRecord) -> Result<(), StateError> {
+    pub(crate) fn save(&self, rec: &VolumeRecord) -> Result<(), StateError> {
         let path = self.file(&rec.target);
         let io = |what, source| StateError::Io {
             what,
@@ -155,7 +150,7 @@ impl StateStore {
     }
 
     /// The record for `target`, if any.
-    pub fn load(&self, target: &Path) -> Result<Option<VolumeRecord>, StateError> {
+    pub(crate) fn load(&self, target: &Path) -> Result<Option<VolumeRecord>, StateError> {
         let path = self.file(target);
         // Read through `take`, so std does not fstat for a size hint: open, two reads, close.
         let read = |p: &Path| {
@@ -193,7 +188,7 @@ impl StateStore {
     }
 
     /// Removes the record for `target`; absent is fine.
-    pub fn remove(&self, target: &Path) -> Result<(), StateError> {
+    pub(crate) fn remove(&self, target: &Path) -> Result<(), StateError> {
         let path = self.file(target);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -207,7 +202,7 @@ impl StateStore {
     }
 
     /// Every record, with the file it came from; unreadable files are returned as errors.
-    pub fn list(&self) -> Vec<(PathBuf, Result<VolumeRecord, StateError>)> {
+    pub(crate) fn list(&self) -> Vec<(PathBuf, Result<VolumeRecord, StateError>)> {
         let Ok(rd) = fs::read_dir(&self.dir) else {
             return Vec::new();
         };
@@ -242,7 +237,7 @@ impl StateStore {
 }
 
 /// Seconds since the epoch.
-pub fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

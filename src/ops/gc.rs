@@ -42,32 +42,32 @@ use std::time::Duration;
 
 /// Arguments of `flexvol gc`.
 #[derive(Args, Debug, Clone)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// Clean up what was found; without it, only show what would be done.
     #[arg(long)]
-    pub apply: bool,
+    pub(crate) apply: bool,
     /// Print JSON (`{"apply":bool,"findings":[...]}`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Vendor part of the driver names (as given to `flexvol install`).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
-    pub vendor: String,
+    pub(crate) vendor: String,
     /// File of the pod uids the API server knows on this node (whitespace-separated); mounts of
     /// pods not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
-    pub live_pods: Option<PathBuf>,
+    pub(crate) live_pods: Option<PathBuf>,
     /// File of the PV names the API server knows (`kubectl get pv -o name`); hostPath directories made
     /// by `flexvol provisioner` whose PV is not in it count as orphaned.
     #[arg(long, value_name = "FILE")]
-    pub live_pvs: Option<PathBuf>,
+    pub(crate) live_pvs: Option<PathBuf>,
     /// With --live-pvs: a provisioned directory whose PV is not listed is an orphan only when it
     /// was made at least this long ago (and before FILE was written); the provisioner makes the
     /// directory before the PV. `<n>s`, `<n>m`, `<n>h` or `<n>d`.
     #[arg(long, value_name = "AGE", default_value = "1h", value_parser = parse_age)]
-    pub min_age: Duration,
+    pub(crate) min_age: Duration,
     /// Only look at mounts below this kubelet root (default: every kubelet-shaped mount).
     #[arg(long, value_name = "DIR")]
-    pub kubelet_root: Option<PathBuf>,
+    pub(crate) kubelet_root: Option<PathBuf>,
 }
 
 /// Parses `--min-age`: a whole number of seconds, minutes, hours or days (`90s`, `30m`, `1h`,
@@ -96,23 +96,23 @@ fn parse_age(s: &str) -> Result<Duration, String> {
 /// One thing gc found and what it did (or would do) about it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Finding {
+pub(crate) struct Finding {
     /// `orphaned-mount`, `stale-record` or `untracked-mount`.
     pub kind: &'static str,
     /// Backend name.
-    pub backend: String,
+    pub(crate) backend: String,
     /// The directory kubelet named.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Where the mount is (or was).
     pub mount_point: PathBuf,
     /// Why it was found.
-    pub reason: String,
+    pub(crate) reason: String,
     /// What gc does about it (`unmount`, `forget-record`, `none`).
-    pub action: &'static str,
+    pub(crate) action: &'static str,
     /// With `--apply`: whether the action succeeded; `None` in a dry run or for `none`.
-    pub done: Option<bool>,
+    pub(crate) done: Option<bool>,
     /// Why the action failed or was skipped.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 fn finding(e: &Entry, kind: &'static str, reason: String, action: &'static str) -> Finding {
@@ -129,7 +129,7 @@ fn finding(e: &Entry, kind: &'static str, reason: String, action: &'static str) 
 }
 
 /// Decides what to do with each volume; pure, so the rules are unit-tested.
-pub fn plan(volumes: &[Entry], now: u64, grace: Duration) -> Vec<Finding> {
+pub(crate) fn plan(volumes: &[Entry], now: u64, grace: Duration) -> Vec<Finding> {
     let mut out = Vec::new();
     for e in volumes {
         match (&e.pod_state, e.mounted) {
@@ -232,7 +232,7 @@ fn forget(config: &Config, f: &Finding) -> Result<(), String> {
 }
 
 /// Runs `flexvol gc`; returns the exit code.
-pub fn run(a: &GcArgs) -> i32 {
+pub(crate) fn run(a: &GcArgs) -> i32 {
     let (config, inv) =
         match super::status::load(&a.vendor, a.live_pods.as_ref(), a.kubelet_root.as_deref()) {
             Ok(x) => x,

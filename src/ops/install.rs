@@ -33,53 +33,53 @@ pub struct InstallArgs {
     pub plugin_dir: Option<PathBuf>,
     /// Vendor part of the driver names (`<vendor>/hostpath` in PV specs).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
-    pub vendor: String,
+    pub(crate) vendor: String,
     /// Comma-separated drivers to install.
     #[arg(long, default_value = "hostpath,nfs,lvm", value_name = "LIST")]
-    pub drivers: String,
+    pub(crate) drivers: String,
     /// Binary to install; default: this executable.
     #[arg(long, value_name = "FILE")]
-    pub binary: Option<PathBuf>,
+    pub(crate) binary: Option<PathBuf>,
     /// Remove the drivers instead (only what install made: docs/uninstall.md); a repeat says
     /// "nothing to remove".
     #[arg(long)]
-    pub uninstall: bool,
+    pub(crate) uninstall: bool,
     /// With --uninstall: also remove flexvol's node state: --config-dest and --nfs-key-dest (then
     /// their directory if empty), the config's stateDir and runDir with their contents, and its
     /// logFile. Refused while stateDir holds records of mounted volumes. Volume data is only listed.
     #[arg(long, requires = "uninstall")]
-    pub purge: bool,
+    pub(crate) purge: bool,
     /// With --uninstall: print what would be removed (and the volume data that stays), remove nothing.
     #[arg(long, requires = "uninstall")]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// With --purge: the host's / as this process sees it; the node config's stateDir, runDir,
     /// logFile and roots (or their defaults, without a config) are taken below it (a container
     /// mounting the host at /host: /host).
     #[arg(long, value_name = "DIR", default_value = "/", requires = "purge")]
-    pub host_root: PathBuf,
+    pub(crate) host_root: PathBuf,
     /// Node config to check and install atomically (e.g. a mounted ConfigMap); an invalid file is
     /// refused, because a broken config makes every verb but init fail.
     #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Where --config goes: the host's /etc/flexvol/config.json as this process sees it.
     #[arg(long, value_name = "FILE", default_value = crate::node::config::DEFAULT_PATH)]
-    pub config_dest: PathBuf,
+    pub(crate) config_dest: PathBuf,
     /// The shared NFS capability key to install (the DaemonSet mounts the optional Secret
     /// `flexvol-nfs-key` here); when the file does not exist, no key is installed.
     #[arg(long, value_name = "FILE")]
-    pub nfs_key: Option<PathBuf>,
+    pub(crate) nfs_key: Option<PathBuf>,
     /// Where --nfs-key goes (root-only, 0400): the file the node config's nfs.capabilityKeyFile
     /// names, as this process sees it.
     #[arg(long, value_name = "FILE", default_value = DEFAULT_NFS_KEY)]
-    pub nfs_key_dest: PathBuf,
+    pub(crate) nfs_key_dest: PathBuf,
     /// After installing, keep running until SIGTERM: a DaemonSet's container must not exit.
     #[arg(long)]
-    pub sleep: bool,
+    pub(crate) sleep: bool,
 }
 
 /// Why installing failed.
 #[derive(Debug, thiserror::Error)]
-pub enum InstallError {
+pub(crate) enum InstallError {
     /// Bad argument.
     #[error("{0}")]
     Invalid(String),
@@ -122,7 +122,7 @@ fn check_vendor(v: &str) -> Result<(), InstallError> {
 }
 
 /// The plugin directory of a running kubelet, from its command line or its config file.
-pub fn detect_plugin_dir() -> Option<PathBuf> {
+pub(crate) fn detect_plugin_dir() -> Option<PathBuf> {
     let rd = fs::read_dir("/proc").ok()?;
     for e in rd.filter_map(Result::ok) {
         let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
@@ -180,7 +180,7 @@ fn same_content(a: &Path, b: &Path) -> bool {
 }
 
 /// Installs (or replaces) one driver atomically. Returns what happened.
-pub fn install_one(
+pub(crate) fn install_one(
     binary: &Path,
     dir: &Path,
     exec_name: &str,
@@ -190,7 +190,7 @@ pub fn install_one(
 
 /// Checks a config file and installs it atomically at `dest`, so the driver never reads a
 /// half-written or invalid config. Returns what happened.
-pub fn install_config(src: &Path, dest: &Path) -> Result<&'static str, InstallError> {
+pub(crate) fn install_config(src: &Path, dest: &Path) -> Result<&'static str, InstallError> {
     let data = fs::read(src).map_err(io("read", src))?;
     crate::node::config::Config::parse(src, &data)
         .map_err(|e| InstallError::Invalid(format!("{e}; nothing was installed")))?;
@@ -207,7 +207,7 @@ pub fn install_config(src: &Path, dest: &Path) -> Result<&'static str, InstallEr
 /// `dest`: length checked, written mode 0400 from its first byte (never readable by others, not
 /// even for a moment), fsynced and renamed into place. A missing `src` (the optional Secret is
 /// not there) installs nothing. The key's bytes are never printed.
-pub fn install_key(src: &Path, dest: &Path) -> Result<&'static str, InstallError> {
+pub(crate) fn install_key(src: &Path, dest: &Path) -> Result<&'static str, InstallError> {
     use crate::node::capability::{MAX_KEY_BYTES, MIN_KEY_BYTES};
     use std::os::unix::fs::OpenOptionsExt;
     let data = match fs::read(src) {
@@ -322,7 +322,7 @@ fn verify(path: &Path, b: Backend) -> Result<String, InstallError> {
 }
 
 /// Runs `flexvol install`; returns the exit code.
-pub fn run(a: &InstallArgs) -> i32 {
+pub(crate) fn run(a: &InstallArgs) -> i32 {
     let code = match run_inner(a) {
         Ok(()) => 0,
         Err(e) => {

@@ -30,19 +30,19 @@ use std::path::{Component, Path, PathBuf};
 
 /// Where a kubelet path says a volume belongs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeletPath {
+pub(crate) struct KubeletPath {
     /// The kubelet root directory (`/var/lib/kubelet`).
     pub root: PathBuf,
     /// Pod uid, for a pod volume directory.
-    pub pod_uid: Option<String>,
+    pub(crate) pod_uid: Option<String>,
     /// `<vendor>~<driver>` for pods, `<vendor>/<driver>` for device mounts.
-    pub plugin: String,
+    pub(crate) plugin: String,
     /// The driver part of the plugin name.
-    pub driver: String,
+    pub(crate) driver: String,
     /// `pvOrVolumeName`.
     pub volume: String,
     /// The directory kubelet named: the pod volume dir or the device mount dir.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
 }
 
 fn names(p: &Path) -> Option<Vec<String>> {
@@ -56,7 +56,7 @@ fn names(p: &Path) -> Option<Vec<String>> {
 }
 
 /// Parses a directory kubelet hands to a driver (exact depth, no file below it).
-pub fn parse_kubelet_dir(p: &Path) -> Option<KubeletPath> {
+pub(crate) fn parse_kubelet_dir(p: &Path) -> Option<KubeletPath> {
     let c = names(p)?;
     let n = c.len();
     let root_of = |k: usize| -> PathBuf { p.components().take(k).collect() };
@@ -95,7 +95,7 @@ pub fn parse_kubelet_dir(p: &Path) -> Option<KubeletPath> {
 /// Whether the pod a volume belongs to still exists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "state", content = "reason")]
-pub enum PodState {
+pub(crate) enum PodState {
     /// Its directory exists (and, with `--live-pods`, the API server knows it).
     Alive,
     /// Gone, and why we are sure.
@@ -107,13 +107,13 @@ pub enum PodState {
 /// One volume as seen by the records and the mount table.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Backend name.
-    pub backend: String,
+    pub(crate) backend: String,
     /// `mount` or `mountdevice` (or another verb a backend records).
-    pub verb: String,
+    pub(crate) verb: String,
     /// The directory kubelet named.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Where the mount is (the target, or a file inside it).
     pub mount_point: PathBuf,
     /// What is mounted: the record's source, else the mount table's.
@@ -121,56 +121,56 @@ pub struct Entry {
     /// PV or volume name.
     pub volume: Option<String>,
     /// `namespace/name`, from the record.
-    pub pod: Option<String>,
+    pub(crate) pod: Option<String>,
     /// Pod uid, from the path (or the record).
-    pub pod_uid: Option<String>,
+    pub(crate) pod_uid: Option<String>,
     /// When the record was written (seconds since the epoch).
-    pub since: Option<u64>,
+    pub(crate) since: Option<u64>,
     /// The record file, if there is a record.
-    pub record_file: Option<PathBuf>,
+    pub(crate) record_file: Option<PathBuf>,
     /// Whether something is mounted at the mount point.
-    pub mounted: bool,
+    pub(crate) mounted: bool,
     /// Filesystem type and options of the live mount.
     pub fs_type: Option<String>,
     /// Whether the live mount is read-only.
-    pub read_only: Option<bool>,
+    pub(crate) read_only: Option<bool>,
     /// Whether the pod still exists.
-    pub pod_state: PodState,
+    pub(crate) pod_state: PodState,
     /// What disagrees, if anything.
-    pub problem: Option<String>,
+    pub(crate) problem: Option<String>,
 }
 
 impl Entry {
     /// The record exists but nothing is mounted (only meaningful for verbs that mount).
-    pub fn stale_record(&self) -> bool {
+    pub(crate) fn stale_record(&self) -> bool {
         self.record_file.is_some() && !self.mounted && mounting_verb(&self.verb)
     }
 
     /// Mounted, but flexvol has no record of it.
-    pub fn untracked_mount(&self) -> bool {
+    pub(crate) fn untracked_mount(&self) -> bool {
         self.record_file.is_none() && self.mounted
     }
 }
 
 /// Verbs whose record describes a mount (other verbs, e.g. an LVM attach, record no mount).
-pub fn mounting_verb(verb: &str) -> bool {
+pub(crate) fn mounting_verb(verb: &str) -> bool {
     matches!(verb, "mount" | "mountdevice")
 }
 
 /// Everything found, plus state files that could not be read.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Inventory {
+pub(crate) struct Inventory {
     /// Volumes, records first (by backend and file), then untracked mounts.
-    pub volumes: Vec<Entry>,
+    pub(crate) volumes: Vec<Entry>,
     /// State files that do not parse: `(file, error)`.
-    pub corrupt_records: Vec<(PathBuf, String)>,
+    pub(crate) corrupt_records: Vec<(PathBuf, String)>,
 }
 
 /// Pod uids the API server knows on this node, read from a file of whitespace-separated uids
 /// (`kubectl get pods -A --field-selector spec.nodeName=NODE -o jsonpath='{.items[*].metadata.uid}'`).
 /// An empty list is refused: it would make every pod look gone.
-pub fn read_live_pods(path: &Path) -> Result<BTreeSet<String>, String> {
+pub(crate) fn read_live_pods(path: &Path) -> Result<BTreeSet<String>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read --live-pods file {}: {e}", path.display()))?;
     let set: BTreeSet<String> = text.split_whitespace().map(str::to_owned).collect();
@@ -216,7 +216,7 @@ fn pod_state(
 
 /// Collects the records of every backend and the flexvol-looking mounts of `vendor` (only those
 /// below `kubelet_root`, when given).
-pub fn collect(
+pub(crate) fn collect(
     config: &Config,
     table: &MountTable,
     vendor: &str,

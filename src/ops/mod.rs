@@ -1,10 +1,10 @@
 //! Commands for node operators (run as `flexvol <command>`), as opposed to the verbs kubelet runs.
 
-pub mod conformance;
-pub mod doctor;
-pub mod gc;
+pub(crate) mod conformance;
+pub(crate) mod doctor;
+pub(crate) mod gc;
 pub mod install;
 pub mod inventory;
 pub mod provisioned;
 pub mod status;
-pub(crate) mod uninstall;
+pub mod uninstall;

@@ -27,23 +27,23 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// The marked directories under every root of the config, on this host.
-pub fn collect(config: &Config) -> Vec<Found> {
+pub(crate) fn collect(config: &Config) -> Vec<Found> {
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
     volumedir::scan(&roots, SCAN_DEPTH)
 }
 
 /// The `--live-pvs` file: the PV names it lists, and when it was last written.
 #[derive(Debug, Clone)]
-pub struct LiveList {
+pub(crate) struct LiveList {
     /// PV names (a `persistentvolume/` prefix dropped).
-    pub names: BTreeSet<String>,
+    pub(crate) names: BTreeSet<String>,
     /// The file's modification time: a directory made after it cannot be an orphan of it.
-    pub written: SystemTime,
+    pub(crate) written: SystemTime,
 }
 
 /// Reads PV names from a file (whitespace-separated; a `persistentvolume/` prefix is dropped),
 /// with the file's modification time.
-pub fn read_live_pvs(path: &Path) -> Result<LiveList, String> {
+pub(crate) fn read_live_pvs(path: &Path) -> Result<LiveList, String> {
     let fail =
         |e: std::io::Error| format!("cannot read the --live-pvs file {}: {e}", path.display());
     let written = std::fs::metadata(path)
@@ -65,17 +65,17 @@ pub fn read_live_pvs(path: &Path) -> Result<LiveList, String> {
 
 /// When gc may call a directory whose PV is not listed an orphan.
 #[derive(Debug, Clone, Copy)]
-pub struct AgeRule {
+pub(crate) struct AgeRule {
     /// `--min-age`: how long ago, at least, the directory must have been made.
-    pub min_age: Duration,
+    pub(crate) min_age: Duration,
     /// When the `--live-pvs` file was written: the directory must be older than the list.
-    pub list_written: SystemTime,
+    pub(crate) list_written: SystemTime,
 }
 
 impl AgeRule {
     /// `None` when a directory made at `created` is old enough to be an orphan at `now`; else
     /// why it is left alone. An unknown creation time is never old enough.
-    pub fn too_young(&self, created: Option<SystemTime>, now: SystemTime) -> Option<String> {
+    pub(crate) fn too_young(&self, created: Option<SystemTime>, now: SystemTime) -> Option<String> {
         let Some(created) = created else {
             return Some("when it was made cannot be read; left alone".into());
         };
@@ -102,7 +102,7 @@ impl AgeRule {
 /// tenant who rewrites or replaces the marker only makes the volume look younger, so this is
 /// never earlier than the truth. `None` when the directory or its marker cannot be examined.
 /// (The one place that knows where the ownership record lives: retarget it when that moves.)
-pub fn created_at(found: &Found) -> Option<SystemTime> {
+pub(crate) fn created_at(found: &Found) -> Option<SystemTime> {
     let dir = std::fs::symlink_metadata(&found.path).ok()?;
     if !dir.is_dir() {
         return None;
@@ -122,25 +122,25 @@ pub fn created_at(found: &Found) -> Option<SystemTime> {
 /// A provisioned directory whose PV is gone.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Orphan {
+pub(crate) struct Orphan {
     /// The directory.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The PV its marker names.
     pub volume: String,
     /// The claim its marker names (`namespace/name`).
     pub claim: String,
     /// Why it is not deleted although its PV is not listed (too young, see [`AgeRule`]);
     /// `None` for an orphan.
-    pub left_alone: Option<String>,
+    pub(crate) left_alone: Option<String>,
     /// With `--apply`: whether it was deleted.
-    pub done: Option<bool>,
+    pub(crate) done: Option<bool>,
     /// Why deleting it failed.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Directories whose PV is not in `live`; those too young by `rule` have `left_alone` set.
 /// `created` is [`created_at`] (a parameter, so the rule is unit-tested with any clock).
-pub fn orphans(
+pub(crate) fn orphans(
     found: &[Found],
     live: &LiveList,
     rule: &AgeRule,
@@ -163,7 +163,7 @@ pub fn orphans(
 
 /// Right before deleting `found`: reads the list file at `list` again and checks that its PV is
 /// still not listed and that the directory is still old enough (by the list's new time).
-pub fn recheck(found: &Found, list: &Path, min_age: Duration) -> Result<(), String> {
+pub(crate) fn recheck(found: &Found, list: &Path, min_age: Duration) -> Result<(), String> {
     let live = read_live_pvs(list)?;
     if live.names.contains(&found.marker.volume) {
         return Err(format!(
@@ -182,7 +182,7 @@ pub fn recheck(found: &Found, list: &Path, min_age: Duration) -> Result<(), Stri
 }
 
 /// Deletes an orphan the provisioner's way (record or old marker re-checked).
-pub fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(), String> {
+pub(crate) fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(), String> {
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
     let (root, rel) = volumedir::locate(&roots, &o.path)
         .ok_or_else(|| format!("{} is not below a configured root", o.path.display()))?;

@@ -14,29 +14,29 @@ use std::time::{Duration, UNIX_EPOCH};
 
 /// Arguments of `flexvol status`.
 #[derive(Args, Debug, Clone)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Print JSON (`{"volumes":[...],"corruptRecords":[...],"problems":N}`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Vendor part of the driver names whose mounts are listed (as given to `flexvol install`).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
-    pub vendor: String,
+    pub(crate) vendor: String,
     /// File of pod uids the API server knows on this node; other pods are shown as gone.
     #[arg(long, value_name = "FILE")]
-    pub live_pods: Option<PathBuf>,
+    pub(crate) live_pods: Option<PathBuf>,
     /// Only look at mounts below this kubelet root (default: every kubelet-shaped mount).
     #[arg(long, value_name = "DIR")]
-    pub kubelet_root: Option<PathBuf>,
+    pub(crate) kubelet_root: Option<PathBuf>,
     /// Instead of the volumes: this node's capacity record as `flexvol provisioner
     /// --publish-capacity` would publish it for the scheduler extender, and what the extender
     /// makes of it per root and volume group (docs/scheduler-extender.md). NODE is this node's
     /// name as the cluster knows it.
     #[arg(long, value_name = "NODE")]
-    pub capacity: Option<String>,
+    pub(crate) capacity: Option<String>,
 }
 
 /// Loads what both `status` and `gc` start from.
-pub fn load(
+pub(crate) fn load(
     vendor: &str,
     live_pods: Option<&PathBuf>,
     kubelet_root: Option<&Path>,
@@ -89,13 +89,13 @@ fn capacity(a: &StatusArgs, node: &str) -> i32 {
 }
 
 /// A record time for people.
-pub fn since(secs: Option<u64>) -> String {
+pub(crate) fn since(secs: Option<u64>) -> String {
     secs.map(|s| rfc3339(UNIX_EPOCH + Duration::from_secs(s)))
         .unwrap_or_else(|| "-".into())
 }
 
 /// Runs `flexvol status`; returns the exit code.
-pub fn run(a: &StatusArgs) -> i32 {
+pub(crate) fn run(a: &StatusArgs) -> i32 {
     if let Some(node) = &a.capacity {
         return capacity(a, node);
     }
@@ -225,7 +225,7 @@ fn print_provisioned(
 }
 
 /// One line about a provisioned directory's size: enforced with limit and usage, or why not.
-pub fn size_line(s: &crate::provision::storage::quota::SizeStatus) -> String {
+pub(crate) fn size_line(s: &crate::provision::storage::quota::SizeStatus) -> String {
     let mib = crate::protocol::quantity::format_human;
     match (s.enforced, s.limit_bytes, s.used_bytes) {
         (true, Some(limit), Some(used)) => format!(

@@ -42,16 +42,16 @@ use std::path::{Path, PathBuf};
 /// What `--uninstall` was asked to do.
 #[derive(Debug, Clone)]
 pub(crate) struct Request<'a> {
-    pub plugin_dir: &'a Path,
-    pub vendor: &'a str,
-    pub drivers: &'a [Backend],
-    pub purge: bool,
-    pub dry_run: bool,
-    pub config_dest: &'a Path,
-    pub nfs_key_dest: &'a Path,
-    pub host_root: &'a Path,
+    pub(crate) plugin_dir: &'a Path,
+    pub(crate) vendor: &'a str,
+    pub(crate) drivers: &'a [Backend],
+    pub(crate) purge: bool,
+    pub(crate) dry_run: bool,
+    pub(crate) config_dest: &'a Path,
+    pub(crate) nfs_key_dest: &'a Path,
+    pub(crate) host_root: &'a Path,
     /// The plugin directory to suggest when `plugin_dir` is refused.
-    pub kubelets: &'a Path,
+    pub(crate) kubelets: &'a Path,
 }
 
 /// One removal of the plan.
@@ -92,8 +92,8 @@ impl Removal {
 /// The plan: what would be removed, and the volume data that stays (listed only).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Plan {
-    pub remove: Vec<Removal>,
-    pub kept: Vec<String>,
+    pub(crate) remove: Vec<Removal>,
+    pub(crate) kept: Vec<String>,
 }
 
 /// Why uninstalling refused or failed (`flexvol install` prints it and exits 1).

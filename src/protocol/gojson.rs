@@ -15,17 +15,17 @@ use std::collections::BTreeMap;
 
 /// Capabilities as kubelet decodes them, defaults included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// attach (default true)
     pub attach: bool,
     /// selinuxRelabel (default true)
-    pub selinux_relabel: bool,
+    pub(crate) selinux_relabel: bool,
     /// supportsMetrics (default false)
-    pub supports_metrics: bool,
+    pub(crate) supports_metrics: bool,
     /// fsGroup (default true)
-    pub fs_group: bool,
+    pub(crate) fs_group: bool,
     /// requiresFSResize (default true)
-    pub requires_fs_resize: bool,
+    pub(crate) requires_fs_resize: bool,
 }
 
 impl From<Capabilities> for Caps {
@@ -54,21 +54,21 @@ impl Default for Caps {
 
 /// A reply decoded the way kubelet's `handleCmdResponse` does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GoStatus {
+pub(crate) struct GoStatus {
     /// `status`, empty when absent.
-    pub status: String,
+    pub(crate) status: String,
     /// `message`.
-    pub message: String,
+    pub(crate) message: String,
     /// `device`.
-    pub device: String,
+    pub(crate) device: String,
     /// `attached` (false when absent: kubelet reads that as detached).
-    pub attached: bool,
+    pub(crate) attached: bool,
     /// `capabilities`: `None` absent, `Some(None)` JSON null (kubelet panics on that in init).
-    pub capabilities: Option<Option<Caps>>,
+    pub(crate) capabilities: Option<Option<Caps>>,
 }
 
 /// Decodes driver output as Go's `json.Unmarshal` into kubelet's `DriverStatus` would.
-pub fn decode_like_go(output: &[u8]) -> Result<GoStatus, String> {
+pub(crate) fn decode_like_go(output: &[u8]) -> Result<GoStatus, String> {
     let text = std::str::from_utf8(output).map_err(|_| "output is not UTF-8".to_string())?;
     if text.trim().is_empty() {
         return Err("unexpected end of JSON input (the driver printed nothing)".into());
@@ -208,7 +208,7 @@ fn go_kind(v: &Value) -> &'static str {
 
 /// Serializes an options map byte for byte as Go's `json.Marshal` of `map[string]string` does:
 /// sorted keys, no spaces, `<`, `>`, `&`, U+2028 and U+2029 escaped.
-pub fn go_json(map: &BTreeMap<String, String>) -> String {
+pub(crate) fn go_json(map: &BTreeMap<String, String>) -> String {
     let s = serde_json::to_string(map).unwrap_or_default();
     s.replace('<', "\\u003c")
         .replace('>', "\\u003e")

@@ -19,16 +19,16 @@ use crate::protocol::gojson::{Caps, decode_like_go};
 
 /// An `init` reply kubelet accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InitReply {
+pub(crate) struct InitReply {
     /// The capabilities as kubelet reads them, defaults included.
-    pub caps: Caps,
+    pub(crate) caps: Caps,
     /// Whether the driver sent a capabilities object (false: kubelet's defaults apply).
-    pub announced: bool,
+    pub(crate) announced: bool,
 }
 
 /// Judges one `init` call: `output` is what kubelet would read (stdout and stderr on one pipe),
 /// `code` the exit code (`None`: killed by a signal). The error says what kubelet would do and why.
-pub fn judge_init(
+pub(crate) fn judge_init(
     output: &[u8],
     code: Option<i32>,
     expected: Option<Caps>,

@@ -4,9 +4,9 @@
 //! quantities ([`quantity`]) are here too: the LVM driver's `size` option and the provisioner's
 //! claims and PVs use the same grammar.
 
-pub mod gojson;
-pub mod init;
-pub mod options;
-pub mod quantity;
-pub mod reply;
-pub mod verb;
+pub(crate) mod gojson;
+pub(crate) mod init;
+pub(crate) mod options;
+pub(crate) mod quantity;
+pub(crate) mod reply;
+pub(crate) mod verb;

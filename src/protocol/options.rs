@@ -18,30 +18,30 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Keys kubelet sets (docs/protocol.md §4.1).
-pub mod keys {
+pub(crate) mod keys {
     /// `spec.flexVolume.fsType`, `""` when unset.
-    pub const FS_TYPE: &str = "kubernetes.io/fsType";
+    pub(crate) const FS_TYPE: &str = "kubernetes.io/fsType";
     /// `"ro"` or `"rw"`.
-    pub const READWRITE: &str = "kubernetes.io/readwrite";
+    pub(crate) const READWRITE: &str = "kubernetes.io/readwrite";
     /// PV name, or the pod's volume name for inline volumes.
-    pub const PV_OR_VOLUME_NAME: &str = "kubernetes.io/pvOrVolumeName";
+    pub(crate) const PV_OR_VOLUME_NAME: &str = "kubernetes.io/pvOrVolumeName";
     /// Pod name (mount only).
-    pub const POD_NAME: &str = "kubernetes.io/pod.name";
+    pub(crate) const POD_NAME: &str = "kubernetes.io/pod.name";
     /// Pod namespace (mount only).
-    pub const POD_NAMESPACE: &str = "kubernetes.io/pod.namespace";
+    pub(crate) const POD_NAMESPACE: &str = "kubernetes.io/pod.namespace";
     /// Pod UID (mount only).
-    pub const POD_UID: &str = "kubernetes.io/pod.uid";
+    pub(crate) const POD_UID: &str = "kubernetes.io/pod.uid";
     /// Service account name (mount only).
-    pub const SERVICE_ACCOUNT: &str = "kubernetes.io/serviceAccount.name";
+    pub(crate) const SERVICE_ACCOUNT: &str = "kubernetes.io/serviceAccount.name";
     /// fsGroup, kubelet 1.15 and later.
-    pub const FS_GROUP: &str = "kubernetes.io/mounterArgs.FsGroup";
+    pub(crate) const FS_GROUP: &str = "kubernetes.io/mounterArgs.FsGroup";
     /// fsGroup before 1.15.
-    pub const FS_GROUP_LEGACY: &str = "kubernetes.io/fsGroup";
+    pub(crate) const FS_GROUP_LEGACY: &str = "kubernetes.io/fsGroup";
     /// Prefix of secret entries.
-    pub const SECRET_PREFIX: &str = "kubernetes.io/secret/";
+    pub(crate) const SECRET_PREFIX: &str = "kubernetes.io/secret/";
     /// Every plain key kubelet itself sets (a pod author may add others with this prefix, which
     /// are then unknown options like any other).
-    pub const KUBELET: &[&str] = &[
+    pub(crate) const KUBELET: &[&str] = &[
         FS_TYPE,
         READWRITE,
         PV_OR_VOLUME_NAME,
@@ -56,11 +56,12 @@ pub mod keys {
 
 /// A secret value. Its `Debug` and `Display` print `<redacted>`; only [`Secret::expose`] reads it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
+pub(crate) struct Secret(Vec<u8>);
 
 impl Secret {
     /// The raw bytes, for the single place that hands them to a tool (never argv, never logs).
-    pub fn expose(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn expose(&self) -> &[u8] {
         &self.0
     }
 }
@@ -110,7 +111,7 @@ pub enum OptionsError {
 
 impl OptionsError {
     /// Shorthand for an unknown key (its value is never shown).
-    pub fn unknown(key: &str, reason: impl Into<String>) -> Self {
+    pub(crate) fn unknown(key: &str, reason: impl Into<String>) -> Self {
         OptionsError::Unknown {
             key: key.into(),
             reason: reason.into(),
@@ -118,7 +119,7 @@ impl OptionsError {
     }
 
     /// Shorthand for an invalid value.
-    pub fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Self {
+    pub(crate) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Self {
         OptionsError::Invalid {
             key: key.into(),
             value: value.into(),
@@ -129,18 +130,18 @@ impl OptionsError {
 
 /// Parts of option names that mark them as credentials, matched case-insensitively anywhere in
 /// the name: deliberately broad, since printing `<redacted>` for a harmless key costs nothing.
-pub const SENSITIVE_KEY_PARTS: &[&str] = &[
+pub(crate) const SENSITIVE_KEY_PARTS: &[&str] = &[
     "pass", "pwd", "secret", "token", "key", "cred", "auth", "priv", "session", "cookie", "cert",
     "sign", "salt", "bearer", "sasl", "krb", "kerberos", "otp",
 ];
 
 /// What is printed instead of a value that may be a secret.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Whether an option (or a `name=value` item inside one) may hold a credential: kubelet's secret
 /// entries, and any name containing one of [`SENSITIVE_KEY_PARTS`], case-insensitively. The one
 /// rule every message, log line and syslog record uses.
-pub fn is_sensitive_key(key: &str) -> bool {
+pub(crate) fn is_sensitive_key(key: &str) -> bool {
     if key.starts_with(keys::SECRET_PREFIX) {
         return true;
     }
@@ -151,12 +152,12 @@ pub fn is_sensitive_key(key: &str) -> bool {
 /// How the value of option `key` may be shown in a message or log, quoted: `"<redacted>"` for a
 /// credential-like key, otherwise the value with the value of every credential-like
 /// `name=value` item of a comma or space separated list replaced (`"vers=4,password=<redacted>"`).
-pub fn shown_value(key: &str, value: &str) -> String {
+pub(crate) fn shown_value(key: &str, value: &str) -> String {
     format!("{:?}", redact_value(key, value))
 }
 
 /// [`shown_value`] without the quotes: the value of `key` as it may be stored in a log.
-pub fn redact_value(key: &str, value: &str) -> String {
+pub(crate) fn redact_value(key: &str, value: &str) -> String {
     if is_sensitive_key(key) {
         return REDACTED.to_owned();
     }
@@ -190,7 +191,7 @@ pub fn redact_value(key: &str, value: &str) -> String {
 
 /// Parsed options: plain keys in a sorted map, secrets decoded and kept apart.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Options {
+pub(crate) struct Options {
     plain: BTreeMap<String, String>,
     secrets: BTreeMap<String, Secret>,
 }
@@ -226,17 +227,17 @@ impl Options {
     }
 
     /// A plain option, `None` when absent.
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.plain.get(key).map(String::as_str)
     }
 
     /// A plain option treated as absent when empty.
-    pub fn non_empty(&self, key: &str) -> Option<&str> {
+    pub(crate) fn non_empty(&self, key: &str) -> Option<&str> {
         self.get(key).filter(|v| !v.is_empty())
     }
 
     /// A required, non-empty option.
-    pub fn require(&self, key: &str, hint: &str) -> Result<&str, OptionsError> {
+    pub(crate) fn require(&self, key: &str, hint: &str) -> Result<&str, OptionsError> {
         self.non_empty(key).ok_or_else(|| OptionsError::Missing {
             key: key.into(),
             hint: hint.into(),
@@ -244,23 +245,19 @@ impl Options {
     }
 
     /// All plain options (secrets never appear here), e.g. for logs and state files.
-    pub fn plain(&self) -> &BTreeMap<String, String> {
+    pub(crate) fn plain(&self) -> &BTreeMap<String, String> {
         &self.plain
     }
 
     /// Secrets by key (without the `kubernetes.io/secret/` prefix).
-    pub fn secrets(&self) -> &BTreeMap<String, Secret> {
+    #[cfg(test)]
+    pub(crate) fn secrets(&self) -> &BTreeMap<String, Secret> {
         &self.secrets
-    }
-
-    /// `kubernetes.io/fsType`, `None` when unset or empty.
-    pub fn fs_type(&self) -> Option<&str> {
-        self.non_empty(keys::FS_TYPE)
     }
 
     /// `kubernetes.io/readwrite`: true for `ro`. Anything but `ro`, `rw` or absent is refused,
     /// since guessing would risk writing to a volume meant to be read-only.
-    pub fn read_only(&self) -> Result<bool, OptionsError> {
+    pub(crate) fn read_only(&self) -> Result<bool, OptionsError> {
         match self.get(keys::READWRITE) {
             None | Some("") | Some("rw") => Ok(false),
             Some("ro") => Ok(true),
@@ -273,12 +270,12 @@ impl Options {
     }
 
     /// `kubernetes.io/pvOrVolumeName`.
-    pub fn volume_name(&self) -> Option<&str> {
+    pub(crate) fn volume_name(&self) -> Option<&str> {
         self.non_empty(keys::PV_OR_VOLUME_NAME)
     }
 
     /// `namespace/name` of the pod, when kubelet sent both (mount only).
-    pub fn pod_ref(&self) -> Option<String> {
+    pub(crate) fn pod_ref(&self) -> Option<String> {
         Some(format!(
             "{}/{}",
             self.non_empty(keys::POD_NAMESPACE)?,
@@ -287,7 +284,7 @@ impl Options {
     }
 
     /// The pod's fsGroup from either the 1.15+ or the older key.
-    pub fn fs_group(&self) -> Result<Option<u32>, OptionsError> {
+    pub(crate) fn fs_group(&self) -> Result<Option<u32>, OptionsError> {
         for key in [keys::FS_GROUP, keys::FS_GROUP_LEGACY] {
             if let Some(v) = self.non_empty(key) {
                 return v
@@ -313,7 +310,7 @@ fn kind(v: &serde_json::Value) -> &'static str {
 
 /// Decodes standard, padded base64 (what Go's `base64.StdEncoding` produces). Whitespace and any
 /// other alphabet are refused rather than skipped.
-pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
     fn val(c: u8) -> Option<u32> {
         Some(u32::from(match c {
             b'A'..=b'Z' => c - b'A',

@@ -4,7 +4,7 @@
 
 /// Parses a Kubernetes quantity (`512Mi`, `1Gi`, `10G`, `1.5Gi`, `1073741824`) into bytes, rounded
 /// up to a whole byte. Zero, negative, milli-units, exponents and values past 2^64-1 are refused.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     const HINT: &str = "expected a size such as 512Mi, 1Gi, 10G, 1.5Gi or a plain number of bytes";
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -56,7 +56,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// `bytes` as a quantity string, in the largest binary unit that divides it (`128Mi`, `1Gi`);
 /// plain bytes otherwise.
-pub fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
         if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
             return format!("{}{unit}", bytes >> shift);
@@ -67,7 +67,7 @@ pub fn format_size(bytes: u64) -> String {
 
 /// `bytes` for people, in the largest binary unit it reaches, to one decimal (truncated):
 /// `512 B`, `1.5 KiB`, `64.0 MiB`, `30.0 GiB`. What every operator command prints for a size.
-pub fn format_human(bytes: u64) -> String {
+pub(crate) fn format_human(bytes: u64) -> String {
     for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
         if bytes >= 1u64 << shift {
             let tenths = (u128::from(bytes) * 10) >> shift;

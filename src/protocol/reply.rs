@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The status strings kubelet compares byte for byte (`driver-call.go`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Status {
+pub(crate) enum Status {
     /// The call did what was asked.
     Success,
     /// The call failed; `message` says why and what to do.
@@ -41,50 +41,50 @@ pub struct Capabilities {
     #[serde(rename = "selinuxRelabel")]
     pub selinux_relabel: bool,
     /// Whether kubelet reports volume stats by statfs of the pod directory.
-    pub supports_metrics: bool,
+    pub(crate) supports_metrics: bool,
     /// Whether kubelet recursively chowns the volume to the pod's fsGroup.
-    pub fs_group: bool,
+    pub(crate) fs_group: bool,
     /// Whether kubelet calls `expandfs` after a resize.
     #[serde(rename = "requiresFSResize")]
-    pub requires_fs_resize: bool,
+    pub(crate) requires_fs_resize: bool,
 }
 
 /// One reply. Optional fields are omitted when empty, never sent as `null`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The status kubelet switches on.
-    pub status: Status,
+    pub(crate) status: Status,
     /// Human-readable reason; shown in pod and PVC events.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
     /// Device path, for `attach` and `waitforattach`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub device: Option<String>,
+    pub(crate) device: Option<String>,
     /// For `isattached`: kubelet reads a missing value as false (= detached).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attached: Option<bool>,
+    pub(crate) attached: Option<bool>,
     /// For `init` only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub capabilities: Option<Capabilities>,
+    pub(crate) capabilities: Option<Capabilities>,
     /// For `expandvolume`: the new size in bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub volume_new_size: Option<u64>,
+    pub(crate) volume_new_size: Option<u64>,
 }
 
 impl Reply {
     /// A bare Success.
-    pub fn success() -> Self {
+    pub(crate) fn success() -> Self {
         Self::with_status(Status::Success)
     }
 
     /// "Not supported": kubelet falls back to its own default for this verb and caches the answer.
-    pub fn not_supported() -> Self {
+    pub(crate) fn not_supported() -> Self {
         Self::with_status(Status::NotSupported)
     }
 
     /// A Failure with a message for the operator.
-    pub fn failure(message: impl Into<String>) -> Self {
+    pub(crate) fn failure(message: impl Into<String>) -> Self {
         Self {
             message: Some(message.into()),
             ..Self::with_status(Status::Failure)
@@ -103,13 +103,13 @@ impl Reply {
     }
 
     /// Adds an informational message (kept short: it ends up in events).
-    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+    pub(crate) fn with_message(mut self, message: impl Into<String>) -> Self {
         self.message = Some(message.into());
         self
     }
 
     /// Success carrying a device path.
-    pub fn device(device: impl Into<String>) -> Self {
+    pub(crate) fn device(device: impl Into<String>) -> Self {
         Self {
             device: Some(device.into()),
             ..Self::success()
@@ -122,19 +122,19 @@ impl Reply {
     /// tokens, `kubernetes.io/secret/*` values), at warning level (docs/protocol.md §1.2). The one
     /// Failure that exits 1 is the answer to a signal ([`crate::sys::process::fail_and_exit`]):
     /// kubelet's own timeout needs the exec error to report a timeout.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self.status {
             Status::Success | Status::NotSupported | Status::Failure => 0,
         }
     }
 
     /// Whether this reply is a Failure.
-    pub fn is_failure(&self) -> bool {
+    pub(crate) fn is_failure(&self) -> bool {
         self.status == Status::Failure
     }
 
     /// The reply as one line of compact JSON (what goes on stdout, without the newline).
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         // Serializing this struct cannot fail: it has only strings, bools and integers.
         serde_json::to_string(self).unwrap_or_else(|_| {
             r#"{"status":"Failure","message":"internal error: reply not serializable"}"#.to_owned()
@@ -146,14 +146,14 @@ static REPLIED: AtomicBool = AtomicBool::new(false);
 static PRETTY: AtomicBool = AtomicBool::new(false);
 
 /// Makes [`emit`] indent its JSON (the human `--pretty` flag; never used by kubelet).
-pub fn set_pretty(pretty: bool) {
+pub(crate) fn set_pretty(pretty: bool) {
     PRETTY.store(pretty, Ordering::Relaxed);
 }
 
 /// Writes `reply` and a newline to stdout, once per process. Returns false (and writes nothing)
 /// when another path already replied.
 #[allow(clippy::print_stdout)]
-pub fn emit(reply: &Reply) -> bool {
+pub(crate) fn emit(reply: &Reply) -> bool {
     if REPLIED.swap(true, Ordering::SeqCst) {
         return false;
     }
@@ -168,11 +168,6 @@ pub fn emit(reply: &Reply) -> bool {
     let _ = out.write_all(b"\n");
     let _ = out.flush();
     true
-}
-
-/// Whether a reply has been written already (the panic hook and watchdog check this).
-pub fn replied() -> bool {
-    REPLIED.load(Ordering::SeqCst)
 }
 
 #[cfg(test)]

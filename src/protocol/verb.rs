@@ -14,7 +14,7 @@
 
 /// One parsed kubelet call. Option JSON is kept as text; backends parse it into typed options.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Call {
+pub(crate) enum Call {
     /// `init`
     Init,
     /// `getvolumename <json>`
@@ -60,17 +60,17 @@ pub enum Call {
 
 /// What a verb looks like, for parsing arity and for `--help`.
 #[derive(Debug, Clone, Copy)]
-pub struct VerbSpec {
+pub(crate) struct VerbSpec {
     /// The exact verb kubelet sends.
     pub name: &'static str,
     /// Argument names after the verb, in kubelet's order.
-    pub args: &'static [&'static str],
+    pub(crate) args: &'static [&'static str],
     /// Who calls it and what it does.
-    pub about: &'static str,
+    pub(crate) about: &'static str,
 }
 
 /// Every verb kubelet and kube-controller-manager send, in lifecycle order.
-pub const VERBS: &[VerbSpec] = &[
+pub(crate) const VERBS: &[VerbSpec] = &[
     VerbSpec {
         name: "init",
         args: &[],
@@ -134,13 +134,13 @@ pub const VERBS: &[VerbSpec] = &[
 ];
 
 /// Looks up a verb's spec by name.
-pub fn spec(name: &str) -> Option<&'static VerbSpec> {
+pub(crate) fn spec(name: &str) -> Option<&'static VerbSpec> {
     VERBS.iter().find(|v| v.name == name)
 }
 
 /// Why an argv could not be parsed into a [`Call`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ArgError {
+pub(crate) enum ArgError {
     /// No verb at all.
     #[error("no verb given: expected one of {}", VERBS.iter().map(|v| v.name).collect::<Vec<_>>().join(", "))]
     NoVerb,
@@ -163,7 +163,7 @@ pub enum ArgError {
 
 impl Call {
     /// The verb as kubelet spelled it.
-    pub fn verb(&self) -> &str {
+    pub(crate) fn verb(&self) -> &str {
         match self {
             Call::Init => "init",
             Call::GetVolumeName { .. } => "getvolumename",
@@ -184,7 +184,7 @@ impl Call {
     /// The arguments after `argv[0]` that kubelet would pass for this call, in kubelet's order: the
     /// inverse of [`Call::parse`] (`parse(&c.to_argv()) == Ok(c)` for every verb; an `Unknown`
     /// call is its verb alone). Sizes are written as decimal byte counts.
-    pub fn to_argv(&self) -> Vec<String> {
+    pub(crate) fn to_argv(&self) -> Vec<String> {
         let verb = self.verb().to_owned();
         match self {
             Call::Init | Call::Unknown { .. } => vec![verb],

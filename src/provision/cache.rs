@@ -38,30 +38,30 @@ use tokio::sync::{mpsc::UnboundedSender, watch};
 use tracing::warn;
 
 /// Which lane works on a kind (defined with the lanes' queues, which telemetry may name too).
-pub use crate::k8s::queue::Lane;
+pub(crate) use crate::k8s::queue::Lane;
 
 /// What this instance leads right now (see [`crate::k8s::lease`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Leads {
+pub(crate) struct Leads {
     /// The cluster-wide claim duty: telling claims of node-local classes with Immediate binding.
-    pub claims: bool,
+    pub(crate) claims: bool,
     /// The shared kinds' work (NFS claims and PVs).
-    pub shared: bool,
+    pub(crate) shared: bool,
 }
 
 /// Who this instance is and what it works on.
 #[derive(Debug, Clone)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// This node's name.
     pub node: String,
     /// Provisioner names (`<vendor>/<kind>`) of the node-local kinds.
-    pub local: Vec<String>,
+    pub(crate) local: Vec<String>,
     /// Provisioner names of the shared kinds.
-    pub shared: Vec<String>,
+    pub(crate) shared: Vec<String>,
     /// The shared kinds' names (`nfs`), the values of [`LABEL_KIND`] on their PVs.
-    pub shared_kinds: Vec<String>,
+    pub(crate) shared_kinds: Vec<String>,
     /// What this instance leads, as it changes.
-    pub leads: watch::Receiver<Leads>,
+    pub(crate) leads: watch::Receiver<Leads>,
 }
 
 fn ann<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
@@ -72,7 +72,7 @@ fn ann<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
 }
 
 /// The cache key of a claim: `namespace/name`.
-pub fn claim_key(meta: &ObjectMeta) -> String {
+pub(crate) fn claim_key(meta: &ObjectMeta) -> String {
     format!(
         "{}/{}",
         meta.namespace.as_deref().unwrap_or(""),
@@ -92,18 +92,18 @@ impl Scope {
     }
 
     /// The lane of a claim's kind (`None`: not one of ours), kept or not.
-    pub fn claim_lane(&self, c: &PersistentVolumeClaim) -> Option<Lane> {
+    pub(crate) fn claim_lane(&self, c: &PersistentVolumeClaim) -> Option<Lane> {
         claim_provisioner(&c.metadata).and_then(|p| self.lane_of(p))
     }
 
     /// The lane of the kind that made a PV (`None`: not ours).
-    pub fn volume_lane(&self, v: &PersistentVolume) -> Option<Lane> {
+    pub(crate) fn volume_lane(&self, v: &PersistentVolume) -> Option<Lane> {
         ann(&v.metadata, ANN_PROVISIONED_BY).and_then(|p| self.lane_of(p))
     }
 
     /// Whether this instance keeps claim `c` of the claim watch (node-local claims) while
     /// leading `leads`. Decided by the annotations alone: a claim's labels only route it here.
-    pub fn keep_claim(&self, c: &PersistentVolumeClaim, leads: Leads) -> bool {
+    pub(crate) fn keep_claim(&self, c: &PersistentVolumeClaim, leads: Leads) -> bool {
         match self.claim_lane(c) {
             None | Some(Lane::Shared) => false,
             Some(Lane::Local) => match ann(&c.metadata, ANN_SELECTED_NODE) {
@@ -122,7 +122,7 @@ impl Scope {
 
     /// Whether this instance keeps claim `c` of the shared-kind claim watch: a claim of a shared
     /// kind, only while leading them.
-    pub fn keep_shared_claim(&self, c: &PersistentVolumeClaim, leads: Leads) -> bool {
+    pub(crate) fn keep_shared_claim(&self, c: &PersistentVolumeClaim, leads: Leads) -> bool {
         leads.shared && self.claim_lane(c) == Some(Lane::Shared)
     }
 
@@ -130,28 +130,28 @@ impl Scope {
     /// holder of the claim duty, which labels them all ([`crate::provision::labeller`]); this node's
     /// claims (`flexvol/node=<node>`, the label the holder writes from `selected-node`) for the
     /// others.
-    pub fn claim_selector(&self, leads: Leads) -> Option<String> {
+    pub(crate) fn claim_selector(&self, leads: Leads) -> Option<String> {
         (!leads.claims).then(|| self.local_selector())
     }
 
     /// Whether this instance keeps PV `v` of the node-label watch: a node-local PV of this node.
-    pub fn keep_local_volume(&self, v: &PersistentVolume, _leads: Leads) -> bool {
+    pub(crate) fn keep_local_volume(&self, v: &PersistentVolume, _leads: Leads) -> bool {
         self.volume_lane(v) == Some(Lane::Local)
             && ann(&v.metadata, ANN_NODE) == Some(self.node.as_str())
     }
 
     /// Whether this instance keeps PV `v` of the shared-kind watch (only while leading them).
-    pub fn keep_shared_volume(&self, v: &PersistentVolume, leads: Leads) -> bool {
+    pub(crate) fn keep_shared_volume(&self, v: &PersistentVolume, leads: Leads) -> bool {
         leads.shared && self.volume_lane(v) == Some(Lane::Shared)
     }
 
     /// The label selector of this node's node-local PVs.
-    pub fn local_selector(&self) -> String {
+    pub(crate) fn local_selector(&self) -> String {
         format!("{LABEL_NODE}={}", node_label_value(&self.node))
     }
 
     /// The label selector of the shared kinds' PVs (`None`: no shared kind).
-    pub fn shared_selector(&self) -> Option<String> {
+    pub(crate) fn shared_selector(&self) -> Option<String> {
         (!self.shared_kinds.is_empty())
             .then(|| format!("{LABEL_KIND} in ({})", self.shared_kinds.join(",")))
     }
@@ -159,11 +159,11 @@ impl Scope {
 
 /// Where the keys of changed objects go: one channel per lane.
 #[derive(Debug, Clone)]
-pub struct Routes {
+pub(crate) struct Routes {
     /// The node-local lane's.
-    pub local: UnboundedSender<Key>,
+    pub(crate) local: UnboundedSender<Key>,
     /// The shared lane's.
-    pub shared: UnboundedSender<Key>,
+    pub(crate) shared: UnboundedSender<Key>,
 }
 
 impl Routes {
@@ -178,7 +178,7 @@ impl Routes {
 }
 
 /// One cache: the kept objects by key, and whether it holds a first full list.
-pub struct Cache<K> {
+pub(crate) struct Cache<K> {
     map: Mutex<HashMap<String, Arc<K>>>,
     ready: AtomicBool,
 }
@@ -200,51 +200,52 @@ impl<K> Cache<K> {
     }
 
     /// The object of `key`.
-    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<K>> {
         self.lock().get(key).cloned()
     }
 
     /// Every kept object.
-    pub fn values(&self) -> Vec<Arc<K>> {
+    pub(crate) fn values(&self) -> Vec<Arc<K>> {
         self.lock().values().cloned().collect()
     }
 
     /// How many objects are kept.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether nothing is kept.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Whether it holds a first full list.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
 }
 
 /// The caches of an instance.
-pub struct Caches {
+pub(crate) struct Caches {
     /// Node-local claims this instance works on (and, while leading the claim duty, pending ones
     /// without a node).
-    pub claims: Arc<Cache<PersistentVolumeClaim>>,
+    pub(crate) claims: Arc<Cache<PersistentVolumeClaim>>,
     /// The shared kinds' claims (empty unless leading them).
-    pub shared_claims: Arc<Cache<PersistentVolumeClaim>>,
+    pub(crate) shared_claims: Arc<Cache<PersistentVolumeClaim>>,
     /// This node's node-local PVs.
-    pub local_volumes: Arc<Cache<PersistentVolume>>,
+    pub(crate) local_volumes: Arc<Cache<PersistentVolume>>,
     /// The shared kinds' PVs (empty unless leading them).
-    pub shared_volumes: Arc<Cache<PersistentVolume>>,
+    pub(crate) shared_volumes: Arc<Cache<PersistentVolume>>,
     scope: Arc<Scope>,
 }
 
 /// The claim watch's observer while leading the claim duty (the labeller's
 /// [`crate::provision::labeller::Relabel`]; this module does not depend on it).
-pub type ClaimObserver = Arc<dyn Observer<PersistentVolumeClaim>>;
+pub(crate) type ClaimObserver = Arc<dyn Observer<PersistentVolumeClaim>>;
 
 /// Sees every event of a watch, kept or not (the claim labeller, [`crate::provision::labeller::Relabel`]).
-pub trait Observer<K>: Send + Sync {
+pub(crate) trait Observer<K>: Send + Sync {
     /// An object as it is now.
     fn applied(&self, o: &K);
     /// An object is gone.
@@ -339,7 +340,7 @@ impl Caches {
     /// along `routes`; the claim watch tells `relabel` every claim while this instance leads the
     /// claim duty. Each object received is counted in `events`
     /// (`flexvol_provisioner_watch_events_total`).
-    pub fn start(
+    pub(crate) fn start(
         client: &kube::Client,
         scope: Scope,
         routes: Routes,
@@ -426,7 +427,7 @@ impl Caches {
     }
 
     /// Whether every cache holds a first full list.
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         self.claims.is_ready()
             && self.shared_claims.is_ready()
             && self.local_volumes.is_ready()
@@ -439,14 +440,14 @@ impl Caches {
     }
 
     /// Every claim kept, of both claim caches.
-    pub fn all_claims(&self) -> Vec<Arc<PersistentVolumeClaim>> {
+    pub(crate) fn all_claims(&self) -> Vec<Arc<PersistentVolumeClaim>> {
         let mut v = self.claims.values();
         v.extend(self.shared_claims.values());
         v
     }
 
     /// The keys of every kept object of `lane` (a resync).
-    pub fn keys(&self, lane: Lane) -> Vec<Key> {
+    pub(crate) fn keys(&self, lane: Lane) -> Vec<Key> {
         let s = &self.scope;
         let mut keys: Vec<Key> = self
             .all_claims()

@@ -26,11 +26,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How often the log is read.
-pub const EVERY: Duration = Duration::from_secs(10);
+pub(crate) const EVERY: Duration = Duration::from_secs(10);
 /// The most read in one poll (the rest is read at the next).
-pub const MAX_READ: usize = 4 << 20;
+pub(crate) const MAX_READ: usize = 4 << 20;
 /// The longest line counted (a record is well under 64 KiB: its arguments are redacted options).
-pub const MAX_LINE: usize = 256 << 10;
+pub(crate) const MAX_LINE: usize = 256 << 10;
 
 /// The fields of a call record that are counted.
 #[derive(Deserialize)]
@@ -49,7 +49,7 @@ struct Status {
 
 /// Why the call log cannot be read this poll (the next poll tries again).
 #[derive(Debug, thiserror::Error)]
-pub enum TailError {
+pub(crate) enum TailError {
     /// The configured log path has no directory or no file name.
     #[error("{}: not a file path", .0.display())]
     NotAFilePath(PathBuf),
@@ -68,7 +68,7 @@ pub enum TailError {
 
 /// A follower of one call log.
 #[derive(Debug)]
-pub struct Tail {
+pub(crate) struct Tail {
     path: PathBuf,
     /// The inode followed and the offset read up to (`None` before the first poll).
     at: Option<((u64, u64), u64)>,
@@ -76,12 +76,12 @@ pub struct Tail {
 
 impl Tail {
     /// Follows the log at `path` (absolute, as the config's `logFile`).
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         Self { path, at: None }
     }
 
     /// The log followed.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -94,7 +94,7 @@ impl Tail {
 
     /// Reads what was appended since the last poll and counts it in `m`. `Err` says why the log
     /// could not be read (a missing log is no error: nothing was called yet, or logging is off).
-    pub fn poll(&mut self, m: &DriverCalls) -> Result<(), TailError> {
+    pub(crate) fn poll(&mut self, m: &DriverCalls) -> Result<(), TailError> {
         let Some((dir, name)) = self.dir_and_name() else {
             return Err(TailError::NotAFilePath(self.path.clone()));
         };
@@ -215,7 +215,7 @@ fn count(line: &[u8], m: &DriverCalls) {
 /// Follows the config's call log on a thread of its own until the process ends: every
 /// [`EVERY`], the config is read again (its `logFile` may change), and the log polled. A failure
 /// is logged once until it changes.
-pub fn spawn(m: DriverCalls) -> std::io::Result<()> {
+pub(crate) fn spawn(m: DriverCalls) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("flexvol-calllog".into())
         .spawn(move || {

@@ -42,51 +42,51 @@ use std::time::SystemTime;
 
 /// One hostPath root as measured on the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RootMeasure {
+pub(crate) struct RootMeasure {
     /// The root.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its filesystem's size.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Bytes available (`f_bavail`).
-    pub available: u64,
+    pub(crate) available: u64,
     /// Quota limits of its volumes minus their usage (0 where quotas are not enforced).
-    pub promised: u64,
+    pub(crate) promised: u64,
     /// Whether project quotas are enforced there.
-    pub quota_enforced: bool,
+    pub(crate) quota_enforced: bool,
     /// Why it could not be measured (the numbers are then 0).
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// One thin pool as measured (`lvs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThinMeasure {
+pub(crate) struct ThinMeasure {
     /// The pool LV's name.
     pub name: String,
     /// Its data size.
-    pub size: u64,
+    pub(crate) size: u64,
     /// The virtual sizes of its thin LVs, summed.
-    pub committed: u64,
+    pub(crate) committed: u64,
 }
 
 /// One volume group as measured (`vgs`, `lvs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VgMeasure {
+pub(crate) struct VgMeasure {
     /// The VG's name.
     pub name: String,
     /// `vg_size`.
-    pub size: u64,
+    pub(crate) size: u64,
     /// `vg_free`.
-    pub free: u64,
+    pub(crate) free: u64,
     /// `vg_extent_size`.
-    pub extent_size: u64,
+    pub(crate) extent_size: u64,
     /// Its thin pools.
-    pub thin_pools: Vec<ThinMeasure>,
+    pub(crate) thin_pools: Vec<ThinMeasure>,
     /// Why it could not be measured (the numbers are then 0).
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Space promised to existing volumes: over those whose quota is enforced, limit minus usage.
-pub fn promised(sizes: &[SizeStatus]) -> u64 {
+pub(crate) fn promised(sizes: &[SizeStatus]) -> u64 {
     sizes
         .iter()
         .filter(|s| s.enforced)
@@ -101,7 +101,7 @@ pub fn promised(sizes: &[SizeStatus]) -> u64 {
 /// Measures `node`'s hostPath roots: `statvfs`, whether project quotas are enforced, and the
 /// space promised to the volumes in each (a scan of the root, one `xfs_quota report` per
 /// filesystem through `runner`, each under its deadline); with what could not be measured.
-pub fn measure_roots(
+pub(crate) fn measure_roots(
     cfg: &Config,
     node: &str,
     runner: &dyn Runner,
@@ -143,7 +143,7 @@ pub fn measure_roots(
 
 /// What the extender makes of a record, for people: one line per root and VG (and thin pool)
 /// with the bytes a new volume may take there and the classes it serves.
-pub fn describe(r: &CapacityRecord) -> Vec<String> {
+pub(crate) fn describe(r: &CapacityRecord) -> Vec<String> {
     use crate::protocol::quantity::format_human as q;
     let mut out = vec![format!(
         "capacity of node {} (record version {})",
@@ -206,7 +206,7 @@ pub fn describe(r: &CapacityRecord) -> Vec<String> {
 /// Measures this node, builds its record (stamped `now`) and publishes it through `cluster`;
 /// what could not be measured or written, for the log. The measuring blocks (`statvfs`,
 /// `xfs_quota`, `vgs`/`lvs`, each under its deadline), as the lane's other volume work does.
-pub async fn publish<C: Cluster>(
+pub(crate) async fn publish<C: Cluster>(
     cluster: &C,
     cfg: &Config,
     node: &str,
@@ -245,7 +245,7 @@ pub async fn publish<C: Cluster>(
 /// each, through the driver `lvm_driver`'s context (`toolDirs`, the verb timeout as deadline).
 /// A granted VG that does not exist on this node is left out (no class can use it here); one
 /// that cannot be read is listed with its error; with what failed, for the log.
-pub fn measure_vgs(cfg: &Config, lvm_driver: &str) -> (Vec<VgMeasure>, Vec<String>) {
+pub(crate) fn measure_vgs(cfg: &Config, lvm_driver: &str) -> (Vec<VgMeasure>, Vec<String>) {
     use crate::backend::lvm::lvs::{LvService, LvmCommands, LvmError};
     let (mut out, mut failed) = (Vec::new(), Vec::new());
     for vg in &cfg.lvm.allowed_volume_groups {
@@ -296,7 +296,7 @@ fn unmeasured_vg(vg: &str, why: String) -> VgMeasure {
 
 /// The thin pools of one VG from its `lvs` rows: each pool's data size and the virtual sizes of
 /// the thin LVs in it, summed (what `provision::storage::lvm`'s room check counts).
-pub fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
+pub(crate) fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
     rows.iter()
         .filter(|r| r.is_thin_pool())
         .map(|p| ThinMeasure {
@@ -314,7 +314,7 @@ pub fn thin_pools(rows: &[LvRow]) -> Vec<ThinMeasure> {
 /// (as `LocalPathConfig::roots_for` decides), and the LVM limits (`vgReserve`, `maxVolumeSize`,
 /// `thinOverprovisionRatio`) the provisioner applies. Roots and VGs that could not be measured
 /// are listed with their `error`, so that the extender passes the node for their classes.
-pub fn build(
+pub(crate) fn build(
     node: &str,
     published_at: u64,
     paths: &LocalPathConfig,

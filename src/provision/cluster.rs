@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 /// An event to record on an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventSpec {
+pub(crate) struct EventSpec {
     /// `PersistentVolumeClaim` or `PersistentVolume`.
     pub kind: &'static str,
     /// Namespace of the object (`""` for cluster-scoped).
@@ -29,16 +29,16 @@ pub struct EventSpec {
     /// Uid of the object.
     pub uid: String,
     /// `Normal` or `Warning`.
-    pub warning: bool,
+    pub(crate) warning: bool,
     /// `ProvisioningSucceeded`, `ProvisioningFailed`, `VolumeFailedDelete`, ...
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// For people: what happened and what to do.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// The API operations the provisioner uses.
 #[allow(async_fn_in_trait)]
-pub trait Cluster {
+pub(crate) trait Cluster {
     /// Every claim (from a watch cache: may be slightly stale).
     async fn claims(&self) -> ApiResult<Vec<PersistentVolumeClaim>>;
     /// Every PV (from a watch cache: may be slightly stale).

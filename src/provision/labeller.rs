@@ -47,12 +47,12 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 /// The label changes a claim needs: each key to its value (`None`: remove the label).
-pub type LabelChange = BTreeMap<String, Option<String>>;
+pub(crate) type LabelChange = BTreeMap<String, Option<String>>;
 
 /// The labels claim `c` should carry, of [`LABEL_NODE`] and [`LABEL_KIND`] (the rest is never
 /// looked at), for this cluster's kinds (`scope`): `None` when `c` is not a claim of a flexvol
 /// kind, which is never labelled.
-pub fn wanted_labels(
+pub(crate) fn wanted_labels(
     scope: &Scope,
     c: &PersistentVolumeClaim,
 ) -> Option<BTreeMap<&'static str, String>> {
@@ -80,7 +80,7 @@ pub fn wanted_labels(
 }
 
 /// What to change on claim `c`'s labels (`None`: nothing: right already, or not a flexvol claim).
-pub fn label_change(scope: &Scope, c: &PersistentVolumeClaim) -> Option<LabelChange> {
+pub(crate) fn label_change(scope: &Scope, c: &PersistentVolumeClaim) -> Option<LabelChange> {
     let want = wanted_labels(scope, c)?;
     let have = c.metadata.labels.as_ref();
     let mut change = LabelChange::new();
@@ -106,17 +106,17 @@ pub fn label_patch(uid: Option<&str>, change: &LabelChange) -> serde_json::Value
 
 /// One claim's label work.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Work {
+pub(crate) struct Work {
     /// The claim's uid as last seen.
     pub uid: Option<String>,
     /// What to change.
-    pub change: LabelChange,
+    pub(crate) change: LabelChange,
 }
 
 /// What is left to label, by claim key (`namespace/name`), as the holder's watch of every claim
 /// sees it; each change is sent to [`run`]. Holds only claims whose labels are wrong: nothing once
 /// the cluster's claims are labelled.
-pub struct Relabel {
+pub(crate) struct Relabel {
     scope: Arc<Scope>,
     pending: Mutex<HashMap<String, Work>>,
     tx: UnboundedSender<String>,
@@ -124,7 +124,7 @@ pub struct Relabel {
 
 impl Relabel {
     /// An empty one for `scope`, sending keys along `tx`.
-    pub fn new(scope: Arc<Scope>, tx: UnboundedSender<String>) -> Self {
+    pub(crate) fn new(scope: Arc<Scope>, tx: UnboundedSender<String>) -> Self {
         Self {
             scope,
             pending: Mutex::new(HashMap::new()),
@@ -137,27 +137,29 @@ impl Relabel {
     }
 
     /// What is left to do for `key`.
-    pub fn get(&self, key: &str) -> Option<Work> {
+    pub(crate) fn get(&self, key: &str) -> Option<Work> {
         self.lock().get(key).cloned()
     }
 
     /// How many claims are left to label.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether no claim is left to label.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Forgets everything (this instance stopped holding the Lease; the next holder lists again).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.lock().clear();
     }
 
     /// `work` on `key` was written: forgotten unless a newer event changed it meanwhile.
-    pub fn written(&self, key: &str, work: &Work) {
+    pub(crate) fn written(&self, key: &str, work: &Work) {
         let mut p = self.lock();
         if p.get(key) == Some(work) {
             p.remove(key);
@@ -185,7 +187,7 @@ impl Relabel {
     }
 
     /// A claim as it is now.
-    pub fn applied(&self, c: &PersistentVolumeClaim) {
+    pub(crate) fn applied(&self, c: &PersistentVolumeClaim) {
         let key = self.note(&mut self.lock(), c);
         if let Some(k) = key {
             let _ = self.tx.send(k);
@@ -198,7 +200,7 @@ impl Relabel {
     }
 
     /// Every claim there is (a list: at the start of the lead, and after a watch error).
-    pub fn restarted(&self, list: &[PersistentVolumeClaim]) {
+    pub(crate) fn restarted(&self, list: &[PersistentVolumeClaim]) {
         let mut fresh = HashMap::new();
         let keys: Vec<String> = list
             .iter()
@@ -225,7 +227,7 @@ impl crate::provision::cache::Observer<PersistentVolumeClaim> for Relabel {
 
 /// Labels the claims `relabel` holds while this instance leads the claim duty (`leads`), through
 /// `client`: each key once, a failed one again after its backoff; runs until the process ends.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     relabel: Arc<Relabel>,
     mut keys: UnboundedReceiver<String>,

@@ -45,49 +45,49 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// How often the node-local lane runs the sweep (also once at start).
-pub const SWEEP_EVERY: Duration = Duration::from_secs(30 * 60);
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(30 * 60);
 
 /// After the first key of a burst, how long to wait for the rest before working (watch events of
 /// one claim come in quick succession).
 const SETTLE: Duration = Duration::from_millis(50);
 
 /// A lane's name in logs and metrics.
-pub fn lane_name(lane: Lane) -> &'static str {
+pub(crate) fn lane_name(lane: Lane) -> &'static str {
     lane.name()
 }
 
 /// What a lane needs.
-pub struct LaneArgs {
+pub(crate) struct LaneArgs {
     /// Which lane.
-    pub lane: Lane,
+    pub(crate) lane: Lane,
     /// The cluster seam (its caches are this instance's; its API client is replaced by the
     /// lane's own, see [`KubeCluster::with_client`]).
-    pub cluster: KubeCluster,
+    pub(crate) cluster: KubeCluster,
     /// The kubeconfig the lane's own API client is made from (`None`: the pod's service account).
-    pub kubeconfig: Option<std::path::PathBuf>,
+    pub(crate) kubeconfig: Option<std::path::PathBuf>,
     /// Where the service account is read without a kubeconfig (`None`: kube-rs's fixed path;
     /// `/proc/self/fd/N` after `--host-mount-namespace`, see `apiclient::client`).
-    pub service_account_dir: Option<std::path::PathBuf>,
+    pub(crate) service_account_dir: Option<std::path::PathBuf>,
     /// Who we are.
-    pub id: Identity,
+    pub(crate) id: Identity,
     /// Keys of changed objects of this lane.
-    pub keys: UnboundedReceiver<Key>,
+    pub(crate) keys: UnboundedReceiver<Key>,
     /// Metrics and health.
-    pub shared: Arc<telemetry::Shared>,
+    pub(crate) shared: Arc<telemetry::Shared>,
     /// Every key again at least this often.
-    pub resync: Duration,
+    pub(crate) resync: Duration,
     /// What this instance leads (the shared lane works only while it leads the shared kinds).
-    pub leads: watch::Receiver<Leads>,
+    pub(crate) leads: watch::Receiver<Leads>,
     /// Set by the shared lane: whether this instance serves a shared kind (it may then lead them).
-    pub serves_shared: Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) serves_shared: Arc<std::sync::atomic::AtomicBool>,
     /// Whether the node-local lane publishes this node's capacity record for the scheduler
     /// extender (with the capacity metrics: at start, after work, at least every minute).
-    pub publish_capacity: bool,
+    pub(crate) publish_capacity: bool,
 }
 
 /// Starts a lane on its own thread, with its own single-threaded runtime (the volume work blocks
 /// it, and only it).
-pub fn spawn(args: LaneArgs) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn spawn(args: LaneArgs) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("lane-{}", lane_name(args.lane)))
         .spawn(move || {
@@ -119,7 +119,7 @@ fn backends(id: &Identity, lane: Lane) -> Vec<Box<dyn Provisioner>> {
 }
 
 /// Every kind there is (the sweep looks at every PV; the watches route by kind).
-pub fn all_kinds(id: &Identity) -> Vec<&'static Kind> {
+pub(crate) fn all_kinds(id: &Identity) -> Vec<&'static Kind> {
     crate::provision::provisioners(id)
         .iter()
         .map(|b| b.kind())
@@ -308,7 +308,7 @@ fn log_report(r: &Report) {
 
 /// The labels `v` lacks, if it is a PV of ours this node labels: every PV of a kind of ours gets
 /// [`LABEL_KIND`]; a node-local one, of this node only, also [`LABEL_NODE`].
-pub fn missing_labels(
+pub(crate) fn missing_labels(
     v: &PersistentVolume,
     id: &Identity,
     kinds: &[&'static Kind],
@@ -330,7 +330,7 @@ pub fn missing_labels(
 
 /// The sweep: every PV, a page at a time, labelled where it lacks our labels, legacy grants
 /// written; then grants of PVs that are gone removed (only after a complete list).
-pub async fn sweep<C: Cluster>(
+pub(crate) async fn sweep<C: Cluster>(
     rec: &Reconciler<C>,
     kinds: &[&'static Kind],
     cfg: &Config,

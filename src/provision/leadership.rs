@@ -15,9 +15,9 @@ pub const NFS_LEASE: &str = "flexvol-nfs";
 
 /// This instance's elections, started by `serve()`.
 #[derive(Debug, Clone)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     /// [`CLAIMS_LEASE`]: every instance is eligible.
-    pub claims: Leader,
+    pub(crate) claims: Leader,
     /// [`NFS_LEASE`]: instances that serve a shared kind are eligible.
     pub nfs: Leader,
     /// Set when the process stops: no elector is eligible any more (each releases what it holds).
@@ -30,7 +30,7 @@ impl Leadership {
     /// Starts the electors in `namespace` (`None`: the client's default namespace: the pod's in a
     /// cluster, else the kubeconfig context's, else `default`) as `node`, each with its gauge in
     /// `metrics`; for [`NFS_LEASE`] only while `serves_shared` (set by the shared lane) says so.
-    pub fn start(
+    pub(crate) fn start(
         client: &kube::Client,
         namespace: Option<&str>,
         node: &str,
@@ -69,7 +69,7 @@ impl Leadership {
     /// longer eligible, so that a healthy instance takes the shared work over at its next read
     /// instead of never (a stuck instance that still renews would keep it forever); fit again,
     /// it takes part again.
-    pub fn set_fit(&self, fit: bool) {
+    pub(crate) fn set_fit(&self, fit: bool) {
         self.fit.store(fit, Ordering::Relaxed);
     }
 
@@ -78,7 +78,7 @@ impl Leadership {
     /// resourceVersion read, as any write of the elector), so another instance takes over at its
     /// next read instead of after the lease expires. Waits at most `limit` for the releases;
     /// whether every Lease was let go.
-    pub async fn release(&self, limit: Duration) -> bool {
+    pub(crate) async fn release(&self, limit: Duration) -> bool {
         self.stop.send_replace(true);
         let end = Instant::now() + limit;
         loop {
@@ -93,7 +93,7 @@ impl Leadership {
     }
 
     /// What this process leads right now ([`Leader::is_leading`] of each).
-    pub fn leads(&self) -> crate::provision::cache::Leads {
+    pub(crate) fn leads(&self) -> crate::provision::cache::Leads {
         crate::provision::cache::Leads {
             claims: self.claims.is_leading(),
             shared: self.nfs.is_leading(),

@@ -27,12 +27,12 @@
 //! and `/readyz` on `--metrics-address`. Only [`run`] sets them up; this command is for a daemon,
 //! not for kubelet, so the stdout/stderr protocol rule of the verbs does not apply.
 
-pub mod cache;
-pub mod calltail;
-pub mod capacity;
+pub(crate) mod cache;
+pub(crate) mod calltail;
+pub(crate) mod capacity;
 pub mod cluster;
 pub mod labeller;
-pub mod lanes;
+pub(crate) mod lanes;
 pub mod leadership;
 pub mod reconcile;
 pub mod storage;
@@ -58,31 +58,31 @@ pub struct ProvisionerArgs {
     pub kubeconfig: Option<PathBuf>,
     /// Vendor part of the driver names as installed: the provisioners are `<vendor>/<kind>`.
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
-    pub vendor: String,
+    pub(crate) vendor: String,
     /// A full pass at least this often, even without changes seen by the watches.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
-    pub resync_seconds: u64,
+    pub(crate) resync_seconds: u64,
     /// A lane (node-local, shared) that has made no progress for this long is stuck: /healthz and
     /// /readyz fail naming it, and this instance gives up its Leases until it moves again
     /// (default: 10 resyncs, at least 300).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub lane_timeout_seconds: Option<u64>,
+    pub(crate) lane_timeout_seconds: Option<u64>,
     /// Serve /metrics, /healthz and /readyz here (the DaemonSet's pod network; the probes use it;
     /// on the host's network, as the systemd unit runs, pick a port free on every node).
     #[arg(long, default_value = "0.0.0.0:9479", value_name = "ADDRESS:PORT")]
     pub metrics_address: std::net::SocketAddr,
     /// Log lines as `text` (`<time> <LEVEL> flexvol-provisioner: <message>`) or `json`.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Which events to log, e.g. `debug` or `flexvol-provisioner=debug,kube=info` (default:
     /// `RUST_LOG`, else this provisioner's info and nothing of the libraries).
     #[arg(long, value_name = "FILTER")]
-    pub log_filter: Option<String>,
+    pub(crate) log_filter: Option<String>,
     /// Namespace of the Leases that let one instance at a time do the shared work (`flexvol-claims`,
     /// `flexvol-nfs`; drivers/deploy/rbac.yaml grants them in kube-system). Default: the client's
     /// namespace (the pod's in a cluster, else the kubeconfig context's, else `default`).
     #[arg(long, value_name = "NAMESPACE")]
-    pub lease_namespace: Option<String>,
+    pub(crate) lease_namespace: Option<String>,
     /// Run in the host's mount namespace (PID 1's; the pod needs hostPID: true and privileged:
     /// true): the host's lvm, mount.nfs, mkfs and xfs_quota, its /dev, hostPath roots and
     /// /etc/flexvol; the ServiceAccount token is still read from this container's volume.
@@ -93,29 +93,29 @@ pub struct ProvisionerArgs {
     /// `flexvol-capacity/<node>`, which the controller creates; docs/scheduler-extender.md).
     /// drivers/deploy/daemonset.yaml sets it; rbac.yaml grants the update.
     #[arg(long)]
-    pub publish_capacity: bool,
+    pub(crate) publish_capacity: bool,
     /// With --host-mount-namespace: the process whose mount namespace is the node's (default 1,
     /// the node's init under hostPID). Only for nodes where PID 1 cannot be read (the test
     /// machine, whose PID 1 is a sandbox supervisor: tests/cluster/deploy-e2e points it at a
     /// process of the node); the DaemonSet leaves it at 1.
     #[arg(long, value_name = "PID", default_value_t = 1, requires = "host_mount_namespace",
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub host_mount_namespace_pid: u32,
+    pub(crate) host_mount_namespace_pid: u32,
     /// Where the in-cluster service account is read (set by `run`, not on the command line):
     /// `/proc/self/fd/N` after `--host-mount-namespace`, else kube-rs's fixed path.
     #[arg(skip)]
-    pub service_account_dir: Option<PathBuf>,
+    pub(crate) service_account_dir: Option<PathBuf>,
 }
 
 use crate::k8s::daemon::PANIC_EXIT_CODE;
 
 /// A warning in the log (for the watches in [`kube`]; this file logs with `tracing` directly).
-pub fn log(msg: &str) {
+pub(crate) fn log(msg: &str) {
     warn!(target: LOG_TARGET, "{msg}");
 }
 
 /// The provisioner's identity for these arguments.
-pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
+pub(crate) fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
     reconcile::Identity {
         node: a.node_name.clone(),
         vendor: a.vendor.clone(),
@@ -123,7 +123,7 @@ pub fn identity(a: &ProvisionerArgs) -> reconcile::Identity {
 }
 
 /// The kinds of volume served, each as `<vendor>/<kind>`. The one place a provisioner is registered.
-pub fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn storage::Provisioner>> {
+pub(crate) fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn storage::Provisioner>> {
     vec![
         Box::new(storage::hostpath::HostPathProvisioner::new(
             id.provisioner("hostpath"),
@@ -134,7 +134,7 @@ pub fn provisioners(id: &reconcile::Identity) -> Vec<Box<dyn storage::Provisione
 }
 
 /// Runs the provisioner until killed; returns the exit code on a fatal error.
-pub fn run(a: &ProvisionerArgs) -> i32 {
+pub(crate) fn run(a: &ProvisionerArgs) -> i32 {
     // main() installs the driver's panic hook, which answers kubelet in JSON on stdout. A daemon
     // has no caller to answer: a panic (a bug) is one log line and exit code 70, so that the
     // DaemonSet restarts it (every step is restart-safe), never a half-dead process whose watch
@@ -249,7 +249,7 @@ pub fn run(a: &ProvisionerArgs) -> i32 {
 
 /// How long a stop may take (releasing the Leases) before the process ends regardless: well within
 /// the DaemonSet's termination grace period (30 s) and a test's patience (5 s).
-pub const STOP_LIMIT: Duration = Duration::from_secs(3);
+pub(crate) const STOP_LIMIT: Duration = Duration::from_secs(3);
 
 /// Set when `serve` runs its main loop, which handles a stop (before that, a signal ends the
 /// process at once).

@@ -79,7 +79,7 @@ use std::time::Instant;
 /// `node` as a label value: itself when it is one (at most 63 characters of `[A-Za-z0-9._-]`,
 /// alphanumeric at both ends), else `h-` and a 64-bit FNV-1a hash of it in hex (a node name may be
 /// 253 characters). A collision only makes two nodes watch each other's PVs.
-pub fn node_label_value(node: &str) -> String {
+pub(crate) fn node_label_value(node: &str) -> String {
     let ok = !node.is_empty()
         && node.len() <= 63
         && node
@@ -100,7 +100,7 @@ pub fn node_label_value(node: &str) -> String {
 
 /// What a lane works on: a claim (`namespace/name`) or a PV (`name`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Key {
+pub(crate) enum Key {
     /// A claim, `namespace/name`.
     Claim(String),
     /// A PV, by name.
@@ -109,18 +109,18 @@ pub enum Key {
 
 /// Who this provisioner is.
 #[derive(Debug, Clone)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// This node's name.
     pub node: String,
     /// Vendor part of the names: a backend of kind `k` serves classes whose provisioner is
     /// `<vendor>/<k>`, which is also its PVs' flexVolume driver and the key of the Node label
     /// the operator sets for it.
-    pub vendor: String,
+    pub(crate) vendor: String,
 }
 
 impl Identity {
     /// `<vendor>/<kind>`.
-    pub fn provisioner(&self, kind: &str) -> String {
+    pub(crate) fn provisioner(&self, kind: &str) -> String {
         format!("{}/{kind}", self.vendor)
     }
 }
@@ -160,7 +160,7 @@ pub struct Report {
 }
 
 /// The reason of the event on a PV whose enforced size drifted ([`Provisioner::check_size`]).
-pub const QUOTA_DRIFT: &str = "QuotaDrift";
+pub(crate) const QUOTA_DRIFT: &str = "QuotaDrift";
 
 /// What step 6 does with a PV of ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,7 +221,7 @@ pub enum Action {
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Done.
     Success,
     /// Failed; the next pass tries again.
@@ -239,9 +239,9 @@ pub struct Op {
     /// The backend's kind name.
     pub kind: &'static str,
     /// How it ended.
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// Wall time of the attempt.
-    pub took: std::time::Duration,
+    pub(crate) took: std::time::Duration,
 }
 
 /// The lengths of a report's lists before a step, to tell what the step did (see [`Report::op`]).
@@ -255,7 +255,7 @@ struct Mark {
 
 impl Report {
     /// Adds what `other` did to this report (`seen` is left as it is).
-    pub fn merge(&mut self, other: Report) {
+    pub(crate) fn merge(&mut self, other: Report) {
         self.provisioned.extend(other.provisioned);
         self.deleted.extend(other.deleted);
         self.resized.extend(other.resized);
@@ -317,7 +317,7 @@ struct Here {
 
 /// Label and taint keys that mark a control-plane node (1.20 sets the first, later releases the
 /// second).
-pub const CONTROL_PLANE_KEYS: [&str; 2] = [
+pub(crate) const CONTROL_PLANE_KEYS: [&str; 2] = [
     "node-role.kubernetes.io/master",
     "node-role.kubernetes.io/control-plane",
 ];
@@ -326,7 +326,7 @@ pub const CONTROL_PLANE_KEYS: [&str; 2] = [
 /// (`None`: it may). The scheduler never places an ordinary pod on a cordoned node or on a
 /// control-plane node, but a claim's author can write `selected-node` themselves: without this
 /// check, any claim could make any node create directories or LVs with no pod there.
-pub fn unfit_for_local_volumes(n: &Node) -> Option<String> {
+pub(crate) fn unfit_for_local_volumes(n: &Node) -> Option<String> {
     let spec = n.spec.as_ref();
     if spec.and_then(|s| s.unschedulable) == Some(true) {
         return Some(
@@ -356,11 +356,11 @@ pub fn unfit_for_local_volumes(n: &Node) -> Option<String> {
 }
 
 /// The reconciler: the cluster seam, who we are, the backends, and which events were said.
-pub struct Reconciler<C> {
+pub(crate) struct Reconciler<C> {
     /// The API seam.
-    pub cluster: C,
+    pub(crate) cluster: C,
     /// Who we are.
-    pub id: Identity,
+    pub(crate) id: Identity,
     backends: Vec<Box<dyn Provisioner>>,
     /// Per backend: whether this node serves it, as of this pass.
     serving: Vec<bool>,
@@ -431,7 +431,7 @@ fn requested(c: &PersistentVolumeClaim) -> Option<u64> {
 
 impl<C: Cluster> Reconciler<C> {
     /// A reconciler for `id` over `cluster`, serving `backends`.
-    pub fn new(cluster: C, id: Identity, backends: Vec<Box<dyn Provisioner>>) -> Self {
+    pub(crate) fn new(cluster: C, id: Identity, backends: Vec<Box<dyn Provisioner>>) -> Self {
         Self {
             cluster,
             id,
@@ -450,24 +450,16 @@ impl<C: Cluster> Reconciler<C> {
     }
 
     /// Fault domains whose breaker is open (a metric).
-    pub fn breakers_open(&self) -> usize {
+    pub(crate) fn breakers_open(&self) -> usize {
         self.breakers.open_count()
     }
 
     /// Whether this instance serves any shared kind (it may then lead them).
-    pub fn serves_shared(&self) -> bool {
+    pub(crate) fn serves_shared(&self) -> bool {
         self.backends
             .iter()
             .zip(&self.serving)
             .any(|(b, s)| *s && !b.kind().node_local)
-    }
-
-    /// The provisioner names served, `<vendor>/<kind>` each.
-    pub fn provisioners(&self) -> Vec<String> {
-        self.backends
-            .iter()
-            .map(|b| self.id.provisioner(b.kind().name))
-            .collect()
     }
 
     /// The backend whose provisioner name is `name`.
@@ -523,7 +515,7 @@ impl<C: Cluster> Reconciler<C> {
 
     /// Before a batch of work: lets each backend finish what a kill left half done (steps 1), and
     /// reads what this node serves and its Node (step 2), kept for the batch's [`Reconciler::sync`].
-    pub async fn refresh(&mut self, cfg: &Config) -> Report {
+    pub(crate) async fn refresh(&mut self, cfg: &Config) -> Report {
         let mut report = Report::default();
         let node = self.id.node.clone();
         for b in &mut self.backends {
@@ -544,7 +536,8 @@ impl<C: Cluster> Reconciler<C> {
     /// [`Reconciler::refresh`], the legacy grants (step 3), then [`Reconciler::sync`] of every
     /// claim and every PV. The lanes ([`crate::provision::lanes`]) instead sync only the keys that changed
     /// or are due; this is the same work for a cluster seam that lists everything (the tests).
-    pub async fn pass(&mut self, cfg: &Config) -> Report {
+    #[cfg(test)]
+    pub(crate) async fn pass(&mut self, cfg: &Config) -> Report {
         let mut report = self.refresh(cfg).await;
         let volumes = match self.cluster.volumes().await {
             Ok(v) => v,
@@ -582,7 +575,11 @@ impl<C: Cluster> Reconciler<C> {
 
     /// Forgets what was said about objects that are gone (bounded memory): `claims` and `volumes`
     /// are every object this instance looks after.
-    pub fn forget_gone(&mut self, claims: &[PersistentVolumeClaim], volumes: &[PersistentVolume]) {
+    pub(crate) fn forget_gone(
+        &mut self,
+        claims: &[PersistentVolumeClaim],
+        volumes: &[PersistentVolume],
+    ) {
         let live: HashSet<&str> = claims
             .iter()
             .map(|c| &c.metadata)
@@ -596,7 +593,7 @@ impl<C: Cluster> Reconciler<C> {
     /// The work for one key, on the objects as the watch caches hold them (after a
     /// [`Reconciler::refresh`]): a claim is provisioned and, once bound, grown (steps 4, 5); a PV
     /// is protected, released or reclaimed (step 6). A key whose object is gone is nothing to do.
-    pub async fn sync(&mut self, key: &Key, cfg: &Config) -> Report {
+    pub(crate) async fn sync(&mut self, key: &Key, cfg: &Config) -> Report {
         let mut report = Report::default();
         match key {
             Key::Claim(k) => {
@@ -1131,7 +1128,7 @@ impl<C: Cluster> Reconciler<C> {
     /// The PV for a claim, as the external-provisioner protocol wants it; pinned to `pin` (the
     /// node's hostname label) for node-local volumes.
     #[allow(clippy::too_many_arguments)]
-    pub fn build_pv(
+    pub(crate) fn build_pv(
         &self,
         c: &PersistentVolumeClaim,
         class: &StorageClass,
@@ -1223,7 +1220,13 @@ impl<C: Cluster> Reconciler<C> {
     /// that PV name in its claim's namespace only. Grants of PVs that no longer exist are
     /// removed. Costs an open and a read per such PV and a directory listing; nothing for PVs
     /// whose token names their namespace.
-    pub fn legacy_grants(&self, volumes: &[PersistentVolume], cfg: &Config, report: &mut Report) {
+    #[cfg(test)]
+    pub(crate) fn legacy_grants(
+        &self,
+        volumes: &[PersistentVolume],
+        cfg: &Config,
+        report: &mut Report,
+    ) {
         let kinds: Vec<&'static Kind> = self.backends.iter().map(|b| b.kind()).collect();
         legacy_grants(volumes, &self.id, &kinds, cfg, report);
     }
@@ -1232,7 +1235,7 @@ impl<C: Cluster> Reconciler<C> {
     /// kind) made before root-only ownership records gets its record
     /// ([`Provisioner::adopt`]), on the evidence of the PV itself. Costs one small read per PV
     /// of a kind that keeps records; nothing for the others.
-    pub fn adopt_old_volumes(
+    pub(crate) fn adopt_old_volumes(
         &self,
         volumes: &[PersistentVolume],
         cfg: &Config,
@@ -1529,13 +1532,13 @@ impl<C: Cluster> Reconciler<C> {
 /// (1.23+ set it, alone or beside the beta one, and it wins when they differ, as in
 /// sig-storage-lib-external-provisioner), else `volume.beta.kubernetes.io/storage-provisioner`
 /// (all 1.20 sets).
-pub fn claim_provisioner(meta: &ObjectMeta) -> Option<&str> {
+pub(crate) fn claim_provisioner(meta: &ObjectMeta) -> Option<&str> {
     ann(meta, ANN_PROVISIONER).or_else(|| ann(meta, ANN_PROVISIONER_BETA))
 }
 
 /// Step 3 for `volumes`, of the `kinds` given (see [`Reconciler::legacy_grants`]): writes the
 /// legacy grant of each PV of ours made before capabilities (node-local ones of `id`'s node).
-pub fn legacy_grants(
+pub(crate) fn legacy_grants(
     volumes: &[PersistentVolume],
     id: &Identity,
     kinds: &[&'static Kind],
@@ -1602,7 +1605,10 @@ fn paused(domain: &str, open: &crate::k8s::queue::Open) -> String {
 
 /// Removes the legacy grants (in `<stateDir>/legacy-grants`) of PVs not in `names`, the PVs that
 /// exist; returns failures. Only files this provisioner wrote are there (root-only directory).
-pub fn sweep_legacy_grants(state_dir: &std::path::Path, names: &HashSet<String>) -> Vec<String> {
+pub(crate) fn sweep_legacy_grants(
+    state_dir: &std::path::Path,
+    names: &HashSet<String>,
+) -> Vec<String> {
     let dir = state_dir.join(capability::LEGACY_DIR);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,

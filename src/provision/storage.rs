@@ -31,8 +31,8 @@
 //! Calls are synchronous and run on their lane's own thread ([`crate::provision::lanes`]): a lane works on
 //! one object at a time; a slow call holds up only its lane, and the watches buffer meanwhile.
 
-pub mod cloning;
-pub mod error;
+pub(crate) mod cloning;
+pub(crate) mod error;
 pub mod hostpath;
 pub mod lvm;
 pub mod nfs;
@@ -121,7 +121,7 @@ pub struct Kind {
     pub access_modes: &'static [&'static str],
     /// Whether kubelet finishes a resize on the node (`expandfs`: LVM grows the filesystem and
     /// kubelet records the claim's new size). When `false` the reconciler records it on the claim.
-    pub node_finishes_resize: bool,
+    pub(crate) node_finishes_resize: bool,
 }
 
 /// One kind of volume (sig-storage-lib-external-provisioner's word).
@@ -198,7 +198,7 @@ pub enum SizeCheck {
 /// it: the provisioner removes such a claim's `selected-node` (it holds no node), the scheduler
 /// extender never counts it against a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Never {
+pub(crate) enum Never {
     /// The class's parameters are invalid (they cannot be edited).
     Class,
     /// `volumeMode: Block`.
@@ -211,25 +211,22 @@ pub enum Never {
     Size,
     /// `dataSource` is not a claim named by a plain name.
     DataSource,
-    /// The source claim cannot be copied into this one: it does not exist in the claim's
-    /// namespace, is another's, another class's, on another node, larger, being deleted.
-    CloneSource,
 }
 
 /// A claim its class can never provision: why, to branch on, and the message for its event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unprovisionable {
+pub(crate) struct Unprovisionable {
     /// Why.
-    pub why: Never,
+    pub(crate) why: Never,
     /// What is wrong and what to change, for the claim's event.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// What the provisioner makes for a claim [`plan_claim`] accepts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClaimPlan {
+pub(crate) struct ClaimPlan {
     /// The request as written (`1Gi`).
-    pub size: Quantity,
+    pub(crate) size: Quantity,
     /// The request in bytes.
     pub size_bytes: u64,
     /// The claim's access modes (non-empty, all supported by the kind).
@@ -241,7 +238,7 @@ pub struct ClaimPlan {
 /// Whether `c` still waits for a volume to be made: not being deleted, not bound or pre-bound
 /// to a PV (`spec.volumeName`), phase `Pending` (or none yet). The provisioner acts only on such
 /// a claim, and the scheduler extender counts only such a claim.
-pub fn awaits_volume(c: &PersistentVolumeClaim) -> bool {
+pub(crate) fn awaits_volume(c: &PersistentVolumeClaim) -> bool {
     c.metadata.deletion_timestamp.is_none()
         && c.spec
             .as_ref()
@@ -261,7 +258,7 @@ pub fn awaits_volume(c: &PersistentVolumeClaim) -> bool {
 /// which for hostPath and LVM is [`crate::provision::storage::hostpath::check_params`] and
 /// [`crate::provision::storage::lvm::check_params`]). A clone's source is checked further, against the server, by
 /// [`source_claim_ready`] and [`check_clone_source`].
-pub fn plan_claim(
+pub(crate) fn plan_claim(
     kind: &Kind,
     class_name: &str,
     class_check: Result<(), String>,
@@ -342,17 +339,17 @@ pub fn plan_claim(
 
 /// Why a clone's source does not allow the copy (yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceRefusal {
+pub(crate) enum SourceRefusal {
     /// Not yet: the source is not Bound, or its PV could not be read. The claim keeps its node
     /// and is tried again.
     Wait(String),
-    /// Never ([`Never::CloneSource`]): the message says why.
+    /// Never (a new claim is needed): the message says why.
     Never(String),
 }
 
 impl SourceRefusal {
     /// The message for the claim's event.
-    pub fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         match self {
             Self::Wait(m) | Self::Never(m) => m,
         }
@@ -363,7 +360,7 @@ impl SourceRefusal {
 /// `namespace/source_name` (as read in the new claim's own namespace) exists, is that claim, and
 /// is Bound; `Ok` is the name of its PV. Shared with the scheduler extender, which counts a clone
 /// against a node only once its source passes this.
-pub fn source_claim_ready<'a>(
+pub(crate) fn source_claim_ready<'a>(
     namespace: &str,
     source_name: &str,
     source_claim: Option<&'a PersistentVolumeClaim>,
@@ -400,7 +397,7 @@ pub fn source_claim_ready<'a>(
 /// namespace: a `dataSource` has no namespace field), and its name must be a DNS-1123 subdomain,
 /// as a claim's name is, before it is used in any API path (the API server checks only that it
 /// is not empty: `other-ns/x` or `../x` would otherwise reach the URL).
-pub fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<String>, String> {
+pub(crate) fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<String>, String> {
     let Some(ds) = claim.spec.as_ref().and_then(|s| s.data_source.as_ref()) else {
         return Ok(None);
     };
@@ -445,7 +442,7 @@ pub fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<String>,
 /// - a node-local source lives on `node` (the copy is made where the data is);
 /// - the request is at least the source's size ([`ANN_SIZE`], else its capacity).
 #[allow(clippy::too_many_arguments)]
-pub fn check_clone_source(
+pub(crate) fn check_clone_source(
     namespace: &str,
     class_name: &str,
     provisioner: &str,

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The target of the provisioner's log events (what text lines show before the message).
-pub const LOG_TARGET: &str = "flexvol-provisioner";
+pub(crate) const LOG_TARGET: &str = "flexvol-provisioner";
 
 /// Labels of an operation: `action`, `kind`, `outcome`.
 type OpLabels = [(&'static str, &'static str); 3];
@@ -67,7 +67,7 @@ fn gauge_bytes(b: u64) -> i64 {
 
 /// The watches (`watch` label values of `flexvol_provisioner_watch_events_total`), as
 /// [`crate::provision::cache`] names them.
-pub const WATCHES: [&str; 5] = [
+pub(crate) const WATCHES: [&str; 5] = [
     "claims-node",
     "claims-all",
     "claims-shared",
@@ -77,23 +77,23 @@ pub const WATCHES: [&str; 5] = [
 
 /// The kinds the provisioners of this binary make (`kind` label values), as
 /// [`crate::provision::provisioners`] lists them.
-pub const KINDS: [&str; 3] = ["hostpath", "lvm", "nfs"];
+pub(crate) const KINDS: [&str; 3] = ["hostpath", "lvm", "nfs"];
 
 /// `flexvol_driver_calls_total{driver,verb,outcome}` and
 /// `flexvol_driver_call_duration_seconds{driver,verb}`: the driver's calls on this node, as its
 /// call log says (the driver is exec'd per call and serves nothing itself; [`crate::provision::calltail`]
 /// reads the log). Every driver × verb × outcome is present from start, at zero.
 #[derive(Debug, Clone)]
-pub struct DriverCalls {
+pub(crate) struct DriverCalls {
     calls: Family<[(&'static str, &'static str); 3], Counter>,
     seconds: Family<[(&'static str, &'static str); 2], Histogram>,
     unreadable: Counter,
 }
 
 /// The drivers (`driver` label values): the backends' names.
-pub const DRIVERS: [&str; 3] = ["hostpath", "nfs", "lvm"];
+pub(crate) const DRIVERS: [&str; 3] = ["hostpath", "nfs", "lvm"];
 /// The verbs (`verb` label values): kubelet's FlexVolume verbs; anything else is `other`.
-pub const VERBS: [&str; 13] = [
+pub(crate) const VERBS: [&str; 13] = [
     "init",
     "getvolumename",
     "attach",
@@ -110,7 +110,7 @@ pub const VERBS: [&str; 13] = [
 ];
 /// The outcomes (`outcome` label values): the reply's status (`not_supported`: a verb the driver
 /// never supports, which kubelet then stops calling).
-pub const DRIVER_OUTCOMES: [&str; 3] = ["success", "failure", "not_supported"];
+pub(crate) const DRIVER_OUTCOMES: [&str; 3] = ["success", "failure", "not_supported"];
 
 impl Default for DriverCalls {
     fn default() -> Self {
@@ -144,7 +144,7 @@ impl Default for DriverCalls {
 
 impl DriverCalls {
     /// Registers the three metrics in `r`.
-    pub fn register_into(self, r: &mut Registry) {
+    pub(crate) fn register_into(self, r: &mut Registry) {
         r.register(
             "flexvol_driver_calls",
             "kubelet's calls of the flexvol drivers on this node, by driver, verb and outcome (from the call log)",
@@ -164,7 +164,7 @@ impl DriverCalls {
 
     /// Counts one call: `driver`, `verb` and the reply's `status` as the log wrote them (values
     /// outside the known sets are `other`, or not counted at all for an unknown driver or status).
-    pub fn observe(&self, driver: &str, verb: &str, status: &str, seconds: f64) {
+    pub(crate) fn observe(&self, driver: &str, verb: &str, status: &str, seconds: f64) {
         let (Some(driver), Some(outcome)) = (
             DRIVERS.into_iter().find(|d| *d == driver),
             match status {
@@ -187,14 +187,14 @@ impl DriverCalls {
     }
 
     /// Counts a line that is not a call record.
-    pub fn unreadable(&self) {
+    pub(crate) fn unreadable(&self) {
         self.unreadable.inc();
     }
 }
 
 /// `flexvol_provisioner_watch_events_total{watch=...}`: objects each watch received (the items
 /// of a list and every event), shared with the metrics registry.
-pub type WatchEvents = Family<[(&'static str, &'static str); 1], Counter>;
+pub(crate) type WatchEvents = Family<[(&'static str, &'static str); 1], Counter>;
 
 /// The provisioner's metrics; the handles are cheap to update and shared with the registry.
 #[derive(Debug)]
@@ -375,24 +375,24 @@ impl Metrics {
     }
 
     /// The driver call counters, fed by the call log's tailer ([`crate::provision::calltail`]).
-    pub fn driver_calls(&self) -> DriverCalls {
+    pub(crate) fn driver_calls(&self) -> DriverCalls {
         self.driver.clone()
     }
 
     /// The gauge of the Lease `lease` (1: this instance leads), shared with the registry.
-    pub fn leader(&self, lease: &str) -> Gauge {
+    pub(crate) fn leader(&self, lease: &str) -> Gauge {
         self.leader
             .get_or_create(&[("lease", lease.to_owned())])
             .clone()
     }
 
     /// The watch event counters, shared with the registry (for the watch caches).
-    pub fn watch_events(&self) -> WatchEvents {
+    pub(crate) fn watch_events(&self) -> WatchEvents {
         self.watch_events.clone()
     }
 
     /// Counts one label write on a claim (`outcome`: success, failure).
-    pub fn claim_labelled(&self, outcome: &'static str) {
+    pub(crate) fn claim_labelled(&self, outcome: &'static str) {
         self.claim_labels
             .get_or_create(&[("outcome", outcome)])
             .inc();
@@ -434,7 +434,13 @@ impl Metrics {
     }
 
     /// Sets a lane's queue gauges: keys queued, retries so far, breakers open.
-    pub fn set_queue(&self, lane: &'static str, depth: usize, retries: u64, breakers: usize) {
+    pub(crate) fn set_queue(
+        &self,
+        lane: &'static str,
+        depth: usize,
+        retries: u64,
+        breakers: usize,
+    ) {
         let l = [("lane", lane)];
         let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.queue_depth.get_or_create(&l).set(g(depth));
@@ -446,7 +452,7 @@ impl Metrics {
 
     /// Sets the capacity gauges to `pools` (kind, pool, size if known, free), forgetting pools no
     /// longer listed (a root removed from the config).
-    pub fn set_capacity(&self, pools: &[Pool]) {
+    pub(crate) fn set_capacity(&self, pools: &[Pool]) {
         self.size.clear();
         self.free.clear();
         for p in pools {
@@ -466,7 +472,7 @@ impl Metrics {
     }
 
     /// Sets `flexvol_provisioner_lane_stuck` from `health` at `at`.
-    pub fn set_stuck(&self, health: &Health, at: Instant) {
+    pub(crate) fn set_stuck(&self, health: &Health, at: Instant) {
         for l in LANES {
             self.lane_stuck
                 .get_or_create(&[("lane", l.name())])
@@ -477,20 +483,20 @@ impl Metrics {
 
 /// The space of one place volumes are made in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pool {
+pub(crate) struct Pool {
     /// `hostpath` or `lvm`.
     pub kind: &'static str,
     /// The root's path, or the VG's name.
-    pub pool: String,
+    pub(crate) pool: String,
     /// Total bytes, where known (a root's filesystem; `vgs` is not asked for a VG's size).
-    pub size: Option<u64>,
+    pub(crate) size: Option<u64>,
     /// Bytes free for new volumes.
-    pub free: u64,
+    pub(crate) free: u64,
 }
 
 /// This node's pools: its hostPath roots (statvfs) and the VGs its config allows (one `lvm vgs`
 /// each, under the config's verb timeout); with what could not be read.
-pub fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<String>) {
+pub(crate) fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<String>) {
     let (mut pools, mut failed) = (Vec::new(), Vec::new());
     for root in cfg.local_path.node_roots(node) {
         match nix::sys::statvfs::statvfs(&root) {
@@ -528,7 +534,7 @@ pub fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<S
 /// stops beating while the other goes on: `/healthz` and `/readyz` then fail and name it, and
 /// `serve` gives up the Leases ([`Health::live`] is what it asks).
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     start: Instant,
     /// The wall-clock time of `start`, for the messages ("since when").
     wall: SystemTime,
@@ -573,7 +579,7 @@ fn lane_index(lane: Lane) -> usize {
 
 impl Health {
     /// Health of lanes that pass at least every `resync`; alive as of `start`.
-    pub fn new(start: Instant, resync: Duration) -> Self {
+    pub(crate) fn new(start: Instant, resync: Duration) -> Self {
         let wall = SystemTime::now()
             .checked_sub(Instant::now().saturating_duration_since(start))
             .unwrap_or_else(SystemTime::now);
@@ -589,7 +595,7 @@ impl Health {
 
     /// With the liveness window `--lane-timeout-seconds` gave (`None`: the default).
     #[must_use]
-    pub fn stuck_after(mut self, window: Option<Duration>) -> Self {
+    pub(crate) fn stuck_after(mut self, window: Option<Duration>) -> Self {
         self.stuck_after = window;
         self
     }
@@ -609,14 +615,14 @@ impl Health {
     /// How long a lane may go without a sign of progress before it is stuck:
     /// `--lane-timeout-seconds`, else 10 resyncs, at least 5 minutes (every object's work waits
     /// out its deadlines, and a restart would not make a slow one quicker).
-    pub fn live_window(&self) -> Duration {
+    pub(crate) fn live_window(&self) -> Duration {
         self.stuck_after
             .unwrap_or_else(|| (self.resync * 10).max(Duration::from_secs(300)))
     }
 
     /// How old a lane's last pass may be for the instance to be ready: 3 resyncs, at least a
     /// minute (never more than the live window).
-    pub fn ready_window(&self) -> Duration {
+    pub(crate) fn ready_window(&self) -> Duration {
         (self.resync * 3)
             .max(Duration::from_secs(60))
             .min(self.live_window())
@@ -624,7 +630,7 @@ impl Health {
 
     /// Every lane is alive at `at` (before the lanes start: `serve` waits for its config and its
     /// first lists).
-    pub fn beat(&self, at: Instant) {
+    pub(crate) fn beat(&self, at: Instant) {
         for l in LANES {
             self.beat_lane(l, at);
         }
@@ -632,14 +638,14 @@ impl Health {
 
     /// `lane` made progress at `at` (one object's work ended, or it waited for its config or
     /// client).
-    pub fn beat_lane(&self, lane: Lane, at: Instant) {
+    pub(crate) fn beat_lane(&self, lane: Lane, at: Instant) {
         self.lanes[lane_index(lane)]
             .beat
             .store(self.ms(at), Ordering::Relaxed);
     }
 
     /// A pass of `lane` ended at `at`.
-    pub fn passed(&self, lane: Lane, at: Instant) {
+    pub(crate) fn passed(&self, lane: Lane, at: Instant) {
         let ms = self.ms(at);
         let l = &self.lanes[lane_index(lane)];
         l.pass.store(ms, Ordering::Relaxed);
@@ -647,12 +653,12 @@ impl Health {
     }
 
     /// Both watch caches hold a first full list.
-    pub fn synced(&self) {
+    pub(crate) fn synced(&self) {
         self.synced.store(true, Ordering::Relaxed);
     }
 
     /// Whether the caches have listed (the loop asks only until they have).
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)
     }
 
@@ -683,7 +689,7 @@ impl Health {
     }
 
     /// Whether `lane` is stuck at `at` (what `/healthz` says of it).
-    pub fn is_stuck(&self, lane: Lane, at: Instant) -> bool {
+    pub(crate) fn is_stuck(&self, lane: Lane, at: Instant) -> bool {
         let ms = self.lanes[lane_index(lane)].beat.load(Ordering::Relaxed);
         self.age(ms, at).unwrap_or_default() > self.live_window()
     }
@@ -704,7 +710,7 @@ impl Health {
     }
 
     /// `/healthz` at `at`: `Err` names the stuck lanes, and says how every lane's last pass was.
-    pub fn live(&self, at: Instant) -> Result<(), Unhealthy> {
+    pub(crate) fn live(&self, at: Instant) -> Result<(), Unhealthy> {
         let stuck = self.stuck(at);
         if stuck.is_empty() {
             return Ok(());
@@ -718,7 +724,7 @@ impl Health {
 
     /// `/readyz` at `at`: `Err` says why not (a lane stuck, the caches not listed, a lane
     /// without a recent pass).
-    pub fn ready(&self, at: Instant) -> Result<(), Unhealthy> {
+    pub(crate) fn ready(&self, at: Instant) -> Result<(), Unhealthy> {
         self.live(at)?;
         if !self.is_synced() {
             return Err(Unhealthy::NotReady(
@@ -748,11 +754,11 @@ impl Health {
 
 /// What the HTTP server reads.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     /// The metrics.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// The health.
-    pub health: Health,
+    pub(crate) health: Health,
 }
 
 impl crate::k8s::http::Endpoints for Shared {

@@ -38,13 +38,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Opens the directory `path` (canonical) with no symlink anywhere in it.
-pub fn open_dir(path: &Path) -> nix::Result<OwnedFd> {
+pub(crate) fn open_dir(path: &Path) -> nix::Result<OwnedFd> {
     super::paths::open_dir_nofollow(path)
 }
 
 /// Opens the directory `name` inside `dir`: no symlink, not outside `dir`, and not across a mount
 /// point (`EXDEV` when `name` is one).
-pub fn open_child_dir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<OwnedFd> {
+pub(crate) fn open_child_dir<P: ?Sized + NixPath>(
+    dir: &impl AsFd,
+    name: &P,
+) -> nix::Result<OwnedFd> {
     let how = OpenHow::new()
         .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
         .resolve(
@@ -57,7 +60,7 @@ pub fn open_child_dir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Re
 
 /// Why a name a tenant controls was not opened or read as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SafeError {
+pub(crate) enum SafeError {
     /// The kernel's answer (`ENOENT`, `ELOOP` for a symlink, `EXDEV` for a mount point, ...).
     #[error("{0}")]
     Sys(#[from] nix::Error),
@@ -81,7 +84,7 @@ pub enum SafeError {
 }
 
 /// What a `st_mode` says an entry is, for messages.
-pub fn kind_name(mode: u32) -> &'static str {
+pub(crate) fn kind_name(mode: u32) -> &'static str {
     match mode & nix::libc::S_IFMT {
         nix::libc::S_IFREG => "regular file",
         nix::libc::S_IFDIR => "directory",
@@ -98,7 +101,7 @@ pub fn kind_name(mode: u32) -> &'static str {
 /// `dir`, not across a mount; never opening anything but a regular file (see the module's safety
 /// rules: `O_PATH`, `fstat`, then a checked reopen with `O_NONBLOCK | O_NOCTTY`); and, with
 /// `expect`, only the very inode `(dev, ino)` the caller saw ([`SafeError::Replaced`] otherwise).
-pub fn open_regular<P: ?Sized + NixPath>(
+pub(crate) fn open_regular<P: ?Sized + NixPath>(
     dir: &impl AsFd,
     name: &P,
     expect: Option<(u64, u64)>,
@@ -139,7 +142,7 @@ pub fn open_regular<P: ?Sized + NixPath>(
 
 /// Reads the small regular file `name` inside `dir` ([`open_regular`]'s rules), at most `max`
 /// bytes ([`SafeError::TooLarge`] past that); `Ok(None)` when it is absent.
-pub fn read_small<P: ?Sized + NixPath>(
+pub(crate) fn read_small<P: ?Sized + NixPath>(
     dir: &impl AsFd,
     name: &P,
     max: u64,
@@ -165,7 +168,7 @@ pub fn read_small<P: ?Sized + NixPath>(
 
 /// Opens the directory `name` inside `dir` ([`open_child_dir`]'s rules), only when it is the
 /// very inode `(dev, ino)` the caller saw ([`SafeError::Replaced`] otherwise).
-pub fn open_child_dir_as<P: ?Sized + NixPath>(
+pub(crate) fn open_child_dir_as<P: ?Sized + NixPath>(
     dir: &impl AsFd,
     name: &P,
     expect: (u64, u64),
@@ -180,7 +183,7 @@ pub fn open_child_dir_as<P: ?Sized + NixPath>(
 /// The names in the open directory `dir`, without `.` and `..`, sorted. Read through a duplicate
 /// of the descriptor rewound to its start (so a directory can be listed twice), never through a
 /// path: whatever its name points at now does not matter.
-pub fn list(dir: &impl AsFd) -> nix::Result<Vec<OsString>> {
+pub(crate) fn list(dir: &impl AsFd) -> nix::Result<Vec<OsString>> {
     let dup = rustix::io::fcntl_dupfd_cloexec(dir, 0).map_err(rx)?;
     rustix::fs::seek(&dup, rustix::fs::SeekFrom::Start(0)).map_err(rx)?;
     let d = rustix::fs::Dir::new(dup).map_err(rx)?;
@@ -197,12 +200,12 @@ pub fn list(dir: &impl AsFd) -> nix::Result<Vec<OsString>> {
 }
 
 /// A rustix error as nix's (the same errno).
-pub fn rx(e: rustix::io::Errno) -> nix::Error {
+pub(crate) fn rx(e: rustix::io::Errno) -> nix::Error {
     nix::Error::from_raw(e.raw_os_error())
 }
 
 /// Creates the file `name` inside `dir` for writing with `mode`; `EEXIST` when anything is there.
-pub fn create_new_file<P: ?Sized + NixPath>(
+pub(crate) fn create_new_file<P: ?Sized + NixPath>(
     dir: &impl AsFd,
     name: &P,
     mode: u32,
@@ -216,7 +219,7 @@ pub fn create_new_file<P: ?Sized + NixPath>(
 
 /// Creates (or truncates) the file `name` inside `dir` for writing, `mode` when created; a symlink
 /// there fails.
-pub fn create_file<P: ?Sized + NixPath>(
+pub(crate) fn create_file<P: ?Sized + NixPath>(
     dir: &impl AsFd,
     name: &P,
     mode: u32,
@@ -235,18 +238,18 @@ pub fn create_file<P: ?Sized + NixPath>(
 }
 
 /// Makes the directory `name` inside `dir` with `mode` (less the umask).
-pub fn mkdir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P, mode: u32) -> nix::Result<()> {
+pub(crate) fn mkdir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P, mode: u32) -> nix::Result<()> {
     nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode))
 }
 
 /// Makes the directory `path` with `mode` (less the umask).
-pub fn mkdir_path(path: &Path, mode: u32) -> nix::Result<()> {
+pub(crate) fn mkdir_path(path: &Path, mode: u32) -> nix::Result<()> {
     nix::unistd::mkdir(path, Mode::from_bits_truncate(mode))
 }
 
 /// Renames `from` in `from_dir` to `to` in `to_dir` (`renameat`: replaces an empty directory or a
 /// file at `to`; a non-empty directory there fails).
-pub fn rename<P1: ?Sized + NixPath, P2: ?Sized + NixPath>(
+pub(crate) fn rename<P1: ?Sized + NixPath, P2: ?Sized + NixPath>(
     from_dir: &impl AsFd,
     from: &P1,
     to_dir: &impl AsFd,
@@ -262,7 +265,7 @@ pub fn rename<P1: ?Sized + NixPath, P2: ?Sized + NixPath>(
 /// point with `EBUSY`). Replacing an empty directory loses no data, and detaches it from the
 /// name: whoever made it (and has it mounted) keeps the old, empty inode and never sees the
 /// volume. `EEXIST`/`ENOTEMPTY`/`ENOTDIR`: something is there.
-pub fn rename_noreplace(dir: &OwnedFd, from: &str, to: &OsStr) -> nix::Result<()> {
+pub(crate) fn rename_noreplace(dir: &OwnedFd, from: &str, to: &OsStr) -> nix::Result<()> {
     match renameat2(dir, from, dir, to, RenameFlags::RENAME_NOREPLACE) {
         Err(nix::Error::EINVAL | nix::Error::ENOSYS) => {
             match nix::sys::stat::fstatat(dir, to, AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -277,59 +280,59 @@ pub fn rename_noreplace(dir: &OwnedFd, from: &str, to: &OsStr) -> nix::Result<()
 
 /// Hard-links `from` to `to` in `dir` (no symlink followed); `EEXIST` when `to` exists — the first
 /// link wins, on NFS too.
-pub fn link(dir: &impl AsFd, from: &str, to: &str) -> nix::Result<()> {
+pub(crate) fn link(dir: &impl AsFd, from: &str, to: &str) -> nix::Result<()> {
     linkat(dir, from, dir, to, AtFlags::empty())
 }
 
 /// Removes the file (or symlink) `name` in `dir`.
-pub fn unlink<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<()> {
+pub(crate) fn unlink<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<()> {
     unlinkat(dir, name, UnlinkatFlags::NoRemoveDir)
 }
 
 /// Removes the empty directory `name` in `dir`.
-pub fn rmdir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<()> {
+pub(crate) fn rmdir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<()> {
     unlinkat(dir, name, UnlinkatFlags::RemoveDir)
 }
 
 /// `fstat` of an open file.
-pub fn stat(fd: &impl AsFd) -> nix::Result<FileStat> {
+pub(crate) fn stat(fd: &impl AsFd) -> nix::Result<FileStat> {
     nix::sys::stat::fstat(fd.as_fd())
 }
 
 /// `fstatat` of `name` in `dir`, not following a symlink.
-pub fn stat_at<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<FileStat> {
+pub(crate) fn stat_at<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P) -> nix::Result<FileStat> {
     nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
 }
 
 /// The device and inode of an open file.
-pub fn dev_ino(fd: &impl AsFd) -> nix::Result<(u64, u64)> {
+pub(crate) fn dev_ino(fd: &impl AsFd) -> nix::Result<(u64, u64)> {
     let st = stat(fd)?;
     Ok((st.st_dev, st.st_ino))
 }
 
 /// Sets the mode of an open file (no umask).
-pub fn chmod(fd: &impl AsFd, mode: u32) -> nix::Result<()> {
+pub(crate) fn chmod(fd: &impl AsFd, mode: u32) -> nix::Result<()> {
     nix::sys::stat::fchmod(fd, Mode::from_bits_truncate(mode))
 }
 
 /// Flushes an open file or directory to its device.
-pub fn sync(fd: &impl AsFd) -> nix::Result<()> {
+pub(crate) fn sync(fd: &impl AsFd) -> nix::Result<()> {
     nix::unistd::fsync(fd)
 }
 
 /// What `statx` says of an entry, not following a symlink nor triggering an automount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// It is a directory.
-    pub is_dir: bool,
+    pub(crate) is_dir: bool,
     /// Its device (major, minor).
-    pub dev: (u32, u32),
+    pub(crate) dev: (u32, u32),
     /// It is the root of a mount (statx's mount-root attribute, where the kernel reports it).
-    pub mount_root: bool,
+    pub(crate) mount_root: bool,
 }
 
 /// `statx` of `name` in `dir`; `None` when it is gone.
-pub fn entry(dir: &impl AsFd, name: &OsStr) -> rustix::io::Result<Option<Entry>> {
+pub(crate) fn entry(dir: &impl AsFd, name: &OsStr) -> rustix::io::Result<Option<Entry>> {
     use rustix::fs::{AtFlags as RAt, StatxAttributes, StatxFlags};
     let st = match rustix::fs::statx(
         dir,
@@ -350,7 +353,7 @@ pub fn entry(dir: &impl AsFd, name: &OsStr) -> rustix::io::Result<Option<Entry>>
 }
 
 /// The device (major, minor) of an open directory, as [`entry`] reports devices.
-pub fn fs_dev(fd: &impl AsFd) -> rustix::io::Result<(u32, u32)> {
+pub(crate) fn fs_dev(fd: &impl AsFd) -> rustix::io::Result<(u32, u32)> {
     rustix::fs::statx(
         fd,
         "",
@@ -362,7 +365,7 @@ pub fn fs_dev(fd: &impl AsFd) -> rustix::io::Result<(u32, u32)> {
 
 /// Free bytes for unprivileged users on the filesystem of `path` (`statvfs`), `None` when it
 /// cannot be read.
-pub fn free_bytes(path: &Path) -> Option<u64> {
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
     nix::sys::statvfs::statvfs(path)
         .ok()
         .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
@@ -370,7 +373,7 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
 
 /// The filesystems `statfs` tells apart for project quotas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FsMagic {
+pub(crate) enum FsMagic {
     /// XFS.
     Xfs,
     /// ext4.
@@ -381,7 +384,7 @@ pub enum FsMagic {
 
 /// What `statfs` says of the filesystem holding `path`: its kind and block size (`None` when the
 /// kernel's value does not fit).
-pub fn statfs(path: &Path) -> nix::Result<(FsMagic, Option<u64>)> {
+pub(crate) fn statfs(path: &Path) -> nix::Result<(FsMagic, Option<u64>)> {
     let st = nix::sys::statfs::statfs(path)?;
     let magic = if st.filesystem_type() == nix::sys::statfs::XFS_SUPER_MAGIC {
         FsMagic::Xfs
@@ -395,7 +398,7 @@ pub fn statfs(path: &Path) -> nix::Result<(FsMagic, Option<u64>)> {
 
 /// Opens the directory `path` for reading its flags (`O_NOFOLLOW`: a symlink as the last
 /// component fails).
-pub fn open_dir_for_flags(path: &Path) -> nix::Result<OwnedFd> {
+pub(crate) fn open_dir_for_flags(path: &Path) -> nix::Result<OwnedFd> {
     nix::fcntl::open(
         path,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -404,13 +407,13 @@ pub fn open_dir_for_flags(path: &Path) -> nix::Result<OwnedFd> {
 }
 
 /// Whether the open directory has the project-inherit flag (`FS_IOC_GETFLAGS`).
-pub fn project_inherit(fd: &impl AsFd) -> rustix::io::Result<bool> {
+pub(crate) fn project_inherit(fd: &impl AsFd) -> rustix::io::Result<bool> {
     rustix::fs::ioctl_getflags(fd).map(|f| f.contains(rustix::fs::IFlags::PROJECT_INHERIT))
 }
 
 /// Gives the open directory the project-inherit flag (`FS_IOC_GETFLAGS`, then `FS_IOC_SETFLAGS`
 /// with the other flags as they were); nothing is written when it has it already.
-pub fn set_project_inherit(fd: &impl AsFd) -> rustix::io::Result<()> {
+pub(crate) fn set_project_inherit(fd: &impl AsFd) -> rustix::io::Result<()> {
     let flags = rustix::fs::ioctl_getflags(fd)?;
     if flags.contains(rustix::fs::IFlags::PROJECT_INHERIT) {
         return Ok(());
@@ -424,7 +427,7 @@ pub fn set_project_inherit(fd: &impl AsFd) -> rustix::io::Result<()> {
 /// namespace). For a tool that must act on a directory checked here (the project ID, which only
 /// `FS_IOC_FSSETXATTR` sets: the tool does that ioctl, on this inode). The descriptor must stay
 /// open until the tool is done.
-pub fn fd_path_for_child(fd: &impl AsFd) -> nix::Result<std::path::PathBuf> {
+pub(crate) fn fd_path_for_child(fd: &impl AsFd) -> nix::Result<std::path::PathBuf> {
     use std::os::fd::AsRawFd;
     let p = std::path::PathBuf::from(format!(
         "/proc/{}/fd/{}",

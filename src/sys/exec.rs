@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Where tools are looked up, in order, unless the node config says otherwise.
-pub const DEFAULT_TOOL_DIRS: &[&str] = &["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
+pub(crate) const DEFAULT_TOOL_DIRS: &[&str] = &["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
 
 /// One command to run.
 #[derive(Clone)]
@@ -44,11 +44,11 @@ pub struct Cmd {
     /// Extra environment for the child.
     pub env: Vec<(String, String)>,
     /// Bytes fed to stdin (e.g. a credential); `/dev/null` when `None`.
-    pub stdin: Option<Vec<u8>>,
+    pub(crate) stdin: Option<Vec<u8>>,
     /// How long the child may run.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Working directory of the child; `/` when `None`.
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
 }
 
 impl fmt::Debug for Cmd {
@@ -60,7 +60,7 @@ impl fmt::Debug for Cmd {
 
 impl Cmd {
     /// A command with a default 60 s timeout.
-    pub fn new(tool: &str) -> Self {
+    pub(crate) fn new(tool: &str) -> Self {
         Self {
             tool: tool.into(),
             args: Vec::new(),
@@ -72,38 +72,38 @@ impl Cmd {
     }
 
     /// Sets the child's working directory (default `/`).
-    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cwd = Some(dir.into());
         self
     }
 
     /// Appends one argument.
-    pub fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
+    pub(crate) fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
         self.args.push(a.as_ref().to_owned());
         self
     }
 
     /// Appends arguments.
-    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, a: I) -> Self {
+    pub(crate) fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, a: I) -> Self {
         self.args
             .extend(a.into_iter().map(|s| s.as_ref().to_owned()));
         self
     }
 
     /// Adds an environment variable.
-    pub fn env(mut self, k: &str, v: &str) -> Self {
+    pub(crate) fn env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.into(), v.into()));
         self
     }
 
     /// Sets the timeout.
-    pub fn timeout(mut self, t: Duration) -> Self {
+    pub(crate) fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
     }
 
     /// The command line for messages: tool and arguments, shell-quoted for readability only.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let mut s = self.tool.clone();
         for a in &self.args {
             let a = a.to_string_lossy();
@@ -128,22 +128,22 @@ pub struct Output {
     /// Captured stdout.
     pub stdout: Vec<u8>,
     /// Captured stderr.
-    pub stderr: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
 }
 
 impl Output {
     /// Exit code 0.
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0)
     }
 
     /// stdout as text.
-    pub fn stdout_text(&self) -> String {
+    pub(crate) fn stdout_text(&self) -> String {
         String::from_utf8_lossy(&self.stdout).into_owned()
     }
 
     /// The last few lines of stderr (or stdout when stderr is empty), for messages.
-    pub fn tail(&self) -> String {
+    pub(crate) fn tail(&self) -> String {
         let text = if self.stderr.iter().any(|b| !b.is_ascii_whitespace()) {
             &self.stderr
         } else {
@@ -162,13 +162,13 @@ impl Output {
 
 /// What a program wrote on its one combined stdout+stderr pipe, and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CombinedOutput {
+pub(crate) struct CombinedOutput {
     /// Exit code, `None` when killed by a signal.
-    pub code: Option<i32>,
+    pub(crate) code: Option<i32>,
     /// Terminating signal, if any.
-    pub signal: Option<i32>,
+    pub(crate) signal: Option<i32>,
     /// stdout and stderr interleaved as written (at most 1 MiB kept; the rest is read and dropped).
-    pub output: Vec<u8>,
+    pub(crate) output: Vec<u8>,
 }
 
 /// Why a command did not produce the expected result.
@@ -247,12 +247,12 @@ impl Default for SystemRunner {
 
 impl SystemRunner {
     /// A runner that looks for tools in `dirs`, in order.
-    pub fn new(dirs: Vec<PathBuf>) -> Self {
+    pub(crate) fn new(dirs: Vec<PathBuf>) -> Self {
         Self { dirs }
     }
 
     /// Resolves a tool name to an absolute path.
-    pub fn resolve(&self, tool: &str) -> Result<PathBuf, ExecError> {
+    pub(crate) fn resolve(&self, tool: &str) -> Result<PathBuf, ExecError> {
         if tool.starts_with('/') {
             return if Path::new(tool).is_file() {
                 Ok(PathBuf::from(tool))
@@ -287,7 +287,7 @@ impl SystemRunner {
     /// status. The timeout covers both: a child that does not exit, or a grandchild that keeps the
     /// pipe open, makes it [`ExecError::TimedOut`] and the child's whole process group is killed
     /// (kubelet itself would wait forever).
-    pub fn run_combined(&self, cmd: &Cmd) -> Result<CombinedOutput, ExecError> {
+    pub(crate) fn run_combined(&self, cmd: &Cmd) -> Result<CombinedOutput, ExecError> {
         let path = self.resolve(&cmd.tool)?;
         let spawn_err = |source| ExecError::Spawn {
             path: path.clone(),

@@ -54,7 +54,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The mount namespace entered: PID 1's (the node's init with `hostPID: true`).
-pub const HOST_MOUNT_NAMESPACE: &str = "/proc/1/ns/mnt";
+pub(crate) const HOST_MOUNT_NAMESPACE: &str = "/proc/1/ns/mnt";
 
 /// What [`enter`] keeps open for the life of the process.
 struct Kept {
@@ -68,13 +68,13 @@ static KEPT: OnceLock<Kept> = OnceLock::new();
 
 /// The result of [`enter`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entered {
+pub(crate) struct Entered {
     /// For each directory asked to be kept, in order: `/proc/self/fd/N` (it resolves in the
     /// container's view), or `None` when the directory did not exist before the switch.
-    pub kept: Vec<Option<PathBuf>>,
+    pub(crate) kept: Vec<Option<PathBuf>>,
     /// PID 1's command line, its first line and at most 120 characters (for the log: which
     /// namespace this is).
-    pub pid1: String,
+    pub(crate) pid1: String,
 }
 
 fn ns_id(f: &File, what: &str) -> Result<(u64, u64), String> {
@@ -85,7 +85,7 @@ fn ns_id(f: &File, what: &str) -> Result<(u64, u64), String> {
 }
 
 /// Threads of this process (entries of `/proc/self/task`).
-pub fn thread_count() -> Result<usize, String> {
+pub(crate) fn thread_count() -> Result<usize, String> {
     Ok(std::fs::read_dir("/proc/self/task")
         .map_err(|e| format!("cannot read /proc/self/task: {e}"))?
         .count())
@@ -96,7 +96,7 @@ pub fn thread_count() -> Result<usize, String> {
 /// production). Refuses, changing nothing, when the process has more than one thread, when the
 /// target is already its namespace, or when the kernel refuses; every error says what to do.
 /// Once per process (a second call is refused).
-pub fn enter(target: &Path, keep: &[&Path]) -> Result<Entered, String> {
+pub(crate) fn enter(target: &Path, keep: &[&Path]) -> Result<Entered, String> {
     if KEPT.get().is_some() {
         return Err("already in the host's mount namespace (entered once per process)".into());
     }

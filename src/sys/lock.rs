@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 /// A held lock; released on drop.
 #[derive(Debug)]
-pub struct VolumeLock {
+pub(crate) struct VolumeLock {
     _file: File,
+    #[cfg_attr(not(test), allow(dead_code))]
     path: PathBuf,
 }
 
@@ -44,8 +45,14 @@ pub enum LockError {
 }
 
 impl VolumeLock {
+    /// The lock file.
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Takes the lock named `key` under `dir`, waiting up to `wait`.
-    pub fn acquire(dir: &Path, key: &str, wait: Duration) -> Result<Self, LockError> {
+    pub(crate) fn acquire(dir: &Path, key: &str, wait: Duration) -> Result<Self, LockError> {
         let path = dir.join(format!("{}.lock", super::names::file_key(key)));
         let open_err = |source| LockError::Open {
             path: path.clone(),
@@ -100,11 +107,6 @@ impl VolumeLock {
             std::thread::sleep(pause.min(wait.saturating_sub(start.elapsed())));
             pause = (pause * 2).min(Duration::from_millis(50));
         }
-    }
-
-    /// The lock file, for logs.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

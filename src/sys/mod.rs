@@ -13,14 +13,14 @@
 //! `O_NOFOLLOW` on std's `OpenOptions` (`node::capability`, `ops::install`), `access(2)` in
 //! `ops::doctor`, and the provisioner daemon's signal thread (`provision::run`).
 
-pub mod dirfd;
+pub(crate) mod dirfd;
 pub mod exec;
-pub mod hostns;
-pub mod lock;
-pub mod mount;
+pub(crate) mod hostns;
+pub(crate) mod lock;
+pub(crate) mod mount;
 pub mod mountinfo;
-pub mod names;
-pub mod ownership;
+pub(crate) mod names;
+pub(crate) mod ownership;
 pub mod paths;
 pub mod process;
 #[cfg(test)]

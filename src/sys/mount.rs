@@ -97,13 +97,13 @@ pub trait Mounter: Send + Sync {
 }
 
 /// Whether the mount at `target` reads as read-only (the mount's own flag or its filesystem's).
-pub fn reads_read_only(target: &Path) -> bool {
+pub(crate) fn reads_read_only(target: &Path) -> bool {
     statvfs(target).is_ok_and(|st| st.flags().contains(FsFlags::ST_RDONLY))
 }
 
 /// The real kernel.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SysMounter;
+pub(crate) struct SysMounter;
 
 fn preserved_flags(target: &Path) -> MsFlags {
     let mut flags = MsFlags::empty();
@@ -226,23 +226,23 @@ impl Mounter for SysMounter {
 /// A file's identity: its filesystem's device and its inode. A bind mount shows the identity of
 /// its source at its mount point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId {
+pub(crate) struct FileId {
     /// Device major of the filesystem.
-    pub major: u32,
+    pub(crate) major: u32,
     /// Device minor of the filesystem.
-    pub minor: u32,
+    pub(crate) minor: u32,
     /// Inode number.
-    pub ino: u64,
+    pub(crate) ino: u64,
 }
 
 impl FileId {
     /// `major:minor:ino`, the form kept in state records.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         format!("{}:{}:{}", self.major, self.minor, self.ino)
     }
 
     /// The inverse of [`FileId::encode`].
-    pub fn decode(s: &str) -> Option<Self> {
+    pub(crate) fn decode(s: &str) -> Option<Self> {
         let mut it = s.split(':');
         let id = FileId {
             major: it.next()?.parse().ok()?,
@@ -261,17 +261,17 @@ impl std::fmt::Display for FileId {
 
 /// What one `statx` says about a path (a final symlink is not followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PathState {
+pub(crate) struct PathState {
     /// Device and inode.
-    pub id: FileId,
+    pub(crate) id: FileId,
     /// The id of the mount the path is on (mountinfo's first field).
-    pub mnt_id: u64,
+    pub(crate) mnt_id: u64,
     /// Whether the path is the root of a mount, i.e. a mount point.
-    pub mount_root: bool,
+    pub(crate) mount_root: bool,
     /// File type.
     pub kind: FileKind,
     /// Size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
 }
 
 fn kind_of_mode(mode: u32) -> FileKind {
@@ -319,7 +319,7 @@ fn to_state(st: &rustix::fs::Statx) -> (PathState, bool) {
 
 /// The state of the absolute, canonical `path`; `None` when nothing is there. One `statx`; on
 /// kernels before 5.8 (no `STATX_ATTR_MOUNT_ROOT`) the mount facts come from mountinfo.
-pub fn path_state(path: &Path) -> Result<Option<PathState>, MountError> {
+pub(crate) fn path_state(path: &Path) -> Result<Option<PathState>, MountError> {
     let inspect = |errno: rustix::io::Errno| MountError::Inspect {
         target: path.to_owned(),
         errno: nix::Error::from_raw(errno.raw_os_error()),
@@ -349,7 +349,7 @@ fn with_mount_facts(st: &rustix::fs::Statx, path: &Path) -> Result<PathState, Mo
 
 /// [`path_state`] of an open file (an `O_PATH` descriptor will do), without walking its path
 /// again; `path` is where it was opened, for the mountinfo fallback on old kernels.
-pub fn fd_state(fd: impl AsFd, path: &Path) -> Result<PathState, MountError> {
+pub(crate) fn fd_state(fd: impl AsFd, path: &Path) -> Result<PathState, MountError> {
     let st = statx_raw(fd.as_fd(), Path::new(""), AtFlags::EMPTY_PATH).map_err(|errno| {
         MountError::Inspect {
             target: path.to_owned(),
@@ -360,12 +360,12 @@ pub fn fd_state(fd: impl AsFd, path: &Path) -> Result<PathState, MountError> {
 }
 
 /// The identity of an open file (an `O_PATH` descriptor will do).
-pub fn fd_id(fd: impl AsFd) -> Result<FileId, MountError> {
+pub(crate) fn fd_id(fd: impl AsFd) -> Result<FileId, MountError> {
     Ok(fd_kind_id(fd)?.1)
 }
 
 /// The kind and identity of an open file (an `O_PATH` descriptor will do), in one `statx`.
-pub fn fd_kind_id(fd: impl AsFd) -> Result<(FileKind, FileId), MountError> {
+pub(crate) fn fd_kind_id(fd: impl AsFd) -> Result<(FileKind, FileId), MountError> {
     let st = statx_raw(fd.as_fd(), Path::new(""), AtFlags::EMPTY_PATH).map_err(|errno| {
         MountError::Inspect {
             target: PathBuf::from("(descriptor)"),

@@ -18,20 +18,22 @@
 //! correctly.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+#[cfg(test)]
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// One line of mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountInfo {
     /// Unique mount id.
-    pub id: u32,
+    pub(crate) id: u32,
     /// Parent mount id.
-    pub parent: u32,
+    pub(crate) parent: u32,
     /// Device major:minor of the filesystem.
-    pub major: u32,
+    pub(crate) major: u32,
     /// Device minor.
-    pub minor: u32,
+    pub(crate) minor: u32,
     /// Directory of the filesystem shown at the mount point (`/` unless a bind of a subdir).
     pub root: PathBuf,
     /// Where it is mounted.
@@ -85,7 +87,7 @@ impl MountTable {
     }
 
     /// Reads a mountinfo-formatted file (tests pass fixtures).
-    pub fn read_from(path: &Path) -> Result<Self, MountInfoError> {
+    pub(crate) fn read_from(path: &Path) -> Result<Self, MountInfoError> {
         // procfs reports size 0, so std would read it 32 bytes at a time; start with room for a
         // typical node's table.
         let mut data = Vec::with_capacity(64 * 1024);
@@ -117,7 +119,7 @@ impl MountTable {
     }
 
     /// The topmost mount exactly at `path`, if any.
-    pub fn at(&self, path: &Path) -> Option<&MountInfo> {
+    pub(crate) fn at(&self, path: &Path) -> Option<&MountInfo> {
         self.entries.iter().rev().find(|e| e.mount_point == path)
     }
 
@@ -142,7 +144,7 @@ impl MountTable {
     }
 
     /// Mounts strictly below `dir` (not `dir` itself).
-    pub fn below<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a MountInfo> + 'a {
+    pub(crate) fn below<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = &'a MountInfo> + 'a {
         self.entries
             .iter()
             .filter(move |e| e.mount_point != dir && e.mount_point.starts_with(dir))
@@ -150,7 +152,7 @@ impl MountTable {
 
     /// Where a path lives: its filesystem's device and the directory inside that filesystem. Two
     /// paths show the same data exactly when these agree, whatever bind mounts lie in between.
-    pub fn locate(&self, path: &Path) -> Option<(u32, u32, PathBuf)> {
+    pub(crate) fn locate(&self, path: &Path) -> Option<(u32, u32, PathBuf)> {
         let m = self.containing(path)?;
         let rest = path.strip_prefix(&m.mount_point).ok()?;
         let inner = if rest.as_os_str().is_empty() {
@@ -165,12 +167,12 @@ impl MountTable {
 /// Whether any mount has the mount `id` as its parent (mounts on top of a mount's directories,
 /// e.g. ones that propagated into a bind). Reads `/proc/self/mountinfo` once, looks only at the
 /// parent field of each line, and stops at the first hit.
-pub fn has_children(id: u64) -> Result<bool, MountInfoError> {
+pub(crate) fn has_children(id: u64) -> Result<bool, MountInfoError> {
     has_children_in(Path::new("/proc/self/mountinfo"), id)
 }
 
 /// [`has_children`] on a mountinfo-formatted file.
-pub fn has_children_in(path: &Path, id: u64) -> Result<bool, MountInfoError> {
+pub(crate) fn has_children_in(path: &Path, id: u64) -> Result<bool, MountInfoError> {
     use std::io::BufRead;
     let read_err = |source| MountInfoError::Read {
         path: path.to_owned(),
@@ -225,7 +227,7 @@ fn parse_line(line: &[u8]) -> Option<MountInfo> {
 }
 
 /// Undoes the kernel's `\ooo` octal escapes.
-pub fn unescape(field: &[u8]) -> Vec<u8> {
+pub(crate) fn unescape(field: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
     while i < field.len() {
@@ -249,7 +251,8 @@ pub fn unescape(field: &[u8]) -> Vec<u8> {
 }
 
 /// The kernel's escaping, for tests and fixtures.
-pub fn escape(path: &Path) -> Vec<u8> {
+#[cfg(test)]
+pub(crate) fn escape(path: &Path) -> Vec<u8> {
     let mut out = Vec::new();
     for &b in path.as_os_str().as_bytes() {
         match b {

@@ -45,7 +45,7 @@ use std::time::Duration;
 
 /// How many directories deep the walk goes (one open descriptor per level); a deeper tree fails
 /// with [`OwnershipError::TooDeep`].
-pub const MAX_DEPTH: usize = 256;
+pub(crate) const MAX_DEPTH: usize = 256;
 
 /// Group read and write, added to everything (kubelet's `rwMask`).
 const RW: u32 = 0o660;
@@ -54,20 +54,20 @@ const DIR_BITS: u32 = 0o770 | nix::libc::S_ISGID;
 
 /// What a walk did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// False when the root already matched and nothing below it was looked at.
-    pub walked: bool,
+    pub(crate) walked: bool,
     /// Files and directories looked at (the root included).
-    pub visited: u64,
+    pub(crate) visited: u64,
     /// Files and directories whose group or mode was changed.
-    pub changed: u64,
+    pub(crate) changed: u64,
     /// Files the kernel refused to change (`EPERM`), left as they were.
     pub refused: u64,
 }
 
 /// Why a walk stopped.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum OwnershipError {
+pub(crate) enum OwnershipError {
     /// The root's group cannot be changed by us (`EPERM` on a `chown` to its own group): an NFS
     /// export with `root_squash`/`all_squash`. Nothing was changed.
     #[error(
@@ -156,14 +156,19 @@ fn io(what: &'static str) -> impl Fn(rustix::io::Errno) -> OwnershipError {
 
 /// Whether a volume whose root is `root` (an open directory) already has `gid` as kubelet's
 /// `OnRootMismatch` checks it.
-pub fn root_matches(root: impl AsFd, gid: u32) -> Result<bool, OwnershipError> {
+#[cfg(test)]
+pub(crate) fn root_matches(root: impl AsFd, gid: u32) -> Result<bool, OwnershipError> {
     let m = statx_fd(root).map_err(io("statx of the volume root"))?;
     Ok(m.is_dir() && m.matches(gid) && m.mode & nix::libc::S_ISGID != 0)
 }
 
 /// Applies `gid` to the tree below and at `root` (module doc), unless the root already matches.
 /// Stops before `deadline` with a margin to answer (a tenth of its total, at most 5 s).
-pub fn apply(root: &OwnedFd, gid: u32, deadline: &Deadline) -> Result<Outcome, OwnershipError> {
+pub(crate) fn apply(
+    root: &OwnedFd,
+    gid: u32,
+    deadline: &Deadline,
+) -> Result<Outcome, OwnershipError> {
     let meta = statx_fd(root).map_err(io("statx of the volume root"))?;
     if !meta.is_dir() {
         return Err(OwnershipError::Io {

@@ -9,15 +9,19 @@
 //! parent, again never following symlinks.
 
 use nix::fcntl::{AT_FDCWD, OFlag, OpenHow, ResolveFlag, openat2};
-use nix::sys::stat::{Mode, SFlag, fchmod, fstat, mkdirat};
+#[cfg(test)]
+use nix::sys::stat::fstat;
+use nix::sys::stat::{Mode, SFlag, fchmod, mkdirat};
 use nix::unistd::{Gid, Uid, fchown};
 use std::ffi::OsString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+#[cfg(test)]
+use std::os::fd::AsFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// What kind of file a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
+pub(crate) enum FileKind {
     /// A directory.
     Directory,
     /// A regular file.
@@ -34,7 +38,7 @@ pub enum FileKind {
 
 impl FileKind {
     /// Human name for messages.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             FileKind::Directory => "a directory",
             FileKind::File => "a regular file",
@@ -52,15 +56,15 @@ pub struct Ownership {
     /// Owner uid.
     pub uid: Option<u32>,
     /// Owner gid.
-    pub gid: Option<u32>,
+    pub(crate) gid: Option<u32>,
     /// Permission bits; `None` keeps the default (0755 dirs, 0644 files, applied without umask).
-    pub mode: Option<u32>,
+    pub(crate) mode: Option<u32>,
 }
 
 impl Ownership {
     /// Checks a `uid`/`gid` value: digits only, at most 10 of them, below 4294967295. The one
     /// rule for the driver's options and the provisioners' class parameters; the error says why.
-    pub fn parse_id(v: &str) -> Result<u32, &'static str> {
+    pub(crate) fn parse_id(v: &str) -> Result<u32, &'static str> {
         let bad = "expected a numeric id (digits only)";
         if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad);
@@ -79,7 +83,7 @@ impl Ownership {
     /// Checks a `mode` value: octal permission bits only (at most `0777`, optional `0` or `0o`
     /// prefix). Set-uid, set-gid and sticky bits are refused: nobody outside the node's root
     /// may make flexvol create a set-gid directory (inherited group) or a sticky one on the node.
-    pub fn parse_mode(v: &str) -> Result<u32, &'static str> {
+    pub(crate) fn parse_mode(v: &str) -> Result<u32, &'static str> {
         let digits = v.strip_prefix("0o").unwrap_or(v);
         let m = Some(digits)
             .filter(|d| {
@@ -103,7 +107,7 @@ impl Ownership {
 /// A dangling symlink on the way is an error of kind `NotFound` whose text says so (naming the
 /// link and its target): it is not a missing component that could be created, and reporting it
 /// as one, or as "a symlink appeared", would send the reader looking for a race.
-pub fn resolve_existing(path: &Path) -> std::io::Result<(PathBuf, Vec<OsString>)> {
+pub(crate) fn resolve_existing(path: &Path) -> std::io::Result<(PathBuf, Vec<OsString>)> {
     if let Some(p) = canonical_as_named(path) {
         return Ok((p, Vec::new()));
     }
@@ -144,7 +148,7 @@ pub fn resolve_existing(path: &Path) -> std::io::Result<(PathBuf, Vec<OsString>)
 /// `canonicalize` would return exactly its components. `None` when that cannot be shown cheaply
 /// (a symlink on the way, a missing component, any error): callers then resolve it the slow way.
 /// Two syscalls (open `O_PATH`, close) whatever the depth, against one readlink per component.
-pub fn canonical_as_named(path: &Path) -> Option<PathBuf> {
+pub(crate) fn canonical_as_named(path: &Path) -> Option<PathBuf> {
     if !path.is_absolute() || has_dotdot(path) {
         return None;
     }
@@ -160,7 +164,7 @@ pub fn canonical_as_named(path: &Path) -> Option<PathBuf> {
 /// (open `O_PATH` following symlinks, fstat, readlink of `/proc/self/fd/N`, close), where
 /// `canonicalize` costs one per component. Fails exactly when the path does not resolve: a
 /// missing component met before any symlink fails the symlink-following open as well.
-pub fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
+pub(crate) fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
     use std::os::unix::fs::OpenOptionsExt;
     if path.is_absolute() && !has_dotdot(path) {
         match open_nofollow(path) {
@@ -195,7 +199,7 @@ pub fn real_path(path: &Path) -> std::io::Result<(PathBuf, std::fs::Metadata)> {
 ///
 /// Caller contract: one resolver per decision. It remembers which ancestors are symlinks, so a
 /// resolver kept across a change of the file system would answer from the past.
-pub struct SharedResolver {
+pub(crate) struct SharedResolver {
     /// Paths looked at so far, normalized, with what `lstat` answered: the part of it a decision
     /// uses (a whole `stat` is 144 bytes, and the hostPath policy keeps some forty).
     seen: Vec<(PathBuf, nix::Result<Lstat>)>,
@@ -203,13 +207,13 @@ pub struct SharedResolver {
 
 /// What [`SharedResolver::lstat`] keeps of an `lstat` answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lstat {
+pub(crate) struct Lstat {
     /// Device of the filesystem holding the entry.
-    pub dev: u64,
+    pub(crate) dev: u64,
     /// Inode number.
-    pub ino: u64,
+    pub(crate) ino: u64,
     /// Type and permission bits (`st_mode`).
-    pub mode: u32,
+    pub(crate) mode: u32,
 }
 
 impl Lstat {
@@ -219,7 +223,7 @@ impl Lstat {
     }
 
     /// Whether the entry is a symlink.
-    pub fn is_link(&self) -> bool {
+    pub(crate) fn is_link(&self) -> bool {
         SFlag::from_bits_truncate(self.mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
     }
 }
@@ -232,7 +236,7 @@ impl Default for SharedResolver {
 
 impl SharedResolver {
     /// A resolver that has seen nothing yet, with room for what one policy decision looks at.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             seen: Vec::with_capacity(64),
         }
@@ -240,7 +244,7 @@ impl SharedResolver {
 
     /// `lstat` of a normalized absolute path (every component but the last followed), asked of
     /// the kernel once per resolver.
-    pub fn lstat(&mut self, p: &Path) -> nix::Result<Lstat> {
+    pub(crate) fn lstat(&mut self, p: &Path) -> nix::Result<Lstat> {
         // Byte comparison: every path asked is normalized (Path's == parses components).
         if let Some((_, st)) = self
             .seen
@@ -259,7 +263,7 @@ impl SharedResolver {
     }
 
     /// Device and inode of what `p` leads to (symlinks followed), `None` if it leads nowhere.
-    pub fn id(&mut self, p: &Path) -> Option<(u64, u64)> {
+    pub(crate) fn id(&mut self, p: &Path) -> Option<(u64, u64)> {
         use std::os::unix::fs::MetadataExt;
         match self.lstat(p) {
             Ok(st) if !st.is_link() => Some((st.dev, st.ino)),
@@ -269,7 +273,7 @@ impl SharedResolver {
 
     /// What [`real_path`] answers, as the canonical path and the device and inode (symlinks
     /// followed): `Err` exactly when the path does not resolve.
-    pub fn real_path_id(&mut self, path: &Path) -> std::io::Result<(PathBuf, (u64, u64))> {
+    pub(crate) fn real_path_id(&mut self, path: &Path) -> std::io::Result<(PathBuf, (u64, u64))> {
         use std::os::unix::fs::MetadataExt;
         let slow = |p: &Path| real_path(p).map(|(real, m)| (real, (m.dev(), m.ino())));
         if !path.is_absolute() || has_dotdot(path) {
@@ -304,7 +308,7 @@ impl SharedResolver {
 /// `path` in the form `components().collect()` gives (no `.`, no repeated or trailing slash),
 /// borrowed as it is when it has that form already (a byte scan, where collecting parses every
 /// component and allocates).
-pub fn normalized(path: &Path) -> std::borrow::Cow<'_, Path> {
+pub(crate) fn normalized(path: &Path) -> std::borrow::Cow<'_, Path> {
     use std::os::unix::ffi::OsStrExt;
     let b = path.as_os_str().as_bytes();
     let plain = !b.is_empty()
@@ -323,7 +327,7 @@ pub fn normalized(path: &Path) -> std::borrow::Cow<'_, Path> {
 
 /// `a.starts_with(b)` for paths in [`normalized`] form, by comparing bytes: `Path::starts_with`
 /// parses both into components, which the hostPath policy did some sixty times per mount.
-pub fn is_under(a: &Path, b: &Path) -> bool {
+pub(crate) fn is_under(a: &Path, b: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let (a, b) = (a.as_os_str().as_bytes(), b.as_os_str().as_bytes());
     a.starts_with(b) && (a.len() == b.len() || b.ends_with(b"/") || a.get(b.len()) == Some(&b'/'))
@@ -331,7 +335,7 @@ pub fn is_under(a: &Path, b: &Path) -> bool {
 
 /// The name of some entry of directory `dir` other than `.` and `..`, or `None` when it is empty.
 /// Four syscalls (open, getdents until the end, close): `std::fs::read_dir` adds an fstat.
-pub fn first_entry(dir: &Path) -> std::io::Result<Option<OsString>> {
+pub(crate) fn first_entry(dir: &Path) -> std::io::Result<Option<OsString>> {
     use rustix::fs::{CWD, Mode, OFlags};
     use std::os::unix::ffi::OsStrExt;
     let fd = rustix::fs::openat(
@@ -350,7 +354,8 @@ pub fn first_entry(dir: &Path) -> std::io::Result<Option<OsString>> {
 }
 
 /// The kind of file a `stat`/`lstat`/`fstat` answer describes.
-pub fn kind_of_stat(st: &nix::sys::stat::FileStat) -> FileKind {
+#[cfg(test)]
+pub(crate) fn kind_of_stat(st: &nix::sys::stat::FileStat) -> FileKind {
     kind_of_mode(st.st_mode)
 }
 
@@ -374,7 +379,7 @@ fn kind_of_mode(mode: u32) -> FileKind {
 /// kernel, any error): callers must then assume that touching the path may block. Symlinks are
 /// followed (from the cache too): the answer is where the path leads now, for a decision about
 /// waiting, never for policy.
-pub fn cached_device(path: &Path) -> Option<u64> {
+pub(crate) fn cached_device(path: &Path) -> Option<u64> {
     use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags};
     let mut cur = path;
     loop {
@@ -402,7 +407,7 @@ pub fn cached_device(path: &Path) -> Option<u64> {
 }
 
 /// The path with the missing components appended: what the path will resolve to once created.
-pub fn joined(base: &Path, rest: &[OsString]) -> PathBuf {
+pub(crate) fn joined(base: &Path, rest: &[OsString]) -> PathBuf {
     let mut p = base.to_path_buf();
     for c in rest {
         p.push(c);
@@ -412,7 +417,7 @@ pub fn joined(base: &Path, rest: &[OsString]) -> PathBuf {
 
 /// Opens a canonical path as `O_PATH`, refusing to follow any symlink on the way, the last
 /// component included. (No `O_NOFOLLOW`: with `O_PATH` it would open a final symlink itself.)
-pub fn open_nofollow(path: &Path) -> nix::Result<OwnedFd> {
+pub(crate) fn open_nofollow(path: &Path) -> nix::Result<OwnedFd> {
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
@@ -420,18 +425,19 @@ pub fn open_nofollow(path: &Path) -> nix::Result<OwnedFd> {
 }
 
 /// The kind of file a descriptor refers to.
-pub fn kind_of(fd: impl AsFd) -> nix::Result<FileKind> {
+#[cfg(test)]
+pub(crate) fn kind_of(fd: impl AsFd) -> nix::Result<FileKind> {
     Ok(kind_of_stat(&fstat(fd)?))
 }
 
 /// `/proc/self/fd/N` for a descriptor: a mount source that pins the opened inode.
-pub fn fd_path(fd: &OwnedFd) -> PathBuf {
+pub(crate) fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// Applies `own` to an open file or directory: owner and group when set, then the mode
 /// (`default_mode` when none is set), without umask.
-pub fn apply_ownership(fd: &OwnedFd, own: Ownership, default_mode: u32) -> nix::Result<()> {
+pub(crate) fn apply_ownership(fd: &OwnedFd, own: Ownership, default_mode: u32) -> nix::Result<()> {
     if own.uid.is_some() || own.gid.is_some() {
         fchown(fd, own.uid.map(Uid::from_raw), own.gid.map(Gid::from_raw))?;
     }
@@ -443,7 +449,7 @@ pub fn apply_ownership(fd: &OwnedFd, own: Ownership, default_mode: u32) -> nix::
 
 /// Opens a directory for reading (`O_DIRECTORY`), refusing to follow any symlink on the way,
 /// the last component included.
-pub fn open_dir_nofollow(path: &Path) -> nix::Result<OwnedFd> {
+pub(crate) fn open_dir_nofollow(path: &Path) -> nix::Result<OwnedFd> {
     let how = OpenHow::new()
         .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
@@ -453,7 +459,7 @@ pub fn open_dir_nofollow(path: &Path) -> nix::Result<OwnedFd> {
 /// Creates the `missing` directories below the canonical `base`, each with `own` (ownership and
 /// mode are applied only to directories created here). Directories created concurrently by another
 /// call are accepted if they are real directories. Returns how many were created.
-pub fn create_dirs(base: &Path, missing: &[OsString], own: Ownership) -> nix::Result<usize> {
+pub(crate) fn create_dirs(base: &Path, missing: &[OsString], own: Ownership) -> nix::Result<usize> {
     let mut created = 0;
     let mut cur = base.to_path_buf();
     for name in missing {
@@ -476,7 +482,7 @@ pub fn create_dirs(base: &Path, missing: &[OsString], own: Ownership) -> nix::Re
 
 /// Creates an empty regular file `name` in the canonical directory `dir` unless something exists
 /// there. Returns whether it was created.
-pub fn create_file(dir: &Path, name: &std::ffi::OsStr, own: Ownership) -> nix::Result<bool> {
+pub(crate) fn create_file(dir: &Path, name: &std::ffi::OsStr, own: Ownership) -> nix::Result<bool> {
     let parent = open_dir_nofollow(dir)?;
     let how = OpenHow::new()
         .flags(
@@ -496,7 +502,7 @@ pub fn create_file(dir: &Path, name: &std::ffi::OsStr, own: Ownership) -> nix::R
 
 /// Whether a path string has a `..` component (refused everywhere: policy is checked on the
 /// resolved path, but `..` in input is never legitimate and makes intent unreadable).
-pub fn has_dotdot(path: &Path) -> bool {
+pub(crate) fn has_dotdot(path: &Path) -> bool {
     path.components().any(|c| c == Component::ParentDir)
 }
 

@@ -47,26 +47,26 @@ static FAILED_EXIT: AtomicI32 = AtomicI32::new(0);
 /// Registers `f` to run after a reply that [`fail_and_exit`] writes (the deadline, a signal, a
 /// panic), so that those replies reach the call log too without this layer knowing about it.
 /// Caller contract: once per process, before [`start_guards`]; later registrations are ignored.
-pub fn after_reply(f: fn(&Reply)) {
+pub(crate) fn after_reply(f: fn(&Reply)) {
     let _ = AFTER_REPLY.set(f);
 }
 
 /// Records a child's process group so a deadline or signal can kill it.
-pub fn register_child(pgid: i32) {
+pub(crate) fn register_child(pgid: i32) {
     if let Ok(mut g) = CHILD_GROUPS.lock() {
         g.insert(pgid);
     }
 }
 
 /// Forgets a child that has been reaped.
-pub fn unregister_child(pgid: i32) {
+pub(crate) fn unregister_child(pgid: i32) {
     if let Ok(mut g) = CHILD_GROUPS.lock() {
         g.remove(&pgid);
     }
 }
 
 /// Sends SIGKILL to every registered child process group.
-pub fn kill_children() {
+pub(crate) fn kill_children() {
     let groups: Vec<i32> = CHILD_GROUPS
         .lock()
         .map(|g| g.iter().copied().collect())
@@ -103,12 +103,12 @@ pub fn fail_and_exit(message: &str, interrupted: bool) -> ! {
 /// SIGTERM, then reads `execErr`); that report skips the warning that logs argv. A Failure that
 /// exits 0 returns the same error as one that exits 1, without that warning
 /// (docs/protocol.md §1.2).
-pub fn exit_code_for(interrupted: bool) -> i32 {
+pub(crate) fn exit_code_for(interrupted: bool) -> i32 {
     i32::from(interrupted)
 }
 
 /// The exit status [`fail_and_exit`] chose, for the thread whose reply it pre-empted.
-pub fn failed_exit_code() -> i32 {
+pub(crate) fn failed_exit_code() -> i32 {
     FAILED_EXIT.load(Ordering::SeqCst)
 }
 
@@ -129,22 +129,22 @@ impl Deadline {
     }
 
     /// Time left, zero when passed.
-    pub fn remaining(&self) -> Duration {
+    pub(crate) fn remaining(&self) -> Duration {
         self.at.saturating_duration_since(Instant::now())
     }
 
     /// Whether the deadline has passed.
-    pub fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         self.remaining().is_zero()
     }
 
     /// The whole budget this deadline was created with.
-    pub fn total(&self) -> Duration {
+    pub(crate) fn total(&self) -> Duration {
         self.total
     }
 
     /// The smaller of `limit` and the time left: how long one step may take.
-    pub fn cap(&self, limit: Duration) -> Duration {
+    pub(crate) fn cap(&self, limit: Duration) -> Duration {
         limit.min(self.remaining())
     }
 }
@@ -202,7 +202,7 @@ fn open_standard_fds() {
 }
 
 /// Waits until SIGTERM, SIGINT or SIGHUP arrives (they are blocked, see [`start`]), for commands that run until stopped.
-pub fn wait_for_termination() -> Option<Signal> {
+pub(crate) fn wait_for_termination() -> Option<Signal> {
     termination_signals().wait().ok()
 }
 
@@ -226,12 +226,12 @@ static STARTED: OnceLock<()> = OnceLock::new();
 
 /// Records the call's verb and deadline without starting anything. Caller contract: once per
 /// process, before any [`start_guards`] or [`guard_unless_on`]; later calls are ignored.
-pub fn arm(verb: &str, deadline: Deadline) {
+pub(crate) fn arm(verb: &str, deadline: Deadline) {
     let _ = ARMED.set((verb.to_owned(), deadline));
 }
 
 /// Whether the guard thread has been started for this call.
-pub fn guarded() -> bool {
+pub(crate) fn guarded() -> bool {
     STARTED.get().is_some()
 }
 
@@ -239,7 +239,7 @@ pub fn guarded() -> bool {
 /// the time left before the [`arm`]ed deadline. The thread answers Failure and exits on the
 /// deadline (an `alarm(2)`, delivered as SIGALRM) or on a termination signal. Does nothing before
 /// [`arm`]. Children never inherit the alarm (fork clears it).
-pub fn start_guards() {
+pub(crate) fn start_guards() {
     let Some((verb, deadline)) = ARMED.get() else {
         return;
     };
@@ -277,7 +277,7 @@ pub fn start_guards() {
 /// (a device number from [`crate::sys::paths::cached_device`]), as far as a lookup that cannot
 /// block can tell. `local` of `None` (unknown) starts it. Costs nothing once the guard runs; three
 /// syscalls per path otherwise. Caller contract: call it before touching any of `paths`.
-pub fn guard_unless_on(local: Option<u64>, paths: &[&std::path::Path]) {
+pub(crate) fn guard_unless_on(local: Option<u64>, paths: &[&std::path::Path]) {
     if guarded() {
         return;
     }
@@ -299,7 +299,7 @@ pub fn guard_unless_on(local: Option<u64>, paths: &[&std::path::Path]) {
 /// `FLEXVOL_TEST_HANG_WHEN` set to a path as well, only once that path exists (so a daemon that
 /// passed the point many times can be stuck there later, from outside). Costs two environment
 /// lookups when unset.
-pub fn checkpoint(name: &str) {
+pub(crate) fn checkpoint(name: &str) {
     if std::env::var_os("FLEXVOL_TEST_KILL_AT").is_some_and(|v| v == name) {
         let _ = signal::kill(Pid::this(), Signal::SIGKILL);
         // SIGKILL cannot be blocked; never reached.

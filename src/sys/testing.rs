@@ -12,20 +12,20 @@ use std::sync::Mutex;
 /// One scripted answer: used for the first recorded call whose tool matches and whose argv
 /// contains every string in `args_contain`.
 #[derive(Debug, Clone)]
-pub struct Script {
+pub(crate) struct Script {
     /// Tool name as the backend passes it (`lvcreate`, `blkid`, ...).
-    pub tool: String,
+    pub(crate) tool: String,
     /// Substrings that must all appear among the arguments.
-    pub args_contain: Vec<String>,
+    pub(crate) args_contain: Vec<String>,
     /// What the command returns.
-    pub result: Result<Output, String>,
+    pub(crate) result: Result<Output, String>,
     /// Use once (true) or for every match (false).
-    pub once: bool,
+    pub(crate) once: bool,
 }
 
 /// A recording, scripted [`Runner`]. Unscripted commands succeed with empty output.
 #[derive(Debug, Default)]
-pub struct FakeRunner {
+pub(crate) struct FakeRunner {
     scripts: Mutex<Vec<Script>>,
     calls: Mutex<Vec<Cmd>>,
     missing_tools: Mutex<Vec<String>>,
@@ -33,12 +33,12 @@ pub struct FakeRunner {
 
 impl FakeRunner {
     /// A runner with no scripts.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Scripts `tool` (for any arguments) to exit with `code` and print `stdout`/`stderr`.
-    pub fn on(
+    pub(crate) fn on(
         &self,
         tool: &str,
         args_contain: &[&str],
@@ -50,7 +50,7 @@ impl FakeRunner {
     }
 
     /// Like [`FakeRunner::on`] but only for the next matching call.
-    pub fn once(
+    pub(crate) fn once(
         &self,
         tool: &str,
         args_contain: &[&str],
@@ -62,12 +62,12 @@ impl FakeRunner {
     }
 
     /// Scripts `tool` to time out.
-    pub fn time_out(&self, tool: &str) -> &Self {
+    pub(crate) fn time_out(&self, tool: &str) -> &Self {
         self.push(tool, &[], Err("timeout".into()), false)
     }
 
     /// Makes `tool` not installed.
-    pub fn without(&self, tool: &str) -> &Self {
+    pub(crate) fn without(&self, tool: &str) -> &Self {
         self.missing_tools
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -97,23 +97,23 @@ impl FakeRunner {
     }
 
     /// Every command run so far.
-    pub fn calls(&self) -> Vec<Cmd> {
+    pub(crate) fn calls(&self) -> Vec<Cmd> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The command lines run so far, as `tool arg arg ...`.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.calls().iter().map(|c| c.display()).collect()
     }
 
     /// How many times `tool` ran.
-    pub fn count(&self, tool: &str) -> usize {
+    pub(crate) fn count(&self, tool: &str) -> usize {
         self.calls().iter().filter(|c| c.tool == tool).count()
     }
 }
 
 /// An [`Output`] with the given exit code and text.
-pub fn output(code: i32, stdout: &str, stderr: &str) -> Output {
+pub(crate) fn output(code: i32, stdout: &str, stderr: &str) -> Output {
     Output {
         code: Some(code),
         signal: None,
@@ -172,7 +172,7 @@ impl Runner for FakeRunner {
 
 /// A mount call recorded by [`FakeMounter`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MountCall {
+pub(crate) enum MountCall {
     /// `bind(source, target, read_only)`
     Bind(PathBuf, PathBuf, bool),
     /// `remount_readonly(target)`
@@ -187,7 +187,7 @@ pub enum MountCall {
 
 /// A recording [`Mounter`] over an in-memory mount table. Optional errno injection per call kind.
 #[derive(Debug, Default)]
-pub struct FakeMounter {
+pub(crate) struct FakeMounter {
     table: Mutex<Vec<MountInfo>>,
     calls: Mutex<Vec<MountCall>>,
     fail_unmount: Mutex<Vec<(UnmountMode, nix::Error)>>,
@@ -196,12 +196,12 @@ pub struct FakeMounter {
 
 impl FakeMounter {
     /// An empty table.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Adds an entry to the table, as if mounted before this test.
-    pub fn add(&self, source: &str, mount_point: &Path, fs_type: &str, read_only: bool) {
+    pub(crate) fn add(&self, source: &str, mount_point: &Path, fs_type: &str, read_only: bool) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let id = u32::try_from(t.len()).unwrap() + 100;
         t.push(MountInfo {
@@ -219,20 +219,15 @@ impl FakeMounter {
     }
 
     /// Makes unmounts in `mode` fail with `errno` (until cleared by another call with a new list).
-    pub fn fail_unmount(&self, mode: UnmountMode, errno: nix::Error) {
+    pub(crate) fn fail_unmount(&self, mode: UnmountMode, errno: nix::Error) {
         self.fail_unmount
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((mode, errno));
     }
 
-    /// Makes every mount fail with `errno`.
-    pub fn fail_mount(&self, errno: nix::Error) {
-        *self.fail_mount.lock().unwrap_or_else(|e| e.into_inner()) = Some(errno);
-    }
-
     /// Every call so far.
-    pub fn calls(&self) -> Vec<MountCall> {
+    pub(crate) fn calls(&self) -> Vec<MountCall> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

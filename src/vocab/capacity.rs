@@ -9,19 +9,19 @@ use std::collections::BTreeSet;
 /// The namespace that holds the per-node capacity ConfigMaps, and nothing else.
 pub const NAMESPACE: &str = "flexvol-capacity";
 /// The ConfigMap data key of the record.
-pub const DATA_KEY: &str = "capacity.json";
+pub(crate) const DATA_KEY: &str = "capacity.json";
 /// The label on every capacity object: the controller creates them with it and deletes only
 /// objects that carry it; the node's update (`provision::capacity::publish`) writes it back, since an update replaces
 /// the whole object, labels included.
-pub const LABEL: &str = "app.kubernetes.io/managed-by";
+pub(crate) const LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
-pub const LABEL_VALUE: &str = "flexvol-controller";
+pub(crate) const LABEL_VALUE: &str = "flexvol-controller";
 /// The only record version this build reads and writes.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 /// A record longer than this is ignored unread (a real one is a few KiB).
-pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// At most this many roots, volume groups, thin pools per VG, or classes per root.
-pub const MAX_ITEMS: usize = 256;
+pub(crate) const MAX_ITEMS: usize = 256;
 
 /// What one node can still hold. Field names are the JSON's (camelCase).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,14 +34,14 @@ pub struct CapacityRecord {
     /// When the node measured it, seconds since the epoch by the node's clock (the extender
     /// also stamps when it received it and uses the older of the two, so a fast clock cannot
     /// keep a record fresh).
-    pub published_at: u64,
+    pub(crate) published_at: u64,
     /// Classes that have a hostPath root list of their own on this node (local-path's
     /// `storageClassConfigs`); every other class uses the roots marked `default`.
     #[serde(default)]
-    pub hostpath_classes: Vec<String>,
+    pub(crate) hostpath_classes: Vec<String>,
     /// The node's hostPath roots.
     #[serde(default)]
-    pub hostpath: Vec<RootCapacity>,
+    pub(crate) hostpath: Vec<RootCapacity>,
     /// The volume groups the node's config grants (`lvm.allowedVolumeGroups`) that exist.
     #[serde(default)]
     pub lvm: Vec<VgCapacity>,
@@ -50,35 +50,35 @@ pub struct CapacityRecord {
 /// One hostPath root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RootCapacity {
+pub(crate) struct RootCapacity {
     /// The root's path, as in the node config.
-    pub path: String,
+    pub(crate) path: String,
     /// Serves classes without a root list of their own (local-path's top-level map).
     #[serde(default)]
-    pub default: bool,
+    pub(crate) default: bool,
     /// Classes (of `hostpathClasses`) whose root list names this root.
     #[serde(default)]
-    pub classes: Vec<String>,
+    pub(crate) classes: Vec<String>,
     /// The filesystem's size (`statvfs`).
-    pub size: u64,
+    pub(crate) size: u64,
     /// Bytes available to unprivileged writers (`statvfs` `f_bavail`).
-    pub available: u64,
+    pub(crate) available: u64,
     /// Where project quotas are enforced: the sum over this root's volumes of their limit minus
     /// their usage, i.e. space already promised to existing volumes. 0 where not enforced.
     #[serde(default)]
-    pub promised: u64,
+    pub(crate) promised: u64,
     /// Whether the root's filesystem enforces project quotas (sizes are then real).
     #[serde(default)]
-    pub quota_enforced: bool,
+    pub(crate) quota_enforced: bool,
     /// Set when the root could not be measured (the numbers are then 0 and mean nothing): the
     /// extender treats the classes it serves as unknown on this node, never as full.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 impl RootCapacity {
     /// What a new volume may still take: available minus what is promised.
-    pub fn allocatable(&self) -> u64 {
+    pub(crate) fn allocatable(&self) -> u64 {
         self.available.saturating_sub(self.promised)
     }
 }
@@ -92,27 +92,27 @@ pub struct VgCapacity {
     /// `vg_size`.
     pub size: u64,
     /// `vg_free`.
-    pub free: u64,
+    pub(crate) free: u64,
     /// The node's `lvm.vgReserve`: a thick LV must leave this free.
     #[serde(default)]
-    pub reserve: u64,
+    pub(crate) reserve: u64,
     /// `vg_extent_size`: sizes are rounded up to it.
-    pub extent_size: u64,
+    pub(crate) extent_size: u64,
     /// The node's `lvm.maxVolumeSize`, if any.
     #[serde(default)]
-    pub max_volume_size: Option<u64>,
+    pub(crate) max_volume_size: Option<u64>,
     /// Its thin pools.
     #[serde(default)]
-    pub thin_pools: Vec<ThinPoolCapacity>,
+    pub(crate) thin_pools: Vec<ThinPoolCapacity>,
     /// Set when the VG could not be measured (numbers 0, meaningless): its classes are unknown
     /// on this node, never full.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 impl VgCapacity {
     /// What a new thick LV may still take: free minus the reserve.
-    pub fn allocatable(&self) -> u64 {
+    pub(crate) fn allocatable(&self) -> u64 {
         self.free.saturating_sub(self.reserve)
     }
 }
@@ -120,20 +120,20 @@ impl VgCapacity {
 /// One thin pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ThinPoolCapacity {
+pub(crate) struct ThinPoolCapacity {
     /// The pool LV's name.
     pub name: String,
     /// The pool's data size.
-    pub size: u64,
+    pub(crate) size: u64,
     /// The virtual bytes its thin LVs may total: size × `lvm.thinOverprovisionRatio`.
-    pub limit: u64,
+    pub(crate) limit: u64,
     /// The virtual sizes of its thin LVs, summed.
-    pub committed: u64,
+    pub(crate) committed: u64,
 }
 
 impl ThinPoolCapacity {
     /// Virtual bytes a new thin LV may still take.
-    pub fn allocatable(&self) -> u64 {
+    pub(crate) fn allocatable(&self) -> u64 {
         self.limit.saturating_sub(self.committed)
     }
 }
@@ -182,7 +182,7 @@ fn unique<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> Result<(), Re
 
 /// Checks a record published as the ConfigMap `object_name`: the version, the node named as the
 /// object, and numbers that can be true (nothing free beyond a size; names unique, bounded).
-pub fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), RecordError> {
+pub(crate) fn validate(r: &CapacityRecord, object_name: &str) -> Result<(), RecordError> {
     if r.version != VERSION {
         return Err(RecordError::Invalid(format!(
             "version {} (this build reads version {VERSION})",

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 /// The class parameter that opts a node-local class in: how long a PV's node must have had no
 /// Node object before its claim and PV are deleted.
-pub const PARAM: &str = "nodeLossGracePeriod";
+pub(crate) const PARAM: &str = "nodeLossGracePeriod";
 /// The shortest grace accepted. A grace shorter than a few minutes is for tests.
-pub const MIN_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const MIN_GRACE: Duration = Duration::from_secs(10);
 /// The longest grace accepted (a year).
-pub const MAX_GRACE: Duration = Duration::from_secs(366 * 24 * 3600);
+pub(crate) const MAX_GRACE: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// Why a class's [`PARAM`] is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GraceError {
+pub(crate) enum GraceError {
     /// The value is not a duration flexvol accepts (`why` says what is wrong with it).
     #[error(
         "class parameter {PARAM}={value:?} {why}; write a duration such as \"10m\", \"1h\" or \"1h30m\" (units h, m, s), at least {}s",
@@ -40,7 +40,7 @@ pub enum GraceError {
 
 /// Parses a grace period as Go's durations are written, with the units `h`, `m` and `s` and
 /// whole numbers (`90s`, `10m`, `1h30m`), between [`MIN_GRACE`] and [`MAX_GRACE`].
-pub fn parse_grace(v: &str) -> Result<Duration, GraceError> {
+pub(crate) fn parse_grace(v: &str) -> Result<Duration, GraceError> {
     let bad = |why: &'static str| GraceError::BadDuration {
         value: v.to_owned(),
         why,
@@ -91,7 +91,7 @@ pub fn parse_grace(v: &str) -> Result<Duration, GraceError> {
 
 /// For the node-local kinds' class validation: checks [`PARAM`] when present and returns the
 /// other parameters (what the kind's own parser validates).
-pub fn split_param(
+pub(crate) fn split_param(
     params: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>, GraceError> {
     if let Some(v) = params.get(PARAM) {
@@ -105,7 +105,10 @@ pub fn split_param(
 }
 
 /// For a shared kind's class validation (NFS): [`PARAM`] is an error that says why.
-pub fn refuse_for_shared(params: &BTreeMap<String, String>, kind: &str) -> Result<(), GraceError> {
+pub(crate) fn refuse_for_shared(
+    params: &BTreeMap<String, String>,
+    kind: &str,
+) -> Result<(), GraceError> {
     if params.contains_key(PARAM) {
         return Err(GraceError::SharedKind {
             kind: kind.to_owned(),

@@ -8,24 +8,24 @@
 //! refactor. Values only; what to do with them is decided by the rooms that import this one.
 
 pub mod capacity;
-pub mod class;
+pub(crate) mod class;
 
 /// The kinds whose volumes live on one node (`<vendor>/<kind>` provisioners): the PVs
 /// `flexvol controller`'s node-loss rules may act on.
-pub const NODE_LOCAL_KINDS: [&str; 2] = ["hostpath", "lvm"];
+pub(crate) const NODE_LOCAL_KINDS: [&str; 2] = ["hostpath", "lvm"];
 
 // Kubernetes' well-known names flexvol reads and writes (sig-storage's, the scheduler's).
 
 /// Claim annotation naming the provisioner (1.20 sets only this one).
-pub const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
+pub(crate) const ANN_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
 /// Claim annotation naming the provisioner (1.23+ also set this one).
-pub const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+pub(crate) const ANN_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
 /// Claim annotation the scheduler sets for WaitForFirstConsumer.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+pub(crate) const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// PV annotation: who provisioned it.
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+pub(crate) const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 /// The node label PVs are pinned by.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub(crate) const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// The PV finalizer of external provisioners (sig-storage-lib-external-provisioner's, what
 /// Kubernetes 1.33's `HonorPVReclaimPolicy` relies on): every PV the provisioner makes carries it,
 /// and it is removed only once the volume is (reclaim policy Delete) or when the PV is deleted
@@ -40,27 +40,27 @@ pub const RESIZE_CONDITIONS: [&str; 2] = ["Resizing", "FileSystemResizePending"]
 // flexvol's own annotations on the PVs it makes.
 
 /// PV annotation: the node whose provisioner made it (and, for node-local volumes, owns it).
-pub const ANN_NODE: &str = "flexvol/node";
+pub(crate) const ANN_NODE: &str = "flexvol/node";
 /// PV annotation: the size in bytes the backend really provisioned (or grew to), which may exceed
 /// the request (LVM rounds up to extents). The resize logic compares claims against it, not
 /// against the PV's capacity, which kube-controller-manager raises by itself on a resize.
-pub const ANN_SIZE: &str = "flexvol/size-bytes";
+pub(crate) const ANN_SIZE: &str = "flexvol/size-bytes";
 /// PV annotation: `"true"` when the backend enforces the size (an LV, a project quota), `"false"`
 /// with the reason in [`ANN_SIZE_NOTE`] otherwise.
-pub const ANN_SIZE_ENFORCED: &str = "flexvol/size-enforced";
+pub(crate) const ANN_SIZE_ENFORCED: &str = "flexvol/size-enforced";
 /// PV annotation: why the size is not enforced, for people and `flexvol status`.
-pub const ANN_SIZE_NOTE: &str = "flexvol/size-note";
+pub(crate) const ANN_SIZE_NOTE: &str = "flexvol/size-note";
 /// PV annotation: the project ID of an enforced size (for people; the record is what counts).
-pub const ANN_PROJECT: &str = "flexvol/quota-project";
+pub(crate) const ANN_PROJECT: &str = "flexvol/quota-project";
 /// PV annotation of a clone: the PV it was copied from, and what the copy did.
-pub const ANN_CLONED_FROM: &str = "flexvol/cloned-from";
+pub(crate) const ANN_CLONED_FROM: &str = "flexvol/cloned-from";
 /// PV annotation: the volume group of the LV (what delete and expand act on).
-pub const ANN_VG: &str = "flexvol/lvm-volumegroup";
+pub(crate) const ANN_VG: &str = "flexvol/lvm-volumegroup";
 /// PV annotation: the LV's name (the PV's name).
-pub const ANN_LV: &str = "flexvol/lvm-lv";
+pub(crate) const ANN_LV: &str = "flexvol/lvm-lv";
 /// PV annotation: the export root mounted to create and remove the directory (the class's
 /// `share`).
-pub const ANN_EXPORT: &str = "flexvol/nfs-export";
+pub(crate) const ANN_EXPORT: &str = "flexvol/nfs-export";
 /// PV annotation: the volume's directory relative to [`ANN_EXPORT`], exactly as created.
 pub const ANN_PATH: &str = "flexvol/nfs-path";
 /// PV annotation: what delete does (`delete`, `retain`, `archive`).
@@ -70,17 +70,17 @@ pub const ANN_MISSING_SINCE: &str = "flexvol/node-missing-since";
 /// PV annotation written with [`ANN_MISSING_SINCE`]: the `renewTime` of the node's Lease as it was
 /// then ([`LeaseSeen::token`]); absent when the node had no Lease. A Lease that differs later was
 /// renewed during the grace.
-pub const ANN_LEASE_AT_MARK: &str = "flexvol/node-lease-at-mark";
+pub(crate) const ANN_LEASE_AT_MARK: &str = "flexvol/node-lease-at-mark";
 /// PV annotation: the PV's Node is gone but its kubelet was seen alive (RFC 3339, UTC, when the
 /// hold was written). Nothing is ever deleted for a PV that carries it; it goes when the Node comes
 /// back, or when an admin removes it (then the grace runs from the next pass).
-pub const ANN_DELETED_ALIVE: &str = "flexvol/node-deleted-alive";
+pub(crate) const ANN_DELETED_ALIVE: &str = "flexvol/node-deleted-alive";
 
 // flexvol's labels (the claim routing of `provision::labeller`, the PVs' kind).
 
 /// Label on every PV we make: the kind that made it (`hostpath`, `lvm`, `nfs`), so an instance can
 /// watch only the shared kinds' PVs (a label selector: the API server filters).
-pub const LABEL_KIND: &str = "flexvol/kind";
+pub(crate) const LABEL_KIND: &str = "flexvol/kind";
 /// Label on every node-local PV we make: its node ([`node_label_value`]), so an instance watches
 /// only its own node's PVs. Only a filter: who made a PV is still decided by its annotations.
-pub const LABEL_NODE: &str = "flexvol/node";
+pub(crate) const LABEL_NODE: &str = "flexvol/node";

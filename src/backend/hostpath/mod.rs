@@ -51,7 +51,7 @@
 //! [`policy`]; whose volume a path inside a provisioning root is, `mount` checks here
 //! (`authorize_provisioned`).
 
-pub mod policy;
+pub(crate) mod policy;
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
@@ -85,7 +85,7 @@ fn node(config: &Config) -> policy::Node<'_> {
 
 /// Answers the hostPath verbs. Only `mount` and `unmount` do work: the driver is not attachable
 /// and not resizable, so the other verbs are consistently "Not supported".
-pub fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
+pub(crate) fn handle(call: &Call, ctx: &Context) -> Result<Reply> {
     match call {
         Call::Mount { mount_dir, options } => mount(
             ctx,
@@ -149,7 +149,7 @@ impl Front {
 /// CSI NodePublishVolume of a hostPath volume onto `target` (hostile, like everything the request
 /// carries): the FlexVolume `mount` verb's checks and steps, for a target path of CSI's shape
 /// ([`Front::Csi`]), whose last directory it creates (0750, root's) when kubelet has not.
-pub fn publish(ctx: &Context, target: &Path, o: &Options) -> Result<Reply> {
+pub(crate) fn publish(ctx: &Context, target: &Path, o: &Options) -> Result<Reply> {
     mount(ctx, Front::Csi, target, o)
 }
 
@@ -159,7 +159,7 @@ pub fn publish(ctx: &Context, target: &Path, o: &Options) -> Result<Reply> {
 /// asks of the plugin, only while it is an empty directory that is not a mount point (`rmdir`
 /// through its parent opened without following a symlink: never a file, a symlink or a mount);
 /// anything else there stays, and kubelet, which owns the pod's directories, deals with it.
-pub fn unpublish(ctx: &Context, target: &Path) -> Result<Reply> {
+pub(crate) fn unpublish(ctx: &Context, target: &Path) -> Result<Reply> {
     let reply = unmount(ctx, Front::Csi, target)?;
     let target = pod_dir_path(Front::Csi, target)?;
     if let (Some(parent), Some(name)) = (target.parent(), target.file_name())
@@ -172,7 +172,7 @@ pub fn unpublish(ctx: &Context, target: &Path) -> Result<Reply> {
 
 /// kubelet's HostPathType values (`type` option).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathType {
+pub(crate) enum PathType {
     /// `""`: no check beyond existence.
     Unchecked,
     /// Create a directory (0755) if nothing exists.
@@ -226,23 +226,23 @@ impl PathType {
 
 /// Typed, validated hostPath options.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostPathOptions {
+pub(crate) struct HostPathOptions {
     /// The host path (with the expanded `pathPattern` appended, if any).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The type check for `path` (for a pattern: of the base path).
-    pub path_type: PathType,
+    pub(crate) path_type: PathType,
     /// Whether `path` ends in a per-volume directory made from `pathPattern`.
-    pub patterned: bool,
+    pub(crate) patterned: bool,
     /// The base path a pattern was appended to.
-    pub base: PathBuf,
+    pub(crate) base: PathBuf,
     /// Ownership and mode for what the driver creates.
-    pub ownership: Ownership,
+    pub(crate) ownership: Ownership,
     /// Read-only bind.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 /// The options the hostPath backend reads (besides kubelet's own keys).
-pub const OPTION_KEYS: &[&str] = &[
+pub(crate) const OPTION_KEYS: &[&str] = &[
     "path",
     "type",
     "uid",
@@ -270,9 +270,9 @@ fn parse_mode(o: &Options) -> std::result::Result<Option<u32>, OptionsError> {
 /// Linux limits: a path of at most `PATH_MAX` (4096, with its NUL) bytes and components of at
 /// most `NAME_MAX` (255) bytes. Checked before anything is created, so an over-long path cannot
 /// leave a trail of directories behind.
-pub const PATH_MAX: usize = 4096;
+pub(crate) const PATH_MAX: usize = 4096;
 /// See [`PATH_MAX`].
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 
 /// A value short enough for a message (long paths are cut, never echoed whole).
 fn abbreviated(v: &str) -> String {

@@ -19,40 +19,40 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// What the path policy needs of the node config, borrowed from it by the caller.
-pub struct Node<'a> {
+pub(crate) struct Node<'a> {
     /// `hostpath` in the config: the allowed roots.
-    pub hostpath: &'a HostPathConfig,
+    pub(crate) hostpath: &'a HostPathConfig,
     /// local-path's keys in the config: the provisioning roots.
-    pub local_path: &'a LocalPathConfig,
+    pub(crate) local_path: &'a LocalPathConfig,
     /// flexvol's state directory (`stateDir`).
-    pub state_dir: &'a Path,
+    pub(crate) state_dir: &'a Path,
     /// flexvol's lock directory (`runDir`).
-    pub run_dir: &'a Path,
+    pub(crate) run_dir: &'a Path,
     /// flexvol's log file, when it logs to one.
-    pub log_file: Option<&'a Path>,
+    pub(crate) log_file: Option<&'a Path>,
     /// The config file in effect (`FLEXVOL_CONFIG` or the default path), asked when needed.
-    pub config_file: fn() -> PathBuf,
+    pub(crate) config_file: fn() -> PathBuf,
 }
 
 /// The one directory the hostPath driver serves when `hostpath.allowedRoots` is not set. Under
 /// `/srv` ("data for services provided by this system", FHS 3.0), apart from flexvol's own state
 /// in `/var/lib/flexvol`, and empty on a fresh node: a default that hands out nothing that
 /// already exists.
-pub const DEFAULT_HOSTPATH_ROOT: &str = "/srv/flexvol";
+pub(crate) const DEFAULT_HOSTPATH_ROOT: &str = "/srv/flexvol";
 
 /// Node policy for hostPath (`"hostpath"` in the config file).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct HostPathConfig {
+pub(crate) struct HostPathConfig {
     /// Volumes may only use paths under these directories (after resolving symlinks). When empty,
     /// only [`DEFAULT_HOSTPATH_ROOT`] is served. Some locations are refused whatever this says
     /// (see the hostPath backend's policy).
-    pub allowed_roots: Vec<PathBuf>,
+    pub(crate) allowed_roots: Vec<PathBuf>,
 }
 
 impl HostPathConfig {
     /// The roots in effect: the configured ones, or the default root.
-    pub fn roots(&self) -> Vec<PathBuf> {
+    pub(crate) fn roots(&self) -> Vec<PathBuf> {
         if self.allowed_roots.is_empty() {
             vec![PathBuf::from(DEFAULT_HOSTPATH_ROOT)]
         } else {
@@ -65,7 +65,7 @@ impl HostPathConfig {
 /// says: the node's cluster machinery. A pod that can write to one of them owns the node (a CNI
 /// binary, a runtime's socket, kubelet's pods with their secrets, etcd's data, flexvol's own
 /// config, records and executable). flexvol's own locations are added by [`protected_paths`].
-pub const ALWAYS_REFUSED: &[(&str, &str)] = &[
+pub(crate) const ALWAYS_REFUSED: &[(&str, &str)] = &[
     (
         "/var/lib/kubelet",
         "the kubelet directory, which holds every pod's volumes and secrets",
@@ -97,17 +97,6 @@ pub const ALWAYS_REFUSED: &[(&str, &str)] = &[
     ("/etc/cni", "the CNI configuration"),
     ("/opt/cni", "the CNI plugin binaries, which run as root"),
 ];
-
-/// Everything [`check_policy`] refuses whatever the config says, with why: [`ALWAYS_REFUSED`],
-/// the kubelet root a pod directory lives under (`kubelet_root`, the caller's to compute), and
-/// flexvol's own executable and plugin directory, config file, state and run directories and log
-/// file.
-pub fn protected_paths(node: &Node, kubelet_root: Option<PathBuf>) -> Vec<(PathBuf, &'static str)> {
-    protected(node, kubelet_root)
-        .into_iter()
-        .map(|p| (p.path, p.why))
-        .collect()
-}
 
 /// One protected location. `configured` paths come from the node config (or `FLEXVOL_CONFIG`,
 /// or kubelet's argv[0]) and may run through symlinks (`/var/run/flexvol`), so they are resolved
@@ -239,7 +228,7 @@ fn resolved(p: &Path) -> PathBuf {
 /// serves it, so that `mount` creates that root and its ancestors as the node's own (root, 0755)
 /// and never with a pod's `uid`/`gid`/`mode`, and whether that root is a provisioning root.
 /// `kubelet_root`: the kubelet root the call's pod directory lives under.
-pub fn check_policy(
+pub(crate) fn check_policy(
     node: &Node,
     resolved_source: &Path,
     kubelet_root: Option<PathBuf>,
@@ -366,11 +355,11 @@ pub fn check_policy(
 }
 
 /// The root a source passed [`check_policy`] under.
-pub struct Served {
+pub(crate) struct Served {
     /// The resolved root.
     pub root: PathBuf,
     /// Whether it is a provisioning root: the source is then served only to its PV.
-    pub provisioning: bool,
+    pub(crate) provisioning: bool,
 }
 
 /// A source that is a provisioning root `root`, or contains one.
@@ -387,7 +376,7 @@ fn refuse_root(src: &Path, root: &Path) -> Error {
 /// `CAP_MKNOD` inside its volume) would bypass the device rules of the container that gets it.
 /// [`check_policy`] applies this to what the path is before anything is created, and `mount`
 /// again to the opened descriptor, so a device swapped in after the check is refused too.
-pub fn check_device_source(resolved: &Path, kind: FileKind) -> Result<()> {
+pub(crate) fn check_device_source(resolved: &Path, kind: FileKind) -> Result<()> {
     if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && !resolved.starts_with("/dev")
     {
         return Err(Error::refused(format!(

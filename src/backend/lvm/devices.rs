@@ -27,7 +27,7 @@ pub trait Devices {
 }
 
 /// The real `/dev`.
-pub struct SysDevices;
+pub(crate) struct SysDevices;
 
 impl Devices for SysDevices {
     fn block_device(&self, path: &Path) -> Result<Option<(u32, u32)>> {

@@ -23,11 +23,11 @@ use crate::sys::exec::{Cmd, ExecError};
 
 /// LV fields every report asks for; one `lvs` of the VG tells existence, activation, path, size,
 /// tags and the VG's extent size and free space.
-pub const LV_FIELDS: &str =
+pub(crate) const LV_FIELDS: &str =
     "vg_name,lv_name,lv_path,lv_size,lv_attr,lv_tags,pool_lv,vg_extent_size,vg_free";
 /// VG fields, for a VG that has no LV yet (an empty `lvs` report carries no VG columns), and its
 /// size for the capacity the provisioner publishes.
-pub const VG_FIELDS: &str = "vg_name,vg_extent_size,vg_free,vg_size";
+pub(crate) const VG_FIELDS: &str = "vg_name,vg_extent_size,vg_free,vg_size";
 
 /// Why an LV service call failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +68,7 @@ impl From<LvmError> for Error {
 }
 
 /// Result of an LV service call.
-pub type Result<T> = std::result::Result<T, LvmError>;
+pub(crate) type Result<T> = std::result::Result<T, LvmError>;
 
 /// Volume groups and their logical volumes. `vg_lv` is `<vg>/<lv>`, names already checked
 /// (`options::check_name`). The caller holds the volume's lock (and the VG's, around decisions
@@ -118,7 +118,7 @@ pub trait LvService {
 }
 
 /// The real LV service: `lvm` commands through the call's runner.
-pub struct LvmCommands;
+pub(crate) struct LvmCommands;
 
 fn lvm(ctx: &Context, sub: &str) -> Cmd {
     Cmd::new("lvm")

@@ -52,19 +52,21 @@
 //! uses the same one), block devices through [`devices`]. `report.rs` holds what `lvm` reports,
 //! `tools.rs` the other tools (blkid, mkfs, the growers), `policy.rs` the node policy.
 
-pub mod devices;
-pub mod lvs;
-pub mod options;
+pub(crate) mod devices;
+pub(crate) mod lvs;
+pub(crate) mod options;
 pub(crate) mod policy;
 pub mod report;
 pub(crate) mod tools;
 
-pub use devices::{Devices, SysDevices};
-pub use lvs::{LvService, LvmCommands, LvmError};
-pub use options::{FsType, LvmOptions, check_name, derive_lv_name, parse_size};
-pub use policy::{LvmConfig, TAG_ALLOWED, TAG_CREATED, TAG_PV_PREFIX, kubelet_owned};
-pub use report::LvRow;
-pub use tools::Probe;
+pub(crate) use devices::{Devices, SysDevices};
+pub(crate) use lvs::{LvService, LvmCommands, LvmError};
+pub(crate) use options::{FsType, LvmOptions, check_name};
+#[cfg(test)]
+use policy::LvmConfig;
+pub(crate) use policy::{TAG_CREATED, TAG_PV_PREFIX, kubelet_owned};
+pub(crate) use report::LvRow;
+pub(crate) use tools::Probe;
 
 use crate::backend::{Backend, Context};
 use crate::error::{Error, Result};
@@ -82,32 +84,32 @@ use std::time::Duration;
 const BACKEND: Backend = Backend::Lvm;
 /// Tag on LVs this driver formatted: such an LV that probes blank has lost its filesystem, and is
 /// never formatted again.
-pub const TAG_FORMATTED: &str = "flexvol.formatted";
+pub(crate) const TAG_FORMATTED: &str = "flexvol.formatted";
 /// Tag of an LV whose filesystem is smaller than the LV (a clone larger than its source, made by
 /// the provisioner): `mountdevice` grows the filesystem to the LV after mounting it read-write,
 /// then removes the tag (growing again is a no-op, so a kill in between is harmless).
-pub const TAG_GROW_FS: &str = "flexvol.grow-fs";
+pub(crate) const TAG_GROW_FS: &str = "flexvol.grow-fs";
 
 /// The LVM backend's own seams, beside the call's [`Context`]: the block devices and the LV
 /// service. Unit tests pass doubles; [`Seams::SYSTEM`] are the node's.
 #[derive(Clone, Copy)]
-pub struct Seams<'a> {
+pub(crate) struct Seams<'a> {
     /// Device numbers, swap, holders (the real one is [`SysDevices`]).
-    pub devices: &'a dyn Devices,
+    pub(crate) devices: &'a dyn Devices,
     /// Every LVM command (the real one is [`LvmCommands`]).
-    pub lvs: &'a dyn LvService,
+    pub(crate) lvs: &'a dyn LvService,
 }
 
 impl Seams<'static> {
     /// The node's own: `/dev`, `/proc/swaps` and sysfs, and the `lvm` binary.
-    pub const SYSTEM: Self = Self {
+    pub(crate) const SYSTEM: Self = Self {
         devices: &SysDevices,
         lvs: &LvmCommands,
     };
 }
 
 /// Answers the LVM verbs.
-pub fn handle(call: &Call, ctx: &Context, seams: &Seams) -> Result<Reply> {
+pub(crate) fn handle(call: &Call, ctx: &Context, seams: &Seams) -> Result<Reply> {
     let parse =
         |json: &str| -> Result<LvmOptions> { Ok(LvmOptions::parse(&Options::parse(json)?)?) };
     match call {
@@ -569,7 +571,7 @@ fn unmount_device(ctx: &Context, seams: &Seams, dir: &Path) -> Result<Reply> {
 }
 
 /// Where kubelet asked `mountdevice` to mount this volume (docs/protocol.md §7).
-pub fn global_mount_dir(driver_name: &str, pod_dir: &Path, volume: &str) -> Option<PathBuf> {
+pub(crate) fn global_mount_dir(driver_name: &str, pod_dir: &Path, volume: &str) -> Option<PathBuf> {
     Some(
         crate::backend::kubelet_root(pod_dir)?
             .join("plugins/kubernetes.io/flexvolume")

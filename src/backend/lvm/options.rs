@@ -6,24 +6,24 @@ use crate::protocol::options::{Options, OptionsError, keys, shown_value};
 use std::path::PathBuf;
 
 /// Option keys the LVM backend reads (besides kubelet's own).
-pub mod key {
+pub(crate) mod key {
     /// Volume group (required).
-    pub const VOLUME_GROUP: &str = "volumegroup";
+    pub(crate) const VOLUME_GROUP: &str = "volumegroup";
     /// LV name; derived from the PV name when absent.
-    pub const VOLUME_ID: &str = "volumeID";
+    pub(crate) const VOLUME_ID: &str = "volumeID";
     /// Size to create the LV with, when it does not exist.
-    pub const SIZE: &str = "size";
+    pub(crate) const SIZE: &str = "size";
     /// Thin pool to create the LV in.
-    pub const THIN_POOL: &str = "thinpool";
+    pub(crate) const THIN_POOL: &str = "thinpool";
     /// Extra mkfs arguments (allow-listed).
-    pub const MKFS_OPTIONS: &str = "mkfsOptions";
+    pub(crate) const MKFS_OPTIONS: &str = "mkfsOptions";
     /// Filesystem mount options (allow-listed).
-    pub const MOUNT_OPTIONS: &str = "mountOptions";
+    pub(crate) const MOUNT_OPTIONS: &str = "mountOptions";
     /// The provisioner's capability for the LV (never shown: the name is credential-like).
-    pub const CAPABILITY_TOKEN: &str = crate::node::capability::OPTION;
+    pub(crate) const CAPABILITY_TOKEN: &str = crate::node::capability::OPTION;
     /// Every key a volume may set; any other key (except kubelet's own `kubernetes.io/...`) is
     /// an error, so a typo (`volumeid`, `sizee`) never falls back to a default.
-    pub const ALL: &[&str] = &[
+    pub(crate) const ALL: &[&str] = &[
         VOLUME_GROUP,
         VOLUME_ID,
         SIZE,
@@ -36,7 +36,7 @@ pub mod key {
 
 /// The filesystem a volume is formatted with and mounted as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FsType {
+pub(crate) enum FsType {
     /// `ext4`, the default.
     Ext4,
     /// `xfs`.
@@ -75,42 +75,42 @@ impl FsType {
     }
 
     /// The mkfs tool for this type.
-    pub fn mkfs_tool(&self) -> String {
+    pub(crate) fn mkfs_tool(&self) -> String {
         format!("mkfs.{}", self.name())
     }
 }
 
 /// Typed, validated LVM options.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LvmOptions {
+pub(crate) struct LvmOptions {
     /// Volume group name.
-    pub vg: String,
+    pub(crate) vg: String,
     /// Logical volume name.
-    pub lv: String,
+    pub(crate) lv: String,
     /// Requested size in bytes (creation only).
-    pub size: Option<u64>,
+    pub(crate) size: Option<u64>,
     /// Thin pool for creation.
-    pub thin_pool: Option<String>,
+    pub(crate) thin_pool: Option<String>,
     /// Filesystem type.
-    pub fs: FsType,
+    pub(crate) fs: FsType,
     /// Extra mkfs arguments, each one argv element.
-    pub mkfs_args: Vec<String>,
+    pub(crate) mkfs_args: Vec<String>,
     /// mount(2) data options, comma-joined.
-    pub mount_data: String,
+    pub(crate) mount_data: String,
     /// Mount read-only.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
     /// `kubernetes.io/pvOrVolumeName`, when sent.
-    pub volume_name: Option<String>,
+    pub(crate) volume_name: Option<String>,
     /// `kubernetes.io/pod.namespace`, when sent (kubelet sends it to `mount` only, and there
     /// overrides whatever the options say; other verbs never read it).
     pub namespace: Option<String>,
     /// [`key::CAPABILITY_TOKEN`], when the PV carries one.
-    pub token: Option<Token>,
+    pub(crate) token: Option<Token>,
 }
 
 /// A capability token from the options: its `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Token(pub String);
+pub(crate) struct Token(pub String);
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -197,12 +197,12 @@ impl LvmOptions {
     }
 
     /// `/dev/<vg>/<lv>`: what attach returns and every node verb uses.
-    pub fn device(&self) -> PathBuf {
+    pub(crate) fn device(&self) -> PathBuf {
         PathBuf::from(format!("/dev/{}/{}", self.vg, self.lv))
     }
 
     /// `<vg>/<lv>`: the LVM name and the lock key.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{}/{}", self.vg, self.lv)
     }
 }
@@ -215,7 +215,7 @@ const RESERVED_LV_PARTS: &[&str] = &[
 
 /// Checks a VG or LV name against LVM's rules (lvm(8) "VALID NAMES"), so a bad name fails here
 /// with our message instead of reaching a command line.
-pub fn check_name(key: &str, name: &str, is_lv: bool) -> Result<(), OptionsError> {
+pub(crate) fn check_name(key: &str, name: &str, is_lv: bool) -> Result<(), OptionsError> {
     let bad = |reason: &str| OptionsError::invalid(key, name, reason);
     if name.is_empty() {
         return Err(bad("must not be empty"));
@@ -254,7 +254,7 @@ pub fn check_name(key: &str, name: &str, is_lv: bool) -> Result<(), OptionsError
 /// original. The prefix keeps it from starting with `-` or a reserved word; the hash keeps two names
 /// that differ only in replaced characters apart. Deterministic: the same name gives the same LV
 /// on every node and every release.
-pub fn derive_lv_name(name: &str) -> String {
+pub(crate) fn derive_lv_name(name: &str) -> String {
     if check_name("", name, true).is_ok() {
         return name.to_owned();
     }
@@ -277,7 +277,7 @@ pub fn derive_lv_name(name: &str) -> String {
 }
 
 /// Kubernetes quantities are parsed in one place for the driver and the provisioner.
-pub use crate::protocol::quantity::parse_size;
+pub(crate) use crate::protocol::quantity::parse_size;
 
 /// One mkfs flag the allow-list accepts, and what its value may be.
 struct MkfsFlag {

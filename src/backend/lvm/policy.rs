@@ -55,11 +55,11 @@ use serde::Deserialize;
 use std::path::{Component, Path};
 
 /// Tag on LVs this driver created.
-pub const TAG_CREATED: &str = "flexvol.created";
+pub(crate) const TAG_CREATED: &str = "flexvol.created";
 /// Tag an administrator puts on an LV to let flexvol volumes use it outside an allowed VG.
-pub const TAG_ALLOWED: &str = "flexvol.allowed";
+pub(crate) const TAG_ALLOWED: &str = "flexvol.allowed";
 /// Prefix of the tag naming the PV the provisioner made an LV for (`flexvol.pv.<pv>`).
-pub const TAG_PV_PREFIX: &str = "flexvol.pv.";
+pub(crate) const TAG_PV_PREFIX: &str = "flexvol.pv.";
 /// What a missing node key's message says.
 const NODE_KEY_FIX: &str = "flexvol provisioner creates it on this node when it makes an LV; a volume carrying a capabilityToken was made by it here, so the state directory (stateDir) may have been wiped or the volume belongs to another node";
 
@@ -75,10 +75,10 @@ pub struct LvmConfig {
     /// Largest size a volume may be created with or grown to, in bytes; `None`: no cap beyond
     /// the VG's free space.
     #[serde(deserialize_with = "opt_quantity")]
-    pub max_volume_size: Option<u64>,
+    pub(crate) max_volume_size: Option<u64>,
     /// Bytes of every VG that thick creations and growths leave free.
     #[serde(deserialize_with = "quantity")]
-    pub vg_reserve: u64,
+    pub(crate) vg_reserve: u64,
     /// The provisioner's limit on thin pools: the virtual sizes of all thin LVs in a pool may
     /// add up to at most this multiple of the pool's size. `1.0` (the default) allows no
     /// overcommitment at all: a pool can never run full by writes to provisioned volumes alone.
@@ -108,7 +108,7 @@ fn vg_names<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<S
 }
 
 /// The range `lvm.thinOverprovisionRatio` accepts, in thousandths.
-pub const THIN_RATIO_RANGE: (u64, u64) = (100, 100_000);
+pub(crate) const THIN_RATIO_RANGE: (u64, u64) = (100, 100_000);
 
 /// `lvm.thinOverprovisionRatio`: a JSON number with at most three decimals (`1`, `2.5`, `1.125`)
 /// between 0.1 and 100, kept in thousandths so the limit is computed in integers.
@@ -136,7 +136,7 @@ fn ratio<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::
 }
 
 /// A ratio in thousandths, as written in the config (`2.5`).
-pub fn show_ratio(permille: u64) -> String {
+pub(crate) fn show_ratio(permille: u64) -> String {
     let s = format!("{}.{:03}", permille / 1000, permille % 1000);
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
@@ -163,7 +163,7 @@ fn opt_quantity<'de, D: serde::Deserializer<'de>>(
 
 impl LvmConfig {
     /// Whether `vg` is in `allowedVolumeGroups`.
-    pub fn vg_allowed(&self, vg: &str) -> bool {
+    pub(crate) fn vg_allowed(&self, vg: &str) -> bool {
         self.allowed_volume_groups.iter().any(|v| v == vg)
     }
 }
@@ -179,7 +179,7 @@ fn not_available(o: &LvmOptions) -> Error {
 }
 
 /// May a volume use the existing LV `lv` (or, with `None`, create `o`'s LV)?
-pub fn check_allowed(cfg: &LvmConfig, o: &LvmOptions, lv: Option<&LvRow>) -> Result<()> {
+pub(crate) fn check_allowed(cfg: &LvmConfig, o: &LvmOptions, lv: Option<&LvRow>) -> Result<()> {
     if cfg.vg_allowed(&o.vg) {
         return Ok(());
     }
@@ -190,7 +190,7 @@ pub fn check_allowed(cfg: &LvmConfig, o: &LvmOptions, lv: Option<&LvRow>) -> Res
 }
 
 /// The PVs an LV's `flexvol.pv.<pv>` tags name (the provisioner writes exactly one).
-pub fn provisioned_for(lv: &LvRow) -> Vec<&str> {
+pub(crate) fn provisioned_for(lv: &LvRow) -> Vec<&str> {
     lv.lv_tags
         .split(',')
         .filter_map(|t| t.strip_prefix(TAG_PV_PREFIX))
@@ -201,7 +201,7 @@ pub fn provisioned_for(lv: &LvRow) -> Vec<&str> {
 /// `lvs` row; `None` when the LV does not exist, or when the caller has no row and the call
 /// carries a token (a token alone decides: it is valid only for the PV the provisioner tagged
 /// the LV for). `namespace` is kubelet's pod namespace, `mount` only.
-pub fn check_capability(
+pub(crate) fn check_capability(
     state_dir: &Path,
     o: &LvmOptions,
     row: Option<&LvRow>,
@@ -248,7 +248,7 @@ pub fn check_capability(
 }
 
 /// Checks a size against `maxVolumeSize`.
-pub fn check_max_size(cfg: &LvmConfig, o: &LvmOptions, bytes: u64) -> Result<()> {
+pub(crate) fn check_max_size(cfg: &LvmConfig, o: &LvmOptions, bytes: u64) -> Result<()> {
     match cfg.max_volume_size {
         Some(max) if bytes > max => Err(Error::refused(format!(
             "{} would be {bytes} bytes, more than this node's lvm.maxVolumeSize of {max} bytes; ask for less",
@@ -259,7 +259,7 @@ pub fn check_max_size(cfg: &LvmConfig, o: &LvmOptions, bytes: u64) -> Result<()>
 }
 
 /// Checks that allocating `needed` more bytes in a VG with `free` bytes leaves `vgReserve` free.
-pub fn check_free(cfg: &LvmConfig, o: &LvmOptions, needed: u64, free: u64) -> Result<()> {
+pub(crate) fn check_free(cfg: &LvmConfig, o: &LvmOptions, needed: u64, free: u64) -> Result<()> {
     let usable = free.saturating_sub(cfg.vg_reserve);
     if needed > usable {
         return Err(Error::refused(format!(
@@ -281,7 +281,7 @@ pub fn check_free(cfg: &LvmConfig, o: &LvmOptions, needed: u64, free: u64) -> Re
 
 /// Whether `p` is one of kubelet's mount points of driver `driver_name` (`<vendor>/<driver>`):
 /// a global device mount, a pod volume or a subPath bind.
-pub fn kubelet_owned(driver_name: &str, p: &Path) -> bool {
+pub(crate) fn kubelet_owned(driver_name: &str, p: &Path) -> bool {
     let c: Vec<&str> = p
         .components()
         .filter_map(|c| match c {
@@ -313,7 +313,7 @@ pub fn kubelet_owned(driver_name: &str, p: &Path) -> bool {
 
 /// Refuses an LV the host uses (see the module docs). `open`: the LV's open flag from `lvs`, when
 /// the caller has it.
-pub fn check_not_in_use(
+pub(crate) fn check_not_in_use(
     driver_name: &str,
     devices: &dyn Devices,
     table: &MountTable,

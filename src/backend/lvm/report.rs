@@ -19,27 +19,27 @@ pub struct LvRow {
     /// VG name.
     pub vg_name: String,
     /// LV name.
-    pub lv_name: String,
+    pub(crate) lv_name: String,
     /// `/dev/<vg>/<lv>`.
     #[serde(default)]
-    pub lv_path: String,
+    pub(crate) lv_path: String,
     /// Size in bytes.
     #[serde(deserialize_with = "u64_str")]
-    pub lv_size: u64,
+    pub(crate) lv_size: u64,
     /// The 10-character attribute string (`-wi-a-----`, `Vwi-a-tz--`, `twi-aotz--`).
-    pub lv_attr: String,
+    pub(crate) lv_attr: String,
     /// Comma-separated tags.
     #[serde(default)]
-    pub lv_tags: String,
+    pub(crate) lv_tags: String,
     /// Thin pool of a thin LV.
     #[serde(default)]
-    pub pool_lv: String,
+    pub(crate) pool_lv: String,
     /// VG extent size in bytes.
     #[serde(deserialize_with = "u64_str")]
-    pub vg_extent_size: u64,
+    pub(crate) vg_extent_size: u64,
     /// VG free bytes.
     #[serde(deserialize_with = "u64_str")]
-    pub vg_free: u64,
+    pub(crate) vg_free: u64,
 }
 
 impl LvRow {
@@ -47,27 +47,27 @@ impl LvRow {
         self.lv_attr.chars().nth(i).unwrap_or('?')
     }
     /// Active (attr[4] == 'a').
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.attr(4) == 'a'
     }
     /// A thin pool (attr[0] == 't').
-    pub fn is_thin_pool(&self) -> bool {
+    pub(crate) fn is_thin_pool(&self) -> bool {
         self.attr(0) == 't'
     }
     /// Its device is open (attr[5] == 'o'): mounted, or held by some process or device.
-    pub fn open(&self) -> bool {
+    pub(crate) fn open(&self) -> bool {
         self.attr(5) == 'o'
     }
     /// A thin LV (attr[0] == 'V'): allocates from its pool, not from the VG's free space.
-    pub fn is_thin(&self) -> bool {
+    pub(crate) fn is_thin(&self) -> bool {
         self.attr(0) == 'V'
     }
     /// Whether this LV can hold a filesystem: not a pool, an internal image, a log or a virtual LV.
-    pub fn usable(&self) -> bool {
+    pub(crate) fn usable(&self) -> bool {
         !"teiIlvdDp".contains(self.attr(0))
     }
     /// Whether the LV carries `tag`.
-    pub fn has_tag(&self, tag: &str) -> bool {
+    pub(crate) fn has_tag(&self, tag: &str) -> bool {
         self.lv_tags.split(',').any(|t| t == tag)
     }
 }
@@ -79,13 +79,13 @@ pub struct VgRow {
     pub vg_name: String,
     /// Extent size in bytes.
     #[serde(deserialize_with = "u64_str")]
-    pub vg_extent_size: u64,
+    pub(crate) vg_extent_size: u64,
     /// Free bytes.
     #[serde(deserialize_with = "u64_str")]
-    pub vg_free: u64,
+    pub(crate) vg_free: u64,
     /// Size in bytes (0 when the report lacks the column).
     #[serde(default, deserialize_with = "u64_str")]
-    pub vg_size: u64,
+    pub(crate) vg_size: u64,
 }
 
 #[derive(Debug, Deserialize)]

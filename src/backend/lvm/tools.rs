@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// What `blkid -p` found on a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
+pub(crate) enum Probe {
     /// Exit 2: no signature at all. The only outcome that allows mkfs.
     Blank,
     /// A filesystem of this type.
@@ -25,7 +25,7 @@ pub enum Probe {
 
 /// `blkid -p -o export <dev>`, by exit code (blkid(8)): 0 found, 2 nothing found, anything else
 /// (4 usage/IO error, 8 ambivalent) is an error, never "blank".
-pub fn probe(ctx: &Context, dev: &Path) -> Result<Probe> {
+pub(crate) fn probe(ctx: &Context, dev: &Path) -> Result<Probe> {
     let cmd = Cmd::new("blkid")
         .args(["-p", "-o", "export", "--"])
         .arg(dev)
@@ -77,7 +77,7 @@ pub fn probe(ctx: &Context, dev: &Path) -> Result<Probe> {
 /// It runs in [`empty_dir`], not `/`: the option allow-list admits no path, and should one ever
 /// slip through, a relative path resolves inside an empty private directory instead of the
 /// node's root.
-pub fn mkfs(ctx: &Context, fs: &FsType, args: &[String], dev: &Path) -> Result<()> {
+pub(crate) fn mkfs(ctx: &Context, fs: &FsType, args: &[String], dev: &Path) -> Result<()> {
     let mut cmd = Cmd::new(&fs.mkfs_tool())
         .timeout(ctx.deadline.cap(ctx.config.command_timeout()))
         .cwd(empty_dir(ctx)?);
@@ -90,7 +90,7 @@ pub fn mkfs(ctx: &Context, fs: &FsType, args: &[String], dev: &Path) -> Result<(
 
 /// `<runDir>/lvm-empty`: a directory of root's, mode 0500, that nothing writes into; created on
 /// first use. Anything else at that path (a symlink, a file) is an error.
-pub fn empty_dir(ctx: &Context) -> Result<std::path::PathBuf> {
+pub(crate) fn empty_dir(ctx: &Context) -> Result<std::path::PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let dir = ctx.config.run_dir.join("lvm-empty");
     match std::fs::DirBuilder::new().mode(0o500).create(&dir) {
@@ -114,7 +114,7 @@ pub fn empty_dir(ctx: &Context) -> Result<std::path::PathBuf> {
 
 /// Grows a mounted filesystem to fill its device: `resize2fs <dev>` (ext2/3/4, online) or
 /// `xfs_growfs -d <mountpoint>`. Both are no-ops when there is nothing to grow.
-pub fn grow_fs(ctx: &Context, fs_type: &str, dev: &Path, mount_point: &Path) -> Result<()> {
+pub(crate) fn grow_fs(ctx: &Context, fs_type: &str, dev: &Path, mount_point: &Path) -> Result<()> {
     let t = ctx.deadline.cap(ctx.config.command_timeout());
     let cmd = match fs_type {
         "ext2" | "ext3" | "ext4" => Cmd::new("resize2fs").arg(dev),
@@ -131,7 +131,7 @@ pub fn grow_fs(ctx: &Context, fs_type: &str, dev: &Path, mount_point: &Path) -> 
 
 /// Waits (bounded by `limit` and the call's deadline) for the device node to appear: with udev the
 /// `/dev/<vg>/<lv>` link may come a moment after `lvchange` returns.
-pub fn wait_for_device(
+pub(crate) fn wait_for_device(
     ctx: &Context,
     devices: &dyn Devices,
     dev: &Path,

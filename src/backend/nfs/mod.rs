@@ -52,7 +52,7 @@
 //! ([`mount_for_provisioner`], not reachable through a verb).
 
 pub mod options;
-pub mod probe;
+pub(crate) mod probe;
 
 pub use options::NfsConfig;
 
@@ -94,7 +94,7 @@ fn probe_server(
 /// Answers the NFS verbs. Only `mount` and `unmount` do work: the driver is not attachable and
 /// not resizable, so the other verbs are consistently "Not supported". `prober`: is a server
 /// there (the real one is [`probe::TcpProber`]).
-pub fn handle(call: &Call, ctx: &Context, prober: &dyn Prober) -> Result<Reply> {
+pub(crate) fn handle(call: &Call, ctx: &Context, prober: &dyn Prober) -> Result<Reply> {
     match call {
         Call::Mount { mount_dir, options } => {
             mount(ctx, prober, Path::new(mount_dir), &Options::parse(options)?)
@@ -143,10 +143,10 @@ fn same_source(mounted: &str, server: &str, share: &str) -> bool {
 }
 
 /// What a missing shared key's message says.
-pub const SHARED_KEY_FIX: &str = "every node needs the same key: create it once with `kubectl -n <namespace> create secret generic flexvol-nfs-key --from-file=key=<(head -c 32 /dev/urandom)`, which the DaemonSet mounts (drivers/deploy), and point nfs.capabilityKeyFile at the file (drivers/nfs/README.md)";
+pub(crate) const SHARED_KEY_FIX: &str = "every node needs the same key: create it once with `kubectl -n <namespace> create secret generic flexvol-nfs-key --from-file=key=<(head -c 32 /dev/urandom)`, which the DaemonSet mounts (drivers/deploy), and point nfs.capabilityKeyFile at the file (drivers/nfs/README.md)";
 
 /// The shared key as the node config names it.
-pub fn shared_key(cfg: &NfsConfig) -> std::result::Result<Key, KeyError> {
+pub(crate) fn shared_key(cfg: &NfsConfig) -> std::result::Result<Key, KeyError> {
     match &cfg.capability_key_file {
         Some(p) => Key::load(p, SHARED_KEY_FIX),
         None => Err(KeyError::Missing {

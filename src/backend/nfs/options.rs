@@ -22,25 +22,25 @@ use std::path::PathBuf;
 pub struct NfsConfig {
     /// Options every mount gets unless the volume's `mountOptions` overrides them (a volume's
     /// `soft` replaces the default `hard`, its `timeo=` the default `timeo=`, ...).
-    pub default_mount_options: String,
+    pub(crate) default_mount_options: String,
     /// Mount option names allowed on top of the built-in list. `"fsc"` allows the flag `fsc`;
     /// `"clientaddr="` allows `clientaddr=<value>` (value: letters, digits and `.:_-` only).
-    pub extra_mount_options: Vec<String>,
+    pub(crate) extra_mount_options: Vec<String>,
     /// Allow set-uid programs on NFS volumes (otherwise `nosuid` is forced and `suid` refused).
-    pub allow_suid: bool,
+    pub(crate) allow_suid: bool,
     /// Allow device files on NFS volumes (otherwise `nodev` is forced and `dev` refused).
-    pub allow_dev: bool,
+    pub(crate) allow_dev: bool,
     /// How long the reachability probe (name lookup plus TCP connect) may take.
     pub probe_timeout_seconds: u64,
     /// How long `mount.nfs` may run.
-    pub mount_timeout_seconds: u64,
+    pub(crate) mount_timeout_seconds: u64,
     /// How long each unmount step (normal, forced, lazy) may run.
-    pub unmount_timeout_seconds: u64,
+    pub(crate) unmount_timeout_seconds: u64,
     /// The exports (`"server:/share"`) the NFS provisioner may make volumes in. The driver serves
     /// a share of their servers only to a PV carrying its capability (see [`crate::backend::nfs`]).
     /// Every node lists the same exports.
     #[serde(deserialize_with = "exports")]
-    pub provisioned_exports: Vec<Export>,
+    pub(crate) provisioned_exports: Vec<Export>,
     /// The shared capability key: a root-only file with the same bytes on every node (a Secret the
     /// DaemonSet mounts). flexvol never creates it.
     #[serde(deserialize_with = "key_file")]
@@ -49,11 +49,11 @@ pub struct NfsConfig {
 
 /// One export of `nfs.provisionedExports`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Export {
+pub(crate) struct Export {
     /// The server, as written (checked like a volume's `server`).
-    pub server: String,
+    pub(crate) server: String,
     /// The exported path, without trailing slashes.
-    pub share: String,
+    pub(crate) share: String,
 }
 
 fn exports<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Export>, D::Error> {
@@ -89,7 +89,7 @@ fn key_file<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D
 }
 
 /// The IP address a server string spells, if it is a literal (`[v6]` brackets allowed).
-pub fn literal_ip(server: &str) -> Option<IpAddr> {
+pub(crate) fn literal_ip(server: &str) -> Option<IpAddr> {
     let s = server
         .strip_prefix('[')
         .and_then(|s| s.strip_suffix(']'))
@@ -100,7 +100,7 @@ pub fn literal_ip(server: &str) -> Option<IpAddr> {
 /// Whether two server strings are spelled the same: IP literals by value, names without case
 /// and without a trailing dot. (Different spellings of one server are the driver's business: it
 /// also compares resolved addresses.)
-pub fn same_server(a: &str, b: &str) -> bool {
+pub(crate) fn same_server(a: &str, b: &str) -> bool {
     match (literal_ip(a), literal_ip(b)) {
         (Some(x), Some(y)) => x == y,
         (None, None) => a
@@ -112,7 +112,7 @@ pub fn same_server(a: &str, b: &str) -> bool {
 
 impl NfsConfig {
     /// The listed export `server:share` (exactly that share), if listed.
-    pub fn provisioned_export(&self, server: &str, share: &str) -> Option<&Export> {
+    pub(crate) fn provisioned_export(&self, server: &str, share: &str) -> Option<&Export> {
         self.provisioned_exports
             .iter()
             .find(|e| same_server(&e.server, server) && e.share == share)
@@ -120,7 +120,7 @@ impl NfsConfig {
 }
 
 /// The default `defaultMountOptions`: the kernel's own TCP defaults, made explicit.
-pub const DEFAULT_MOUNT_OPTIONS: &str = "hard,timeo=600,retrans=2";
+pub(crate) const DEFAULT_MOUNT_OPTIONS: &str = "hard,timeo=600,retrans=2";
 
 impl Default for NfsConfig {
     fn default() -> Self {
@@ -140,7 +140,7 @@ impl Default for NfsConfig {
 
 /// The NFS protocol version asked for (`version` option).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     /// Let the client negotiate (the highest both sides speak).
     Negotiate,
     /// NFSv3.
@@ -175,7 +175,7 @@ impl Version {
     }
 
     /// The `vers=` mount option, if any.
-    pub fn mount_option(self) -> Option<&'static str> {
+    pub(crate) fn mount_option(self) -> Option<&'static str> {
         match self {
             Version::Negotiate => None,
             Version::V3 => Some("vers=3"),
@@ -189,19 +189,19 @@ impl Version {
 
 /// Typed, validated NFS options of one `mount` call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NfsOptions {
+pub(crate) struct NfsOptions {
     /// `server` as given: hostname, IPv4 or `[IPv6]`.
-    pub server: String,
+    pub(crate) server: String,
     /// `share`, without trailing slashes.
-    pub share: String,
+    pub(crate) share: String,
     /// `version`.
-    pub version: Version,
+    pub(crate) version: Version,
     /// Read-only (`kubernetes.io/readwrite: ro`, or `ro` in `mountOptions`).
-    pub read_only: bool,
+    pub(crate) read_only: bool,
     /// The complete `-o` string handed to `mount.nfs`.
     pub mount_options: String,
     /// The TCP port the probe connects to (`port=` or 2049).
-    pub port: u16,
+    pub(crate) port: u16,
 }
 
 impl NfsOptions {
@@ -212,7 +212,7 @@ impl NfsOptions {
 }
 
 /// The keys a volume may set (besides kubelet's own `kubernetes.io/*`).
-pub const KNOWN_KEYS: &[&str] = &[
+pub(crate) const KNOWN_KEYS: &[&str] = &[
     "server",
     "share",
     "version",
@@ -587,7 +587,7 @@ impl NfsOptions {
 }
 
 /// Splits a mount source `server:/share` (as mountinfo shows it) into server and share.
-pub fn split_source(source: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_source(source: &str) -> Option<(&str, &str)> {
     if source.starts_with('[') {
         let end = source.find("]:")?;
         return Some((&source[..=end], &source[end + 2..]));

@@ -21,7 +21,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// The reachability seam: the real [`TcpProber`], or a test double.
-pub trait Prober {
+pub(crate) trait Prober {
     /// Checks that `server` accepts TCP connections on `port` within `budget` (names resolved
     /// through `runner`); the address that answered, or why none did, in words for the message.
     fn reachable(
@@ -34,7 +34,7 @@ pub trait Prober {
 }
 
 /// The real probe: [`reachable`].
-pub struct TcpProber;
+pub(crate) struct TcpProber;
 
 impl Prober for TcpProber {
     fn reachable(
@@ -50,7 +50,7 @@ impl Prober for TcpProber {
 
 /// Checks that `server` (hostname, IPv4 or `[IPv6]`) accepts TCP connections on `port` within
 /// `budget`. On failure returns why, in words for the message.
-pub fn reachable(
+pub(crate) fn reachable(
     runner: &dyn Runner,
     server: &str,
     port: u16,
@@ -91,7 +91,11 @@ fn unreachable_message(addr: SocketAddr) -> String {
 }
 
 /// The addresses of `server`, in the resolver's order.
-pub fn resolve(runner: &dyn Runner, server: &str, budget: Duration) -> Result<Vec<IpAddr>, String> {
+pub(crate) fn resolve(
+    runner: &dyn Runner,
+    server: &str,
+    budget: Duration,
+) -> Result<Vec<IpAddr>, String> {
     let literal = server
         .strip_prefix('[')
         .and_then(|s| s.strip_suffix(']'))

@@ -30,24 +30,24 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The default of `--max-reserved-claims-per-namespace`.
-pub const DEFAULT_MAX_RESERVED_PER_NAMESPACE: usize = 16;
+pub(crate) const DEFAULT_MAX_RESERVED_PER_NAMESPACE: usize = 16;
 
 /// The extender's view of the cluster: claims by `namespace/name`, classes by name.
-pub struct Caches<'a> {
+pub(crate) struct Caches<'a> {
     /// Claims, keyed `namespace/name`.
-    pub claims: &'a BTreeMap<String, PersistentVolumeClaim>,
+    pub(crate) claims: &'a BTreeMap<String, PersistentVolumeClaim>,
     /// StorageClasses, keyed by name.
-    pub classes: &'a BTreeMap<String, StorageClass>,
+    pub(crate) classes: &'a BTreeMap<String, StorageClass>,
     /// Vendor part of the provisioner names (`flexvol`).
-    pub vendor: &'a str,
+    pub(crate) vendor: &'a str,
     /// At most this many claims of one namespace count as headed to one node.
-    pub max_per_namespace: usize,
+    pub(crate) max_per_namespace: usize,
 }
 
 /// Why a claim does not count on the node picked for it (a note for people, in the extender's
 /// log): the kind says which part of [`need_of`]'s check it failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NotCounted {
+pub(crate) enum NotCounted {
     /// The claim waits for no volume (no spec, bound, being deleted, not Pending).
     #[error("{0}")]
     NotPending(String),
@@ -64,7 +64,7 @@ pub enum NotCounted {
 }
 
 /// What `claim` needs if flexvol will make it on the node picked for it, else why not.
-pub fn need_of(
+pub(crate) fn need_of(
     c: &Caches<'_>,
     key: &str,
     claim: &PersistentVolumeClaim,
@@ -152,7 +152,7 @@ pub fn need_of(
 
 /// The pod's claims (each once) that flexvol will make on the picked node, and notes on the ones
 /// skipped.
-pub fn needs_of_pod(c: &Caches<'_>, pod: &Pod) -> (Vec<Need>, Vec<String>) {
+pub(crate) fn needs_of_pod(c: &Caches<'_>, pod: &Pod) -> (Vec<Need>, Vec<String>) {
     let (mut needs, mut notes) = (Vec::new(), Vec::new());
     let mut seen = BTreeSet::new();
     for v in &pod.spec.volumes {
@@ -175,18 +175,18 @@ pub fn needs_of_pod(c: &Caches<'_>, pod: &Pod) -> (Vec<Need>, Vec<String>) {
 
 /// The claims headed to each node, as [`reserved`] counts them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reserved {
+pub(crate) struct Reserved {
     /// Per node, the claims counted there.
-    pub by_node: BTreeMap<String, Vec<Need>>,
+    pub(crate) by_node: BTreeMap<String, Vec<Need>>,
     /// Per (namespace, node) over the cap, how many of its claims were not counted.
-    pub uncounted: BTreeMap<(String, String), usize>,
+    pub(crate) uncounted: BTreeMap<(String, String), usize>,
 }
 
 /// Per node, the claims already headed there: claims flexvol will make ([`need_of`]) whose
 /// `volume.kubernetes.io/selected-node` names it, except those in `exclude` (the pod's own);
 /// at most [`Caches::max_per_namespace`] of one namespace per node, the oldest first
 /// (`creationTimestamp`, which the API server sets, then name).
-pub fn reserved(c: &Caches<'_>, exclude: &[Need]) -> Reserved {
+pub(crate) fn reserved(c: &Caches<'_>, exclude: &[Need]) -> Reserved {
     type Entry<'b> = (
         Option<&'b k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
         Need,

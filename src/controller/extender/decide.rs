@@ -30,7 +30,7 @@ use super::wire::{HostPriority, MAX_EXTENDER_PRIORITY};
 
 /// Where a claim's class makes its volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A hostPath directory under a root serving the class.
     HostPath,
     /// An LV in `vg` (thin in `thin_pool` when set).
@@ -44,31 +44,31 @@ pub enum Target {
 
 /// What one unbound claim needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Need {
+pub(crate) struct Need {
     /// `namespace/name`, for messages.
     pub claim: String,
     /// Its StorageClass.
-    pub class: String,
+    pub(crate) class: String,
     /// Where the class puts it.
-    pub target: Target,
+    pub(crate) target: Target,
     /// The request, in bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 /// One node's published capacity as the extender holds it.
 #[derive(Debug, Clone)]
-pub struct Published {
+pub(crate) struct Published {
     /// The record, or why it is ignored.
-    pub record: Result<CapacityRecord, RecordError>,
+    pub(crate) record: Result<CapacityRecord, RecordError>,
     /// When the extender received this version of it (its own clock).
-    pub received_at: SystemTime,
+    pub(crate) received_at: SystemTime,
 }
 
 impl Published {
     /// How old the data is at `now`: from the older of its reception and its `publishedAt` (a node
     /// clock ahead cannot make a record look newer than its reception; one behind makes it look
     /// older, which only costs preference, never a filtered node).
-    pub fn age(&self, now: SystemTime) -> Duration {
+    pub(crate) fn age(&self, now: SystemTime) -> Duration {
         let mut from = self.received_at;
         if let Ok(r) = &self.record {
             let published = SystemTime::UNIX_EPOCH + Duration::from_secs(r.published_at);
@@ -80,19 +80,19 @@ impl Published {
 
 /// Everything the decision reads besides the pod.
 #[derive(Debug, Clone)]
-pub struct Model {
+pub(crate) struct Model {
     /// Per node name, what it published.
-    pub nodes: BTreeMap<String, Published>,
+    pub(crate) nodes: BTreeMap<String, Published>,
     /// Per node name, claims already headed there (unbound, `selected-node` set, not this pod's):
     /// placed before the pod's, since the published record does not count them yet.
-    pub reserved: BTreeMap<String, Vec<Need>>,
+    pub(crate) reserved: BTreeMap<String, Vec<Need>>,
     /// Data older than this is not trusted to filter.
-    pub stale_after: Duration,
+    pub(crate) stale_after: Duration,
 }
 
 /// A node's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The claims fit; the score.
     Fits(i64),
     /// Fresh data says they do not; why.
@@ -328,7 +328,7 @@ fn place(r: &CapacityRecord, reserved: &[Need], needs: &[Need]) -> Result<u64, M
 }
 
 /// The verdict for one node.
-pub fn evaluate(model: &Model, node: &str, needs: &[Need], now: SystemTime) -> Verdict {
+pub(crate) fn evaluate(model: &Model, node: &str, needs: &[Need], now: SystemTime) -> Verdict {
     let Some(p) = model.nodes.get(node) else {
         return Verdict::Unknown(format!("node {node} has published no capacity"));
     };
@@ -357,17 +357,17 @@ pub fn evaluate(model: &Model, node: &str, needs: &[Need], now: SystemTime) -> V
 
 /// The filter verb's decision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filtered {
+pub(crate) struct Filtered {
     /// Nodes that pass, in the order given.
-    pub passed: Vec<String>,
+    pub(crate) passed: Vec<String>,
     /// Nodes filtered out, with why.
     pub failed: BTreeMap<String, String>,
     /// Nodes that passed for want of data, with why (for the log, not the scheduler).
-    pub unknown: BTreeMap<String, String>,
+    pub(crate) unknown: BTreeMap<String, String>,
 }
 
 /// Filters `nodes` for a pod whose unbound flexvol claims are `needs`.
-pub fn filter(model: &Model, needs: &[Need], nodes: &[String], now: SystemTime) -> Filtered {
+pub(crate) fn filter(model: &Model, needs: &[Need], nodes: &[String], now: SystemTime) -> Filtered {
     let mut out = Filtered::default();
     for n in nodes {
         if needs.is_empty() {
@@ -389,7 +389,7 @@ pub fn filter(model: &Model, needs: &[Need], nodes: &[String], now: SystemTime) 
 }
 
 /// Scores `nodes` 0..=10 for a pod whose unbound flexvol claims are `needs`.
-pub fn prioritize(
+pub(crate) fn prioritize(
     model: &Model,
     needs: &[Need],
     nodes: &[String],

@@ -20,11 +20,11 @@ type CallLabels = [(&'static str, &'static str); 2];
 type VerbLabels = [(&'static str, &'static str); 1];
 
 /// The outcomes (`outcome` label values).
-pub const OUTCOMES: [&str; 3] = ["success", "failure", "rejected"];
+pub(crate) const OUTCOMES: [&str; 3] = ["success", "failure", "rejected"];
 
 /// Every metric of the extender, registered once.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     calls: Family<CallLabels, Counter>,
     seconds: Family<VerbLabels, Histogram>,
     filtered: Counter,
@@ -40,7 +40,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A registry with every metric at zero.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         fn hist() -> Histogram {
             // 50 µs .. ~1.6 s: the decision is in memory; kube-scheduler waits at most httpTimeout.
             Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
@@ -88,7 +88,7 @@ impl Metrics {
 
     /// Records one answered call of `verb` (`filter` or `prioritize`; other paths are not
     /// counted) that took `took`.
-    pub fn observe(&self, verb: &str, status: u16, body: &str, took: Duration) {
+    pub(crate) fn observe(&self, verb: &str, status: u16, body: &str, took: Duration) {
         let verb: &'static str = match verb {
             "/filter" => "filter",
             "/prioritize" => "prioritize",
@@ -117,12 +117,12 @@ impl Metrics {
     }
 
     /// Sets the claims not counted for their namespace's cap ([`super::server::State::uncounted_claims`]).
-    pub fn set_uncounted(&self, n: usize) {
+    pub(crate) fn set_uncounted(&self, n: usize) {
         self.uncounted.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The registry as OpenMetrics text.
-    pub fn encode(&self) -> Result<String, crate::k8s::http::EncodeError> {
+    pub(crate) fn encode(&self) -> Result<String, crate::k8s::http::EncodeError> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)

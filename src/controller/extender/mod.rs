@@ -21,12 +21,12 @@
 //! configured by drivers/deploy/kube-scheduler-config.yaml (tests/cluster/provisioner-e2e
 //! `extender`: hostPath claims, records from the node provisioners, objects from the controller).
 
-pub mod claims;
-pub mod decide;
-pub mod metrics;
+pub(crate) mod claims;
+pub(crate) mod decide;
+pub(crate) mod metrics;
 pub mod server;
 pub mod watch;
-pub mod wire;
+pub(crate) mod wire;
 
 use crate::k8s::daemon::{self as telemetry, LogFormat};
 use clap::Args;
@@ -36,7 +36,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tracing::{error, info};
 
-pub use server::LOG_TARGET;
+pub(crate) use server::LOG_TARGET;
 
 /// Arguments of `flexvol scheduler-extender`.
 #[derive(Args, Debug, Clone)]
@@ -49,25 +49,25 @@ pub struct SchedulerExtenderArgs {
     pub kubeconfig: Option<PathBuf>,
     /// Vendor part of the provisioner names (`<vendor>/hostpath`, `<vendor>/lvm`).
     #[arg(long, default_value = "flexvol", value_name = "NAME")]
-    pub vendor: String,
+    pub(crate) vendor: String,
     /// At most this many unbound claims of one namespace count as headed to one node (their
     /// `selected-node`); the rest, the newest first, are not counted, so one namespace cannot
     /// fill a node for the others.
     #[arg(long, default_value_t = claims::DEFAULT_MAX_RESERVED_PER_NAMESPACE, value_name = "N")]
-    pub max_reserved_claims_per_namespace: usize,
+    pub(crate) max_reserved_claims_per_namespace: usize,
     /// A node's capacity older than this never filters it (it passes, unpreferred).
     #[arg(long, default_value_t = 180, value_name = "SECONDS")]
-    pub stale_after_seconds: u64,
+    pub(crate) stale_after_seconds: u64,
     /// Log lines as `text` or `json`.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Which events to log (default: `RUST_LOG`, else this command's info).
     #[arg(long, value_name = "FILTER")]
-    pub log_filter: Option<String>,
+    pub(crate) log_filter: Option<String>,
 }
 
 /// Runs the extender until killed; the exit code on a fatal error.
-pub fn run(a: &SchedulerExtenderArgs) -> i32 {
+pub(crate) fn run(a: &SchedulerExtenderArgs) -> i32 {
     // As the controller: a panic is a log line and exit 70 (the DaemonSet restarts it; it holds
     // nothing but caches); SIGTERM ends it at once (telemetry::start_daemon unblocks the
     // termination signals the binary's start blocks for the driver's sake).

@@ -28,38 +28,38 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 /// The target of the extender's log events.
-pub const LOG_TARGET: &str = "flexvol-scheduler-extender";
+pub(crate) const LOG_TARGET: &str = "flexvol-scheduler-extender";
 
 /// The longest request body read (a names-form request for thousands of nodes is far smaller).
-pub const MAX_BODY: usize = 4 << 20;
+pub(crate) const MAX_BODY: usize = 4 << 20;
 /// The request head must arrive within this.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The body must arrive within this (and a request waits at most this for a decision slot).
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 /// At most this many requests decided at once.
-pub const MAX_CONCURRENT: usize = 16;
+pub(crate) const MAX_CONCURRENT: usize = 16;
 
 /// What the extender decides from; filled by the watches ([`super::watch`]), read by every
 /// request.
 #[derive(Debug, Clone)]
 pub struct State {
     /// Published capacity per node (`reserved` is recomputed per request from `claims`).
-    pub model: Model,
+    pub(crate) model: Model,
     /// Claims by `namespace/name`.
-    pub claims: BTreeMap<String, PersistentVolumeClaim>,
+    pub(crate) claims: BTreeMap<String, PersistentVolumeClaim>,
     /// StorageClasses by name.
-    pub classes: BTreeMap<String, StorageClass>,
+    pub(crate) classes: BTreeMap<String, StorageClass>,
     /// Vendor part of the provisioner names.
-    pub vendor: String,
+    pub(crate) vendor: String,
     /// Whether every watch has listed once; until then no decision is made.
-    pub synced: bool,
+    pub(crate) synced: bool,
     /// The watches that have listed once (`super::watch::WATCHES`).
-    pub listed: BTreeSet<&'static str>,
+    pub(crate) listed: BTreeSet<&'static str>,
     /// Per node, the capacity text last received (a relist of the same text keeps its stamp).
-    pub capacity_text: BTreeMap<String, String>,
+    pub(crate) capacity_text: BTreeMap<String, String>,
     /// At most this many claims of one namespace count as headed to one node
     /// (`--max-reserved-claims-per-namespace`).
-    pub max_reserved_per_namespace: usize,
+    pub(crate) max_reserved_per_namespace: usize,
 }
 
 impl State {
@@ -82,7 +82,7 @@ impl State {
     }
 
     /// The caches as [`claims`] reads them.
-    pub fn caches(&self) -> Caches<'_> {
+    pub(crate) fn caches(&self) -> Caches<'_> {
         Caches {
             claims: &self.claims,
             classes: &self.classes,
@@ -93,7 +93,7 @@ impl State {
 
     /// Claims headed to a node that are not counted because their namespace is over its cap
     /// there (the `flexvol_scheduler_extender_uncounted_claims` gauge, set when scraped).
-    pub fn uncounted_claims(&self) -> usize {
+    pub(crate) fn uncounted_claims(&self) -> usize {
         claims::reserved(&self.caches(), &[])
             .uncounted
             .values()
@@ -102,7 +102,7 @@ impl State {
 }
 
 /// An HTTP answer: status, content type, body.
-pub type Answer = (u16, &'static str, String);
+pub(crate) type Answer = (u16, &'static str, String);
 
 const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -306,7 +306,7 @@ where
 }
 
 /// Serves on `listener` until the process ends, deciding from `state`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: std::net::TcpListener,
     state: Arc<RwLock<State>>,
 ) -> Result<(), ServerError> {
@@ -397,7 +397,7 @@ pub async fn serve(
 
 /// Why the extender does not serve.
 #[derive(Debug, thiserror::Error)]
-pub enum ServerError {
+pub(crate) enum ServerError {
     /// `--listen` cannot be bound (an address in use, or not on this host).
     #[error(
         "cannot listen on {addr}: {source}; give a free address with --listen (and the same in kube-scheduler's extenders urlPrefix)"
@@ -417,7 +417,7 @@ pub enum ServerError {
 }
 
 /// Binds `addr` (an address in use is an error at start); the listener for [`serve`].
-pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, ServerError> {
+pub(crate) fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, ServerError> {
     std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })
 }
 

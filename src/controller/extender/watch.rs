@@ -26,7 +26,7 @@ use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 /// The names of the three watches, as [`State::listed`] records them.
-pub const WATCHES: [&str; 3] = ["capacity", "claims", "classes"];
+pub(crate) const WATCHES: [&str; 3] = ["capacity", "claims", "classes"];
 
 fn listed(s: &mut State, what: &'static str) {
     s.listed.insert(what);
@@ -58,7 +58,7 @@ fn keep_capacity(s: &mut State, cm: ConfigMap, now: SystemTime) {
 }
 
 /// Applies a watch event of the capacity ConfigMaps.
-pub fn on_capacity(s: &mut State, ev: WatchEvent<ConfigMap>, now: SystemTime) {
+pub(crate) fn on_capacity(s: &mut State, ev: WatchEvent<ConfigMap>, now: SystemTime) {
     match ev {
         WatchEvent::Applied(cm) => keep_capacity(s, cm, now),
         WatchEvent::Deleted(cm) => {
@@ -91,7 +91,7 @@ fn claim_key(c: &PersistentVolumeClaim) -> Option<String> {
 }
 
 /// Applies a watch event of the claims.
-pub fn on_claim(s: &mut State, ev: WatchEvent<PersistentVolumeClaim>) {
+pub(crate) fn on_claim(s: &mut State, ev: WatchEvent<PersistentVolumeClaim>) {
     match ev {
         WatchEvent::Applied(c) => {
             if let Some(k) = claim_key(&c) {
@@ -114,7 +114,7 @@ pub fn on_claim(s: &mut State, ev: WatchEvent<PersistentVolumeClaim>) {
 }
 
 /// Applies a watch event of the StorageClasses.
-pub fn on_class(s: &mut State, ev: WatchEvent<StorageClass>) {
+pub(crate) fn on_class(s: &mut State, ev: WatchEvent<StorageClass>) {
     match ev {
         WatchEvent::Applied(c) => {
             if let Some(k) = c.metadata.name.clone() {
@@ -160,7 +160,7 @@ where
 }
 
 /// Keeps `state` up to date from the API server, until the process ends.
-pub async fn run(client: kube::Client, state: Arc<RwLock<State>>) {
+pub(crate) async fn run(client: kube::Client, state: Arc<RwLock<State>>) {
     let caps = follow(
         Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE),
         "capacity ConfigMaps",

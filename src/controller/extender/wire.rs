@@ -34,14 +34,14 @@ use std::collections::BTreeMap;
 
 /// `MaxExtenderPriority`: the highest score an extender may give (kube-scheduler multiplies it
 /// by the extender's `weight` and by `MaxNodeScore / MaxExtenderPriority`).
-pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+pub(crate) const MAX_EXTENDER_PRIORITY: i64 = 10;
 
 /// The request of both the filter and the prioritize verbs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ExtenderArgs {
+pub(crate) struct ExtenderArgs {
     /// The pod being scheduled.
     #[serde(rename = "Pod", alias = "pod", default)]
-    pub pod: Option<Pod>,
+    pub(crate) pod: Option<Pod>,
     /// The candidate nodes, whole (`nodeCacheCapable: false`).
     #[serde(
         rename = "Nodes",
@@ -49,7 +49,7 @@ pub struct ExtenderArgs {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub nodes: Option<NodeList>,
+    pub(crate) nodes: Option<NodeList>,
     /// The candidate nodes' names (`nodeCacheCapable: true`).
     #[serde(
         rename = "NodeNames",
@@ -57,36 +57,36 @@ pub struct ExtenderArgs {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub node_names: Option<Vec<String>>,
+    pub(crate) node_names: Option<Vec<String>>,
 }
 
 /// `v1.NodeList`, its items kept as they came.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NodeList {
+pub(crate) struct NodeList {
     /// The `Node` objects.
     #[serde(default)]
-    pub items: Vec<serde_json::Value>,
+    pub(crate) items: Vec<serde_json::Value>,
 }
 
 /// The name of a `Node` object given as raw JSON (`metadata.name`), if it has one.
-pub fn node_name(node: &serde_json::Value) -> Option<&str> {
+pub(crate) fn node_name(node: &serde_json::Value) -> Option<&str> {
     node.get("metadata")?.get("name")?.as_str()
 }
 
 /// The part of a `v1.Pod` the extender reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Pod {
+pub(crate) struct Pod {
     /// `metadata`.
     #[serde(default)]
-    pub metadata: PodMeta,
+    pub(crate) metadata: PodMeta,
     /// `spec`.
     #[serde(default)]
-    pub spec: PodSpec,
+    pub(crate) spec: PodSpec,
 }
 
 /// `metadata` of a pod.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PodMeta {
+pub(crate) struct PodMeta {
     /// `name`.
     #[serde(default)]
     pub name: String,
@@ -100,15 +100,15 @@ pub struct PodMeta {
 
 /// `spec` of a pod: its volumes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PodSpec {
+pub(crate) struct PodSpec {
     /// `volumes`.
     #[serde(default)]
-    pub volumes: Vec<Volume>,
+    pub(crate) volumes: Vec<Volume>,
 }
 
 /// One of a pod's volumes; only the claim form is read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Volume {
+pub(crate) struct Volume {
     /// `name`.
     #[serde(default)]
     pub name: String,
@@ -123,47 +123,48 @@ pub struct Volume {
 
 /// `persistentVolumeClaim` of a pod volume.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ClaimSource {
+pub(crate) struct ClaimSource {
     /// `claimName`.
     #[serde(rename = "claimName", default)]
-    pub claim_name: String,
+    pub(crate) claim_name: String,
 }
 
 /// The answer of the filter verb.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ExtenderFilterResult {
+pub(crate) struct ExtenderFilterResult {
     /// The passing nodes, whole (when the request had `Nodes`).
     #[serde(rename = "Nodes", default, skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<NodeList>,
+    pub(crate) nodes: Option<NodeList>,
     /// The passing nodes' names (when the request had `NodeNames`).
     #[serde(rename = "NodeNames", default, skip_serializing_if = "Option::is_none")]
-    pub node_names: Option<Vec<String>>,
+    pub(crate) node_names: Option<Vec<String>>,
     /// Nodes filtered out, with why (kube-scheduler shows it in the pod's FailedScheduling event).
     #[serde(
         rename = "FailedNodes",
         default,
         skip_serializing_if = "BTreeMap::is_empty"
     )]
-    pub failed_nodes: BTreeMap<String, String>,
+    pub(crate) failed_nodes: BTreeMap<String, String>,
     /// A failure of the whole call (with `ignorable: true`, kube-scheduler then goes on without
     /// this extender).
     #[serde(rename = "Error", default, skip_serializing_if = "String::is_empty")]
-    pub error: String,
+    pub(crate) error: String,
 }
 
 /// One node's score.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostPriority {
+pub(crate) struct HostPriority {
     /// The node's name.
     #[serde(rename = "Host")]
-    pub host: String,
+    pub(crate) host: String,
     /// 0..=[`MAX_EXTENDER_PRIORITY`].
     #[serde(rename = "Score")]
-    pub score: i64,
+    pub(crate) score: i64,
 }
 
 /// The answer of the prioritize verb.
-pub type HostPriorityList = Vec<HostPriority>;
+#[cfg(test)]
+pub(crate) type HostPriorityList = Vec<HostPriority>;
 
 #[cfg(test)]
 mod tests {

@@ -71,17 +71,17 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// The namespace of the kubelets' Leases (one per Node, named like it).
-pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+pub(crate) const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// kubelet's default `nodeLeaseDurationSeconds`, for a Lease that does not say (it renews every
 /// quarter of it).
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
+pub(crate) const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
 /// How far in the future a recorded time may be (clocks of two controllers) before it is
 /// treated as garbage and written again.
 const FUTURE_SLACK: Duration = Duration::from_secs(60);
 
 /// The Nodes that exist, as one list just read: their names and `kubernetes.io/hostname` labels.
 #[derive(Debug, Clone, Default)]
-pub struct Nodes {
+pub(crate) struct Nodes {
     names: HashSet<String>,
     hostnames: HashSet<String>,
 }
@@ -89,7 +89,7 @@ pub struct Nodes {
 impl Nodes {
     /// From a complete list of the cluster's Nodes (never a partial or failed one: a Node missing
     /// from the list is taken as deleted).
-    pub fn from_list<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
+    pub(crate) fn from_list<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
         let mut n = Self::default();
         for node in nodes {
             if let Some(name) = &node.metadata.name {
@@ -108,7 +108,7 @@ impl Nodes {
     }
 
     /// Whether a Node exists for `t`: named like its node or a hostname, or labelled with one.
-    pub fn holds(&self, t: &Target) -> bool {
+    pub(crate) fn holds(&self, t: &Target) -> bool {
         std::iter::once(&t.node)
             .chain(t.hostnames.iter())
             .any(|x| self.names.contains(x) || self.hostnames.contains(x))
@@ -117,33 +117,33 @@ impl Nodes {
 
 /// A PV this module may act on, as read ([`target`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// The PV's name.
-    pub pv: String,
+    pub(crate) pv: String,
     /// Its uid (the precondition of its delete).
     pub uid: String,
     /// `<vendor>/<kind>`.
-    pub provisioner: String,
+    pub(crate) provisioner: String,
     /// The node that made it (`flexvol/node`).
     pub node: String,
     /// The hostnames its `nodeAffinity` pins it to.
-    pub hostnames: Vec<String>,
+    pub(crate) hostnames: Vec<String>,
     /// Its class (`spec.storageClassName`).
-    pub class: String,
+    pub(crate) class: String,
     /// The claim it is bound to (`spec.claimRef`): namespace, name, uid.
     pub claim: Option<(String, String, String)>,
     /// [`ANN_MISSING_SINCE`] as written, if any.
-    pub missing_since: Option<String>,
+    pub(crate) missing_since: Option<String>,
     /// [`ANN_LEASE_AT_MARK`] as written, if any.
-    pub lease_at_mark: Option<String>,
+    pub(crate) lease_at_mark: Option<String>,
     /// [`ANN_DELETED_ALIVE`] as written, if any.
-    pub deleted_alive: Option<String>,
+    pub(crate) deleted_alive: Option<String>,
     /// Reclaim policy Delete.
-    pub reclaim_delete: bool,
+    pub(crate) reclaim_delete: bool,
     /// Being deleted (`deletionTimestamp`).
-    pub deleting: bool,
+    pub(crate) deleting: bool,
     /// Carries the provisioner's finalizer.
-    pub finalizer: bool,
+    pub(crate) finalizer: bool,
     /// Released (its claim is gone).
     pub released: bool,
 }
@@ -159,7 +159,7 @@ fn ann<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
 
 /// `pv` as a [`Target`] when it carries every mark of a node-local PV flexvol made (module docs);
 /// `local_kinds`: the node-local kinds (`hostpath`, `lvm`) of provisioner `vendor`.
-pub fn target(pv: &PersistentVolume, vendor: &str, local_kinds: &[&str]) -> Option<Target> {
+pub(crate) fn target(pv: &PersistentVolume, vendor: &str, local_kinds: &[&str]) -> Option<Target> {
     let provisioner = ann(pv, ANN_PROVISIONED_BY)?;
     let kind = provisioner.strip_prefix(vendor)?.strip_prefix('/')?;
     if !local_kinds.contains(&kind) {
@@ -224,7 +224,7 @@ pub fn target(pv: &PersistentVolume, vendor: &str, local_kinds: &[&str]) -> Opti
 
 impl Target {
     /// The names its node's Lease may have: its node, then its hostnames (deduplicated).
-    pub fn node_names(&self) -> Vec<&str> {
+    pub(crate) fn node_names(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for n in std::iter::once(&self.node).chain(self.hostnames.iter()) {
             if !out.contains(&n.as_str()) {
@@ -237,16 +237,16 @@ impl Target {
 
 /// A kubelet's Lease (`kube-node-lease/<node>`) as read: only what the decisions use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseSeen {
+pub(crate) struct LeaseSeen {
     /// `spec.renewTime` (the kubelet's clock).
-    pub renew: Option<Timestamp>,
+    pub(crate) renew: Option<Timestamp>,
     /// `spec.leaseDurationSeconds`, [`DEFAULT_LEASE_DURATION`] when absent or not positive.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
 }
 
 impl LeaseSeen {
     /// From a Lease as read.
-    pub fn from_lease(l: &Lease) -> Self {
+    pub(crate) fn from_lease(l: &Lease) -> Self {
         let spec = l.spec.as_ref();
         Self {
             renew: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
@@ -262,7 +262,7 @@ impl LeaseSeen {
 
     /// Renewed within its own duration of `now`, by the controller's clock. A `renewTime` ahead of
     /// `now` counts as fresh: a kubelet's clock ahead of ours holds its volumes, never the reverse.
-    pub fn fresh(&self, now: Timestamp) -> bool {
+    pub(crate) fn fresh(&self, now: Timestamp) -> bool {
         let Some(r) = self.renew else {
             return false;
         };
@@ -273,7 +273,7 @@ impl LeaseSeen {
     }
 
     /// What [`ANN_LEASE_AT_MARK`] holds: `renewTime` to the microsecond, or `never`.
-    pub fn token(&self) -> String {
+    pub(crate) fn token(&self) -> String {
         self.renew.map_or_else(
             || "never".to_owned(),
             |r| r.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
@@ -286,7 +286,7 @@ impl LeaseSeen {
 /// last observation of a Node that exists is kept: once the Node is gone, its entry says whether
 /// its kubelet was alive when it was last seen.
 #[derive(Debug, Default)]
-pub struct Heartbeats {
+pub(crate) struct Heartbeats {
     last: HashMap<String, Beat>,
 }
 
@@ -301,7 +301,7 @@ impl Heartbeats {
     /// `leases` (the kubelets' Leases by name, all of them, read first: a Lease that the garbage
     /// collector removed with its Node between the two reads can then only belong to a Node that is
     /// absent from the list, which leaves that Node's last observation as it was).
-    pub fn observe<'a>(
+    pub(crate) fn observe<'a>(
         &mut self,
         nodes: impl IntoIterator<Item = &'a Node>,
         leases: &HashMap<String, LeaseSeen>,
@@ -337,7 +337,7 @@ impl Heartbeats {
 
     /// Whether the kubelet of `t`'s node (any of its names) was renewing its Lease the last time
     /// its Node was seen by this process.
-    pub fn was_alive(&self, t: &Target) -> bool {
+    pub(crate) fn was_alive(&self, t: &Target) -> bool {
         t.node_names()
             .iter()
             .any(|n| self.last.get(*n).is_some_and(|b| b.alive))
@@ -346,16 +346,16 @@ impl Heartbeats {
 
 /// The evidence about a target's kubelet, as read for one decision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Life {
+pub(crate) struct Life {
     /// Its Lease now (the first of [`Target::node_names`] that has one); `None`: no Lease.
-    pub lease: Option<LeaseSeen>,
+    pub(crate) lease: Option<LeaseSeen>,
     /// [`Heartbeats::was_alive`].
-    pub was_alive: bool,
+    pub(crate) was_alive: bool,
 }
 
 impl Life {
     /// From the Leases read (by name) and the heartbeats remembered.
-    pub fn of(t: &Target, leases: &HashMap<String, LeaseSeen>, beats: &Heartbeats) -> Self {
+    pub(crate) fn of(t: &Target, leases: &HashMap<String, LeaseSeen>, beats: &Heartbeats) -> Self {
         Self {
             lease: t.node_names().iter().find_map(|n| leases.get(*n)).cloned(),
             was_alive: beats.was_alive(t),
@@ -365,7 +365,7 @@ impl Life {
 
 /// The class as read at decision time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClassGrace {
+pub(crate) enum ClassGrace {
     /// Opted in with this grace.
     Grace(Duration),
     /// Not opted in: no [`PARAM`], the class is gone, or it names another provisioner.
@@ -375,7 +375,7 @@ pub enum ClassGrace {
 }
 
 /// What `class` (`None`: not found) says for a PV of `provisioner`.
-pub fn class_grace(class: Option<&StorageClass>, provisioner: &str) -> ClassGrace {
+pub(crate) fn class_grace(class: Option<&StorageClass>, provisioner: &str) -> ClassGrace {
     let Some(c) = class else {
         return ClassGrace::Off;
     };
@@ -393,7 +393,7 @@ pub fn class_grace(class: Option<&StorageClass>, provisioner: &str) -> ClassGrac
 
 /// What to do with one [`Target`] now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Nothing: the node exists (with no mark to clear), the class does not opt in (no mark), or
     /// the PV is held already ([`ANN_DELETED_ALIVE`]).
     Nothing,
@@ -430,13 +430,13 @@ pub enum Decision {
 }
 
 /// RFC 3339 of `t`, as [`ANN_MISSING_SINCE`] holds it.
-pub fn stamp(t: Timestamp) -> String {
+pub(crate) fn stamp(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The decision for `t` (see the module docs), given the Nodes just listed, what is known of its
 /// kubelet, its class as read now, and the time.
-pub fn decide(
+pub(crate) fn decide(
     t: &Target,
     nodes: &Nodes,
     life: &Life,
@@ -519,7 +519,7 @@ pub fn decide(
 
 /// What to do with the claim of an [`Decision::Act`]ed PV, read from the server just before.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimStep {
+pub(crate) enum ClaimStep {
     /// The PV is bound to no claim, or the claim is gone.
     None,
     /// A claim of that name exists with another uid (recreated by its owner): it is not this
@@ -533,7 +533,7 @@ pub enum ClaimStep {
 }
 
 /// The step for the claim `t` is bound to, given that claim as read now (`None`: not found).
-pub fn claim_step(t: &Target, claim: Option<&PersistentVolumeClaim>) -> ClaimStep {
+pub(crate) fn claim_step(t: &Target, claim: Option<&PersistentVolumeClaim>) -> ClaimStep {
     let (Some((_, _, want)), Some(c)) = (&t.claim, claim) else {
         return ClaimStep::None;
     };
@@ -547,7 +547,12 @@ pub fn claim_step(t: &Target, claim: Option<&PersistentVolumeClaim>) -> ClaimSte
 }
 
 /// The message of the events of an [`Decision::Act`].
-pub fn event_message(t: &Target, since: &str, grace: Duration, claim_deleted: bool) -> String {
+pub(crate) fn event_message(
+    t: &Target,
+    since: &str,
+    grace: Duration,
+    claim_deleted: bool,
+) -> String {
     let what = match (&t.claim, claim_deleted) {
         (Some((ns, name, _)), true) => format!(
             "the claim {ns}/{name} is deleted so that its owner can recreate it (a StatefulSet does) and its pod can run on another node"

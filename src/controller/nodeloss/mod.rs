@@ -17,7 +17,7 @@
 //! - events are written only when a delete is about to be issued, so a retried pass does not
 //!   repeat them.
 
-pub mod decide;
+pub(crate) mod decide;
 
 use super::LOG_TARGET;
 use crate::controller::nodeloss::decide::{
@@ -45,14 +45,14 @@ use tracing::{debug, info, warn};
 /// Items per page of a list.
 const PAGE: u32 = 500;
 /// Event reason when a PV's node is first seen gone.
-pub const REASON_MISSING: &str = "NodeMissing";
+pub(crate) const REASON_MISSING: &str = "NodeMissing";
 /// Event reason when the claim and PV of a lost node are deleted.
-pub const REASON_LOST: &str = "NodeLost";
+pub(crate) const REASON_LOST: &str = "NodeLost";
 /// Event reason when a PV's Node is gone but its kubelet was seen alive: nothing will be deleted.
-pub const REASON_HELD: &str = "NodeDeletedAlive";
+pub(crate) const REASON_HELD: &str = "NodeDeletedAlive";
 
 /// The node-loss worker: its client, what it looks at, and its per-PV backoff.
-pub struct NodeLoss {
+pub(crate) struct NodeLoss {
     client: kube::Client,
     vendor: String,
     local_kinds: Vec<&'static str>,
@@ -62,20 +62,20 @@ pub struct NodeLoss {
     /// Whether each Node's kubelet was renewing its Lease when the Node was last seen.
     beats: Heartbeats,
     /// What the last pass did (the controller's metrics).
-    pub last: PassStats,
+    pub(crate) last: PassStats,
 }
 
 /// What one pass did, for the metrics ([`super::telemetry`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PassStats {
+pub(crate) struct PassStats {
     /// Whether the Leases, Nodes and PVs were listed completely (else the pass decided nothing).
-    pub listed: bool,
+    pub(crate) listed: bool,
     /// Claims of a lost node deleted.
-    pub claims_deleted: u64,
+    pub(crate) claims_deleted: u64,
     /// PVs of a lost node deleted.
-    pub pvs_deleted: u64,
+    pub(crate) pvs_deleted: u64,
     /// PVs whose work failed (each retried after a backoff), plus a failed list.
-    pub errors: u64,
+    pub(crate) errors: u64,
 }
 
 /// A 403 names the controller's manifest, not the provisioner's.
@@ -99,7 +99,11 @@ fn ok_if_gone<T>(r: ApiResult<T>) -> ApiResult<()> {
 
 impl NodeLoss {
     /// A worker for the node-local kinds `local_kinds` of provisioner `vendor`.
-    pub fn new(client: kube::Client, vendor: String, local_kinds: Vec<&'static str>) -> Self {
+    pub(crate) fn new(
+        client: kube::Client,
+        vendor: String,
+        local_kinds: Vec<&'static str>,
+    ) -> Self {
         Self {
             client,
             vendor,
@@ -192,7 +196,7 @@ impl NodeLoss {
 
     /// One pass; returns how soon the next is wanted (the shortest grace left), if sooner than
     /// the caller's resync matters.
-    pub async fn pass(&mut self) -> Option<Duration> {
+    pub(crate) async fn pass(&mut self) -> Option<Duration> {
         self.last = PassStats {
             errors: 1,
             ..PassStats::default()

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 /// One exec's result.
 pub(super) struct Exec {
     /// stdout and stderr as kubelet reads them.
-    pub output: Vec<u8>,
+    pub(crate) output: Vec<u8>,
     /// Exit code (`None`: did not run, timed out or was killed by a signal).
-    pub code: Option<i32>,
+    pub(crate) code: Option<i32>,
     /// Wall time of the call.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// The reply decoded by Go's rules, or the error kubelet would report.
-    pub decoded: Result<GoStatus, String>,
+    pub(crate) decoded: Result<GoStatus, String>,
 }
 
 /// What a call came to, from kubelet's point of view.
@@ -45,19 +45,19 @@ pub(super) struct Driver {
     /// `vendor/name`.
     pub name: String,
     /// `<plugin-dir>/<vendor>~<name>/<name>`.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Verbs answered "Not supported" (kubelet's cache).
-    pub unsupported: HashSet<String>,
+    pub(crate) unsupported: HashSet<String>,
     /// Per-call timeout.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Checks recorded so far.
-    pub checks: Vec<Check>,
+    pub(crate) checks: Vec<Check>,
     /// Calls made.
-    pub calls: usize,
+    pub(crate) calls: usize,
     /// Calls whose exit code disagreed with their status: Success or Not supported with a non-zero
     /// exit (kubelet takes it as an error). A Failure may exit with any status: kubelet returns the
     /// same error, and logs the argv only after a non-zero one (docs/protocol.md §1.2).
-    pub disagreements: Vec<String>,
+    pub(crate) disagreements: Vec<String>,
 }
 
 impl Driver {
@@ -75,20 +75,20 @@ impl Driver {
     }
 
     /// A copy for another thread: same cache, empty record.
-    pub fn fork(&self) -> Self {
+    pub(crate) fn fork(&self) -> Self {
         let mut d = Self::new(&self.name, self.path.clone(), self.timeout);
         d.unsupported = self.unsupported.clone();
         d
     }
 
     /// Records a check that was run; returns `ok`.
-    pub fn check(&mut self, name: &str, ok: bool, detail: impl Into<String>) -> bool {
+    pub(crate) fn check(&mut self, name: &str, ok: bool, detail: impl Into<String>) -> bool {
         self.record(name, if ok { Verdict::Pass } else { Verdict::Fail }, detail);
         ok
     }
 
     /// Records a check that was not run, and why.
-    pub fn skip(&mut self, name: &str, why: impl Into<String>) {
+    pub(crate) fn skip(&mut self, name: &str, why: impl Into<String>) {
         self.record(name, Verdict::Skip, why);
     }
 
@@ -102,7 +102,7 @@ impl Driver {
     }
 
     /// Runs the driver once, as kubelet would, and notes whether exit code and status agree.
-    pub fn exec(&mut self, args: &[String]) -> Exec {
+    pub(crate) fn exec(&mut self, args: &[String]) -> Exec {
         self.calls += 1;
         let start = Instant::now();
         let cmd = Cmd::new(&self.path.to_string_lossy())
@@ -158,13 +158,13 @@ impl Driver {
 
     /// A call with kubelet's "Not supported" cache in front of it; its argv is the grammar's
     /// ([`Call::to_argv`]).
-    pub fn call(&mut self, call: &Call) -> Outcome {
+    pub(crate) fn call(&mut self, call: &Call) -> Outcome {
         self.call_full(call).0
     }
 
     /// [`Self::call`], with the exit code and the decoded reply (both `None` when the cache
     /// answered; the reply `None` also when it could not be decoded).
-    pub fn call_full(&mut self, call: &Call) -> (Outcome, Option<i32>, Option<GoStatus>) {
+    pub(crate) fn call_full(&mut self, call: &Call) -> (Outcome, Option<i32>, Option<GoStatus>) {
         let verb = call.verb().to_owned();
         if self.unsupported.contains(&verb) {
             return (Outcome::NotSupported, None, None);

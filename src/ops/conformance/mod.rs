@@ -42,46 +42,46 @@ use std::time::Duration;
 
 /// Arguments of `flexvol conformance`.
 #[derive(Args, Debug, Clone)]
-pub struct ConformanceArgs {
+pub(crate) struct ConformanceArgs {
     /// Plugin directory holding `<vendor>~<name>/<name>`.
     #[arg(long, value_name = "DIR", default_value = crate::ops::install::DEFAULT_PLUGIN_DIR)]
-    pub plugin_dir: PathBuf,
+    pub(crate) plugin_dir: PathBuf,
     /// Driver to judge, as `vendor/name` (repeatable).
     #[arg(long = "driver", value_name = "VENDOR/NAME", required = true)]
-    pub drivers: Vec<String>,
+    pub(crate) drivers: Vec<String>,
     /// User options of a test volume (the `flexVolume.options` map, JSON). Without it the volume
     /// lifecycle is not run (reported as SKIP); with it, a full lifecycle is replayed: attach-side
     /// verbs for attachable drivers, mount (repeated and by parallel pods), unmount, teardown.
     #[arg(long, value_name = "JSON")]
-    pub options: Option<String>,
+    pub(crate) options: Option<String>,
     /// Options this driver must refuse (JSON, repeatable), e.g. a path that does not exist or a
     /// missing required option: each must end in Failure (any exit status), nothing mounted and
     /// nothing created (no option path that did not exist before).
     #[arg(long = "bad-options", value_name = "JSON")]
-    pub bad_options: Vec<String>,
+    pub(crate) bad_options: Vec<String>,
     /// `flexVolume.fsType` of the test volume.
     #[arg(long, default_value = "", value_name = "TYPE")]
     pub fs_type: String,
     /// PV name of the test volume (`kubernetes.io/pvOrVolumeName`).
     #[arg(long, default_value = "conformance-vol", value_name = "NAME")]
-    pub volume_name: String,
+    pub(crate) volume_name: String,
     /// Node name passed to attach-side verbs.
     #[arg(long, default_value = "conformance-node", value_name = "NAME")]
     pub node: String,
     /// kubelet root to create pod and global mount directories under (default: a temporary one).
     #[arg(long, value_name = "DIR")]
-    pub kubelet_root: Option<PathBuf>,
+    pub(crate) kubelet_root: Option<PathBuf>,
     /// Extra pods mounting the same volume at once (non-attachable drivers).
     #[arg(long, default_value_t = 4, value_name = "N")]
-    pub parallel: usize,
+    pub(crate) parallel: usize,
     /// Per-call timeout in seconds (kubelet has none for most verbs; we do not wait forever).
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
-    pub timeout: u64,
+    pub(crate) timeout: u64,
 }
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Run, and passed.
     Pass,
     /// Run, and failed.
@@ -92,15 +92,15 @@ pub enum Verdict {
 
 /// One named check.
 #[derive(Debug, Clone)]
-pub struct Check {
+pub(crate) struct Check {
     /// Driver it is about.
-    pub driver: String,
+    pub(crate) driver: String,
     /// What was checked.
     pub name: String,
     /// How it came out.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// Why it failed or was skipped, or a note.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// The name of the lifecycle's SKIP line (the summary looks for it).
@@ -110,7 +110,7 @@ const LIFECYCLE: &str = "volume lifecycle (getvolumename, attach side, mount, un
 const BAD_OPTIONS: &str = "--bad-options: options the driver must refuse are refused";
 
 /// Runs `flexvol conformance`; returns the exit code.
-pub fn run(a: &ConformanceArgs) -> i32 {
+pub(crate) fn run(a: &ConformanceArgs) -> i32 {
     // Malformed arguments are refused before any driver is run.
     let user = match a.options.as_deref().map(parse_options).transpose() {
         Ok(u) => u,

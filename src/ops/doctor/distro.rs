@@ -78,7 +78,7 @@ pub(crate) fn read_os_release(sysroot: &Path) -> String {
 
 impl Family {
     /// For people: which distributions.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Family::Debian => "Debian/Ubuntu",
             Family::Rhel => "RHEL/Fedora/Rocky/Alma",

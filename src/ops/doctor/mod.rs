@@ -38,22 +38,22 @@ use std::time::Duration;
 
 /// Arguments of `flexvol doctor`.
 #[derive(Args, Debug, Clone)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Plugin directory; default: a running kubelet's --volume-plugin-dir, else the standard one.
     #[arg(long, value_name = "DIR")]
-    pub plugin_dir: Option<PathBuf>,
+    pub(crate) plugin_dir: Option<PathBuf>,
     /// Print JSON (`{"checks":[{"check","status","detail","fix"}...],"problems":N}`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Read /proc, /dev and /lib/modules below this directory (for tests of the kernel checks).
     #[arg(long, value_name = "DIR", hide = true, default_value = "/")]
-    pub sysroot: PathBuf,
+    pub(crate) sysroot: PathBuf,
 }
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Level {
+pub(crate) enum Level {
     /// Fine.
     Ok,
     /// Works, but worth knowing.
@@ -64,16 +64,16 @@ pub enum Level {
 
 /// One check.
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// What was checked, e.g. `tool mount.nfs` or `driver flexvol/nfs`.
-    pub check: String,
+    pub(crate) check: String,
     /// The outcome.
-    pub status: Level,
+    pub(crate) status: Level,
     /// What was found.
-    pub detail: String,
+    pub(crate) detail: String,
     /// What to do about it (for warn and fail).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 #[derive(Default)]
@@ -152,7 +152,7 @@ const TOOLS: &[Tool] = &[
 ];
 
 /// Runs `flexvol doctor`; returns the exit code.
-pub fn run(a: &DoctorArgs) -> i32 {
+pub(crate) fn run(a: &DoctorArgs) -> i32 {
     let checks = diagnose(a);
     let problems = checks.iter().filter(|c| c.status == Level::Fail).count();
     if a.json {
@@ -180,7 +180,7 @@ pub fn run(a: &DoctorArgs) -> i32 {
 }
 
 /// Runs every check.
-pub fn diagnose(a: &DoctorArgs) -> Vec<Check> {
+pub(crate) fn diagnose(a: &DoctorArgs) -> Vec<Check> {
     let mut r = Report::default();
     let family = distro::family(&distro::read_os_release(&a.sysroot));
     let config = check_config(&mut r);
@@ -304,7 +304,7 @@ const SYSTEM_DIRS: &[&str] = &[
 ];
 
 /// Which system location a hostPath root hands out, if any (`root` already resolved).
-pub fn system_location(root: &Path) -> Option<&'static str> {
+pub(crate) fn system_location(root: &Path) -> Option<&'static str> {
     if root == Path::new("/") {
         return Some("/");
     }

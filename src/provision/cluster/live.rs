@@ -29,7 +29,7 @@ const PAGE: u32 = 250;
 
 /// The kube-rs implementation.
 #[derive(Clone)]
-pub struct KubeCluster {
+pub(crate) struct KubeCluster {
     client: kube::Client,
     caches: Arc<Caches>,
     /// Who records events (`source.host`).
@@ -145,7 +145,7 @@ impl KubeCluster {
     /// of every changed object along `routes`.
     /// `relabel` is told every claim while this instance leads the claim duty (the labeller's
     /// `Relabel`); `events` counts what each watch receives.
-    pub fn start(
+    pub(crate) fn start(
         client: kube::Client,
         node: String,
         scope: Scope,
@@ -165,7 +165,7 @@ impl KubeCluster {
     /// made on its own runtime: hyper runs a connection on the runtime that opened it, so a
     /// connection shared with a lane whose thread is blocked (a mount that hangs) would hold up
     /// every other lane's calls on it.
-    pub fn with_client(&self, client: kube::Client) -> Self {
+    pub(crate) fn with_client(&self, client: kube::Client) -> Self {
         Self {
             client,
             caches: self.caches.clone(),
@@ -174,12 +174,12 @@ impl KubeCluster {
     }
 
     /// The caches (for the lanes' resync and the readiness check).
-    pub fn caches(&self) -> &Caches {
+    pub(crate) fn caches(&self) -> &Caches {
         &self.caches
     }
 
     /// Waits (up to `limit`) until every cache holds a first full list.
-    pub async fn ready(&self, limit: Duration) -> bool {
+    pub(crate) async fn ready(&self, limit: Duration) -> bool {
         let t0 = std::time::Instant::now();
         loop {
             if self.caches.ready() {

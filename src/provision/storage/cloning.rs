@@ -20,13 +20,13 @@ use crate::backend::Backend;
 use crate::node::config::Config;
 use crate::provision::storage::Refusal;
 
-pub mod copy;
+pub(crate) mod copy;
 
 /// What a volume is on this node, as the drivers' records name what they mounted: never a name
 /// kubelet takes from the pod (`kubernetes.io/pvOrVolumeName` is the pod's own volume name for an
 /// inline volume, so any pod could name one after a PV).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source<'a> {
+pub(crate) enum Source<'a> {
     /// A directory (hostPath): a record whose bind source is it, below it or above it uses it.
     Dir(&'a std::path::Path),
     /// A directory `share` on NFS server `server`: a mount of it, below it or above it uses it.
@@ -69,7 +69,7 @@ impl Source<'_> {
 /// the volume name kubelet passed: a record is written before a mount and removed after its
 /// unmount, and the provisioner and the drivers share the node's `stateDir`. `Ok(None)`: no
 /// record mounts it. `Err`: a record cannot be read (the caller cannot tell, so it does not copy).
-pub fn in_use(
+pub(crate) fn in_use(
     cfg: &Config,
     backend: Backend,
     source: &Source<'_>,
@@ -93,7 +93,7 @@ pub fn in_use(
 /// The refusal of a clone whose source `pv` is in use by `user` (what [`in_use`] said): the
 /// claim waits (the reconciler retries with backoff), and the event says why and what to do.
 /// `what`: why a copy of it now would be wrong.
-pub fn waiting(pv: &str, user: &str, what: &str) -> Refusal {
+pub(crate) fn waiting(pv: &str, user: &str, what: &str) -> Refusal {
     Refusal::Fail(format!(
         "waiting: its source volume {pv} is mounted on this node (by {user}); {what}, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)"
     ))
@@ -102,7 +102,7 @@ pub fn waiting(pv: &str, user: &str, what: &str) -> Refusal {
 /// [`in_use`] as the backends ask it before copying the volume of PV `pv`: `Ok(())` when nothing
 /// uses `source`, else the refusal to return ([`waiting`], or "cannot tell" when a record cannot
 /// be read).
-pub fn check_not_in_use(
+pub(crate) fn check_not_in_use(
     cfg: &Config,
     backend: Backend,
     pv: &str,

@@ -42,7 +42,7 @@ impl From<&str> for ProvisionError {
 
 impl ProvisionError {
     /// The same kind of error with `f` applied to its message (context added, paths relabelled).
-    pub fn map(self, f: impl FnOnce(String) -> String) -> Self {
+    pub(crate) fn map(self, f: impl FnOnce(String) -> String) -> Self {
         match self {
             Self::InvalidClass(m) => Self::InvalidClass(f(m)),
             Self::Refused(m) => Self::Refused(f(m)),

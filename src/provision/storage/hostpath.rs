@@ -36,14 +36,14 @@ use std::sync::Arc;
 use crate::provision::storage::cloning::{self, copy};
 
 /// PV annotation of a clone (the shared one, [`crate::vocab::ANN_CLONED_FROM`]).
-pub use crate::vocab::ANN_CLONED_FROM;
+pub(crate) use crate::vocab::ANN_CLONED_FROM;
 
 /// Why a hostPath source in use is not copied ([`cloning::check_not_in_use`]).
 const IN_USE: &str =
     "a copy of a directory in use would be neither point-in-time nor crash-consistent";
 
 /// The hostPath kind: node-local, one writer node.
-pub const KIND: Kind = Kind {
+pub(crate) const KIND: Kind = Kind {
     name: "hostpath",
     node_local: true,
     access_modes: &["ReadWriteOnce", "ReadWriteOncePod"],
@@ -61,7 +61,7 @@ pub struct HostPathProvisioner {
 
 /// Gives the runner for the external tools under the config in force (its `toolDirs` may change
 /// with the ConfigMap between passes).
-pub type RunnerFor = Box<dyn Fn(&Config) -> Arc<dyn Runner> + Send + Sync>;
+pub(crate) type RunnerFor = Box<dyn Fn(&Config) -> Arc<dyn Runner> + Send + Sync>;
 
 impl HostPathProvisioner {
     /// The provisioner for name `provisioner`, running tools from the config's `toolDirs`.
@@ -75,12 +75,13 @@ impl HostPathProvisioner {
     }
 
     /// The provisioner running every tool through `runner` (tests: the recording runner).
-    pub fn with_runner(provisioner: String, runner: Arc<dyn Runner>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_runner(provisioner: String, runner: Arc<dyn Runner>) -> Self {
         Self::with_runner_for(provisioner, Box::new(move |_: &Config| runner.clone()))
     }
 
     /// The provisioner taking its runner from `runner` for each piece of work.
-    pub fn with_runner_for(provisioner: String, runner: RunnerFor) -> Self {
+    pub(crate) fn with_runner_for(provisioner: String, runner: RunnerFor) -> Self {
         Self {
             provisioner,
             runner,

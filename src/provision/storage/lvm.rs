@@ -60,15 +60,15 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use std::collections::BTreeMap;
 
 /// Class parameter names.
-pub const PARAMS: [&str; 4] = ["volumegroup", "thinpool", "fsType", "mkfsOptions"];
+pub(crate) const PARAMS: [&str; 4] = ["volumegroup", "thinpool", "fsType", "mkfsOptions"];
 /// Prefix of the tag naming the PV an LV was made for (the driver's, which serves such an LV only
 /// through the PV's capability).
-pub const TAG_PV_PREFIX: &str = crate::backend::lvm::TAG_PV_PREFIX;
+pub(crate) const TAG_PV_PREFIX: &str = crate::backend::lvm::TAG_PV_PREFIX;
 
 /// The ownership tag of the LV made for PV `pv`: `flexvol.pv.<pv>`. PV names are DNS subdomain
 /// names, inside LVM's tag charset; anything else is refused rather than mangled (two PVs must
 /// never share a tag).
-pub fn pv_tag(pv: &str) -> Result<String, String> {
+pub(crate) fn pv_tag(pv: &str) -> Result<String, String> {
     let ok = !pv.is_empty()
         && pv.len() <= 253
         && pv
@@ -85,13 +85,13 @@ pub fn pv_tag(pv: &str) -> Result<String, String> {
 
 /// A class's parameters, validated by the driver's option parser.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClassParams {
+pub(crate) struct ClassParams {
     /// The driver's view of a volume of this class (`lv` is a placeholder until [`Self::for_pv`]).
     pub volume: LvmOptions,
     /// `fsType` as written, when set.
     pub fs_type: Option<String>,
     /// `mkfsOptions` as written (validated), when set.
-    pub mkfs_options: Option<String>,
+    pub(crate) mkfs_options: Option<String>,
 }
 
 impl ClassParams {
@@ -128,7 +128,7 @@ impl ClassParams {
     }
 
     /// The driver's options for the LV of PV `pv` (its name checked as an LV name).
-    pub fn for_pv(&self, pv: &str) -> Result<LvmOptions, String> {
+    pub(crate) fn for_pv(&self, pv: &str) -> Result<LvmOptions, String> {
         check_name(key::VOLUME_ID, pv, true).map_err(|e| e.to_string())?;
         Ok(LvmOptions {
             lv: pv.to_owned(),
@@ -139,7 +139,7 @@ impl ClassParams {
     /// The PV's flexVolume options: exactly this LV (no `size`, so the driver creates nothing),
     /// and the mkfs options. The filesystem type goes in the PV's `flexVolume.fsType`
     /// ([`Provisioned::fs_type`]), which kubelet sends as `kubernetes.io/fsType`.
-    pub fn pv_options(&self, o: &LvmOptions) -> BTreeMap<String, String> {
+    pub(crate) fn pv_options(&self, o: &LvmOptions) -> BTreeMap<String, String> {
         let mut m = BTreeMap::from([
             (key::VOLUME_GROUP.to_owned(), o.vg.clone()),
             (key::VOLUME_ID.to_owned(), o.lv.clone()),
@@ -152,7 +152,7 @@ impl ClassParams {
 }
 
 /// The LVM kind: node-local; kubelet grows the filesystem (`expandfs`).
-pub const KIND: Kind = Kind {
+pub(crate) const KIND: Kind = Kind {
     name: "lvm",
     node_local: true,
     access_modes: &["ReadWriteOnce"],

@@ -107,7 +107,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Archives are `<export>/archived-<pv>-<UTC time>`.
-pub const ARCHIVE_PREFIX: &str = "archived-";
+pub(crate) const ARCHIVE_PREFIX: &str = "archived-";
 /// The provisioner's private mounts live in `<runDir>/<this>/<node>/<pv>`.
 pub const MOUNT_DIR: &str = "provisioner-nfs";
 /// The provisioner's own mount: soft, so a server that dies mid-work fails the next operation
@@ -117,7 +117,7 @@ pub const WORK_MOUNT_OPTIONS: &str = "soft,timeo=30,retrans=2";
 pub const SIZE_NOTE: &str = "an NFS subdirectory has no size of its own: the volume can use all the free space of the export; flexvol records the request but does not limit it";
 
 /// Class parameters a class may use.
-pub const PARAMS: [&str; 9] = [
+pub(crate) const PARAMS: [&str; 9] = [
     "server",
     "share",
     "version",
@@ -131,7 +131,7 @@ pub const PARAMS: [&str; 9] = [
 
 /// What delete does with the directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnDelete {
+pub(crate) enum OnDelete {
     /// Tombstone rename, then recursive removal.
     Delete,
     /// Left as it is; only the PV goes.
@@ -154,7 +154,7 @@ impl OnDelete {
     }
 
     /// The parameter's spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Delete => "delete",
             Self::Retain => "retain",
@@ -167,17 +167,17 @@ impl OnDelete {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NfsClass {
     /// `server`, as given.
-    pub server: String,
+    pub(crate) server: String,
     /// `share`, without trailing slashes (the export root).
-    pub share: String,
+    pub(crate) share: String,
     /// `version`, if set.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// `mountOptions`, if set: what the PV (so every pod mount) gets.
     pub mount_options: Option<String>,
     /// `pathPattern`, `uid`, `gid`, `mode` (the marked-directory library's parser, as hostPath's).
-    pub dir: volumedir::DirParams,
+    pub(crate) dir: volumedir::DirParams,
     /// `onDelete`.
-    pub on_delete: OnDelete,
+    pub(crate) on_delete: OnDelete,
 }
 
 impl NfsClass {
@@ -250,18 +250,18 @@ impl NfsClass {
 
     /// The `mountOptions` of the provisioner's own mount of the export: the class's, without
     /// what makes a mount hard, slow to give up, or read-only, plus [`WORK_MOUNT_OPTIONS`].
-    pub fn work_options(&self) -> String {
+    pub(crate) fn work_options(&self) -> String {
         work_options(self.mount_options.as_deref())
     }
 
     /// The driver options (JSON) of the provisioner's mount of the export root.
-    pub fn export_json(&self) -> String {
+    pub(crate) fn export_json(&self) -> String {
         self.options_json(&self.share, Some(&self.work_options()))
     }
 }
 
 /// See [`NfsClass::work_options`].
-pub fn work_options(class: Option<&str>) -> String {
+pub(crate) fn work_options(class: Option<&str>) -> String {
     let drop = [
         "hard", "soft", "softerr", "timeo", "retrans", "ro", "rw", "intr", "nointr",
     ];
@@ -275,7 +275,7 @@ pub fn work_options(class: Option<&str>) -> String {
 }
 
 /// The export path of the directory `rel` of the export `share`.
-pub fn full_share(share: &str, rel: &Path) -> String {
+pub(crate) fn full_share(share: &str, rel: &Path) -> String {
     format!("{}/{}", share.trim_end_matches('/'), rel.display())
 }
 
@@ -343,7 +343,7 @@ impl Exports for DriverExports {
 }
 
 /// The NFS kind: shared, made and deleted by any instance.
-pub const KIND: Kind = Kind {
+pub(crate) const KIND: Kind = Kind {
     name: "nfs",
     node_local: false,
     access_modes: &["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"],
@@ -459,7 +459,7 @@ fn relabel(s: &str, root: &Root, label: &str) -> String {
 /// marker: [`volumedir::create_volume_dir_as`], with this instance's private name, so racing
 /// instances converge on one directory (module doc). Anything at the target that was not made
 /// for this PV is an error and left alone.
-pub fn make_subdir(
+pub(crate) fn make_subdir(
     root: &Root,
     rel: &Path,
     own: Ownership,
@@ -470,13 +470,13 @@ pub fn make_subdir(
 
 /// The source of an NFS clone: a directory of the same export, as its PV records it.
 #[derive(Debug, Clone)]
-pub struct CloneSource {
+pub(crate) struct CloneSource {
     /// The source PV's name.
-    pub pv: String,
+    pub(crate) pv: String,
     /// Its claim's uid (what its record names).
     pub claim_uid: String,
     /// Its directory below the export.
-    pub rel: PathBuf,
+    pub(crate) rel: PathBuf,
 }
 
 /// Why a source in use is not copied ([`cloning::check_not_in_use`]).
@@ -487,7 +487,7 @@ const IN_USE: &str =
 /// annotations and options say, which delete checks the same way), and not mounted by a pod on
 /// this node (the driver's records, [`cloning::check_not_in_use`]). Pods on other nodes are not
 /// visible here: [`copy_source`] checks that nothing changed during the copy instead.
-pub fn clone_source(
+pub(crate) fn clone_source(
     cfg: &Config,
     class: &NfsClass,
     pv: &PersistentVolume,
@@ -552,7 +552,7 @@ fn clone_work_options(class: &NfsClass) -> String {
 
 /// Opens the source directory of a clone on the mounted export, only when it is recorded as
 /// its PV's for its claim (as delete checks) and is the very directory the record names.
-pub fn open_source(root: &Root, src: &CloneSource) -> Result<std::os::fd::OwnedFd, String> {
+pub(crate) fn open_source(root: &Root, src: &CloneSource) -> Result<std::os::fd::OwnedFd, String> {
     let state = volumedir::check_ours(
         root,
         &src.rel,
@@ -582,7 +582,7 @@ pub fn open_source(root: &Root, src: &CloneSource) -> Result<std::os::fd::OwnedF
 /// ([`copy::fingerprint`] before and after, every change time as the server has it): otherwise
 /// the copy is removed and the claim waits, because a pod (on any node) is writing the source.
 /// A failure removes the new directory (a Failure changes nothing).
-pub fn copy_source(
+pub(crate) fn copy_source(
     root: &Root,
     rel: &Path,
     path: &Path,
@@ -644,7 +644,7 @@ pub fn copy_source(
 /// Removes, archives or keeps the directory `<root>/<rel>` of PV `pv` (claim uid `claim_uid`),
 /// only if it is recorded as theirs (an old one: its marker names them). `stamp` names an archive
 /// (UTC time). Returns what was done.
-pub fn remove_subdir(
+pub(crate) fn remove_subdir(
     root: &Root,
     rel: &Path,
     pv: &str,
@@ -744,7 +744,7 @@ fn archive(
 }
 
 /// An archive stamp for now: `20261122T153001Z`.
-pub fn stamp_now() -> String {
+pub(crate) fn stamp_now() -> String {
     let t = crate::node::calllog::rfc3339(std::time::SystemTime::now());
     // 2026-11-22T15:30:01.123Z -> 20261122T153001Z
     let (date_time, _) = t.split_once('.').unwrap_or((&t, ""));

@@ -72,7 +72,7 @@ pub const ID_FIRST: u32 = 0x4000_0000;
 /// Last project ID flexvol hands out (below 2^31, which every project-quota filesystem takes).
 pub const ID_LAST: u32 = 0x7fff_fffe;
 /// Deadline of one `xfs_quota` call (they touch one directory's metadata and one quota record).
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A filesystem kind with project quotas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,7 +92,7 @@ pub struct QuotaFs {
     /// The mount point `xfs_quota` is pointed at (the mount that holds the root).
     pub mount_point: PathBuf,
     /// The filesystem block size: limits are rounded up to it.
-    pub block_size: u64,
+    pub(crate) block_size: u64,
 }
 
 /// Whether sizes can be enforced below a root.
@@ -145,7 +145,7 @@ pub fn detect(root: &Path) -> Support {
 
 /// The decision of [`detect`], from what it read: the kind by `statfs` magic, the filesystem name,
 /// superblock options and mount point of the mount holding `root` from mountinfo.
-pub fn classify(
+pub(crate) fn classify(
     root: &Path,
     kind: Option<FsKind>,
     fs_name: &str,
@@ -192,7 +192,7 @@ pub fn preferred_id(volume: &str) -> u32 {
 
 /// The project ID for `volume`: its preferred one, or the next (wrapping in the range) that is not
 /// in `used`. `None` only when the whole range is used.
-pub fn choose_id(volume: &str, used: &BTreeSet<u32>) -> Option<u32> {
+pub(crate) fn choose_id(volume: &str, used: &BTreeSet<u32>) -> Option<u32> {
     next_free(preferred_id(volume), used, ID_FIRST, ID_LAST)
 }
 
@@ -211,7 +211,7 @@ fn next_free(start: u32, used: &BTreeSet<u32>, first: u32, last: u32) -> Option<
 }
 
 /// Rounds `bytes` up to a multiple of `block` (at least one block).
-pub fn round_up(bytes: u64, block: u64) -> u64 {
+pub(crate) fn round_up(bytes: u64, block: u64) -> u64 {
     let block = block.max(1);
     bytes.max(1).div_ceil(block).saturating_mul(block)
 }
@@ -219,7 +219,7 @@ pub fn round_up(bytes: u64, block: u64) -> u64 {
 /// Checks that a path may be written into an `xfs_quota` command string: absolute, and made only
 /// of ASCII letters, digits and `/ . _ - + @ :` (no spaces, quotes, or anything `xfs_quota`'s own
 /// tokenizer could read as a separator). Refused, never quoted.
-pub fn safe_path(p: &Path) -> Result<&str, String> {
+pub(crate) fn safe_path(p: &Path) -> Result<&str, String> {
     let s = p.to_str().filter(|s| {
         s.starts_with('/')
             && s.bytes()
@@ -235,7 +235,7 @@ pub fn safe_path(p: &Path) -> Result<&str, String> {
 
 /// Parses `xfs_quota -c 'report -p -b -N -n'`: lines `#ID used soft hard warn [grace]`, values
 /// in KiB. Lines that do not have that shape are skipped (blank lines, other filesystems' headers).
-pub fn parse_report(text: &str) -> BTreeMap<u32, Usage> {
+pub(crate) fn parse_report(text: &str) -> BTreeMap<u32, Usage> {
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let mut f = line.split_whitespace();
@@ -318,7 +318,7 @@ pub fn apply(
 
 /// Checks that `dir` carries project `id` with the inherit flag and that the project's limit is
 /// at least `limit`.
-pub fn verify(
+pub(crate) fn verify(
     runner: &dyn Runner,
     fs: &QuotaFs,
     dir: &Path,
@@ -466,7 +466,7 @@ pub(crate) fn detect_with_tool(runner: &dyn Runner, dir: &Path) -> Support {
 /// earlier pass): the ID comes from its record, or is chosen and recorded in the record first.
 /// IDs other volumes' records (or old markers) under `root` name count as taken, so two volumes never share one
 /// even when a kill left one's ID recorded but not yet applied.
-pub fn enforce_volume(
+pub(crate) fn enforce_volume(
     runner: &dyn Runner,
     root: &Root,
     rel: &Path,
@@ -530,7 +530,12 @@ pub fn enforce_volume(
 /// which reports every inode whose project differs): what the record or an old marker names is
 /// acted on only when the filesystem agrees. An old volume's marker is tenant-writable: without
 /// this, a tenant could make delete clear, or resize set, the limit of another volume's project.
-pub fn check_project(runner: &dyn Runner, fs: &QuotaFs, dir: &Path, id: u32) -> Result<(), String> {
+pub(crate) fn check_project(
+    runner: &dyn Runner,
+    fs: &QuotaFs,
+    dir: &Path,
+    id: u32,
+) -> Result<(), String> {
     let p = safe_path(dir)?;
     let out = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
     let own = format!("{p} - ");
@@ -546,7 +551,7 @@ pub fn check_project(runner: &dyn Runner, fs: &QuotaFs, dir: &Path, id: u32) -> 
 /// one its record (or, for an old volume, its marker) names, cross-checked against the
 /// directory's real project ([`check_project`]) where quotas are enforced. `Ok(None)`: none, or
 /// nothing enforces quotas there (so no quota command runs either).
-pub fn project_of_volume(
+pub(crate) fn project_of_volume(
     runner: &dyn Runner,
     root: &Root,
     rel: &Path,
@@ -565,7 +570,7 @@ pub fn project_of_volume(
 }
 
 /// `id` when `support` enforces nothing or `dir` really carries it; an error otherwise.
-pub fn checked_id(
+pub(crate) fn checked_id(
     runner: &dyn Runner,
     support: &Support,
     dir: &Path,
@@ -583,7 +588,7 @@ pub fn checked_id(
 /// size was enforced on a filesystem that no longer enforces quotas is an error: its old limit
 /// would come back with the quotas. The project comes from the record (an old volume: its
 /// marker) and is cross-checked against the directory's ([`check_project`]) first.
-pub fn raise_volume(
+pub(crate) fn raise_volume(
     runner: &dyn Runner,
     root: &Root,
     rel: &Path,
@@ -611,7 +616,7 @@ pub fn raise_volume(
 
 /// [`raise`] on `support`, after checking that `dir` really carries project `id`
 /// ([`check_project`]): a mismatch changes no limit.
-pub fn raise_checked(
+pub(crate) fn raise_checked(
     runner: &dyn Runner,
     support: &Support,
     dir: &Path,
@@ -634,12 +639,12 @@ pub fn raise_checked(
 /// quota record can go. Best effort (a leftover record only keeps its ID from being chosen); the
 /// text is for the log. `id` must come from [`project_of_volume`] (cross-checked before the
 /// directory went).
-pub fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
+pub(crate) fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
     release_on(runner, &detect_with_tool(runner, &root.real), id)
 }
 
 /// [`release`] on `support`.
-pub fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> String {
+pub(crate) fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> String {
     let Some(id) = id else {
         return String::new();
     };
@@ -656,11 +661,11 @@ pub fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> St
 /// `fsx_projid`) and whether it has the project-inherit flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ProjectAttrs {
+pub(crate) struct ProjectAttrs {
     /// The project ID the directory is charged to.
-    pub id: u32,
+    pub(crate) id: u32,
     /// Whether what is created in it gets its project (`FS_XFLAG_PROJINHERIT`).
-    pub inherit: bool,
+    pub(crate) inherit: bool,
 }
 
 /// How a quota-enforced volume directory differs from its record: someone with `CAP_FOWNER`
@@ -668,9 +673,9 @@ pub struct ProjectAttrs {
 /// project (`chattr -p`, `xfs_io -c chproj`) or cleared its inherit flag (`chattr -P`), both
 /// `FS_IOC_FSSETXATTR`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Drift {
+pub(crate) struct Drift {
     /// The project its root-only record names.
-    pub recorded: u32,
+    pub(crate) recorded: u32,
     /// What the directory carries.
     pub seen: ProjectAttrs,
 }
@@ -695,12 +700,12 @@ impl std::fmt::Display for Drift {
 
 /// Whether a volume directory whose record names project `recorded` has drifted from it: `seen`
 /// is what the directory carries. Pure: the decision, for [`check_drift`] to act on.
-pub fn drift(recorded: u32, seen: ProjectAttrs) -> Option<Drift> {
+pub(crate) fn drift(recorded: u32, seen: ProjectAttrs) -> Option<Drift> {
     (seen.id != recorded || !seen.inherit).then_some(Drift { recorded, seen })
 }
 
 /// Deadline of one `xfs_io` call (one ioctl on one inode).
-pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `xfs_io -r -c <command> <dir>`, `dir` naming the inode `fd` holds
 /// ([`dirfd::fd_path_for_child`]): the tool opens that very directory (read-only: the project
@@ -727,7 +732,7 @@ pub fn parse_lsproj(text: &str) -> Option<u32> {
 /// The project of the open directory `fd`: its inherit flag by `FS_IOC_GETFLAGS` here, its ID by
 /// `xfs_io -c lsproj` (`FS_IOC_FSGETXATTR`, whose struct no safe binding flexvol uses exposes:
 /// the tool does that one ioctl on this inode).
-pub fn read_attrs(
+pub(crate) fn read_attrs(
     runner: &dyn Runner,
     fd: &impl std::os::fd::AsFd,
 ) -> Result<ProjectAttrs, String> {
@@ -742,7 +747,7 @@ pub fn read_attrs(
 /// Puts the open directory `fd` back in project `id` with the inherit flag (only what differs
 /// in `seen`), then reads both back. The directory itself only: what a pod moved out deeper in
 /// its tree stays where it is (see docs/security.md).
-pub fn restore(
+pub(crate) fn restore(
     runner: &dyn Runner,
     fd: &impl std::os::fd::AsFd,
     id: u32,
@@ -764,7 +769,7 @@ pub fn restore(
 
 /// What [`check_drift`] found for one volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DriftCheck {
+pub(crate) enum DriftCheck {
     /// Its directory carries its recorded project and the inherit flag (or it has no project to
     /// check: a volume without an enforced size, or without a record).
     Clean,
@@ -784,7 +789,7 @@ pub enum DriftCheck {
 /// Cost: one small read of the record, one open and one `FS_IOC_GETFLAGS` of the directory, and
 /// one `xfs_io lsproj` (a fork and exec doing one ioctl); a restore adds one `xfs_io chproj`, one
 /// `FS_IOC_SETFLAGS` and the same reads again.
-pub fn check_drift(
+pub(crate) fn check_drift(
     runner: &dyn Runner,
     root: &Root,
     rel: &Path,

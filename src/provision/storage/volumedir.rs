@@ -106,7 +106,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// How many directory levels below a root [`scan`] looks for volumes (patterns may nest them).
-pub const SCAN_DEPTH: usize = 4;
+pub(crate) const SCAN_DEPTH: usize = 4;
 
 /// The ownership marker's file name inside a volume directory.
 pub const MARKER: &str = ".flexvol-provisioned";
@@ -119,11 +119,11 @@ pub const NEW_PREFIX: &str = ".flexvol-new-";
 /// flexvol's own directory in a root (root-only, 0700).
 pub const STATE_DIR: &str = ".flexvol";
 /// The ownership records' directory in [`STATE_DIR`]: `<root>/.flexvol/volumes/<pv>.json`.
-pub const RECORDS_DIR: &str = "volumes";
+pub(crate) const RECORDS_DIR: &str = "volumes";
 /// A record's file name is the PV's name with this suffix.
-pub const RECORD_SUFFIX: &str = ".json";
+pub(crate) const RECORD_SUFFIX: &str = ".json";
 /// Every name flexvol reserves in a root starts with this.
-pub const RESERVED_PREFIX: &str = ".flexvol";
+pub(crate) const RESERVED_PREFIX: &str = ".flexvol";
 
 /// What the marker says: the identity of the PV a directory was made for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,7 +150,7 @@ pub struct Marker {
 impl Marker {
     /// Whether `self` and `other` name the same volume: everything but the project ID (which the
     /// quota step adds later) and the node (on NFS, any instance may be the one that made it).
-    pub fn same_volume(&self, other: &Marker) -> bool {
+    pub(crate) fn same_volume(&self, other: &Marker) -> bool {
         let key = |m: &Marker| Marker {
             project_id: None,
             node: String::new(),
@@ -166,18 +166,18 @@ impl Marker {
 /// is: a directory is the PV's only when it is that very inode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Record {
+pub(crate) struct Record {
     /// The PV, its claim, the node that made it and its project ID.
     #[serde(flatten)]
-    pub marker: Marker,
+    pub(crate) marker: Marker,
     /// The directory relative to the root.
-    pub path: String,
+    pub(crate) path: String,
     /// The private name it was made under (in the same parent) before it was renamed into place.
-    pub new_name: String,
+    pub(crate) new_name: String,
     /// Its device (`st_dev`).
-    pub dev: u64,
+    pub(crate) dev: u64,
     /// Its inode.
-    pub ino: u64,
+    pub(crate) ino: u64,
 }
 
 impl Record {
@@ -188,22 +188,22 @@ impl Record {
     /// work, and kubelet's mounts with other options make other superblocks), so on NFS only the
     /// inode (the server's file id) is stable; a directory of another filesystem mounted there
     /// still differs in device from both.
-    pub fn names(&self, (dev, ino): (u64, u64), fs_dev: Option<u64>) -> bool {
+    pub(crate) fn names(&self, (dev, ino): (u64, u64), fs_dev: Option<u64>) -> bool {
         self.ino == ino && (self.dev == dev || fs_dev == Some(dev))
     }
 }
 
 /// The directory part of a hostPath or NFS class's parameters, validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DirParams {
+pub(crate) struct DirParams {
     /// `pathPattern`: the directory below the root, from a template.
-    pub path_pattern: Option<String>,
+    pub(crate) path_pattern: Option<String>,
     /// `uid`, `gid`, `mode` of the volume directory.
-    pub ownership: Ownership,
+    pub(crate) ownership: Ownership,
 }
 
 /// The directory parameter names a class may use.
-pub const DIR_PARAMS: [&str; 4] = ["pathPattern", "uid", "gid", "mode"];
+pub(crate) const DIR_PARAMS: [&str; 4] = ["pathPattern", "uid", "gid", "mode"];
 
 impl DirParams {
     /// Validates a StorageClass's `parameters`. Unknown keys are errors: a typo must not fall back
@@ -251,7 +251,12 @@ impl DirParams {
 /// Expands local-path's `pathPattern` template. Known fields: `{{ .PVName }}`,
 /// `{{ .PVC.Namespace }}`, `{{ .PVC.Name }}`. The result must be a relative path of normal
 /// components: no `..`, no `.`, no empty component, not absolute, so it cannot leave the root.
-pub fn expand_pattern(pattern: &str, pv: &str, ns: &str, claim: &str) -> Result<PathBuf, String> {
+pub(crate) fn expand_pattern(
+    pattern: &str,
+    pv: &str,
+    ns: &str,
+    claim: &str,
+) -> Result<PathBuf, String> {
     let bad = |why: &str| {
         format!(
             "class parameter pathPattern={pattern:?} {why}; use fields {{{{ .PVName }}}}, {{{{ .PVC.Namespace }}}}, {{{{ .PVC.Name }}}} joined by /, e.g. \"{{{{ .PVC.Namespace }}}}/{{{{ .PVC.Name }}}}\""
@@ -281,7 +286,7 @@ pub fn expand_pattern(pattern: &str, pv: &str, ns: &str, claim: &str) -> Result<
 
 /// Checks a directory path relative to a root: non-empty, relative, normal components only, and
 /// not one of our reserved names.
-pub fn volume_rel_path(s: &str) -> Result<PathBuf, String> {
+pub(crate) fn volume_rel_path(s: &str) -> Result<PathBuf, String> {
     if s.is_empty() || s.starts_with('/') || s.contains('\0') {
         return Err("must expand to a non-empty relative path".into());
     }
@@ -303,7 +308,7 @@ pub fn volume_rel_path(s: &str) -> Result<PathBuf, String> {
 }
 
 /// The default directory name, as local-path names it: `<pv>_<namespace>_<claim>`.
-pub fn default_rel_path(pv: &str, ns: &str, claim: &str) -> PathBuf {
+pub(crate) fn default_rel_path(pv: &str, ns: &str, claim: &str) -> PathBuf {
     PathBuf::from(format!("{pv}_{ns}_{claim}"))
 }
 
@@ -338,7 +343,7 @@ pub fn prepare_root(configured: &Path) -> Result<Root, String> {
 
 /// The roots among `paths` usable now, creating missing ones when `create` ([`prepare_root`]);
 /// errors for the others.
-pub fn usable_roots(paths: &[PathBuf], create: bool) -> (Vec<Root>, Vec<String>) {
+pub(crate) fn usable_roots(paths: &[PathBuf], create: bool) -> (Vec<Root>, Vec<String>) {
     let (mut ok, mut bad) = (Vec::new(), Vec::new());
     for p in paths {
         let r = if create {
@@ -361,7 +366,7 @@ pub fn usable_roots(paths: &[PathBuf], create: bool) -> (Vec<Root>, Vec<String>)
 
 /// What a volume directory holds, seen without following symlinks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DirState {
+pub(crate) enum DirState {
     /// Nothing there.
     Missing,
     /// Ours: a root-only [`Record`] names this directory, and the directory is the very one it
@@ -457,7 +462,7 @@ fn record_name(pv: &str) -> Result<String, String> {
 }
 
 /// The record of PV `pv` under `root`, if any.
-pub fn read_record(root: &Root, pv: &str) -> Result<Option<Record>, String> {
+pub(crate) fn read_record(root: &Root, pv: &str) -> Result<Option<Record>, String> {
     let Some(dir) = records_dir(root, false)? else {
         return Ok(None);
     };
@@ -466,7 +471,7 @@ pub fn read_record(root: &Root, pv: &str) -> Result<Option<Record>, String> {
 
 /// Every record under `root` (none when the record directory does not exist). A record that
 /// cannot be read is an error: it may be a volume, and nothing may be decided without it.
-pub fn read_records(root: &Root) -> Result<Vec<Record>, String> {
+pub(crate) fn read_records(root: &Root) -> Result<Vec<Record>, String> {
     let Some(dir) = records_dir(root, false)? else {
         return Ok(Vec::new());
     };
@@ -538,7 +543,7 @@ fn link_record(root: &Root, rec: &Record) -> Result<bool, String> {
 
 /// Replaces the record of `rec`'s PV (a temporary renamed over, then synced): how a project ID is
 /// added to it.
-pub fn write_record(root: &Root, rec: &Record) -> Result<(), String> {
+pub(crate) fn write_record(root: &Root, rec: &Record) -> Result<(), String> {
     let dir = records_dir(root, true)?.ok_or("no record directory")?;
     let name = record_name(&rec.marker.volume)?;
     let tmp = write_temp_record(&dir, rec)?;
@@ -549,7 +554,7 @@ pub fn write_record(root: &Root, rec: &Record) -> Result<(), String> {
 
 /// Removes the record of PV `pv` when it names `rel` and nothing is at `rel` any more (the
 /// directory was deleted or archived).
-pub fn forget_record(root: &Root, rel: &Path, pv: &str) -> Result<(), String> {
+pub(crate) fn forget_record(root: &Root, rel: &Path, pv: &str) -> Result<(), String> {
     match read_record(root, pv)? {
         Some(r) if Path::new(&r.path) == rel && inspect(root, rel) == DirState::Missing => {
             remove_record(root, pv)
@@ -574,7 +579,7 @@ fn remove_record(root: &Root, pv: &str) -> Result<(), String> {
 
 /// Looks at `<root>/<rel>` without following symlinks. Ownership comes from the root-only
 /// records; an in-directory marker counts only for a volume that has no record (an old one).
-pub fn inspect(root: &Root, rel: &Path) -> DirState {
+pub(crate) fn inspect(root: &Root, rel: &Path) -> DirState {
     match read_records(root) {
         Ok(records) => inspect_with(root, rel, &records),
         Err(why) => DirState::Foreign(why),
@@ -709,7 +714,7 @@ pub fn create_volume_dir(
 /// into place without replacing anything. Idempotent and kill-safe: a later call finds the
 /// record and finishes (renames the private directory it names, or sees it in place). An
 /// existing directory at the target that is not the one recorded for this PV is an error.
-pub fn create_volume_dir_as(
+pub(crate) fn create_volume_dir_as(
     root: &Root,
     rel: &Path,
     own: Ownership,
@@ -896,7 +901,7 @@ fn write_marker_fd(d: &OwnedFd, marker: &Marker) -> Result<(), String> {
 
 /// Outcome of [`delete_volume_dir`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Deleted {
+pub(crate) enum Deleted {
     /// Removed now.
     Removed,
     /// Nothing was there (deleted before, by us or by hand).
@@ -905,7 +910,7 @@ pub enum Deleted {
 
 /// Which root a volume path lies in, and its path relative to that root. `None` when the path is
 /// not strictly below one of `roots` through normal components.
-pub fn locate<'a>(roots: &'a [Root], path: &Path) -> Option<(&'a Root, PathBuf)> {
+pub(crate) fn locate<'a>(roots: &'a [Root], path: &Path) -> Option<(&'a Root, PathBuf)> {
     if !path.is_absolute() {
         return None;
     }
@@ -927,7 +932,7 @@ pub fn locate<'a>(roots: &'a [Root], path: &Path) -> Option<(&'a Root, PathBuf)>
 /// says the directory really carries it. `Ok(true)`: the record was written now; `Ok(false)`:
 /// nothing to adopt (recorded already, missing, or not this PV's). From then on nesting and
 /// deletion ([`check_nesting`], [`check_tree`]) see the volume by its record alone.
-pub fn adopt_legacy(
+pub(crate) fn adopt_legacy(
     root: &Root,
     rel: &Path,
     volume: &str,
@@ -969,7 +974,7 @@ pub fn adopt_legacy(
 /// directory ours" check of every delete, archive and resize; `Err` says why not, ending with
 /// `left`: [`ProvisionError::NotFound`] when nothing is there, [`ProvisionError::Refused`] when
 /// what is there is not this PV's.
-pub fn check_owner(
+pub(crate) fn check_owner(
     state: &DirState,
     path: &Path,
     volume: &str,
@@ -1002,7 +1007,7 @@ pub fn check_owner(
 /// Looks at `<root>/<rel>` ([`inspect`]) and checks it is the directory of PV `volume` of claim
 /// uid `claim_uid` ([`check_owner`]); returns what it is (`Owned` or `Legacy`). The one
 /// "is this directory ours" step before an archive or a resize.
-pub fn check_ours(
+pub(crate) fn check_ours(
     root: &Root,
     rel: &Path,
     volume: &str,
@@ -1028,7 +1033,7 @@ pub fn check_ours(
 /// Before anything is removed the whole tree is checked ([`check_tree`]: no mount point, no other
 /// volume); the removal itself never follows a symlink nor crosses a mount. A directory already
 /// gone is not an error.
-pub fn delete_volume_dir(
+pub(crate) fn delete_volume_dir(
     root: &Root,
     rel: &Path,
     volume: &str,
@@ -1079,7 +1084,7 @@ pub fn delete_volume_dir(
 /// its directory `<root>/<rel>`: empty ones, or holding nothing but our marker — never one with
 /// anything else in it. Best effort: for when the volume is deleted (or archived), when no create
 /// of it can be under way any more.
-pub fn remove_leftovers(root: &Root, rel: &Path, volume: &str) {
+pub(crate) fn remove_leftovers(root: &Root, rel: &Path, volume: &str) {
     let parent_path = root.real.join(rel.parent().unwrap_or(Path::new("")));
     if let Ok(parent) = open_dir(&parent_path) {
         remove_leftovers_in(&parent, volume, &parent_path);
@@ -1098,7 +1103,7 @@ fn remove_leftovers_in(parent: &OwnedFd, volume: &str, parent_path: &Path) {
 }
 
 /// Deepest tree [`check_tree`] and the removal walk go into (one descriptor per level).
-pub const MAX_DEPTH: usize = 256;
+pub(crate) const MAX_DEPTH: usize = 256;
 
 /// `statx` of `name` in `dir` (no symlink followed): whether it is a directory, its device, and
 /// whether it is the root of a mount.
@@ -1119,7 +1124,7 @@ fn top_dev(dir: &OwnedFd) -> Result<(u32, u32), String> {
 /// is a mount point (statx's mount-root attribute, or another device), or is another volume's
 /// directory (its device and inode in another PV's root-only record; a marker file inside the
 /// tree is the tenant's and is never read). Never follows a symlink; nothing is changed.
-pub fn check_tree(
+pub(crate) fn check_tree(
     dir: &OwnedFd,
     path: &Path,
     volume: &str,
@@ -1295,7 +1300,7 @@ fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), String> {
 
 /// Finishes deletions a kill left half done (tombstones in the roots). Returns what it removed
 /// and what it could not.
-pub fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
+pub(crate) fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
     let (mut done, mut errors) = (Vec::new(), Vec::new());
     for r in roots {
         let Ok(dir) = open_dir(&r.real) else {

@@ -45,34 +45,34 @@ use std::os::fd::{AsFd, OwnedFd};
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Copied {
+pub(crate) struct Copied {
     /// Regular files copied.
-    pub files: u64,
+    pub(crate) files: u64,
     /// Of those, reflinked (shared extents, no data written).
-    pub reflinked: u64,
+    pub(crate) reflinked: u64,
     /// Directories made.
-    pub dirs: u64,
+    pub(crate) dirs: u64,
     /// Symlinks copied as symlinks.
-    pub symlinks: u64,
+    pub(crate) symlinks: u64,
     /// FIFOs, device nodes and sockets not copied.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
     /// The first [`NAMED_SKIPS`] of those, as `path (kind)`.
-    pub skipped_names: Vec<String>,
+    pub(crate) skipped_names: Vec<String>,
     /// Bytes of regular files.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 /// How many skipped entries [`Copied::skipped_names`] names.
-pub const NAMED_SKIPS: usize = 10;
+pub(crate) const NAMED_SKIPS: usize = 10;
 
 /// What a copy's error starts with when the source changed under it (an entry replaced between
 /// its `lstat` and its open): the copy is discarded and made again later.
-pub const CHANGED: &str = "the source changed during the copy";
+pub(crate) const CHANGED: &str = "the source changed during the copy";
 
 impl Copied {
     /// What the copy did, for the clone's PV annotation and event: counts, and the special files
     /// it left out by name.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut s = format!(
             "{} files, {} reflinked, {} bytes, {} dirs, {} symlinks",
             self.files, self.reflinked, self.bytes, self.dirs, self.symlinks
@@ -92,11 +92,11 @@ impl Copied {
 }
 
 /// How deep a tree may be (a walk deeper than this fails instead of running out of descriptors).
-pub const MAX_DEPTH: usize = 256;
+pub(crate) const MAX_DEPTH: usize = 256;
 
 /// Copies the contents of the directory `src` into the directory `dst`, leaving out the names in
 /// `skip` at the top level (our marker). Errors name the path (relative to `src`) that failed.
-pub fn copy_tree(src: &OwnedFd, dst: &OwnedFd, skip: &[&str]) -> Result<Copied, String> {
+pub(crate) fn copy_tree(src: &OwnedFd, dst: &OwnedFd, skip: &[&str]) -> Result<Copied, String> {
     copy_tree_with(src, dst, skip, &mut |_| {})
 }
 
@@ -115,7 +115,7 @@ fn copy_tree_with(
 
 /// Why [`copy_unchanged`] kept no copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unchanged {
+pub(crate) enum Unchanged {
     /// The source's tree could not be read for its [`fingerprint`].
     Read(String),
     /// The copy itself failed ([`copy_tree`]'s error).
@@ -127,7 +127,7 @@ pub enum Unchanged {
 /// [`copy_tree`] of a source that must not change meanwhile: its [`fingerprint`] (every entry's
 /// change time) after the copy, and after `meanwhile` (a pause point for the tests and the crash
 /// tests), must equal the one before. The one check the hostPath and NFS clones share.
-pub fn copy_unchanged(
+pub(crate) fn copy_unchanged(
     src: &OwnedFd,
     dst: &OwnedFd,
     skip: &[&str],
@@ -143,7 +143,7 @@ pub fn copy_unchanged(
 }
 
 /// Whether the directory holds nothing but the names in `skip`.
-pub fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, String> {
+pub(crate) fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, String> {
     Ok(names(dir)?
         .iter()
         .all(|n| skip.iter().any(|s| OsStr::new(s) == n.as_os_str())))
@@ -153,7 +153,7 @@ pub fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, String> {
 /// modification and change times (nanoseconds), in name order, nothing followed and no mount
 /// crossed (`EXDEV` fails it, as in [`copy_tree`]). Any write, create, remove, rename or chmod
 /// in the tree changes it (the entry's or its directory's ctime).
-pub fn fingerprint(dir: &OwnedFd) -> Result<u64, String> {
+pub(crate) fn fingerprint(dir: &OwnedFd) -> Result<u64, String> {
     use std::hash::{Hash, Hasher};
     fn walk(
         dir: &OwnedFd,
