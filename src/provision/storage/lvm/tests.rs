@@ -882,7 +882,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     let n = lvm.calls().len();
     let e = clone_on(&w, &lvm, "pvc-k1", &thick, 64 * MI, &tsrc).unwrap_err();
     assert!(
-        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by the open LV vg0/pvc-tsrc)")),
+        matches!(&e, Refusal::Wait(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by the open LV vg0/pvc-tsrc)")),
         "{e:?}"
     );
     assert_eq!(lvm.calls().len(), n);
@@ -923,7 +923,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     store.save(&rec).unwrap();
     let e = clone_on(&w, &lvm, "pvc-k1", &thick, 64 * MI, &tsrc).unwrap_err();
     assert!(
-        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by kubelet, at /k/mounts/pvc-tsrc)")),
+        matches!(&e, Refusal::Wait(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by kubelet, at /k/mounts/pvc-tsrc)")),
         "{e:?}"
     );
     assert_eq!(lvm.calls().len(), n);
