@@ -37,8 +37,9 @@
 //!
 //! Work on a backend's fault domain (an NFS server, [`Provisioner::fault_domain`]) goes through
 //! its breaker ([`Breakers`]): after a failure that is the server's ([`Refusal::Unavailable`],
-//! [`ProvisionError::Failed`]), the next claims and PVs on that server fail fast, with an event
-//! that says so, until one attempt after the breaker's delay; other servers are not affected.
+//! [`ProvisionError::Unavailable`]: typed where the server is asked, never judged by a message),
+//! the next claims and PVs on that server fail fast, with an event that says so, until one
+//! attempt after the breaker's delay; other servers are not affected.
 //!
 //! Restart safety: every step is keyed by names derived from the claim (PV `pvc-<uid>`, the
 //! directory or LV named after it), so a pass after a kill at any point finds what the killed one
@@ -1075,16 +1076,19 @@ impl<C: Cluster> Reconciler<C> {
         }
         let made = self.backends[bi].provision(cfg, &req);
         if let Some(d) = &domain {
-            let failure = match &made {
-                Err(Refusal::Unavailable(why)) => Some(why.as_str()),
-                _ => None,
-            };
+            let failure = made.as_ref().err().and_then(Refusal::server_failure);
             self.breakers.record(d, failure, Instant::now());
         }
         let made = match made {
             Ok(m) => m,
             Err(Refusal::Reschedule(why)) if node_local => return Step::Reschedule(why),
-            Err(Refusal::Reschedule(why) | Refusal::Fail(why) | Refusal::Unavailable(why)) => {
+            // Waiting for its source is no node's fault either: the claim keeps its node.
+            Err(
+                Refusal::Reschedule(why)
+                | Refusal::Fail(why)
+                | Refusal::Unavailable(why)
+                | Refusal::Wait(why),
+            ) => {
                 return Step::Fail(why);
             }
         };
@@ -1489,8 +1493,9 @@ impl<C: Cluster> Reconciler<C> {
     }
 
     /// Runs a delete or an expand of backend `bi` under the breaker of `domain`: not at all while
-    /// it is open; a [`ProvisionError::Failed`] (a step on the server failed) opens it, anything
-    /// else closes it (a refusal is about the one volume, not the server).
+    /// it is open; a [`ProvisionError::Unavailable`] (the server did not answer) opens it,
+    /// anything else closes it (a refusal is about the one volume, a failed step about this
+    /// node or the volume, not the server).
     fn guarded<T>(
         &mut self,
         domain: Option<&str>,
@@ -1504,10 +1509,7 @@ impl<C: Cluster> Reconciler<C> {
         }
         let r = work(self.backends[bi].as_mut());
         if let Some(d) = domain {
-            let failure = match &r {
-                Err(ProvisionError::Failed(why)) => Some(why.as_str()),
-                _ => None,
-            };
+            let failure = r.as_ref().err().and_then(ProvisionError::server_failure);
             self.breakers.record(d, failure, Instant::now());
         }
         r

@@ -106,6 +106,29 @@ pub enum Refusal {
     /// claim's [`Provisioner::fault_domain`], so other claims on that server wait instead of
     /// each paying the same deadline.
     Unavailable(String),
+    /// Not yet: what the volume is made from is in use (a clone's source mounted by a pod, or
+    /// written while it was copied). Nothing is left behind; the claim keeps its node and is
+    /// tried again, as after [`Refusal::Fail`]. The message (it starts with `waiting: `) says
+    /// what to do.
+    Wait(String),
+}
+
+impl Refusal {
+    /// The message for the claim's event.
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            Self::Reschedule(m) | Self::Fail(m) | Self::Unavailable(m) | Self::Wait(m) => m,
+        }
+    }
+
+    /// The message of a refusal that is the server's ([`Refusal::Unavailable`]): what opens its
+    /// breaker. `None` for every other kind, whatever its message says.
+    pub(crate) fn server_failure(&self) -> Option<&str> {
+        match self {
+            Self::Unavailable(m) => Some(m),
+            _ => None,
+        }
+    }
 }
 
 /// What a kind of volume is: fixed per provisioner, one constant each (`hostpath::KIND`, …).
@@ -736,5 +759,28 @@ mod clone_tests {
             "apiGroup": "x.io", "kind": "PersistentVolumeClaim", "name": "s"})))
             .is_err()
         );
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_typed_server_refusal_is_the_servers_and_each_keeps_its_message() {
+        let words = "NFS server 192.0.2.1 did not answer: unreachable, mount timed out";
+        for r in [
+            Refusal::Fail(words.into()),
+            Refusal::Reschedule(words.into()),
+            Refusal::Wait(format!("waiting: {words}")),
+        ] {
+            assert_eq!(r.server_failure(), None, "{r:?}");
+        }
+        assert_eq!(
+            Refusal::Unavailable(words.into()).server_failure(),
+            Some(words)
+        );
+        let w = Refusal::Wait("waiting: its source volume pv-1 is mounted".into());
+        assert_eq!(w.message(), "waiting: its source volume pv-1 is mounted");
     }
 }

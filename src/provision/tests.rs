@@ -2192,9 +2192,11 @@ fn a_pass_reports_each_attempt_with_its_kind_and_outcome() {
 }
 
 /// A shared backend whose server `dead` never answers: every provision on it is
-/// [`Refusal::Unavailable`]; counts the attempts per server.
+/// [`Refusal::Unavailable`]; on server `wordy` a step fails with a [`Refusal::Fail`] whose message
+/// reads like a dead server's; counts the attempts per server.
 struct Servers {
     dead: &'static str,
+    wordy: &'static str,
     attempts: std::rc::Rc<RefCell<BTreeMap<String, u32>>>,
 }
 
@@ -2225,6 +2227,11 @@ impl crate::provision::storage::Provisioner for Servers {
         if server == self.dead {
             return Err(crate::provision::storage::Refusal::Unavailable(format!(
                 "NFS server {server} did not answer within 30s"
+            )));
+        }
+        if server == self.wordy {
+            return Err(crate::provision::storage::Refusal::Fail(format!(
+                "cannot create the volume's directory in {server}:/x: NFS server {server} did not answer within 30s: unreachable, mount timed out"
             )));
         }
         Ok(crate::provision::storage::Provisioned {
@@ -2258,6 +2265,7 @@ fn a_dead_server_costs_one_attempt_and_holds_up_no_other_server() {
     let attempts = std::rc::Rc::new(RefCell::new(BTreeMap::new()));
     let backend = Servers {
         dead: "tarpit",
+        wordy: "",
         attempts: attempts.clone(),
     };
     let mut rec = Reconciler::new(f, id, vec![Box::new(backend)]);
@@ -2324,6 +2332,47 @@ fn a_dead_server_costs_one_attempt_and_holds_up_no_other_server() {
     let _ = block_on(rec.pass(&cfg));
     assert_eq!(attempts.borrow()["tarpit"], 1);
     assert_eq!(events(&rec), 6);
+}
+
+#[test]
+fn only_a_typed_server_failure_opens_the_breaker_never_its_words() {
+    // A step failure whose message says "did not answer", "unreachable", "mount timed out" is
+    // not the server's: each claim on that server is still tried, no breaker opens.
+    let d = tempfile::tempdir().unwrap();
+    let f = Fake::default();
+    f.nodes.borrow_mut().insert("node-a".into(), node("node-a"));
+    let id = Identity {
+        node: "node-a".into(),
+        vendor: "flexvol".into(),
+    };
+    let attempts = std::rc::Rc::new(RefCell::new(BTreeMap::new()));
+    let backend = Servers {
+        dead: "",
+        wordy: "busy",
+        attempts: attempts.clone(),
+    };
+    let mut rec = Reconciler::new(f, id, vec![Box::new(backend)]);
+    let mut sc = class("busy", &[("server", "busy")], "Delete");
+    sc.provisioner = "flexvol/nfs".into();
+    sc.volume_binding_mode = Some("Immediate".into());
+    rec.cluster.classes.borrow_mut().insert("busy".into(), sc);
+    for i in 0..3 {
+        let mut c = claim(&format!("b{i}"), &format!("b{i}"), "busy", None);
+        c.metadata.annotations = Some(BTreeMap::from([(
+            ANN_PROVISIONER.to_owned(),
+            "flexvol/nfs".to_owned(),
+        )]));
+        rec.cluster.claims.borrow_mut().push(c);
+    }
+    let r = block_on(rec.pass(&config("node-a", &[d.path()])));
+    assert_eq!(attempts.borrow()["busy"], 3, "{r:?}");
+    assert_eq!(rec.breakers_open(), 0, "{r:?}");
+    assert_eq!(r.failed.len(), 3, "{r:?}");
+    assert!(
+        r.failed.iter().all(|f| !f.contains("not tried")),
+        "{:?}",
+        r.failed
+    );
 }
 
 #[test]

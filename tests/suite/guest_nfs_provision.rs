@@ -10,7 +10,9 @@
 //! the same NFS directory, and a dead server fails within the probe's deadline.
 
 use flexvol::node::config::Config;
-use flexvol::provision::storage::nfs::{self, DriverExports, Exports, NfsProvisioner};
+use flexvol::provision::storage::nfs::{
+    self, DriverExports, Exports, NfsProvisioner, ServerFailure,
+};
 use flexvol::provision::storage::{Provisioned, Provisioner, Refusal, Request};
 use k8s_openapi::api::core::v1::{
     FlexPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
@@ -462,7 +464,7 @@ fn guest_nfs_provision_recover_unmounts_what_a_kill_left() {
 struct DiesAfterMount(std::sync::Mutex<Option<crate::guest_nfs::Blackhole>>);
 
 impl Exports for DiesAfterMount {
-    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, ServerFailure> {
         let root = DriverExports.mount(cfg, options, dir)?;
         let hole = crate::guest_nfs::Blackhole::new().expect(
             "cannot blackhole lo: `tc qdisc add dev lo root netem loss 100%` failed in the guest",
@@ -471,7 +473,7 @@ impl Exports for DiesAfterMount {
         Ok(root)
     }
 
-    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), ServerFailure> {
         DriverExports.unmount(cfg, dir)
     }
 }
@@ -485,10 +487,10 @@ fn guest_nfs_provision_server_dying_mid_work_fails_in_bounded_time_and_unmounts(
     let hole = std::sync::Arc::new(DiesAfterMount(std::sync::Mutex::default()));
     struct Shared(std::sync::Arc<DiesAfterMount>);
     impl Exports for Shared {
-        fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+        fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, ServerFailure> {
             self.0.mount(cfg, options, dir)
         }
-        fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+        fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), ServerFailure> {
             self.0.unmount(cfg, dir)
         }
     }

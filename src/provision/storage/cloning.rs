@@ -94,7 +94,7 @@ pub(crate) fn in_use(
 /// claim waits (the reconciler retries with backoff), and the event says why and what to do.
 /// `what`: why a copy of it now would be wrong.
 pub(crate) fn waiting(pv: &str, user: &str, what: &str) -> Refusal {
-    Refusal::Fail(format!(
+    Refusal::Wait(format!(
         "waiting: its source volume {pv} is mounted on this node (by {user}); {what}, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)"
     ))
 }
@@ -182,7 +182,7 @@ mod tests {
         let e =
             check_not_in_use(&cfg, Backend::Lvm, "pv-2", &lv, "a block copy of it").unwrap_err();
         assert!(
-            matches!(&e, Refusal::Fail(w) if w == "waiting: its source volume pv-2 is mounted on this node (by kubelet, at /var/lib/kubelet/x); a block copy of it, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)"),
+            matches!(&e, Refusal::Wait(w) if w == "waiting: its source volume pv-2 is mounted on this node (by kubelet, at /var/lib/kubelet/x); a block copy of it, so it is made once no pod uses the source (stop the source's pods, e.g. scale to 0)"),
             "{e:?}"
         );
         assert_eq!(

@@ -26,6 +26,12 @@ pub enum ProvisionError {
     /// again.
     #[error("{0}")]
     Failed(String),
+    /// The backend's server did not answer or failed (mounting or unmounting an NFS export failed
+    /// or timed out): as [`ProvisionError::Failed`], and it opens the breaker of the volume's
+    /// fault domain ([`crate::k8s::queue::Breakers`]). Made only where the server is asked, never
+    /// from a message.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl From<String> for ProvisionError {
@@ -48,6 +54,16 @@ impl ProvisionError {
             Self::Refused(m) => Self::Refused(f(m)),
             Self::NotFound(m) => Self::NotFound(f(m)),
             Self::Failed(m) => Self::Failed(f(m)),
+            Self::Unavailable(m) => Self::Unavailable(f(m)),
+        }
+    }
+
+    /// The message of a failure that is the server's ([`ProvisionError::Unavailable`]): what
+    /// opens its breaker. `None` for every other kind, whatever its message says.
+    pub(crate) fn server_failure(&self) -> Option<&str> {
+        match self {
+            Self::Unavailable(m) => Some(m),
+            _ => None,
         }
     }
 }
@@ -67,6 +83,28 @@ mod tests {
         assert_eq!(
             ProvisionError::from("a tool failed".to_owned()),
             ProvisionError::Failed("a tool failed".into())
+        );
+    }
+
+    #[test]
+    fn only_the_typed_server_failure_is_the_servers() {
+        // A step failure that reads like a dead server is still not the server's: the kind
+        // decides, never the words.
+        let words = "NFS server 192.0.2.1 is unreachable: mount timed out; cannot mount";
+        for e in [
+            ProvisionError::Failed(words.into()),
+            ProvisionError::Refused(words.into()),
+            ProvisionError::NotFound(words.into()),
+            ProvisionError::InvalidClass(words.into()),
+            ProvisionError::from(words),
+        ] {
+            assert_eq!(e.server_failure(), None, "{e:?}");
+        }
+        let e = ProvisionError::Unavailable("no answer".into());
+        assert_eq!(e.server_failure(), Some("no answer"));
+        assert_eq!(
+            e.map(|m| format!("srv:/e: {m}")).server_failure(),
+            Some("srv:/e: no answer")
         );
     }
 }

@@ -363,9 +363,8 @@ impl Provisioner for HostPathProvisioner {
                     // A Failure changes nothing: the half copy goes.
                     let undo = match self.discard(&*runner, root, &rel, req) {
                         Ok(()) => String::new(),
-                        Err(
-                            Refusal::Fail(e) | Refusal::Reschedule(e) | Refusal::Unavailable(e),
-                        ) => {
+                        Err(e) => {
+                            let e = e.message();
                             format!(
                                 " (and removing the half copy failed: {e}; the next pass retries)"
                             )
@@ -642,7 +641,7 @@ mod tests {
             .provision(&cfg, &req("pvc-u2", "u2", Some(&src_pv)))
             .unwrap_err();
         assert!(
-            matches!(&e, Refusal::Fail(w) if w.starts_with("waiting: its source volume pvc-u1 is mounted") && w.contains("ns/writer")),
+            matches!(&e, Refusal::Wait(w) if w.starts_with("waiting: its source volume pvc-u1 is mounted") && w.contains("ns/writer")),
             "{e:?}"
         );
         let clone_dir = root.canonicalize().unwrap().join("pvc-u2_ns_u2");

@@ -222,7 +222,7 @@ impl Provisioner for LvmProvisioner {
 
     // The LVM steps keep their plain messages: a failure to retry.
     fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError> {
-        Ok(self.with_ctx(cfg, |ctx, seams| delete(ctx, seams, pv))?)
+        self.with_ctx(cfg, |ctx, seams| delete(ctx, seams, pv))
     }
 
     fn expand(
@@ -231,7 +231,7 @@ impl Provisioner for LvmProvisioner {
         pv: &PersistentVolume,
         bytes: u64,
     ) -> Result<u64, ProvisionError> {
-        Ok(self.with_ctx(cfg, |ctx, seams| expand(ctx, seams, pv, bytes))?)
+        self.with_ctx(cfg, |ctx, seams| expand(ctx, seams, pv, bytes))
     }
 
     fn recover(&mut self, _cfg: &Config, _node: &str) -> Vec<String> {
@@ -268,7 +268,7 @@ pub(crate) fn provision(
     // never holds two LV locks).
     let source = match req.source {
         Some(pv) => {
-            let (svg, slv, stag) = names(pv).map_err(Refusal::Fail)?;
+            let (svg, slv, stag) = names(pv).map_err(|e| Refusal::Fail(e.to_string()))?;
             if svg != o.vg || slv == o.lv {
                 return Err(Refusal::Fail(format!(
                     "its source {svg}/{slv} is not another LV of this class's volume group {}; nothing was created",
@@ -664,18 +664,20 @@ fn thin_room(
 }
 
 /// The VG and LV a PV of ours names (annotations written at provisioning), checked.
-fn names(pv: &PersistentVolume) -> Result<(String, String, String), String> {
+/// Anything missing or not as recorded is [`ProvisionError::Refused`].
+fn names(pv: &PersistentVolume) -> Result<(String, String, String), ProvisionError> {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
     let ann = pv.metadata.annotations.as_ref();
     let get = |k: &str| {
         ann.and_then(|a| a.get(k)).cloned().ok_or_else(|| {
-            format!("PV {name} lacks the annotation {k}; it was not made by the flexvol/lvm provisioner, or was edited. Remove the LV by hand if it is not needed")
+            ProvisionError::Refused(format!("PV {name} lacks the annotation {k}; it was not made by the flexvol/lvm provisioner, or was edited. Remove the LV by hand if it is not needed"))
         })
     };
+    let refused = |e: &dyn std::fmt::Display| ProvisionError::Refused(format!("PV {name}: {e}"));
     let (vg, lv) = (get(ANN_VG)?, get(ANN_LV)?);
-    check_name(key::VOLUME_GROUP, &vg, false).map_err(|e| format!("PV {name}: {e}"))?;
-    check_name(key::VOLUME_ID, &lv, true).map_err(|e| format!("PV {name}: {e}"))?;
-    Ok((vg, lv, pv_tag(name)?))
+    check_name(key::VOLUME_GROUP, &vg, false).map_err(|e| refused(&e))?;
+    check_name(key::VOLUME_ID, &lv, true).map_err(|e| refused(&e))?;
+    Ok((vg, lv, pv_tag(name).map_err(ProvisionError::Refused)?))
 }
 
 fn volume(vg: &str, lv: &str) -> LvmOptions {
@@ -694,35 +696,37 @@ fn volume(vg: &str, lv: &str) -> LvmOptions {
     }
 }
 
-/// Removes the LV of a Released PV: only ours for exactly this PV, only when unused.
+/// Removes the LV of a Released PV: only ours for exactly this PV, only when unused. An LV
+/// not tagged for it is [`ProvisionError::Refused`]; one in use, or a step that failed,
+/// [`ProvisionError::Failed`].
 pub(crate) fn delete(
     ctx: &Context,
     seams: &Seams,
     pv: &PersistentVolume,
-) -> Result<String, String> {
+) -> Result<String, ProvisionError> {
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
-    let e = |e: crate::error::Error| e.to_string();
+    let e = |e: crate::error::Error| ProvisionError::Failed(e.to_string());
     let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(e)?;
     let lvs = seams.lvs.list(ctx, &vg).map_err(|x| x.to_string())?;
     let Some(row) = lvs.iter().find(|r| r.lv_name == lv) else {
         return Ok(format!("{} was already gone", o.key()));
     };
     if !row.has_tag(&tag) {
-        return Err(format!(
+        return Err(ProvisionError::Refused(format!(
             "{} does not carry the tag {tag}: it was not made for this PV, so flexvol does not remove it. Remove it by hand if it is not needed",
             o.key()
-        ));
+        )));
     }
     if row.active() {
         if let Some(devnum) = seams.devices.block_device(&o.device()).map_err(e)? {
             let table = ctx.mounter.table().map_err(|x| x.to_string())?;
             if let Some(m) = table.entries.iter().find(|m| (m.major, m.minor) == devnum) {
-                return Err(format!(
+                return Err(ProvisionError::Failed(format!(
                     "{} is still mounted at {}; it is removed once nothing uses it",
                     o.key(),
                     m.mount_point.display()
-                ));
+                )));
             }
             policy::check_not_in_use(
                 ctx.driver_name,
@@ -747,16 +751,17 @@ pub(crate) fn delete(
     Ok(format!("removed {}", o.key()))
 }
 
-/// Grows the LV of a bound PV to at least `bytes`; returns its size.
+/// Grows the LV of a bound PV to at least `bytes`; returns its size. No LV tagged for it is
+/// [`ProvisionError::NotFound`].
 pub(crate) fn expand(
     ctx: &Context,
     seams: &Seams,
     pv: &PersistentVolume,
     bytes: u64,
-) -> Result<u64, String> {
+) -> Result<u64, ProvisionError> {
     let (vg, lv, tag) = names(pv)?;
     let o = volume(&vg, &lv);
-    let e = |e: crate::error::Error| e.to_string();
+    let e = |e: crate::error::Error| ProvisionError::Failed(e.to_string());
     let _lock = ctx.lock(Backend::Lvm, &o.key()).map_err(e)?;
     let _vg_lock = ctx.lock(Backend::Lvm, &format!("vg:{vg}")).map_err(e)?;
     let lvs = seams.lvs.list(ctx, &vg).map_err(|x| x.to_string())?;
@@ -764,10 +769,10 @@ pub(crate) fn expand(
         .iter()
         .find(|r| r.lv_name == lv && r.has_tag(&tag))
         .ok_or_else(|| {
-            format!(
+            ProvisionError::NotFound(format!(
                 "{} with the tag {tag} does not exist on this node; cannot grow it",
                 o.key()
-            )
+            ))
         })?;
     if row.lv_size >= bytes {
         return Ok(row.lv_size);
@@ -790,7 +795,7 @@ pub(crate) fn expand(
     lvs.iter()
         .find(|r| r.lv_name == lv)
         .map(|r| r.lv_size)
-        .ok_or_else(|| format!("{} vanished after lvextend", o.key()))
+        .ok_or_else(|| ProvisionError::Failed(format!("{} vanished after lvextend", o.key())))
 }
 
 #[cfg(test)]

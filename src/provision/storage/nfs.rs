@@ -279,13 +279,26 @@ pub(crate) fn full_share(share: &str, rel: &Path) -> String {
     format!("{}/{}", share.trim_end_matches('/'), rel.display())
 }
 
+/// A failure of an export's server: mounting or unmounting it failed or timed out (the NFS
+/// driver's server probe, `mount.nfs`, an unmount that is stuck). The one kind of NFS failure that
+/// opens the server's breaker ([`Refusal::Unavailable`], [`ProvisionError::Unavailable`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ServerFailure(pub String);
+
+impl From<ServerFailure> for ProvisionError {
+    fn from(e: ServerFailure) -> Self {
+        Self::Unavailable(e.0)
+    }
+}
+
 /// Mounting and unmounting export roots: the real [`DriverExports`], or a test double.
 pub trait Exports: Send + Sync {
     /// Mounts the export described by `options` (the NFS driver's JSON) on the existing empty
     /// directory `dir`, within bounded time; returns the directory to work in (the export's root).
-    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String>;
+    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, ServerFailure>;
     /// Unmounts what [`Exports::mount`] mounted on `dir`; nothing mounted is `Ok`.
-    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String>;
+    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), ServerFailure>;
 }
 
 /// The NFS driver's own `mount` and `unmount` verbs, with the real system seams.
@@ -300,18 +313,18 @@ impl DriverExports {
             &crate::backend::Context,
             &dyn crate::backend::nfs::probe::Prober,
         ) -> crate::error::Result<crate::protocol::reply::Reply>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ServerFailure> {
         let deadline = crate::sys::process::Deadline::after(cfg.verb_timeout());
         crate::backend::on_node(cfg, deadline, "flexvol/provisioner", |ctx| {
             verb(ctx, &crate::backend::nfs::probe::TcpProber)
         })
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| ServerFailure(e.to_string()))
     }
 }
 
 impl Exports for DriverExports {
-    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+    fn mount(&self, cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, ServerFailure> {
         // The driver's mount without its capability check: the export root is exactly what
         // that check keeps from pods, and the provisioner is the one that needs it.
         Self::call(cfg, |ctx, prober| {
@@ -320,7 +333,7 @@ impl Exports for DriverExports {
         Ok(dir.to_owned())
     }
 
-    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), String> {
+    fn unmount(&self, cfg: &Config, dir: &Path) -> Result<(), ServerFailure> {
         use crate::sys::mount::{Mounter, SysMounter, UnmountMode};
         let call = crate::protocol::verb::Call::Unmount {
             mount_dir: dir.to_string_lossy().into_owned(),
@@ -334,10 +347,10 @@ impl Exports for DriverExports {
         // the kernel finishes when it is no longer used.
         match SysMounter.unmount(dir, UnmountMode::Detach) {
             Ok(_) => Ok(()),
-            Err(e) => Err(format!(
+            Err(e) => Err(ServerFailure(format!(
                 "cannot unmount the provisioner's mount {}: {why}; a lazy unmount failed too: {e}",
                 dir.display()
-            )),
+            ))),
         }
     }
 }
@@ -376,8 +389,10 @@ impl NfsProvisioner {
 
     /// Mounts the export described by `options` on this PV's private directory, runs `work` on
     /// its root, and unmounts — also when `work` fails. An unmount failure is an error (the work
-    /// is idempotent: the next pass does it again and retries the unmount).
-    fn with_export<T, E: From<String>>(
+    /// is idempotent: the next pass does it again and retries the unmount). A failure to mount or
+    /// unmount is the server's ([`ServerFailure`]); one to prepare the mount directory is this
+    /// node's ([`ProvisionError::Failed`]).
+    fn with_export<T, E: From<ServerFailure> + From<ProvisionError>>(
         &self,
         cfg: &Config,
         pv: &str,
@@ -401,39 +416,51 @@ impl NfsProvisioner {
         match (result, unmounted) {
             (Ok(t), Ok(())) => Ok(t),
             (Err(why), _) => Err(why),
-            (Ok(_), Err(why)) => Err(format!("the work was done but {why}; retrying").into()),
+            (Ok(_), Err(why)) => {
+                Err(ServerFailure(format!("the work was done but {why}; retrying")).into())
+            }
         }
     }
 }
 
 /// What failed in [`NfsProvisioner::with_export`] for a provision: mounting or unmounting the
-/// export (the server's part, or this node's mount directory), or the work on it.
+/// export (the server's part), this node's mount directory or the work on the export, or the
+/// clone's source (refused, or to wait for: said as it is).
 enum ExportStep {
     Server(String),
     Work(String),
+    Source(Refusal),
 }
 
-impl From<String> for ExportStep {
-    fn from(why: String) -> Self {
-        Self::Server(why)
+impl From<ServerFailure> for ExportStep {
+    fn from(why: ServerFailure) -> Self {
+        Self::Server(why.0)
+    }
+}
+
+impl From<ProvisionError> for ExportStep {
+    fn from(why: ProvisionError) -> Self {
+        Self::Work(why.to_string())
     }
 }
 
 /// `<runDir>/provisioner-nfs/<node>/<pv>`, created (0700) unless a leftover mount is there
 /// (never looked into: its server may be dead). The caller mounts on it. The node's name keeps
 /// instances that share a run directory (test clusters on one kernel) out of each other's way.
-fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, String> {
+fn private_dir(cfg: &Config, node: &str, pv: &str) -> Result<PathBuf, ProvisionError> {
     for name in [node, pv] {
         if name.contains('/') || volumedir::volume_rel_path(name).is_err() {
-            return Err(format!("{name:?} is not usable as a directory name"));
+            return Err(ProvisionError::Failed(format!(
+                "{name:?} is not usable as a directory name"
+            )));
         }
     }
     let base = cfg.run_dir.join(MOUNT_DIR).join(node);
     let fail = |e: &dyn std::fmt::Display| {
-        format!(
+        ProvisionError::Failed(format!(
             "cannot prepare the provisioner's mount directory under {}: {e}",
             base.display()
-        )
+        ))
     };
     std::fs::create_dir_all(&base).map_err(|e| fail(&e))?;
     std::fs::set_permissions(&base, std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -581,7 +608,8 @@ pub(crate) fn open_source(root: &Root, src: &CloneSource) -> Result<std::os::fd:
 /// removed and made again. Nothing in the source may change while it is copied
 /// ([`copy::fingerprint`] before and after, every change time as the server has it): otherwise
 /// the copy is removed and the claim waits, because a pod (on any node) is writing the source.
-/// A failure removes the new directory (a Failure changes nothing).
+/// A failure removes the new directory (a Failure changes nothing). `Err`: [`Refusal::Wait`]
+/// when the source changed, else [`Refusal::Fail`] (a step of the copy failed).
 pub(crate) fn copy_source(
     root: &Root,
     rel: &Path,
@@ -590,12 +618,12 @@ pub(crate) fn copy_source(
     src: &CloneSource,
     own: Ownership,
     marker: &Marker,
-) -> Result<copy::Copied, String> {
+) -> Result<copy::Copied, Refusal> {
     let spath = root.real.join(&src.rel);
     let open =
         |p: &Path| dirfd::open_dir(p).map_err(|e| format!("cannot open {}: {e}", p.display()));
-    let mut d = open(path)?;
-    if !copy::is_empty_but(&d, &[volumedir::MARKER])? {
+    let mut d = open(path).map_err(Refusal::Fail)?;
+    if !copy::is_empty_but(&d, &[volumedir::MARKER]).map_err(Refusal::Fail)? {
         remove_subdir(
             root,
             rel,
@@ -604,9 +632,9 @@ pub(crate) fn copy_source(
             OnDelete::Delete,
             "",
         )
-        .map_err(|e| format!("removing an unfinished copy: {e}"))?;
-        let again = make_subdir(root, rel, own, marker)?;
-        d = open(&again)?;
+        .map_err(|e| Refusal::Fail(format!("removing an unfinished copy: {e}")))?;
+        let again = make_subdir(root, rel, own, marker).map_err(Refusal::Fail)?;
+        d = open(&again).map_err(Refusal::Fail)?;
     }
     let undo = |why: String| {
         let undone = remove_subdir(
@@ -627,17 +655,16 @@ pub(crate) fn copy_source(
     copy::copy_unchanged(s, &d, &[volumedir::MARKER], &mut || {
         crate::sys::process::checkpoint("provisioner-after-clone-copy");
     })
-    .map_err(|e| {
-        undo(match e {
-            copy::Unchanged::Read(e) => format!("reading its source: {e}"),
-            copy::Unchanged::Copy(e) => {
-                format!("copying its source {} failed: {e}", spath.display())
-            }
-            copy::Unchanged::Changed => format!(
-                "waiting: its source volume {} changed while it was copied (a pod on some node is writing it); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once nothing writes the source (stop the source's pods, e.g. scale to 0)",
-                src.pv
-            ),
-        })
+    .map_err(|e| match e {
+        copy::Unchanged::Read(e) => Refusal::Fail(undo(format!("reading its source: {e}"))),
+        copy::Unchanged::Copy(e) => Refusal::Fail(undo(format!(
+            "copying its source {} failed: {e}",
+            spath.display()
+        ))),
+        copy::Unchanged::Changed => Refusal::Wait(undo(format!(
+            "waiting: its source volume {} changed while it was copied (a pod on some node is writing it); a copy of a directory in use would be neither point-in-time nor crash-consistent, so it is made once nothing writes the source (stop the source's pods, e.g. scale to 0)",
+            src.pv
+        ))),
     })
 }
 
@@ -839,37 +866,39 @@ impl Provisioner for NfsProvisioner {
         };
         let mut copied = None;
         self.with_export(cfg, req.pv_name, &export, |root| {
-            let work = |e: String| ExportStep::Work(relabel(&e, root, &label));
+            let relabelled = |e: &str| relabel(e, root, &label);
+            let work = |e: String| ExportStep::Work(relabelled(&e));
             // The source first: a refused one leaves nothing behind.
             let sfd = match &source {
-                Some(src) => Some(open_source(root, src).map_err(work)?),
+                Some(src) => Some(
+                    open_source(root, src)
+                        .map_err(|e| ExportStep::Source(Refusal::Fail(relabelled(&e))))?,
+                ),
                 None => None,
             };
             let path = make_subdir(root, &rel, own, &marker).map_err(work)?;
             if let (Some(src), Some(sfd)) = (&source, &sfd) {
-                copied =
-                    Some(copy_source(root, &rel, &path, sfd, src, own, &marker).map_err(work)?);
+                let done = copy_source(root, &rel, &path, sfd, src, own, &marker);
+                copied = Some(done.map_err(|e| match e {
+                    Refusal::Wait(why) => ExportStep::Source(Refusal::Wait(relabelled(&why))),
+                    other => work(other.message().to_owned()),
+                })?);
             }
             Ok::<_, ExportStep>(path)
         })
         .map_err(|step| {
-            let (server_failed, why) = match step {
-                ExportStep::Server(why) => (true, why),
-                ExportStep::Work(why) => (false, why),
-            };
-            let why = if why.starts_with("waiting: ") || why.starts_with("its source") {
-                why
-            } else {
+            let here = |why: String| {
                 format!(
                     "cannot create the volume's directory in {}:{}: {why}",
                     class.server, class.share
                 )
             };
-            // Only a failure to mount or unmount is the server's: it opens its breaker.
-            if server_failed {
-                Refusal::Unavailable(why)
-            } else {
-                Refusal::Fail(why)
+            match step {
+                // Only a failure to mount or unmount is the server's: it opens its breaker.
+                ExportStep::Server(why) => Refusal::Unavailable(here(why)),
+                ExportStep::Work(why) => Refusal::Fail(here(why)),
+                // About the source, which the message names.
+                ExportStep::Source(r) => r,
             }
         })?;
         let share = full_share(&class.share, &rel);
@@ -1014,7 +1043,7 @@ impl Provisioner for NfsProvisioner {
                 Ok(()) => {
                     let _ = std::fs::remove_dir(dir);
                 }
-                Err(why) => errors.push(why),
+                Err(why) => errors.push(why.0),
             }
         }
         errors

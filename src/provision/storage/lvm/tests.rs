@@ -413,6 +413,28 @@ fn thin_volumes_respect_the_overprovisioning_ratio() {
 }
 
 #[test]
+fn expand_of_an_lv_not_here_or_not_tagged_for_the_pv_is_not_found() {
+    let pv = pv_of("lv1", "vg0", "lv1");
+    for rows in [
+        lvs_json(8 << 30, &[]),
+        lvs_json(
+            8 << 30,
+            &[("lv1", "-wi-------", 64 * MI, "flexvol.pv.lv2", "")],
+        ),
+    ] {
+        let w = world();
+        w.runner.on("lvm", &["lvs"], 0, &rows, "");
+        let e = w.with_lvm(|c, s| expand(c, s, &pv, 128 * MI)).unwrap_err();
+        assert!(matches!(e, ProvisionError::NotFound(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "vg0/lv1 with the tag flexvol.pv.lv1 does not exist on this node; cannot grow it"
+        );
+        assert!(!w.lines().iter().any(|l| l.contains("lvextend")));
+    }
+}
+
+#[test]
 fn delete_removes_only_our_unused_lv() {
     // The fake node's one device is /dev/vg0/lv1: a PV named lv1 reaches it.
     let pv = pv_of("lv1", "vg0", "lv1");
@@ -430,6 +452,8 @@ fn delete_removes_only_our_unused_lv() {
         let w = world();
         w.runner.on("lvm", &["lvs"], 0, &lvs("-wi-------", t), "");
         let e = w.with_lvm(|c, s| delete(c, s, &pv)).unwrap_err();
+        assert!(matches!(e, ProvisionError::Refused(_)), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("does not carry the tag flexvol.pv.lv1"), "{e}");
         assert_eq!(w.runner.count("lvm"), 1);
     }
@@ -474,6 +498,8 @@ fn delete_removes_only_our_unused_lv() {
             _ => {}
         }
         let e = w.with_lvm(|c, s| delete(c, s, &pv)).unwrap_err();
+        assert!(matches!(e, ProvisionError::Failed(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("mounted at") || e.contains("in use"),
             "{how}: {e}"
@@ -492,6 +518,8 @@ fn delete_removes_only_our_unused_lv() {
         "Logical volume vg0/lv1 in use.",
     );
     let e = w.with_lvm(|c, s| delete(c, s, &pv)).unwrap_err();
+    assert!(matches!(e, ProvisionError::Failed(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("could not be deactivated"), "{e}");
     assert!(!w.lines().iter().any(|l| l.contains("lvremove")));
 }
@@ -523,12 +551,14 @@ fn delete_and_expand_trust_the_pv_name_not_its_annotations() {
     assert!(
         w.with_lvm(|c, s| delete(c, s, &bad))
             .unwrap_err()
+            .to_string()
             .contains("volumeID")
     );
     bad.metadata.annotations = None;
     assert!(
         w.with_lvm(|c, s| delete(c, s, &bad))
             .unwrap_err()
+            .to_string()
             .contains(ANN_VG)
     );
 }
@@ -568,6 +598,8 @@ fn expand_grows_to_whole_extents_within_the_node_policy() {
         }
         w.runner.on("lvm", &["lvs"], 0, &row(64 * MI), "");
         let e = w.with_lvm(|c, s| expand(c, s, &pv, 128 * MI)).unwrap_err();
+        assert!(matches!(e, ProvisionError::Failed(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains(if cap { "maxVolumeSize" } else { "vgReserve" }),
             "{e}"
@@ -590,6 +622,8 @@ fn expand_grows_to_whole_extents_within_the_node_policy() {
         "",
     );
     let e = w.with_lvm(|c, s| expand(c, s, &pv, 260 * MI)).unwrap_err();
+    assert!(matches!(e, ProvisionError::Failed(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("lvm.thinOverprovisionRatio"), "{e}");
     assert_eq!(w.with_lvm(|c, s| expand(c, s, &pv, 256 * MI)), Ok(192 * MI));
     assert!(
@@ -690,6 +724,8 @@ fn through_the_lv_service_expand_grows_to_whole_extents_once() {
     assert_eq!(lvm.calls().len(), 1);
     // Past the VG's free space: refused, nothing extended.
     let e = on_fake(&w, &lvm, |c, s| expand(c, s, &pv, 2 << 30)).unwrap_err();
+    assert!(matches!(e, ProvisionError::Failed(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("vg0"), "{e}");
     assert_eq!(lvm.calls().len(), 1);
 }
@@ -717,6 +753,8 @@ fn through_the_lv_service_delete_deactivates_and_removes_only_ours() {
     );
     // Not tagged for this PV: left alone.
     let e = on_fake(&w, &lvm, |c, s| delete(c, s, &pv_of("lv2", "vg0", "lv2"))).unwrap_err();
+    assert!(matches!(e, ProvisionError::Refused(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("does not carry the tag flexvol.pv.lv2"), "{e}");
     assert_eq!(lvm.calls().len(), 2);
     assert!(lvm.lv("vg0/lv2").is_some());
@@ -883,7 +921,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     let n = lvm.calls().len();
     let e = clone_on(&w, &lvm, "pvc-k1", &thick, 64 * MI, &tsrc).unwrap_err();
     assert!(
-        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by the open LV vg0/pvc-tsrc)")),
+        matches!(&e, Refusal::Wait(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by the open LV vg0/pvc-tsrc)")),
         "{e:?}"
     );
     assert_eq!(lvm.calls().len(), n);
@@ -924,7 +962,7 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
     store.save(&rec).unwrap();
     let e = clone_on(&w, &lvm, "pvc-k1", &thick, 64 * MI, &tsrc).unwrap_err();
     assert!(
-        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by kubelet, at /k/mounts/pvc-tsrc)")),
+        matches!(&e, Refusal::Wait(m) if m.starts_with("waiting: its source volume pvc-tsrc is mounted on this node (by kubelet, at /k/mounts/pvc-tsrc)")),
         "{e:?}"
     );
     assert_eq!(lvm.calls().len(), n);

@@ -22,7 +22,7 @@ struct FakeExports {
 }
 
 impl Exports for FakeExports {
-    fn mount(&self, _cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, String> {
+    fn mount(&self, _cfg: &Config, options: &str, dir: &Path) -> Result<PathBuf, ServerFailure> {
         assert!(
             dir.is_dir(),
             "mount on a missing directory {}",
@@ -36,7 +36,7 @@ impl Exports for FakeExports {
             o["mountOptions"].as_str().unwrap_or("")
         ));
         if self.dead {
-            return Err("NFS server 192.0.2.1 is unreachable: nothing accepted a TCP connection. Nothing was mounted.".into());
+            return Err(ServerFailure("NFS server 192.0.2.1 is unreachable: nothing accepted a TCP connection. Nothing was mounted.".into()));
         }
         let root = self
             .server_dir
@@ -49,7 +49,7 @@ impl Exports for FakeExports {
         Ok(root)
     }
 
-    fn unmount(&self, _cfg: &Config, dir: &Path) -> Result<(), String> {
+    fn unmount(&self, _cfg: &Config, dir: &Path) -> Result<(), ServerFailure> {
         self.log.lock().unwrap().push(format!(
             "unmount {}",
             dir.file_name().unwrap().to_string_lossy()
@@ -925,7 +925,7 @@ fn a_clone_copies_the_source_directory_on_the_export() {
     let n = w.log().len();
     let e = provision_clone(&mut b, &w.cfg, &p, "u3", &src).unwrap_err();
     assert!(
-        matches!(&e, Refusal::Fail(m) if m.starts_with("waiting: its source volume pvc-u1 is mounted on this node (by pod ns/writer)")),
+        matches!(&e, Refusal::Wait(m) if m.starts_with("waiting: its source volume pvc-u1 is mounted on this node (by pod ns/writer)")),
         "{e:?}"
     );
     assert_eq!(w.log().len(), n, "nothing mounted");
