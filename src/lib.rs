@@ -40,6 +40,14 @@
 //! crossing by design: the node config and call log compose the config and option types each
 //! backend owns, which in turn import nothing that imports the node config. The rule the lint
 //! enforces is the file-level one.
+//!
+//! **Public surface.** Items are `pub(crate)` unless something outside this library needs them:
+//! the binary (`main.rs` calls [`cli::main_os`]), the integration suite (`tests/suite/`, which
+//! drives the verbs, the operator tools and the daemons' pure parts through this crate) and the
+//! benches (`benches/`). Only those are `pub`, so a `pub` item is one a test or the binary relies
+//! on, and changing it is seen there; the compiler reports anything else nobody uses as dead.
+//! `csi::proto` is `pub` whole: its messages are the CSI wire format the suite's gRPC client
+//! speaks. Within the crate, which room may use which is `ROOMS` (above), not visibility.
 
 pub mod backend;
 pub mod cli;

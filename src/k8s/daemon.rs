@@ -42,7 +42,8 @@ pub(crate) enum LogError {
     Install(#[from] tracing::subscriber::SetGlobalDefaultError),
 }
 
-/// The filter for `spec` (`None`: this provisioner's `info`, nothing of the libraries).
+/// The filter for `spec` (`None`: `default_target`'s and [`super::LOG_TARGET`]'s `info`, nothing of
+/// the libraries).
 pub(crate) fn log_filter(
     spec: Option<&str>,
     default_target: &str,

@@ -314,10 +314,14 @@ fn the_log_filter_defaults_to_info_here_and_nothing_of_the_libraries() {
     assert!(!f.would_enable(LOG_TARGET, &Level::DEBUG));
     assert!(f.would_enable(LOG_TARGET, &Level::WARN));
     assert!(!f.would_enable("kube_client::client::builder", &Level::ERROR));
+    // The shared layer's own lines (the Lease electors, TLS warnings, the metrics server).
+    assert!(f.would_enable(crate::k8s::LOG_TARGET, &Level::INFO));
+    assert!(!f.would_enable(crate::k8s::LOG_TARGET, &Level::DEBUG));
     // Another command's default (flexvol controller): its own target, not the provisioner's.
     let f: Targets = log_filter(None, "flexvol-controller").unwrap();
     assert!(f.would_enable("flexvol-controller", &Level::INFO));
     assert!(!f.would_enable(LOG_TARGET, &Level::INFO));
+    assert!(f.would_enable(crate::k8s::LOG_TARGET, &Level::INFO));
     let f = log_filter(Some("flexvol-provisioner=debug,kube=info"), LOG_TARGET).unwrap();
     assert!(f.would_enable(LOG_TARGET, &Level::DEBUG));
     assert!(f.would_enable("kube", &Level::INFO));
