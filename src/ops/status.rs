@@ -61,9 +61,13 @@ fn capacity(a: &StatusArgs, node: &str) -> i32 {
         }
     };
     let runner = crate::sys::exec::SystemRunner::new(config.tool_dirs.clone());
-    let (roots, mut failed) = cap::measure_roots(&config, node, &runner);
-    let (vgs, vg_failed) = cap::measure_vgs(&config, &format!("{}/lvm", a.vendor));
-    failed.extend(vg_failed);
+    let cap::Measured { roots, vgs, failed } = cap::measure(
+        &config,
+        node,
+        &format!("{}/lvm", a.vendor),
+        &runner,
+        cap::Detail::Record,
+    );
     let now = std::time::SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

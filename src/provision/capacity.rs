@@ -105,6 +105,7 @@ pub(crate) fn measure_roots(
     cfg: &Config,
     node: &str,
     runner: &dyn Runner,
+    detail: Detail,
 ) -> (Vec<RootMeasure>, Vec<String>) {
     let (mut out, mut failed) = (Vec::new(), Vec::new());
     for path in cfg.local_path.node_roots(node) {
@@ -125,15 +126,24 @@ pub(crate) fn measure_roots(
             }
         };
         let frag = st.fragment_size();
-        let (roots, bad) = volumedir::usable_roots(std::slice::from_ref(&path), false);
-        failed.extend(bad);
-        let found = volumedir::scan(&roots, volumedir::SCAN_DEPTH);
-        let sizes = quota::size_status(runner, &found);
+        let (promised_bytes, quota_enforced) = match detail {
+            Detail::Metrics => (0, false),
+            Detail::Record => {
+                let (roots, bad) = volumedir::usable_roots(std::slice::from_ref(&path), false);
+                failed.extend(bad);
+                let found = volumedir::scan(&roots, volumedir::SCAN_DEPTH);
+                let sizes = quota::size_status(runner, &found);
+                (
+                    promised(&sizes),
+                    matches!(quota::detect(&path), quota::Support::Enforced(_)),
+                )
+            }
+        };
         out.push(RootMeasure {
             size: st.blocks().saturating_mul(frag),
             available: st.blocks_available().saturating_mul(frag),
-            promised: promised(&sizes),
-            quota_enforced: matches!(quota::detect(&path), quota::Support::Enforced(_)),
+            promised: promised_bytes,
+            quota_enforced,
             path,
             error: None,
         });
@@ -203,24 +213,86 @@ pub(crate) fn describe(r: &CapacityRecord) -> Vec<String> {
     out
 }
 
-/// Measures this node, builds its record (stamped `now`) and publishes it through `cluster`;
-/// what could not be measured or written, for the log. The measuring blocks (`statvfs`,
-/// `xfs_quota`, `vgs`/`lvs`, each under its deadline), as the lane's other volume work does.
+/// What one measuring of this node found ([`measure`]): the figures of its hostPath roots and
+/// volume groups, and what could not be measured (for the log).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Measured {
+    /// Its hostPath roots.
+    pub(crate) roots: Vec<RootMeasure>,
+    /// The volume groups its config grants that exist.
+    pub(crate) vgs: Vec<VgMeasure>,
+    /// What could not be measured.
+    pub(crate) failed: Vec<String>,
+}
+
+/// How much a measuring reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// What the metrics show: `statvfs` of each root, one `vgs` per volume group.
+    Metrics,
+    /// Also what the published record needs: the space promised to each root's volumes (a scan
+    /// and `xfs_quota report`), whether quotas are enforced, each VG's thin pools (`lvs`).
+    Record,
+}
+
+/// Measures this node once, for everything that shows its capacity: the metrics
+/// ([`Measured::pools`]), the record it publishes ([`publish`]) and `flexvol status --capacity`.
+/// It blocks (`statvfs`, `xfs_quota`, `vgs`/`lvs`, each under its deadline), as the lane's other
+/// volume work does.
+pub(crate) fn measure(
+    cfg: &Config,
+    node: &str,
+    lvm_driver: &str,
+    runner: &dyn Runner,
+    detail: Detail,
+) -> Measured {
+    let (roots, mut failed) = measure_roots(cfg, node, runner, detail);
+    let (vgs, vg_failed) = measure_vgs(cfg, lvm_driver, detail);
+    failed.extend(vg_failed);
+    Measured { roots, vgs, failed }
+}
+
+impl Measured {
+    /// The pools the metrics show (`flexvol_provisioner_capacity_*`): each root measured (size
+    /// and bytes available) and each volume group measured (bytes free; `vgs` is not asked for a
+    /// size the metric would show).
+    pub(crate) fn pools(&self) -> Vec<crate::provision::telemetry::Pool> {
+        use crate::provision::telemetry::Pool;
+        let roots = self
+            .roots
+            .iter()
+            .filter(|r| r.error.is_none())
+            .map(|r| Pool {
+                kind: "hostpath",
+                pool: r.path.display().to_string(),
+                size: Some(r.size),
+                free: r.available,
+            });
+        let vgs = self.vgs.iter().filter(|v| v.error.is_none()).map(|v| Pool {
+            kind: "lvm",
+            pool: v.name.clone(),
+            size: None,
+            free: v.free,
+        });
+        roots.chain(vgs).collect()
+    }
+}
+
+/// Builds this node's record from `m` (stamped `now`) and publishes it through `cluster`; what
+/// could not be written, for the log.
 pub(crate) async fn publish<C: Cluster>(
     cluster: &C,
     cfg: &Config,
     node: &str,
-    lvm_driver: &str,
+    m: &Measured,
     now: SystemTime,
 ) -> Vec<String> {
-    let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
-    let (roots, mut failed) = measure_roots(cfg, node, &runner);
-    let (vgs, vg_failed) = measure_vgs(cfg, lvm_driver);
-    failed.extend(vg_failed);
+    let mut failed = Vec::new();
+    let (roots, vgs) = (&m.roots, &m.vgs);
     let at = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let record = build(node, at, &cfg.local_path, &cfg.lvm, &roots, &vgs);
+    let record = build(node, at, &cfg.local_path, &cfg.lvm, roots, vgs);
     if let Err(e) = validate(&record, node) {
         failed.push(format!("capacity record of this node not published: {e}"));
         return failed;
@@ -245,14 +317,21 @@ pub(crate) async fn publish<C: Cluster>(
 /// each, through the driver `lvm_driver`'s context (`toolDirs`, the verb timeout as deadline).
 /// A granted VG that does not exist on this node is left out (no class can use it here); one
 /// that cannot be read is listed with its error; with what failed, for the log.
-pub(crate) fn measure_vgs(cfg: &Config, lvm_driver: &str) -> (Vec<VgMeasure>, Vec<String>) {
+pub(crate) fn measure_vgs(
+    cfg: &Config,
+    lvm_driver: &str,
+    detail: Detail,
+) -> (Vec<VgMeasure>, Vec<String>) {
     use crate::backend::lvm::lvs::{LvService, LvmCommands, LvmError};
     let (mut out, mut failed) = (Vec::new(), Vec::new());
     for vg in &cfg.lvm.allowed_volume_groups {
         let deadline = crate::sys::process::Deadline::after(cfg.verb_timeout());
         let got = crate::backend::on_node(cfg, deadline, lvm_driver, |ctx| {
             let row = LvmCommands.vg(ctx, vg)?;
-            let lvs = LvmCommands.list(ctx, vg)?;
+            let lvs = match detail {
+                Detail::Metrics => Vec::new(),
+                Detail::Record => LvmCommands.list(ctx, vg)?,
+            };
             Ok::<_, LvmError>((row, lvs))
         });
         match got {
@@ -272,7 +351,11 @@ pub(crate) fn measure_vgs(cfg: &Config, lvm_driver: &str) -> (Vec<VgMeasure>, Ve
                 failed.push(why.clone());
                 out.push(unmeasured_vg(vg, why));
             }
-            Err(LvmError::VgNotFound { .. }) => {}
+            // Not on this node: no figures for it (the record lists the VGs that exist), and a
+            // line in the log, as an operator would want for a VG the config grants.
+            Err(e @ LvmError::VgNotFound { .. }) => {
+                failed.push(format!("capacity of volume group {vg}: {e}"));
+            }
             Err(e) => {
                 let why = format!("capacity of volume group {vg}: {e}");
                 failed.push(why.clone());
@@ -422,7 +505,7 @@ mod tests {
             ..Config::default()
         };
         let runner = crate::sys::exec::SystemRunner::new(vec![]);
-        let (roots, failed) = measure_roots(&cfg, "node-a", &runner);
+        let (roots, failed) = measure_roots(&cfg, "node-a", &runner, Detail::Record);
         assert_eq!(failed, Vec::<String>::new());
         assert_eq!(roots.len(), 1);
         let r = &roots[0];
@@ -433,7 +516,7 @@ mod tests {
         }
         assert!(r.error.is_none());
         // A root that cannot be measured is listed with its error (its classes: unknown).
-        let (roots, failed) = measure_roots(&cfg, "node-b", &runner);
+        let (roots, failed) = measure_roots(&cfg, "node-b", &runner, Detail::Record);
         assert!(
             failed[0].contains("/nonexistent-flexvol-root"),
             "{failed:?}"
@@ -478,7 +561,7 @@ esac
             ..Config::default()
         };
         cfg.lvm.allowed_volume_groups = vec!["vg0".into(), "gone".into(), "bad".into()];
-        let (vgs, failed) = measure_vgs(&cfg, "flexvol/lvm");
+        let (vgs, failed) = measure_vgs(&cfg, "flexvol/lvm", Detail::Record);
         assert_eq!(vgs.len(), 2, "{vgs:?}");
         assert_eq!(
             vgs[0],
@@ -497,7 +580,12 @@ esac
         );
         assert_eq!(vgs[1].name, "bad");
         assert!(vgs[1].error.is_some(), "{vgs:?}");
-        assert_eq!(failed.len(), 1, "{failed:?}");
+        // The VG not on this node is said in the log, with no figures in the record.
+        assert_eq!(failed.len(), 2, "{failed:?}");
+        assert!(
+            failed.iter().any(|f| f.contains("volume group gone")),
+            "{failed:?}"
+        );
         // What the node would publish validates.
         let r = build("n1", 1, &cfg.local_path, &cfg.lvm, &[], &vgs);
         validate(&r, "n1").unwrap();

@@ -228,9 +228,22 @@ async fn run(mut a: LaneArgs) {
                 && (!report.ops.is_empty()
                     || capacity_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)))
             {
-                let (pools, failed) = telemetry::capacity(&config, &a.id.node, &lvm_driver);
-                m.set_capacity(&pools);
-                for f in failed {
+                // Measured once for both the metrics and the published record.
+                let detail = if a.publish_capacity {
+                    crate::provision::capacity::Detail::Record
+                } else {
+                    crate::provision::capacity::Detail::Metrics
+                };
+                let runner = crate::sys::exec::SystemRunner::new(config.tool_dirs.clone());
+                let measured = crate::provision::capacity::measure(
+                    &config,
+                    &a.id.node,
+                    &lvm_driver,
+                    &runner,
+                    detail,
+                );
+                m.set_capacity(&measured.pools());
+                for f in &measured.failed {
                     warn!(target: LOG_TARGET, "{f}");
                 }
                 if a.publish_capacity {
@@ -238,7 +251,7 @@ async fn run(mut a: LaneArgs) {
                         &rec.cluster,
                         &config,
                         &a.id.node,
-                        &lvm_driver,
+                        &measured,
                         std::time::SystemTime::now(),
                     )
                     .await;

@@ -26,7 +26,6 @@
 
 use crate::k8s::http::Unhealthy;
 use crate::k8s::queue::Lane;
-use crate::node::config::Config;
 use crate::provision::reconcile::{Action, Outcome, Report};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -492,40 +491,6 @@ pub(crate) struct Pool {
     pub(crate) size: Option<u64>,
     /// Bytes free for new volumes.
     pub(crate) free: u64,
-}
-
-/// This node's pools: its hostPath roots (statvfs) and the VGs its config allows (one `lvm vgs`
-/// each, under the config's verb timeout); with what could not be read.
-pub(crate) fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<String>) {
-    let (mut pools, mut failed) = (Vec::new(), Vec::new());
-    for root in cfg.local_path.node_roots(node) {
-        match nix::sys::statvfs::statvfs(&root) {
-            Ok(st) => {
-                let frag = st.fragment_size();
-                pools.push(Pool {
-                    kind: "hostpath",
-                    pool: root.display().to_string(),
-                    size: Some(st.blocks().saturating_mul(frag)),
-                    free: st.blocks_available().saturating_mul(frag),
-                });
-            }
-            Err(e) => failed.push(format!("capacity of hostPath root {}: {e}", root.display())),
-        }
-    }
-    for vg in &cfg.lvm.allowed_volume_groups {
-        use crate::backend::lvm::lvs::{LvService, LvmCommands};
-        let deadline = crate::sys::process::Deadline::after(cfg.verb_timeout());
-        match crate::backend::on_node(cfg, deadline, lvm_driver, |ctx| LvmCommands.vg(ctx, vg)) {
-            Ok(row) => pools.push(Pool {
-                kind: "lvm",
-                pool: vg.clone(),
-                size: None,
-                free: row.vg_free,
-            }),
-            Err(e) => failed.push(format!("capacity of volume group {vg}: {e}")),
-        }
-    }
-    (pools, failed)
 }
 
 /// Liveness and readiness, per lane ([`crate::provision::lanes`]), from each lane's heartbeats

@@ -2554,12 +2554,16 @@ fn capacity_is_published_for_this_node() {
     };
     let f = Fake::default();
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
-    let failed = block_on(crate::provision::capacity::publish(
-        &f,
+    let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+    let m = crate::provision::capacity::measure(
         &cfg,
         "node-a",
         "flexvol/lvm",
-        at,
+        &runner,
+        crate::provision::capacity::Detail::Record,
+    );
+    let failed = block_on(crate::provision::capacity::publish(
+        &f, &cfg, "node-a", &m, at,
     ));
     assert_eq!(failed, Vec::<String>::new());
     let published = f.published.borrow();

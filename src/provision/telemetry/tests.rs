@@ -1,4 +1,18 @@
 use super::*;
+use crate::node::config::Config;
+
+/// The metrics' view of one measuring of this node, as the node-local lane takes it.
+fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<String>) {
+    let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+    let m = crate::provision::capacity::measure(
+        cfg,
+        node,
+        lvm_driver,
+        &runner,
+        crate::provision::capacity::Detail::Metrics,
+    );
+    (m.pools(), m.failed)
+}
 use crate::k8s::daemon::log_filter;
 use crate::k8s::http::{Limits, serve, serve_within};
 use crate::provision::reconcile::Op;
@@ -398,7 +412,7 @@ fn capacity_of_the_allowed_volume_groups_is_their_free_bytes() {
         r#"#!/bin/sh
 for a; do vg="$a"; done
 case "$vg" in
-vg0) echo '{"report":[{"vg":[{"vg_name":"vg0","vg_extent_size":"4194304","vg_free":"8388608"}]}]}' ;;
+vg0) echo '{"report":[{"vg":[{"vg_name":"vg0","vg_extent_size":"4194304","vg_free":"8388608","vg_size":"104857600"}]}]}' ;;
 *) echo "  Volume group \"$vg\" not found" >&2; exit 5 ;;
 esac
 "#,
