@@ -536,7 +536,8 @@ impl<C: Cluster> Reconciler<C> {
     /// One pass over everything the cluster seam lists, with the node config `cfg`: a
     /// [`Reconciler::refresh`], the legacy grants (step 3), then [`Reconciler::sync`] of every
     /// claim and every PV. The lanes ([`crate::provision::lanes`]) instead sync only the keys that changed
-    /// or are due; this is the same work for a cluster seam that lists everything (the tests).
+    /// or are due; this is the same work, through the same [`Reconciler::sync`], for a cluster seam
+    /// that lists everything (the tests).
     #[cfg(test)]
     pub(crate) async fn pass(&mut self, cfg: &Config) -> Report {
         let mut report = self.refresh(cfg).await;
@@ -565,11 +566,27 @@ impl<C: Cluster> Reconciler<C> {
         };
         self.forget_gone(&claims, &volumes);
         report.seen = (claims.len(), volumes.len());
-        for c in &claims {
-            self.sync_claim(c, cfg, &mut report).await;
-        }
-        for v in &volumes {
-            self.sync_volume(v, cfg, &mut report).await;
+        // Each object through `sync(key)`, the path the lanes run: the object is read again
+        // from the cluster seam as production reads it from the watch caches.
+        let keys = claims
+            .iter()
+            .filter_map(|c| {
+                let m = &c.metadata;
+                Some(Key::Claim(format!(
+                    "{}/{}",
+                    m.namespace.as_deref()?,
+                    m.name.as_deref()?
+                )))
+            })
+            .chain(
+                volumes
+                    .iter()
+                    .filter_map(|v| Some(Key::Volume(v.metadata.name.clone()?))),
+            )
+            .collect::<Vec<_>>();
+        for k in &keys {
+            let r = self.sync(k, cfg).await;
+            report.merge(r);
         }
         report
     }
