@@ -282,7 +282,7 @@ fn plan_tree(path: &Path, what: &'static str) -> Result<Option<Removal>, Uninsta
         }
     }
     let fd = open_tree(path)?;
-    crate::provision::storage::volumedir::check_no_mounts(&fd, path).map_err(err)?;
+    crate::provision::storage::volumedir::check_no_mounts(&fd, path).map_err(|e| err(e.into()))?;
     Ok(Some(Removal::Tree {
         path: path.to_owned(),
         what,
@@ -518,8 +518,10 @@ fn remove(x: &Removal) -> Result<Option<String>, UninstallError> {
         }
         Removal::Tree { path, .. } => {
             let fd = open_tree(path)?;
-            crate::provision::storage::volumedir::check_no_mounts(&fd, path).map_err(err)?;
-            crate::provision::storage::volumedir::empty_dir(&fd, path).map_err(err)?;
+            crate::provision::storage::volumedir::check_no_mounts(&fd, path)
+                .map_err(|e| err(e.into()))?;
+            crate::provision::storage::volumedir::empty_dir(&fd, path)
+                .map_err(|e| err(e.into()))?;
             let (parent, name) = split(path)?;
             let pfd = open_dir_nofollow(parent).map_err(|e| fail(path, &e))?;
             ignore_gone(dirfd::rmdir(&pfd, name)).map_err(|e| fail(path, &e))?;

@@ -623,10 +623,22 @@ fn string_errors(line: &str) -> usize {
     found
 }
 
+/// The provisioner's files whose errors are still plain strings (issue #34, item 4): each leaves
+/// this list, into the lint's scope, once it has none left.
+const STRING_ERRORS_LEFT: [&str; 7] = [
+    "provision/storage.rs",
+    "provision/storage/cloning.rs",
+    "provision/storage/cloning/copy.rs",
+    "provision/storage/hostpath.rs",
+    "provision/storage/lvm.rs",
+    "provision/storage/nfs.rs",
+    "provision/storage/quota.rs",
+];
+
 /// Issue #34, 4: the daemons' errors are typed (thiserror enums whose variants are the kinds a
 /// caller branches on), never a bare `Result<_, String>`: in `src/k8s/`, `src/vocab/`, `src/controller/` and the
-/// provisioner's own files (`src/provision/` but the per-kind `storage`, whose errors are typed on
-/// their own schedule). Test modules may keep theirs.
+/// provisioner's files (`src/provision/` but the storage files still in [`STRING_ERRORS_LEFT`], typed
+/// on their own schedule). Test modules may keep theirs.
 #[test]
 fn contract_daemon_errors_are_typed() {
     let mut bad = Vec::new();
@@ -635,7 +647,7 @@ fn contract_daemon_errors_are_typed() {
             || rel.starts_with("vocab/")
             || rel.starts_with("controller/")
             || (rel.starts_with("provision/")
-                && !rel.starts_with("provision/storage")
+                && !STRING_ERRORS_LEFT.contains(&rel.as_str())
                 && !rel.ends_with("tests.rs"));
         if !in_scope {
             continue;

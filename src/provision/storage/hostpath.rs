@@ -17,9 +17,9 @@ use crate::node::capability::{self, Key, Location, node_key_path};
 use crate::node::config::Config;
 use crate::provision::storage::quota::DriftCheck;
 use crate::provision::storage::volumedir::{
-    Deleted, DirParams, DirState, MARKER, Marker, Root, check_ours, create_volume_dir,
-    default_rel_path, delete_volume_dir, expand_pattern, finish_deletes, locate, read_record,
-    usable_roots,
+    Deleted, DirParams, DirState, MARKER, Marker, Root, VolumeDirError, check_ours,
+    create_volume_dir, default_rel_path, delete_volume_dir, expand_pattern, finish_deletes, locate,
+    read_record, usable_roots,
 };
 use crate::provision::storage::{
     Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck,
@@ -236,14 +236,12 @@ impl HostPathProvisioner {
 /// ([`crate::provision::storage::plan_claim`]).
 pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
     // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
-    crate::vocab::class::split_param(params)
-        .map_err(|e| e.to_string())
-        .and_then(|rest| DirParams::parse(&rest))
-        .map(|_| ())
-        .map_err(|e| match e.starts_with("unknown class parameter") {
-            true => format!("{e}, {}", crate::vocab::class::PARAM),
-            false => e,
-        })
+    let rest = crate::vocab::class::split_param(params).map_err(|e| e.to_string())?;
+    match DirParams::parse(&rest) {
+        Ok(_) => Ok(()),
+        Err(VolumeDirError::UnknownParam(e)) => Err(format!("{e}, {}", crate::vocab::class::PARAM)),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl Provisioner for HostPathProvisioner {
@@ -266,7 +264,7 @@ impl Provisioner for HostPathProvisioner {
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
         let params = crate::vocab::class::split_param(req.params)
             .map_err(|e| e.to_string())
-            .and_then(|rest| DirParams::parse(&rest))
+            .and_then(|rest| DirParams::parse(&rest).map_err(String::from))
             .map_err(Refusal::Fail)?;
         let rel = match &params.path_pattern {
             Some(p) => expand_pattern(p, req.pv_name, req.namespace, req.name)
@@ -341,8 +339,8 @@ impl Provisioner for HostPathProvisioner {
             }
             self.discard(&*runner, root, &rel, req)?;
         }
-        let path =
-            create_volume_dir(root, &rel, params.ownership, &marker).map_err(Refusal::Fail)?;
+        let path = create_volume_dir(root, &rel, params.ownership, &marker)
+            .map_err(|e| Refusal::Fail(e.into()))?;
         checkpoint("provisioner-after-directory");
         let size =
             crate::provision::storage::quota::enforce_volume(&*runner, root, &rel, req.size_bytes)
@@ -498,6 +496,23 @@ mod tests {
     use super::*;
     use crate::sys::testing::FakeRunner;
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+    /// The parameters a hostPath class may use are listed after an unknown key, chosen by the
+    /// error's kind ([`VolumeDirError::UnknownParam`]): a bad value of a known key gets no list,
+    /// whatever its message says.
+    #[test]
+    fn an_unknown_class_parameter_lists_the_grace_period_too() {
+        let m = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        let suffix = format!(", {}", crate::vocab::class::PARAM);
+        let e = check_params(&m("nodePath", "/x")).unwrap_err();
+        assert!(e.starts_with("unknown class parameter \"nodePath\""), "{e}");
+        assert!(e.ends_with(&suffix), "{e}");
+        let e = check_params(&m("uid", "bob")).unwrap_err();
+        assert!(e.contains("numeric id") && !e.contains(&suffix), "{e}");
+        let e = check_params(&m("pathPattern", "unknown class parameter/..")).unwrap_err();
+        assert!(!e.contains(&suffix), "{e}");
+        assert_eq!(check_params(&m(crate::vocab::class::PARAM, "5m")), Ok(()));
+    }
 
     #[test]
     fn the_runner_is_the_one_given_and_an_unenforced_root_runs_no_tool() {

@@ -493,6 +493,7 @@ pub(crate) fn make_subdir(
     marker: &Marker,
 ) -> Result<PathBuf, String> {
     volumedir::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
+        .map_err(String::from)
 }
 
 /// The source of an NFS clone: a directory of the same export, as its PV records it.
@@ -840,7 +841,7 @@ impl Provisioner for NfsProvisioner {
         })?;
         let rel = match &class.dir.path_pattern {
             Some(p) => volumedir::expand_pattern(p, req.pv_name, req.namespace, req.name)
-                .map_err(Refusal::Fail)?,
+                .map_err(|e| Refusal::Fail(e.into()))?,
             None => {
                 let d = volumedir::default_rel_path(req.pv_name, req.namespace, req.name);
                 volumedir::volume_rel_path(&d.to_string_lossy())

@@ -9,7 +9,7 @@
 //! [`remove_leftovers`]) volume directories, and listing them ([`scan`], [`SCAN_DEPTH`]). The
 //! directory part of a class (`pathPattern`, `uid`, `gid`, `mode`) is parsed here too
 //! ([`DirParams`]), since both provisioners take it. It knows no provisioner and no Kubernetes
-//! object (callers pass names and paths); its refusals are typed ([`ProvisionError`]). The
+//! object (callers pass names and paths); its errors are typed ([`VolumeDirError`], [`ProvisionError`]). The
 //! system calls are [`crate::sys::dirfd`]'s.
 //!
 //! Safety rules (rule 4 of the house: delete only what we provably created):
@@ -104,6 +104,78 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+
+/// What the marked-directory library's work can fail with, by the kind a caller branches on. The
+/// message (`Display`) is the text people read in events and logs, unchanged from when these were
+/// plain strings. A plain `String` converts to [`VolumeDirError::Failed`] (a step to retry), as
+/// [`ProvisionError`] does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VolumeDirError {
+    /// A class parameter (`pathPattern`, `uid`, `gid`, `mode`) or a name is not usable: only a
+    /// fixed class (or name) helps.
+    #[error("{0}")]
+    Invalid(String),
+    /// A class parameter flexvol does not know (a typo must not fall back to a default): as
+    /// [`VolumeDirError::Invalid`]; the caller adds the parameters it knows besides.
+    #[error("{0}")]
+    UnknownParam(String),
+    /// Not provably ours: a directory or file flexvol did not make for this PV and claim (a
+    /// squatted name, a private directory holding others' files, another claim's volume), or
+    /// flexvol's own state that cannot be trusted (records not root's, a record or marker that is
+    /// not flexvol's, a tenant-planted object of the wrong type). Left alone for a person.
+    #[error("{0}")]
+    NotOurs(String),
+    /// A mount point or another volume's directory inside (or around) the one at work: volumes
+    /// never nest, and a delete never crosses a mount. Left alone for a person.
+    #[error("{0}")]
+    Occupied(String),
+    /// Nothing is where it should be.
+    #[error("{0}")]
+    NotFound(String),
+    /// A step failed (the filesystem, a racing instance): the next pass tries again.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for VolumeDirError {
+    fn from(why: String) -> Self {
+        Self::Failed(why)
+    }
+}
+
+/// For callers whose errors are still plain messages: the text, unchanged.
+impl From<VolumeDirError> for String {
+    fn from(e: VolumeDirError) -> Self {
+        e.to_string()
+    }
+}
+
+/// Each kind to the provisioners' kind: a refusal stays a refusal (the reconciler leaves it for a
+/// person), an invalid class stays one.
+impl From<VolumeDirError> for ProvisionError {
+    fn from(e: VolumeDirError) -> Self {
+        match e {
+            VolumeDirError::Invalid(m) | VolumeDirError::UnknownParam(m) => Self::InvalidClass(m),
+            VolumeDirError::NotOurs(m) | VolumeDirError::Occupied(m) => Self::Refused(m),
+            VolumeDirError::NotFound(m) => Self::NotFound(m),
+            VolumeDirError::Failed(m) => Self::Failed(m),
+        }
+    }
+}
+
+impl VolumeDirError {
+    /// The same kind of error with `f` applied to its message (context added).
+    pub(crate) fn map(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::Invalid(m) => Self::Invalid(f(m)),
+            Self::UnknownParam(m) => Self::UnknownParam(f(m)),
+            Self::NotOurs(m) => Self::NotOurs(f(m)),
+            Self::Occupied(m) => Self::Occupied(f(m)),
+            Self::NotFound(m) => Self::NotFound(f(m)),
+            Self::Failed(m) => Self::Failed(f(m)),
+        }
+    }
+}
 
 /// How many directory levels below a root [`scan`] looks for volumes (patterns may nest them).
 pub(crate) const SCAN_DEPTH: usize = 4;
@@ -210,7 +282,7 @@ impl DirParams {
     /// to a default silently.
     pub fn parse<'a>(
         params: impl IntoIterator<Item = (&'a String, &'a String)>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, VolumeDirError> {
         let mut p = DirParams::default();
         for (k, v) in params {
             match k.as_str() {
@@ -222,7 +294,9 @@ impl DirParams {
                 "uid" | "gid" => {
                     // The driver's own rule (one validation for both).
                     let id = Ownership::parse_id(v).map_err(|why| {
-                        format!("class parameter {k}={v:?}: {why}; use e.g. {k}: \"1000\"")
+                        VolumeDirError::Invalid(format!(
+                            "class parameter {k}={v:?}: {why}; use e.g. {k}: \"1000\""
+                        ))
                     })?;
                     if k == "uid" {
                         p.ownership.uid = Some(id);
@@ -232,15 +306,17 @@ impl DirParams {
                 }
                 "mode" => {
                     let m = Ownership::parse_mode(v).map_err(|why| {
-                        format!("class parameter mode={v:?}: {why}; use e.g. mode: \"0770\"")
+                        VolumeDirError::Invalid(format!(
+                            "class parameter mode={v:?}: {why}; use e.g. mode: \"0770\""
+                        ))
                     })?;
                     p.ownership.mode = Some(m);
                 }
                 _ => {
-                    return Err(format!(
+                    return Err(VolumeDirError::UnknownParam(format!(
                         "unknown class parameter {k:?}; the hostpath provisioner knows {}",
                         DIR_PARAMS.join(", ")
-                    ));
+                    )));
                 }
             }
         }
@@ -256,11 +332,11 @@ pub(crate) fn expand_pattern(
     pv: &str,
     ns: &str,
     claim: &str,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, VolumeDirError> {
     let bad = |why: &str| {
-        format!(
+        VolumeDirError::Invalid(format!(
             "class parameter pathPattern={pattern:?} {why}; use fields {{{{ .PVName }}}}, {{{{ .PVC.Namespace }}}}, {{{{ .PVC.Name }}}} joined by /, e.g. \"{{{{ .PVC.Namespace }}}}/{{{{ .PVC.Name }}}}\""
-        )
+        ))
     };
     let mut out = String::new();
     let mut rest = pattern;
@@ -281,25 +357,27 @@ pub(crate) fn expand_pattern(
         return Err(bad("has a stray }}"));
     }
     out.push_str(rest);
-    volume_rel_path(&out).map_err(|why| bad(&why))
+    volume_rel_path(&out).map_err(|why| bad(&why.to_string()))
 }
 
 /// Checks a directory path relative to a root: non-empty, relative, normal components only, and
 /// not one of our reserved names.
-pub(crate) fn volume_rel_path(s: &str) -> Result<PathBuf, String> {
+pub(crate) fn volume_rel_path(s: &str) -> Result<PathBuf, VolumeDirError> {
     if s.is_empty() || s.starts_with('/') || s.contains('\0') {
-        return Err("must expand to a non-empty relative path".into());
+        return Err(VolumeDirError::Invalid(
+            "must expand to a non-empty relative path".into(),
+        ));
     }
     for part in s.split('/') {
         if part.is_empty() || part == "." || part == ".." {
-            return Err(format!(
+            return Err(VolumeDirError::Invalid(format!(
                 "expands to {s:?}, which has an empty, \".\" or \"..\" component"
-            ));
+            )));
         }
         if part.starts_with(RESERVED_PREFIX) {
-            return Err(format!(
+            return Err(VolumeDirError::Invalid(format!(
                 "expands to {s:?}, which uses a name flexvol reserves"
-            ));
+            )));
         }
     }
     let p = PathBuf::from(s);
@@ -323,7 +401,7 @@ pub struct Root {
 
 /// Makes a configured root usable: creates it (0755, root-owned) when missing, as local-path
 /// does, then resolves it. Errors say why the root cannot be used.
-pub fn prepare_root(configured: &Path) -> Result<Root, String> {
+pub fn prepare_root(configured: &Path) -> Result<Root, VolumeDirError> {
     let (base, missing) = paths::resolve_existing(configured)
         .map_err(|e| format!("root {} cannot be resolved: {e}", configured.display()))?;
     if !missing.is_empty() {
@@ -333,7 +411,10 @@ pub fn prepare_root(configured: &Path) -> Result<Root, String> {
     let real = std::fs::canonicalize(configured)
         .map_err(|e| format!("root {} cannot be resolved: {e}", configured.display()))?;
     if !real.is_dir() {
-        return Err(format!("root {} is not a directory", configured.display()));
+        return Err(VolumeDirError::Failed(format!(
+            "root {} is not a directory",
+            configured.display()
+        )));
     }
     Ok(Root {
         configured: configured.to_owned(),
@@ -347,7 +428,7 @@ pub(crate) fn usable_roots(paths: &[PathBuf], create: bool) -> (Vec<Root>, Vec<S
     let (mut ok, mut bad) = (Vec::new(), Vec::new());
     for p in paths {
         let r = if create {
-            prepare_root(p)
+            prepare_root(p).map_err(String::from)
         } else {
             std::fs::canonicalize(p)
                 .map(|real| Root {
@@ -389,18 +470,22 @@ fn read_json<T: serde::de::DeserializeOwned>(
     dir: &impl AsFd,
     name: &str,
     what: &str,
-) -> Result<Option<T>, String> {
+) -> Result<Option<T>, VolumeDirError> {
     let data = match dirfd::read_small(dir, name, MAX_JSON) {
         Ok(Some(data)) => data,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("its {what} {name} cannot be read: {e}")),
+        Err(e) => {
+            return Err(VolumeDirError::Failed(format!(
+                "its {what} {name} cannot be read: {e}"
+            )));
+        }
     };
     serde_json::from_slice(&data)
         .map(Some)
-        .map_err(|e| format!("its {what} {name} is not flexvol's: {e}"))
+        .map_err(|e| VolumeDirError::NotOurs(format!("its {what} {name} is not flexvol's: {e}")))
 }
 
-fn read_marker(dir: &OwnedFd) -> Result<Option<Marker>, String> {
+fn read_marker(dir: &OwnedFd) -> Result<Option<Marker>, VolumeDirError> {
     read_json(dir, MARKER, "marker")
 }
 
@@ -414,14 +499,17 @@ fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<OsString>> {
 /// both directories are real directories (no symlink), owned by the user we run as (root) and
 /// closed to everybody else; anything else is an error that says what to do. `Ok(None)`: absent
 /// and not created.
-fn records_dir(root: &Root, create: bool) -> Result<Option<OwnedFd>, String> {
+fn records_dir(root: &Root, create: bool) -> Result<Option<OwnedFd>, VolumeDirError> {
     let mut cur = open_dir(&root.real)
         .map_err(|e| format!("root {} cannot be opened: {e}", root.real.display()))?;
     let mut path = root.real.clone();
     for name in [STATE_DIR, RECORDS_DIR] {
         path.push(name);
         let fail = |e: &dyn std::fmt::Display| {
-            format!("flexvol's record directory {}: {e}", path.display())
+            VolumeDirError::Failed(format!(
+                "flexvol's record directory {}: {e}",
+                path.display()
+            ))
         };
         let fd = match open_child_dir(&cur, OsStr::new(name)) {
             Ok(fd) => fd,
@@ -443,26 +531,29 @@ fn records_dir(root: &Root, create: bool) -> Result<Option<OwnedFd>, String> {
         };
         let st = dirfd::stat(&fd).map_err(|e| fail(&e))?;
         if st.st_uid != nix::unistd::geteuid().as_raw() || st.st_mode & 0o077 != 0 {
-            return Err(fail(&format!(
+            let why = format!(
                 "is owned by uid {} with mode {:o}, not by root with mode 0700, so flexvol cannot trust what is in it (on NFS: export with no_root_squash); move it away",
                 st.st_uid,
                 st.st_mode & 0o7777
-            )));
+            );
+            return Err(VolumeDirError::NotOurs(fail(&why).to_string()));
         }
         cur = fd;
     }
     Ok(Some(cur))
 }
 
-fn record_name(pv: &str) -> Result<String, String> {
+fn record_name(pv: &str) -> Result<String, VolumeDirError> {
     if pv.contains('/') || volume_rel_path(pv).is_err() || pv.starts_with('.') {
-        return Err(format!("{pv:?} is not usable as a PV name"));
+        return Err(VolumeDirError::Invalid(format!(
+            "{pv:?} is not usable as a PV name"
+        )));
     }
     Ok(format!("{pv}{RECORD_SUFFIX}"))
 }
 
 /// The record of PV `pv` under `root`, if any.
-pub(crate) fn read_record(root: &Root, pv: &str) -> Result<Option<Record>, String> {
+pub(crate) fn read_record(root: &Root, pv: &str) -> Result<Option<Record>, VolumeDirError> {
     let Some(dir) = records_dir(root, false)? else {
         return Ok(None);
     };
@@ -471,7 +562,7 @@ pub(crate) fn read_record(root: &Root, pv: &str) -> Result<Option<Record>, Strin
 
 /// Every record under `root` (none when the record directory does not exist). A record that
 /// cannot be read is an error: it may be a volume, and nothing may be decided without it.
-pub(crate) fn read_records(root: &Root) -> Result<Vec<Record>, String> {
+pub(crate) fn read_records(root: &Root) -> Result<Vec<Record>, VolumeDirError> {
     let Some(dir) = records_dir(root, false)? else {
         return Ok(Vec::new());
     };
@@ -500,9 +591,12 @@ fn temp_name(what: &str) -> String {
 
 /// Writes `rec` to a temporary file of this process in the record directory, synced. Returns the
 /// temporary's name.
-fn write_temp_record(dir: &OwnedFd, rec: &Record) -> Result<String, String> {
+fn write_temp_record(dir: &OwnedFd, rec: &Record) -> Result<String, VolumeDirError> {
     let fail = |e: &dyn std::fmt::Display| {
-        format!("cannot write the record of {}: {e}", rec.marker.volume)
+        VolumeDirError::Failed(format!(
+            "cannot write the record of {}: {e}",
+            rec.marker.volume
+        ))
     };
     let tmp = temp_name(&rec.marker.volume);
     let fd = dirfd::create_new_file(dir, tmp.as_str(), 0o600).map_err(|e| fail(&e))?;
@@ -521,8 +615,9 @@ fn write_temp_record(dir: &OwnedFd, rec: &Record) -> Result<String, String> {
 
 /// Publishes `rec` unless a record of its PV exists: hard-links a temporary into place (the
 /// first link wins, on NFS too). Returns whether this call's record is the one in place.
-fn link_record(root: &Root, rec: &Record) -> Result<bool, String> {
-    let dir = records_dir(root, true)?.ok_or("no record directory")?;
+fn link_record(root: &Root, rec: &Record) -> Result<bool, VolumeDirError> {
+    let dir = records_dir(root, true)?
+        .ok_or_else(|| VolumeDirError::Failed("no record directory".into()))?;
     let name = record_name(&rec.marker.volume)?;
     let tmp = write_temp_record(&dir, rec)?;
     let linked = dirfd::link(&dir, &tmp, &name);
@@ -531,10 +626,10 @@ fn link_record(root: &Root, rec: &Record) -> Result<bool, String> {
         Ok(()) => true,
         Err(nix::Error::EEXIST) => false,
         Err(e) => {
-            return Err(format!(
+            return Err(VolumeDirError::Failed(format!(
                 "cannot write the record of {}: {e}",
                 rec.marker.volume
-            ));
+            )));
         }
     };
     dirfd::sync(&dir).map_err(|e| format!("cannot sync flexvol's records: {e}"))?;
@@ -543,18 +638,24 @@ fn link_record(root: &Root, rec: &Record) -> Result<bool, String> {
 
 /// Replaces the record of `rec`'s PV (a temporary renamed over, then synced): how a project ID is
 /// added to it.
-pub(crate) fn write_record(root: &Root, rec: &Record) -> Result<(), String> {
-    let dir = records_dir(root, true)?.ok_or("no record directory")?;
+pub(crate) fn write_record(root: &Root, rec: &Record) -> Result<(), VolumeDirError> {
+    let dir = records_dir(root, true)?
+        .ok_or_else(|| VolumeDirError::Failed("no record directory".into()))?;
     let name = record_name(&rec.marker.volume)?;
     let tmp = write_temp_record(&dir, rec)?;
     dirfd::rename(&dir, tmp.as_str(), &dir, name.as_str())
         .and_then(|()| dirfd::sync(&dir))
-        .map_err(|e| format!("cannot write the record of {}: {e}", rec.marker.volume))
+        .map_err(|e| {
+            VolumeDirError::Failed(format!(
+                "cannot write the record of {}: {e}",
+                rec.marker.volume
+            ))
+        })
 }
 
 /// Removes the record of PV `pv` when it names `rel` and nothing is at `rel` any more (the
 /// directory was deleted or archived).
-pub(crate) fn forget_record(root: &Root, rel: &Path, pv: &str) -> Result<(), String> {
+pub(crate) fn forget_record(root: &Root, rel: &Path, pv: &str) -> Result<(), VolumeDirError> {
     match read_record(root, pv)? {
         Some(r) if Path::new(&r.path) == rel && inspect(root, rel) == DirState::Missing => {
             remove_record(root, pv)
@@ -564,7 +665,7 @@ pub(crate) fn forget_record(root: &Root, rel: &Path, pv: &str) -> Result<(), Str
 }
 
 /// Removes the record of PV `pv` (absent is fine).
-fn remove_record(root: &Root, pv: &str) -> Result<(), String> {
+fn remove_record(root: &Root, pv: &str) -> Result<(), VolumeDirError> {
     let Some(dir) = records_dir(root, false)? else {
         return Ok(());
     };
@@ -573,7 +674,9 @@ fn remove_record(root: &Root, pv: &str) -> Result<(), String> {
             let _ = dirfd::sync(&dir);
             Ok(())
         }
-        Err(e) => Err(format!("cannot remove the record of {pv}: {e}")),
+        Err(e) => Err(VolumeDirError::Failed(format!(
+            "cannot remove the record of {pv}: {e}"
+        ))),
     }
 }
 
@@ -582,7 +685,7 @@ fn remove_record(root: &Root, pv: &str) -> Result<(), String> {
 pub(crate) fn inspect(root: &Root, rel: &Path) -> DirState {
     match read_records(root) {
         Ok(records) => inspect_with(root, rel, &records),
-        Err(why) => DirState::Foreign(why),
+        Err(why) => DirState::Foreign(why.to_string()),
     }
 }
 
@@ -641,7 +744,12 @@ fn inspect_with(root: &Root, rel: &Path, records: &[Record]) -> DirState {
 
 /// Refuses a volume at `rel` inside or above another volume's directory, by the root-only
 /// records.
-fn check_nesting(root: &Root, rel: &Path, pv: &str, records: &[Record]) -> Result<(), String> {
+fn check_nesting(
+    root: &Root,
+    rel: &Path,
+    pv: &str,
+    records: &[Record],
+) -> Result<(), VolumeDirError> {
     for r in records.iter().filter(|r| r.marker.volume != pv) {
         let other = Path::new(&r.path);
         let what = if rel == other {
@@ -653,13 +761,13 @@ fn check_nesting(root: &Root, rel: &Path, pv: &str, records: &[Record]) -> Resul
         } else {
             continue;
         };
-        return Err(format!(
+        return Err(VolumeDirError::Occupied(format!(
             "{} {what} the directory of PV {} (claim {}/{}); volumes never nest: give the classes on this root patterns that cannot overlap (e.g. end each in {{{{ .PVName }}}})",
             root.real.join(rel).display(),
             r.marker.volume,
             r.marker.namespace,
             r.marker.claim
-        ));
+        )));
     }
     // Only the root-only records decide: a marker in a directory above `rel` is a file its
     // directory's owner wrote. Old volumes have their records since the provisioner's first pass
@@ -675,24 +783,32 @@ fn only_ours_inside(dir: &OwnedFd) -> bool {
 
 /// Removes the private directory `name` in `parent` if it holds nothing but our marker; `Err`
 /// when it holds anything else (never ours to delete).
-fn remove_private(parent: &OwnedFd, name: &str, where_: &Path) -> Result<(), String> {
+fn remove_private(parent: &OwnedFd, name: &str, where_: &Path) -> Result<(), VolumeDirError> {
     let fd = match open_child_dir(parent, OsStr::new(name)) {
         Ok(fd) => fd,
         Err(nix::Error::ENOENT) => return Ok(()),
-        Err(e) => return Err(format!("{}/{name} cannot be opened: {e}", where_.display())),
+        Err(e) => {
+            return Err(VolumeDirError::Failed(format!(
+                "{}/{name} cannot be opened: {e}",
+                where_.display()
+            )));
+        }
     };
     if !only_ours_inside(&fd) {
-        return Err(format!(
+        return Err(VolumeDirError::NotOurs(format!(
             "{}/{name} holds files flexvol did not write; move it away",
             where_.display()
-        ));
+        )));
     }
     for n in [MARKER, MARKER_TMP] {
         let _ = dirfd::unlink(&fd, n);
     }
     match dirfd::rmdir(parent, name) {
         Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
-        Err(e) => Err(format!("cannot remove {}/{name}: {e}", where_.display())),
+        Err(e) => Err(VolumeDirError::Failed(format!(
+            "cannot remove {}/{name}: {e}",
+            where_.display()
+        ))),
     }
 }
 
@@ -703,7 +819,7 @@ pub fn create_volume_dir(
     rel: &Path,
     own: Ownership,
     marker: &Marker,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, VolumeDirError> {
     create_volume_dir_as(root, rel, own, marker, None)
 }
 
@@ -720,7 +836,7 @@ pub(crate) fn create_volume_dir_as(
     own: Ownership,
     marker: &Marker,
     instance: Option<&str>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, VolumeDirError> {
     let path = root.real.join(rel);
     let pv = marker.volume.as_str();
     record_name(pv)?;
@@ -738,17 +854,19 @@ pub(crate) fn create_volume_dir_as(
     for _ in 0..4 {
         let records = read_records(root)?;
         check_nesting(root, rel, pv, &records)?;
-        let fail = |e: &dyn std::fmt::Display| format!("cannot create {}: {e}", path.display());
+        let fail = |e: &dyn std::fmt::Display| {
+            VolumeDirError::Failed(format!("cannot create {}: {e}", path.display()))
+        };
         if let Some(rec) = records.iter().find(|r| r.marker.volume == pv) {
             if !rec.marker.same_volume(marker) || Path::new(&rec.path) != rel {
-                return Err(format!(
+                return Err(VolumeDirError::NotOurs(format!(
                     "PV {pv} already has a directory, {}, made for claim {}/{} (uid {}); not made again at {}",
                     root.real.join(&rec.path).display(),
                     rec.marker.namespace,
                     rec.marker.claim,
                     rec.marker.claim_uid,
                     path.display()
-                ));
+                )));
             }
             match inspect_with(root, rel, &records) {
                 DirState::Owned(_) => {
@@ -852,16 +970,16 @@ pub(crate) fn create_volume_dir_as(
         }
         checkpoint("provisioner-after-record");
     }
-    Err(format!(
+    Err(VolumeDirError::Failed(format!(
         "{} did not settle (other instances kept changing it); retrying",
         path.display()
-    ))
+    )))
 }
 
-fn squatted(why: &str) -> String {
-    format!(
+fn squatted(why: &str) -> VolumeDirError {
+    VolumeDirError::NotOurs(format!(
         "{why}; flexvol never adopts a directory it did not make for this claim (whoever made it may still have it mounted): move it away, or use a pathPattern with {{{{ .PVName }}}}"
-    )
+    ))
 }
 
 /// Whether the entry `name` in `dir` was last changed more than a minute ago (a leftover of a
@@ -878,14 +996,14 @@ fn old_entry(dir: &OwnedFd, name: &str) -> bool {
 
 /// Writes (or rewrites) the informational marker of `dir` atomically: a temporary file renamed
 /// over, then synced. Ownership is decided by the record, never by this file.
-pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), String> {
+pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), VolumeDirError> {
     let d =
         open_dir(dir).map_err(|e| format!("cannot write the marker in {}: {e}", dir.display()))?;
     write_marker_fd(&d, marker)
-        .map_err(|e| format!("cannot write the marker in {}: {e}", dir.display()))
+        .map_err(|e| e.map(|e| format!("cannot write the marker in {}: {e}", dir.display())))
 }
 
-fn write_marker_fd(d: &OwnedFd, marker: &Marker) -> Result<(), String> {
+fn write_marker_fd(d: &OwnedFd, marker: &Marker) -> Result<(), VolumeDirError> {
     let fail = |e: &dyn std::fmt::Display| e.to_string();
     let tmp = MARKER_TMP;
     let fd = dirfd::create_file(d, tmp, 0o444).map_err(|e| fail(&e))?;
@@ -938,7 +1056,7 @@ pub(crate) fn adopt_legacy(
     volume: &str,
     claim_uid: &str,
     project_ok: &dyn Fn(u32) -> bool,
-) -> Result<bool, String> {
+) -> Result<bool, VolumeDirError> {
     // The common case, every pass for every volume: recorded already (one small read).
     if read_record(root, volume)?.is_some() {
         return Ok(false);
@@ -1110,14 +1228,17 @@ pub(crate) const MAX_DEPTH: usize = 256;
 /// `None`: it is gone.
 type Facts = Option<(bool, (u32, u32), bool)>;
 
-fn entry_facts(dir: &OwnedFd, name: &OsStr) -> Result<Facts, String> {
+fn entry_facts(dir: &OwnedFd, name: &OsStr) -> Result<Facts, VolumeDirError> {
     dirfd::entry(dir, name)
         .map(|e| e.map(|e| (e.is_dir, e.dev, e.mount_root)))
-        .map_err(|e| format!("cannot look at {}: {e}", name.to_string_lossy()))
+        .map_err(|e| {
+            VolumeDirError::Failed(format!("cannot look at {}: {e}", name.to_string_lossy()))
+        })
 }
 
-fn top_dev(dir: &OwnedFd) -> Result<(u32, u32), String> {
-    dirfd::fs_dev(dir).map_err(|e| format!("cannot look at the directory: {e}"))
+fn top_dev(dir: &OwnedFd) -> Result<(u32, u32), VolumeDirError> {
+    dirfd::fs_dev(dir)
+        .map_err(|e| VolumeDirError::Failed(format!("cannot look at the directory: {e}")))
 }
 
 /// Walks the volume directory `dir` (at `path`) before it is deleted: fails if anything inside
@@ -1129,7 +1250,7 @@ pub(crate) fn check_tree(
     path: &Path,
     volume: &str,
     records: &[Record],
-) -> Result<(), String> {
+) -> Result<(), VolumeDirError> {
     let dev = top_dev(dir)?;
     // The device of the tree being deleted, as `Record::names` compares it: the walk never leaves
     // it, so on it the inode decides (an NFS export's device changes with every mount).
@@ -1143,12 +1264,12 @@ pub(crate) fn check_tree(
     walk_tree(dir, path, dev, 0, &mut |d, p, _top| {
         let id = dev_ino(d).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         if let Some(r) = others.iter().find(|r| r.names(id, Some(tree_dev))) {
-            return Err(format!(
+            return Err(VolumeDirError::Occupied(format!(
                 "{} holds the directory of PV {} ({}), another volume",
                 path.display(),
                 r.marker.volume,
                 p.display()
-            ));
+            )));
         }
         // A marker file below the top decides nothing: the pod owns it (and could plant one
         // naming any PV to make its own volume undeletable, or a FIFO under that name).
@@ -1157,11 +1278,11 @@ pub(crate) fn check_tree(
 }
 
 /// The error for a tree deeper than [`MAX_DEPTH`].
-fn too_deep(path: &Path) -> String {
-    format!(
+fn too_deep(path: &Path) -> VolumeDirError {
+    VolumeDirError::Failed(format!(
         "{} is more than {MAX_DEPTH} directories deep; delete it by hand",
         path.display()
-    )
+    ))
 }
 
 /// One entry `name` of the directory `dir` (at `path`, on device `dev`) in a walk: `None` when it
@@ -1174,16 +1295,16 @@ fn walk_entry(
     name: &OsStr,
     dev: (u32, u32),
     then: &str,
-) -> Result<Option<(PathBuf, Option<OwnedFd>)>, String> {
+) -> Result<Option<(PathBuf, Option<OwnedFd>)>, VolumeDirError> {
     let p = path.join(name);
     let Some((is_dir, d, mount)) = entry_facts(dir, name)? else {
         return Ok(None);
     };
     let crossing = |p: &Path| {
-        format!(
+        VolumeDirError::Occupied(format!(
             "{} is a mount point; flexvol never deletes across a mount: {then}",
             p.display()
-        )
+        ))
     };
     if mount || d != dev {
         return Err(crossing(&p));
@@ -1195,7 +1316,10 @@ fn walk_entry(
         Ok(fd) => Ok(Some((p, Some(fd)))),
         Err(nix::Error::ENOENT) => Ok(None),
         Err(nix::Error::EXDEV) => Err(crossing(&p)),
-        Err(e) => Err(format!("cannot open {}: {e}", p.display())),
+        Err(e) => Err(VolumeDirError::Failed(format!(
+            "cannot open {}: {e}",
+            p.display()
+        ))),
     }
 }
 
@@ -1206,8 +1330,8 @@ fn walk_tree(
     path: &Path,
     dev: (u32, u32),
     depth: usize,
-    visit: &mut dyn FnMut(&OwnedFd, &Path, bool) -> Result<(), String>,
-) -> Result<(), String> {
+    visit: &mut dyn FnMut(&OwnedFd, &Path, bool) -> Result<(), VolumeDirError>,
+) -> Result<(), VolumeDirError> {
     if depth > MAX_DEPTH {
         return Err(too_deep(path));
     }
@@ -1229,7 +1353,7 @@ fn remove_contents(
     path: &Path,
     dev: (u32, u32),
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), VolumeDirError> {
     if depth > MAX_DEPTH {
         return Err(too_deep(path));
     }
@@ -1261,7 +1385,7 @@ fn remove_contents(
 /// Fails if anything below the directory `dir` (at `path`) is a mount point or on another device;
 /// never follows a symlink, changes nothing. With [`empty_dir`], for `flexvol install --uninstall
 /// --purge` (src/ops/uninstall.rs), which checks a whole tree before it removes anything in it.
-pub(crate) fn check_no_mounts(dir: &OwnedFd, path: &Path) -> Result<(), String> {
+pub(crate) fn check_no_mounts(dir: &OwnedFd, path: &Path) -> Result<(), VolumeDirError> {
     let dev = top_dev(dir)?;
     walk_tree(dir, path, dev, 0, &mut |_, _, _| Ok(()))
 }
@@ -1269,12 +1393,12 @@ pub(crate) fn check_no_mounts(dir: &OwnedFd, path: &Path) -> Result<(), String> 
 /// Empties the directory `dir` (at `path`) as a volume delete does ([`remove_contents`]): every
 /// entry unlinked through its directory's descriptor, a symlink unlinked and never followed, a
 /// mount point or a device change an error that stops it.
-pub(crate) fn empty_dir(dir: &OwnedFd, path: &Path) -> Result<(), String> {
+pub(crate) fn empty_dir(dir: &OwnedFd, path: &Path) -> Result<(), VolumeDirError> {
     let dev = top_dev(dir)?;
     remove_contents(dir, path, dev, 0)
 }
 
-fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), String> {
+fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), VolumeDirError> {
     let p = root.real.join(tomb);
     let root_fd =
         open_dir(&root.real).map_err(|e| format!("cannot open {}: {e}", root.real.display()))?;
@@ -1282,19 +1406,27 @@ fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), String> {
         Ok(fd) => fd,
         Err(nix::Error::ENOENT) => return Ok(()),
         Err(nix::Error::EXDEV) => {
-            return Err(format!(
+            return Err(VolumeDirError::Occupied(format!(
                 "{} is a mount point; flexvol never deletes across a mount: unmount it first",
                 p.display()
-            ));
+            )));
         }
-        Err(e) => return Err(format!("cannot open {}: {e}", p.display())),
+        Err(e) => {
+            return Err(VolumeDirError::Failed(format!(
+                "cannot open {}: {e}",
+                p.display()
+            )));
+        }
     };
     let dev = top_dev(&dir)?;
     remove_contents(&dir, &p, dev, 0)?;
     drop(dir);
     match dirfd::rmdir(&root_fd, tomb) {
         Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
-        Err(e) => Err(format!("cannot remove {}: {e}", p.display())),
+        Err(e) => Err(VolumeDirError::Failed(format!(
+            "cannot remove {}: {e}",
+            p.display()
+        ))),
     }
 }
 
@@ -1325,7 +1457,7 @@ pub(crate) fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
                         }
                         done.push(r.real.join(n));
                     }
-                    Err(why) => errors.push(why),
+                    Err(why) => errors.push(why.to_string()),
                 }
             }
         }

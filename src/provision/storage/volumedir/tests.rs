@@ -48,7 +48,8 @@ fn patterns_cannot_leave_the_root() {
         "ns/.flexvol-new-pvc-x",
     ] {
         let e = expand_pattern(bad, "pv", "ns", "c").unwrap_err();
-        assert!(e.contains("pathPattern"), "{bad}: {e}");
+        assert!(matches!(e, VolumeDirError::Invalid(_)), "{bad}: {e:?}");
+        assert!(e.to_string().contains("pathPattern"), "{bad}: {e}");
     }
     // Values cannot smuggle traversal in either (names come from the API, but still).
     assert!(expand_pattern("{{ .PVC.Name }}", "pv", "ns", "..").is_err());
@@ -84,7 +85,24 @@ fn class_params_are_checked() {
         (m(&[("pathPattern", "../x")]), "pathPattern"),
     ] {
         let e = DirParams::parse(&bad).unwrap_err();
-        assert!(e.contains(want), "{bad:?}: {e}");
+        // An unknown key is its own kind (the caller adds the keys it knows); a bad value is
+        // invalid, never a step to retry.
+        if want == "unknown class parameter" {
+            assert!(
+                matches!(e, VolumeDirError::UnknownParam(_)),
+                "{bad:?}: {e:?}"
+            );
+        } else {
+            assert!(matches!(e, VolumeDirError::Invalid(_)), "{bad:?}: {e:?}");
+        }
+        assert!(
+            matches!(
+                ProvisionError::from(e.clone()),
+                ProvisionError::InvalidClass(_)
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(want), "{bad:?}: {e}");
     }
 }
 
@@ -145,8 +163,9 @@ fn a_squatted_empty_directory_is_never_adopted() {
         mode: Some(0o770),
     };
     let e = create_volume_dir(&r, Path::new("team-b/db"), own, &marker("pvc-b", "ub")).unwrap_err();
-    assert!(e.contains("never adopts"), "{e}");
-    assert!(e.contains("team-b/db"), "{e}");
+    assert!(matches!(e, VolumeDirError::NotOurs(_)), "{e:?}");
+    assert!(e.to_string().contains("never adopts"), "{e}");
+    assert!(e.to_string().contains("team-b/db"), "{e}");
     assert!(!squat.join(MARKER).exists(), "not marked");
     let md = std::fs::metadata(&squat).unwrap();
     assert_eq!((md.uid(), md.mode() & 0o7777), (0, 0o777), "not touched");
@@ -209,7 +228,8 @@ fn a_kill_at_any_step_of_create_converges() {
     std::fs::create_dir(&private3).unwrap();
     std::fs::write(private3.join("data"), b"x").unwrap();
     let e = create_volume_dir(&r, Path::new("x"), own, &m3).unwrap_err();
-    assert!(e.contains("did not write"), "{e}");
+    assert!(matches!(e, VolumeDirError::NotOurs(_)), "{e:?}");
+    assert!(e.to_string().contains("did not write"), "{e}");
     assert!(private3.join("data").exists());
 }
 
@@ -358,19 +378,35 @@ fn volumes_never_nest() {
     create_volume_dir(&r, Path::new("team-a"), own, &marker("pvc-a", "ua")).unwrap();
     // Inside another volume.
     let e = create_volume_dir(&r, Path::new("team-a/db"), own, &marker("pvc-b", "ub")).unwrap_err();
-    assert!(e.contains("inside the directory of PV pvc-a"), "{e}");
+    assert!(matches!(e, VolumeDirError::Occupied(_)), "{e:?}");
+    assert!(
+        matches!(ProvisionError::from(e.clone()), ProvisionError::Refused(_)),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("inside the directory of PV pvc-a"),
+        "{e}"
+    );
     assert!(!r.real.join("team-a/db").exists());
     // Above another volume.
     create_volume_dir(&r, Path::new("team-c/db"), own, &marker("pvc-d", "ud")).unwrap();
     let e = create_volume_dir(&r, Path::new("team-c"), own, &marker("pvc-c", "uc")).unwrap_err();
-    assert!(e.contains("contain the directory of PV pvc-d"), "{e}");
+    assert!(matches!(e, VolumeDirError::Occupied(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("contain the directory of PV pvc-d"),
+        "{e}"
+    );
     // An old volume (marker, no record) above counts once the provisioner's pass adopted it,
     // on its PV's evidence: by its record, like any other.
     std::fs::create_dir(r.real.join("old")).unwrap();
     write_marker(&r.real.join("old"), &marker("pvc-old", "uo")).unwrap();
     assert!(adopt_legacy(&r, Path::new("old"), "pvc-old", "uo", &|_| true).unwrap());
     let e = create_volume_dir(&r, Path::new("old/x"), own, &marker("pvc-e", "ue")).unwrap_err();
-    assert!(e.contains("inside the directory of PV pvc-old"), "{e}");
+    assert!(matches!(e, VolumeDirError::Occupied(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("inside the directory of PV pvc-old"),
+        "{e}"
+    );
 }
 
 /// Issue #32, 3: markers are files the pod owns. A plain marker naming another PV, planted in a
@@ -567,7 +603,9 @@ fn delete_fails_before_removing_anything_when_a_mount_is_inside() {
     bind(&tomb.join("sub/mnt"));
     let e = remove_tombstone(&r, &tomb_name);
     unbind(&tomb.join("sub/mnt"));
-    assert!(e.unwrap_err().contains("mount point"));
+    let e = e.unwrap_err();
+    assert!(matches!(e, VolumeDirError::Occupied(_)), "{e:?}");
+    assert!(e.to_string().contains("mount point"));
     assert!(src.join("precious").exists(), "crossed the mount");
 }
 
@@ -597,11 +635,16 @@ fn create_is_idempotent_and_marks_the_directory() {
     assert!(p.join("data").exists());
     // Another PV's marker, or foreign data: refused, left alone.
     let e = create_volume_dir(&r, &rel, own, &marker("pvc-2", "u2")).unwrap_err();
-    assert!(e.contains("is the directory of PV pvc-1"), "{e}");
+    assert!(matches!(e, VolumeDirError::Occupied(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("is the directory of PV pvc-1"),
+        "{e}"
+    );
     std::fs::create_dir(r.real.join("foreign")).unwrap();
     std::fs::write(r.real.join("foreign/f"), b"x").unwrap();
     let e = create_volume_dir(&r, Path::new("foreign"), own, &marker("pvc-3", "u3")).unwrap_err();
-    assert!(e.contains("never adopts"), "{e}");
+    assert!(matches!(e, VolumeDirError::NotOurs(_)), "{e:?}");
+    assert!(e.to_string().contains("never adopts"), "{e}");
     assert!(!r.real.join("foreign").join(MARKER).exists());
 }
 
@@ -618,6 +661,7 @@ fn create_never_follows_symlinks() {
         &marker("p", "u"),
     )
     .unwrap_err();
+    let e = e.to_string();
     assert!(e.contains("symlink") || e.contains("cannot create"), "{e}");
     assert!(!outside.join("c").exists());
     std::os::unix::fs::symlink(&outside, r.real.join("direct")).unwrap();
