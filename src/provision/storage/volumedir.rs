@@ -122,16 +122,13 @@ pub enum VolumeDirError {
     /// Not provably ours: a directory or file flexvol did not make for this PV and claim (a
     /// squatted name, a private directory holding others' files, another claim's volume), or
     /// flexvol's own state that cannot be trusted (records not root's, a record or marker that is
-    /// not flexvol's, a tenant-planted object of the wrong type). Left alone for a person.
+    /// not flexvol's JSON). Left alone for a person.
     #[error("{0}")]
     NotOurs(String),
     /// A mount point or another volume's directory inside (or around) the one at work: volumes
     /// never nest, and a delete never crosses a mount. Left alone for a person.
     #[error("{0}")]
     Occupied(String),
-    /// Nothing is where it should be.
-    #[error("{0}")]
-    NotFound(String),
     /// A step failed (the filesystem, a racing instance): the next pass tries again.
     #[error("{0}")]
     Failed(String),
@@ -150,14 +147,13 @@ impl From<VolumeDirError> for String {
     }
 }
 
-/// Each kind to the provisioners' kind: a refusal stays a refusal (the reconciler leaves it for a
-/// person), an invalid class stays one.
+/// Each kind to the provisioners' kind: what is not ours, or holds a mount or another volume, is
+/// [`ProvisionError::Refused`]; an invalid class stays one; a failed step stays one.
 impl From<VolumeDirError> for ProvisionError {
     fn from(e: VolumeDirError) -> Self {
         match e {
             VolumeDirError::Invalid(m) | VolumeDirError::UnknownParam(m) => Self::InvalidClass(m),
             VolumeDirError::NotOurs(m) | VolumeDirError::Occupied(m) => Self::Refused(m),
-            VolumeDirError::NotFound(m) => Self::NotFound(m),
             VolumeDirError::Failed(m) => Self::Failed(m),
         }
     }
@@ -171,7 +167,6 @@ impl VolumeDirError {
             Self::UnknownParam(m) => Self::UnknownParam(f(m)),
             Self::NotOurs(m) => Self::NotOurs(f(m)),
             Self::Occupied(m) => Self::Occupied(f(m)),
-            Self::NotFound(m) => Self::NotFound(f(m)),
             Self::Failed(m) => Self::Failed(f(m)),
         }
     }
