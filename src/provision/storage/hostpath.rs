@@ -486,7 +486,7 @@ impl Provisioner for HostPathProvisioner {
             Ok(DriftCheck::Clean) => None,
             Ok(DriftCheck::Restored(d)) => Some(SizeCheck::Restored(d.to_string())),
             Ok(DriftCheck::NotRestored(d, why)) => Some(SizeCheck::NotRestored(d.to_string(), why)),
-            Err(why) => Some(SizeCheck::Failed(why)),
+            Err(why) => Some(SizeCheck::Failed(why.to_string())),
         }
     }
 }

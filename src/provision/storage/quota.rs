@@ -57,7 +57,9 @@
 //!   are not found (that is a walk of the whole volume); docs/security.md says what holds.
 
 use crate::provision::storage::error::ProvisionError;
-use crate::provision::storage::volumedir::{self, DirState, Marker, Record, Root, SCAN_DEPTH};
+use crate::provision::storage::volumedir::{
+    self, DirState, Marker, Record, Root, SCAN_DEPTH, VolumeDirError,
+};
 use crate::sys::dirfd::{self, FsMagic};
 use crate::sys::exec::{Cmd, Runner};
 use crate::vocab::ANN_PROJECT;
@@ -66,6 +68,64 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// What the project-quota work can fail with, by the kind a caller branches on. The message
+/// (`Display`) is the text people read in events, logs and `flexvol status`, unchanged from when
+/// these were plain strings. A plain `String` converts to [`QuotaError::Failed`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuotaError {
+    /// Sizes cannot be enforced here: the filesystem does not enforce project quotas (any more),
+    /// or a path has characters flexvol does not pass to `xfs_quota`.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A quota tool (`xfs_quota`, `xfs_io`) failed, timed out, or printed what flexvol cannot
+    /// read.
+    #[error("{0}")]
+    Tool(String),
+    /// What was set does not read back (the inherit flag, the project, the limit): the size is
+    /// not enforced.
+    #[error("{0}")]
+    NotEnforced(String),
+    /// The directory does not carry the project its record or marker names, or its record names
+    /// another directory: flexvol touches no quota for it. Left for a person.
+    #[error("{0}")]
+    NotOurs(String),
+    /// The marked-directory library's error (reading or writing the volume's record), its kind
+    /// kept.
+    #[error(transparent)]
+    Dir(#[from] VolumeDirError),
+    /// A step failed (the filesystem, every project ID in use): the next pass tries again.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for QuotaError {
+    fn from(why: String) -> Self {
+        Self::Failed(why)
+    }
+}
+
+/// For callers whose errors are still plain messages: the text, unchanged.
+impl From<QuotaError> for String {
+    fn from(e: QuotaError) -> Self {
+        e.to_string()
+    }
+}
+
+/// Each kind to the provisioners' kind: a directory that does not carry its project is
+/// [`ProvisionError::Refused`], the record's errors keep theirs, the rest are failed steps.
+impl From<QuotaError> for ProvisionError {
+    fn from(e: QuotaError) -> Self {
+        match e {
+            QuotaError::NotOurs(m) => Self::Refused(m),
+            QuotaError::Dir(e) => e.into(),
+            QuotaError::Unsupported(m)
+            | QuotaError::Tool(m)
+            | QuotaError::NotEnforced(m)
+            | QuotaError::Failed(m) => Self::Failed(m),
+        }
+    }
+}
 
 /// First project ID flexvol hands out.
 pub const ID_FIRST: u32 = 0x4000_0000;
@@ -219,17 +279,17 @@ pub(crate) fn round_up(bytes: u64, block: u64) -> u64 {
 /// Checks that a path may be written into an `xfs_quota` command string: absolute, and made only
 /// of ASCII letters, digits and `/ . _ - + @ :` (no spaces, quotes, or anything `xfs_quota`'s own
 /// tokenizer could read as a separator). Refused, never quoted.
-pub(crate) fn safe_path(p: &Path) -> Result<&str, String> {
+pub(crate) fn safe_path(p: &Path) -> Result<&str, QuotaError> {
     let s = p.to_str().filter(|s| {
         s.starts_with('/')
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b))
     });
     s.ok_or_else(|| {
-        format!(
+        QuotaError::Unsupported(format!(
             "the path {:?} has characters flexvol does not pass to xfs_quota (only letters, digits and / . _ - + @ : are); use a root and pathPattern without them to enforce sizes",
             p.display()
-        )
+        ))
     })
 }
 
@@ -271,19 +331,26 @@ fn xfs_quota(fs: &QuotaFs, command: String) -> Cmd {
         .timeout(TIMEOUT)
 }
 
-fn run(runner: &dyn Runner, cmd: &Cmd) -> Result<String, String> {
-    let out = runner.check(cmd).map_err(|e| e.to_string())?;
+fn run(runner: &dyn Runner, cmd: &Cmd) -> Result<String, QuotaError> {
+    let out = runner
+        .check(cmd)
+        .map_err(|e| QuotaError::Tool(e.to_string()))?;
     Ok(out.stdout_text())
 }
 
 /// Usage and limits of every project on `fs`.
-pub fn report(runner: &dyn Runner, fs: &QuotaFs) -> Result<BTreeMap<u32, Usage>, String> {
+pub fn report(runner: &dyn Runner, fs: &QuotaFs) -> Result<BTreeMap<u32, Usage>, QuotaError> {
     run(runner, &xfs_quota(fs, "report -p -b -N -n".into())).map(|t| parse_report(&t))
 }
 
 /// Sets the hard block limit of project `id` to `bytes` rounded up to the block; returns it.
 /// Used both to set a new volume's limit and to raise it.
-pub fn set_limit(runner: &dyn Runner, fs: &QuotaFs, id: u32, bytes: u64) -> Result<u64, String> {
+pub fn set_limit(
+    runner: &dyn Runner,
+    fs: &QuotaFs,
+    id: u32,
+    bytes: u64,
+) -> Result<u64, QuotaError> {
     let limit = round_up(bytes, fs.block_size);
     run(
         runner,
@@ -293,11 +360,11 @@ pub fn set_limit(runner: &dyn Runner, fs: &QuotaFs, id: u32, bytes: u64) -> Resu
 }
 
 /// Whether `dir` has the project-inherit flag (read with `FS_IOC_GETFLAGS`, no symlink followed).
-pub fn has_inherit_flag(dir: &Path) -> Result<bool, String> {
+pub fn has_inherit_flag(dir: &Path) -> Result<bool, QuotaError> {
     let fd = dirfd::open_dir_for_flags(dir)
         .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
     dirfd::project_inherit(&fd)
-        .map_err(|e| format!("cannot read the flags of {}: {e}", dir.display()))
+        .map_err(|e| QuotaError::Failed(format!("cannot read the flags of {}: {e}", dir.display())))
 }
 
 /// Gives `dir` (and what is in it) project `id` with the inherit flag, then the limit `bytes`
@@ -308,7 +375,7 @@ pub fn apply(
     dir: &Path,
     id: u32,
     bytes: u64,
-) -> Result<u64, String> {
+) -> Result<u64, QuotaError> {
     let p = safe_path(dir)?;
     run(runner, &xfs_quota(fs, format!("project -s -p {p} {id}")))?;
     let limit = set_limit(runner, fs, id, bytes)?;
@@ -324,28 +391,28 @@ pub(crate) fn verify(
     dir: &Path,
     id: u32,
     limit: u64,
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     let p = safe_path(dir)?;
     if !has_inherit_flag(dir)? {
-        return Err(format!(
+        return Err(QuotaError::NotEnforced(format!(
             "{p} did not get the project-inherit flag from xfs_quota; its size is not enforced"
-        ));
+        )));
     }
     // `project -c` lists every inode below whose ID or flag differs (and exits 0 either way).
     let check = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
     if let Some(bad) = check.lines().find(|l| l.contains(" - project ")) {
-        return Err(format!(
+        return Err(QuotaError::NotEnforced(format!(
             "project {id} is not set on {p} ({}); its size is not enforced",
             bad.trim()
-        ));
+        )));
     }
     let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
     if have.limit_bytes < limit {
-        return Err(format!(
+        return Err(QuotaError::NotEnforced(format!(
             "the limit of project {id} on {} reads {} bytes, not {limit}; its size is not enforced",
             fs.mount_point.display(),
             have.limit_bytes
-        ));
+        )));
     }
     Ok(())
 }
@@ -382,14 +449,14 @@ pub fn enforce(
     known: Option<u32>,
     taken: &BTreeSet<u32>,
     bytes: u64,
-    persist: impl FnOnce(u32) -> Result<(), String>,
-) -> Result<Outcome, String> {
+    persist: impl FnOnce(u32) -> Result<(), QuotaError>,
+) -> Result<Outcome, QuotaError> {
     let fs = match support {
         Support::Enforced(fs) => fs,
         Support::NotEnforced(why) => return Ok(Outcome::NotEnforced(why.clone())),
     };
     if let Err(why) = safe_path(dir) {
-        return Ok(Outcome::NotEnforced(why));
+        return Ok(Outcome::NotEnforced(why.to_string()));
     }
     let id = match known {
         Some(id) => id,
@@ -419,7 +486,7 @@ pub fn raise(
     dir: &Path,
     id: u32,
     bytes: u64,
-) -> Result<u64, String> {
+) -> Result<u64, QuotaError> {
     let want = round_up(bytes, fs.block_size);
     let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
     let limit = if have.limit_bytes >= want {
@@ -471,15 +538,15 @@ pub(crate) fn enforce_volume(
     root: &Root,
     rel: &Path,
     bytes: u64,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, QuotaError> {
     let dir = root.real.join(rel);
     let rec = match volumedir::inspect(root, rel) {
         DirState::Owned(rec) => rec,
         _ => {
-            return Err(format!(
+            return Err(QuotaError::Failed(format!(
                 "{} has no flexvol record after it was made",
                 dir.display()
-            ));
+            )));
         }
     };
     let m = rec.marker.clone();
@@ -535,14 +602,14 @@ pub(crate) fn check_project(
     fs: &QuotaFs,
     dir: &Path,
     id: u32,
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     let p = safe_path(dir)?;
     let out = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
     let own = format!("{p} - ");
     match out.lines().map(str::trim).find(|l| l.starts_with(&own)) {
-        Some(line) if line.contains("identifier") => Err(format!(
+        Some(line) if line.contains("identifier") => Err(QuotaError::NotOurs(format!(
             "{p} does not carry project {id}, which its record or marker names ({line}); flexvol does not touch project quotas for it: check the directory's project (xfs_io -c lsproj)"
-        )),
+        ))),
         _ => Ok(()),
     }
 }
@@ -556,7 +623,7 @@ pub(crate) fn project_of_volume(
     root: &Root,
     rel: &Path,
     volume: &str,
-) -> Result<Option<u32>, String> {
+) -> Result<Option<u32>, QuotaError> {
     let claimed = match volumedir::inspect(root, rel) {
         DirState::Owned(r) if r.marker.volume == volume => r.marker.project_id,
         DirState::Legacy(m) if m.volume == volume => m.project_id,
@@ -575,7 +642,7 @@ pub(crate) fn checked_id(
     support: &Support,
     dir: &Path,
     id: u32,
-) -> Result<Option<u32>, String> {
+) -> Result<Option<u32>, QuotaError> {
     match support {
         Support::Enforced(fs) => check_project(runner, fs, dir, id).map(|()| Some(id)),
         Support::NotEnforced(_) => Ok(None),
@@ -622,16 +689,16 @@ pub(crate) fn raise_checked(
     dir: &Path,
     id: u32,
     bytes: u64,
-) -> Result<u64, String> {
+) -> Result<u64, QuotaError> {
     match support {
         Support::Enforced(fs) => {
             check_project(runner, fs, dir, id)?;
             raise(runner, fs, dir, id, bytes)
         }
-        Support::NotEnforced(why) => Err(format!(
+        Support::NotEnforced(why) => Err(QuotaError::Unsupported(format!(
             "{} has an enforced size (project {id}), but now {why}; its limit cannot be raised until then",
             dir.display()
-        )),
+        ))),
     }
 }
 
@@ -711,7 +778,7 @@ pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// ([`dirfd::fd_path_for_child`]): the tool opens that very directory (read-only: the project
 /// ioctls need no more) and does one ioctl on it, never walking below it. `command` is one of
 /// our fixed strings.
-fn xfs_io(fd: &impl std::os::fd::AsFd, command: String) -> Result<Cmd, String> {
+fn xfs_io(fd: &impl std::os::fd::AsFd, command: String) -> Result<Cmd, QuotaError> {
     let target = dirfd::fd_path_for_child(fd)
         .map_err(|e| format!("cannot name the open directory for xfs_io: {e}"))?;
     Ok(Cmd::new("xfs_io")
@@ -735,12 +802,16 @@ pub fn parse_lsproj(text: &str) -> Option<u32> {
 pub(crate) fn read_attrs(
     runner: &dyn Runner,
     fd: &impl std::os::fd::AsFd,
-) -> Result<ProjectAttrs, String> {
+) -> Result<ProjectAttrs, QuotaError> {
     let inherit = dirfd::project_inherit(fd)
         .map_err(|e| format!("cannot read the directory's flags: {e}"))?;
     let out = run(runner, &xfs_io(fd, "lsproj".into())?)?;
-    let id = parse_lsproj(&out)
-        .ok_or_else(|| format!("xfs_io lsproj printed no project ID: {:?}", out.trim()))?;
+    let id = parse_lsproj(&out).ok_or_else(|| {
+        QuotaError::Tool(format!(
+            "xfs_io lsproj printed no project ID: {:?}",
+            out.trim()
+        ))
+    })?;
     Ok(ProjectAttrs { id, inherit })
 }
 
@@ -752,7 +823,7 @@ pub(crate) fn restore(
     fd: &impl std::os::fd::AsFd,
     id: u32,
     seen: ProjectAttrs,
-) -> Result<(), String> {
+) -> Result<(), QuotaError> {
     if seen.id != id {
         run(runner, &xfs_io(fd, format!("chproj {id}"))?)?;
     }
@@ -763,7 +834,7 @@ pub(crate) fn restore(
     let now = read_attrs(runner, fd)?;
     match drift(id, now) {
         None => Ok(()),
-        Some(d) => Err(format!("after restoring, {d}")),
+        Some(d) => Err(QuotaError::NotEnforced(format!("after restoring, {d}"))),
     }
 }
 
@@ -794,7 +865,7 @@ pub(crate) fn check_drift(
     root: &Root,
     rel: &Path,
     volume: &str,
-) -> Result<DriftCheck, String> {
+) -> Result<DriftCheck, QuotaError> {
     let rec = match volumedir::read_record(root, volume)? {
         Some(r) if r.marker.volume == volume => r,
         _ => return Ok(DriftCheck::Clean),
@@ -803,11 +874,11 @@ pub(crate) fn check_drift(
         return Ok(DriftCheck::Clean);
     };
     if Path::new(&rec.path) != rel {
-        return Err(format!(
+        return Err(QuotaError::NotOurs(format!(
             "its record names the directory {}, its PV {}; nothing was checked",
             rec.path,
             rel.display()
-        ));
+        )));
     }
     let top = dirfd::open_dir(&root.real)
         .map_err(|e| format!("cannot open {}: {e}", root.real.display()))?;
@@ -819,7 +890,7 @@ pub(crate) fn check_drift(
     };
     Ok(match restore(runner, &dir, id, seen) {
         Ok(()) => DriftCheck::Restored(d),
-        Err(why) => DriftCheck::NotRestored(d, why),
+        Err(why) => DriftCheck::NotRestored(d, why.to_string()),
     })
 }
 
@@ -858,7 +929,7 @@ fn size_status_of(
     found: &[volumedir::Found],
     check_drift: bool,
 ) -> Vec<SizeStatus> {
-    let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, String>> = BTreeMap::new();
+    let mut reports: BTreeMap<PathBuf, Result<BTreeMap<u32, Usage>, QuotaError>> = BTreeMap::new();
     found
         .iter()
         .map(|f| {
@@ -892,7 +963,7 @@ fn size_status_of(
             // against a record: an old volume's marker is the pod's to rewrite).
             let seen = (check_drift && f.recorded).then(|| {
                 dirfd::open_dir(&f.path)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| QuotaError::Failed(e.to_string()))
                     .and_then(|fd| read_attrs(runner, &fd))
             });
             if let Some(d) = seen.and_then(Result::ok).and_then(|a| drift(id, a)) {
@@ -940,6 +1011,42 @@ mod tests {
             mount_point: "/mnt/x".into(),
             block_size: 4096,
         }
+    }
+
+    /// Each failure is its kind, whatever its words: a tool that failed or timed out, a path
+    /// never passed to the tool, a filesystem that stopped enforcing; only a directory not
+    /// carrying its project is a refusal for the provisioners.
+    #[test]
+    fn quota_errors_are_typed_by_kind() {
+        let r = FakeRunner::new();
+        r.on(
+            "xfs_quota",
+            &["report"],
+            1,
+            "",
+            "xfs_quota: cannot get quota",
+        );
+        let e = report(&r, &xfs()).unwrap_err();
+        assert!(matches!(e, QuotaError::Tool(_)), "{e:?}");
+        let r = FakeRunner::new();
+        r.time_out("xfs_quota");
+        let e = set_limit(&r, &xfs(), 7, 1).unwrap_err();
+        assert!(matches!(e, QuotaError::Tool(_)), "{e:?}");
+        assert_eq!(
+            ProvisionError::from(e.clone()),
+            ProvisionError::Failed(e.to_string())
+        );
+        let e = safe_path(Path::new("/a b")).unwrap_err();
+        assert!(matches!(e, QuotaError::Unsupported(_)), "{e:?}");
+        let gone = Support::NotEnforced("its filesystem is ext2".into());
+        let e = raise_checked(&r, &gone, Path::new("/mnt/x/v"), 7, 1).unwrap_err();
+        assert!(matches!(e, QuotaError::Unsupported(_)), "{e:?}");
+        assert!(e.to_string().contains("cannot be raised"), "{e}");
+        let e = QuotaError::from(VolumeDirError::Occupied("inside".into()));
+        assert_eq!(
+            ProvisionError::from(e),
+            ProvisionError::Refused("inside".into())
+        );
     }
 
     #[test]
@@ -1137,7 +1244,11 @@ mod tests {
             "{lines:?}"
         );
         let e = e.unwrap_err();
-        assert!(e.contains("flag"), "only verified enforcement counts: {e}");
+        assert!(matches!(e, QuotaError::NotEnforced(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("flag"),
+            "only verified enforcement counts: {e}"
+        );
 
         // A known ID: no report to choose, no persist, same commands.
         let r = FakeRunner::new();
@@ -1150,9 +1261,9 @@ mod tests {
         // A persist failure stops before anything is applied.
         let r = FakeRunner::new();
         let e = enforce(&r, &sup, &dir, v, None, &taken, 1, |_| {
-            Err("disk full".into())
+            Err(QuotaError::Failed("disk full".into()))
         });
-        assert_eq!(e.unwrap_err(), "disk full");
+        assert_eq!(e.unwrap_err(), QuotaError::Failed("disk full".into()));
         assert_eq!(r.count("xfs_quota"), 1, "only the report ran");
 
         // No quota support: nothing runs.
@@ -1222,13 +1333,20 @@ mod tests {
         let sup = Support::Enforced(xfs());
         // Delete: the project is not released.
         let e = checked_id(&r, &sup, &dir, victim).unwrap_err();
+        assert!(matches!(e, QuotaError::NotOurs(_)), "{e:?}");
         assert!(
-            e.contains(&format!("does not carry project {victim}")),
+            e.to_string()
+                .contains(&format!("does not carry project {victim}")),
             "{e}"
         );
         // Resize: no limit is set.
         let e = raise_checked(&r, &sup, &dir, victim, 1 << 30).unwrap_err();
-        assert!(e.contains("does not carry"), "{e}");
+        // A refusal, for the resize's event: never a step to retry blindly.
+        assert!(
+            matches!(ProvisionError::from(e.clone()), ProvisionError::Refused(_)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("does not carry"), "{e}");
         assert!(
             !r.lines().iter().any(|l| l.contains("limit")),
             "{:?}",
@@ -1413,13 +1531,17 @@ mod tests {
         let (_d, root, dir2) = recorded_volume(Some(7));
         std::fs::create_dir(root.real.join("w")).unwrap();
         let e = check_drift(&r, &root, Path::new("w"), "pvc-d").unwrap_err();
-        assert!(e.contains("its record names the directory v"), "{e}");
+        assert!(matches!(e, QuotaError::NotOurs(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("its record names the directory v"),
+            "{e}"
+        );
         // The directory replaced by another (a rename while flexvol was not looking): not the
         // recorded inode, nothing run on it.
         std::fs::rename(&dir2, root.real.join("old")).unwrap();
         std::fs::rename(root.real.join("w"), &dir2).unwrap();
         let e = check_drift(&r, &root, Path::new("v"), "pvc-d").unwrap_err();
-        assert!(e.contains("replaced"), "{e}");
+        assert!(e.to_string().contains("replaced"), "{e}");
         assert!(r.calls().is_empty(), "{:?}", r.lines());
         drop(dir);
     }
