@@ -204,7 +204,7 @@ impl HostPathProvisioner {
         // change to the tree while it is copied (a write, a new name, a swap) changes its
         // fingerprint (every entry's change time): such a copy is discarded, never kept.
         copy::copy_unchanged(&src, &dst, &[MARKER], meanwhile).map_err(|e| match e {
-            copy::Unchanged::Read(e) | copy::Unchanged::Copy(e) => e,
+            copy::Unchanged::Read(e) | copy::Unchanged::Copy(e) => e.to_string(),
             copy::Unchanged::Changed => format!(
                 "{}: a pod mounted and changed it during the copy",
                 copy::CHANGED

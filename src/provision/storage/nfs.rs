@@ -624,7 +624,7 @@ pub(crate) fn copy_source(
     let open =
         |p: &Path| dirfd::open_dir(p).map_err(|e| format!("cannot open {}: {e}", p.display()));
     let mut d = open(path).map_err(Refusal::Fail)?;
-    if !copy::is_empty_but(&d, &[volumedir::MARKER]).map_err(Refusal::Fail)? {
+    if !copy::is_empty_but(&d, &[volumedir::MARKER]).map_err(|e| Refusal::Fail(e.to_string()))? {
         remove_subdir(
             root,
             rel,

@@ -69,6 +69,29 @@ pub(crate) const NAMED_SKIPS: usize = 10;
 /// its `lstat` and its open): the copy is discarded and made again later.
 pub(crate) const CHANGED: &str = "the source changed during the copy";
 
+/// What a copy (or a walk of its source) can fail with, by the kind a caller branches on. The
+/// message (`Display`) is the text of the claim's event, unchanged from when these were plain
+/// strings. A plain `String` converts to [`CopyError::Failed`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CopyError {
+    /// A mount point inside the source: a clone copies its source's own filesystem only.
+    #[error("{0}")]
+    MountInside(String),
+    /// An entry was swapped between its `lstat` and its open (another type, another inode, grown
+    /// past a bound); the message starts with [`CHANGED`]. The copy is discarded.
+    #[error("{0}")]
+    Changed(String),
+    /// A step failed (the filesystem, a tree too deep).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for CopyError {
+    fn from(why: String) -> Self {
+        Self::Failed(why)
+    }
+}
+
 impl Copied {
     /// What the copy did, for the clone's PV annotation and event: counts, and the special files
     /// it left out by name.
@@ -96,7 +119,7 @@ pub(crate) const MAX_DEPTH: usize = 256;
 
 /// Copies the contents of the directory `src` into the directory `dst`, leaving out the names in
 /// `skip` at the top level (our marker). Errors name the path (relative to `src`) that failed.
-pub(crate) fn copy_tree(src: &OwnedFd, dst: &OwnedFd, skip: &[&str]) -> Result<Copied, String> {
+pub(crate) fn copy_tree(src: &OwnedFd, dst: &OwnedFd, skip: &[&str]) -> Result<Copied, CopyError> {
     copy_tree_with(src, dst, skip, &mut |_| {})
 }
 
@@ -107,7 +130,7 @@ fn copy_tree_with(
     dst: &OwnedFd,
     skip: &[&str],
     between: &mut dyn FnMut(&str),
-) -> Result<Copied, String> {
+) -> Result<Copied, CopyError> {
     let mut out = Copied::default();
     copy_dir(src, dst, skip, &mut OsString::new(), 0, &mut out, between)?;
     Ok(out)
@@ -117,9 +140,9 @@ fn copy_tree_with(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Unchanged {
     /// The source's tree could not be read for its [`fingerprint`].
-    Read(String),
+    Read(CopyError),
     /// The copy itself failed ([`copy_tree`]'s error).
-    Copy(String),
+    Copy(CopyError),
     /// The source changed while it was copied: the copy is not one moment of it.
     Changed,
 }
@@ -143,7 +166,7 @@ pub(crate) fn copy_unchanged(
 }
 
 /// Whether the directory holds nothing but the names in `skip`.
-pub(crate) fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, String> {
+pub(crate) fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, CopyError> {
     Ok(names(dir)?
         .iter()
         .all(|n| skip.iter().any(|s| OsStr::new(s) == n.as_os_str())))
@@ -153,19 +176,19 @@ pub(crate) fn is_empty_but(dir: &OwnedFd, skip: &[&str]) -> Result<bool, String>
 /// modification and change times (nanoseconds), in name order, nothing followed and no mount
 /// crossed (`EXDEV` fails it, as in [`copy_tree`]). Any write, create, remove, rename or chmod
 /// in the tree changes it (the entry's or its directory's ctime).
-pub(crate) fn fingerprint(dir: &OwnedFd) -> Result<u64, String> {
+pub(crate) fn fingerprint(dir: &OwnedFd) -> Result<u64, CopyError> {
     use std::hash::{Hash, Hasher};
     fn walk(
         dir: &OwnedFd,
         rel: &mut OsString,
         depth: usize,
         h: &mut std::collections::hash_map::DefaultHasher,
-    ) -> Result<(), String> {
+    ) -> Result<(), CopyError> {
         if depth > MAX_DEPTH {
-            return Err(format!(
+            return Err(CopyError::Failed(format!(
                 "{}: deeper than {MAX_DEPTH} directories",
                 rel.to_string_lossy()
-            ));
+            )));
         }
         let st =
             nix::sys::stat::fstat(dir).map_err(|e| format!("{}: {e}", rel.to_string_lossy()))?;
@@ -192,8 +215,8 @@ pub(crate) fn fingerprint(dir: &OwnedFd) -> Result<u64, String> {
     Ok(h.finish())
 }
 
-fn names(dir: &OwnedFd) -> Result<Vec<OsString>, String> {
-    list(dir).map_err(|e| e.to_string())
+fn names(dir: &OwnedFd) -> Result<Vec<OsString>, CopyError> {
+    list(dir).map_err(|e| CopyError::Failed(e.to_string()))
 }
 
 fn at(rel: &OsString, name: &OsStr) -> String {
@@ -235,27 +258,28 @@ fn copy_dir(
     depth: usize,
     out: &mut Copied,
     between: &mut dyn FnMut(&str),
-) -> Result<(), String> {
+) -> Result<(), CopyError> {
     if depth > MAX_DEPTH {
-        return Err(format!(
+        return Err(CopyError::Failed(format!(
             "{}: deeper than {MAX_DEPTH} directories",
             rel.to_string_lossy()
-        ));
+        )));
     }
     for name in names(src).map_err(|e| format!("cannot list {}: {e}", rel.to_string_lossy()))? {
         if depth == 0 && skip.iter().any(|s| OsStr::new(s) == name) {
             continue;
         }
         let path = at(rel, &name);
-        let fail = |what: &str, e: nix::Error| format!("cannot {what} {path}: {e}");
+        let fail =
+            |what: &str, e: nix::Error| CopyError::Failed(format!("cannot {what} {path}: {e}"));
         let safe = |e: SafeError| match e {
-            SafeError::Sys(nix::Error::EXDEV) => format!(
+            SafeError::Sys(nix::Error::EXDEV) => CopyError::MountInside(format!(
                 "{path} is a mount point: a clone copies its source's own filesystem only; unmount it"
-            ),
-            SafeError::Sys(e) => format!("cannot open {path}: {e}"),
+            )),
+            SafeError::Sys(e) => CopyError::Failed(format!("cannot open {path}: {e}")),
             e
             @ (SafeError::WrongType { .. } | SafeError::Replaced | SafeError::TooLarge { .. }) => {
-                format!("{CHANGED}: {path}: {e}")
+                CopyError::Changed(format!("{CHANGED}: {path}: {e}"))
             }
         };
         let st = fstatat(src, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
@@ -362,7 +386,7 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::Path;
 
-    fn copy(src: &Path, dst: &Path) -> Result<Copied, String> {
+    fn copy(src: &Path, dst: &Path) -> Result<Copied, CopyError> {
         std::fs::create_dir_all(dst).unwrap();
         copy_tree(
             &open_dir(src).unwrap(),
@@ -568,7 +592,8 @@ mod tests {
         let e = copy(&src, &d.join("dst2"));
         nix::mount::umount2(&src.join("sub/mnt"), nix::mount::MntFlags::MNT_DETACH).unwrap();
         let e = e.unwrap_err();
-        assert!(e.contains("sub/mnt is a mount point"), "{e}");
+        assert!(matches!(e, CopyError::MountInside(_)), "{e:?}");
+        assert!(e.to_string().contains("sub/mnt is a mount point"), "{e}");
         assert!(!d.join("dst2/sub/mnt/other-fs").exists());
     }
 
@@ -580,7 +605,7 @@ mod tests {
         dst: &Path,
         at: &'static str,
         swap: impl FnOnce() + Send + 'static,
-    ) -> Option<Result<Copied, String>> {
+    ) -> Option<Result<Copied, CopyError>> {
         std::fs::create_dir_all(dst).unwrap();
         let (s, d) = (open_dir(src).unwrap(), open_dir(dst).unwrap());
         let (tx, rx) = std::sync::mpsc::channel();
@@ -634,6 +659,8 @@ mod tests {
             })
             .unwrap_or_else(|| panic!("the copy blocked on the {from} swapped in at {at}"));
             let e = r.unwrap_err();
+            assert!(matches!(e, CopyError::Changed(_)), "{e:?}");
+            let e = e.to_string();
             assert!(e.starts_with(CHANGED) && e.contains(at), "{e}");
             // Swap back for the next round.
             exchange(&d.join("stash").join(from), &src.join(at));
@@ -672,6 +699,8 @@ mod tests {
         let e = copy_racing(&src, &d.join("dst"), "disk.img", move || exchange(&a, &b))
             .expect("the copy returns")
             .unwrap_err();
+        assert!(matches!(e, CopyError::Changed(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.starts_with(CHANGED) && e.contains("character device"),
             "{e}"
