@@ -73,7 +73,7 @@ pub(crate) fn in_use(
     cfg: &Config,
     backend: Backend,
     source: &Source<'_>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, crate::node::state::StateError> {
     let store = crate::node::state::StateStore::new(&cfg.state_dir, backend.name());
     for (_, rec) in store.list() {
         match rec {
@@ -84,7 +84,7 @@ pub(crate) fn in_use(
                 }));
             }
             Ok(_) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         }
     }
     Ok(None)
@@ -154,7 +154,10 @@ mod tests {
             ..Config::default()
         };
         let src = std::path::Path::new("/srv/r/ns/pvc-1");
-        assert_eq!(in_use(&cfg, Backend::HostPath, &Source::Dir(src)), Ok(None));
+        assert_eq!(
+            in_use(&cfg, Backend::HostPath, &Source::Dir(src)).unwrap(),
+            None
+        );
         let hp = StateStore::new(&cfg.state_dir, Backend::HostPath.name());
         hp.save(&rec(
             Backend::HostPath,
@@ -167,13 +170,13 @@ mod tests {
             .save(&rec(Backend::Lvm, "pv-2", "/dev/vg0/pvc-2", None))
             .unwrap();
         assert_eq!(
-            in_use(&cfg, Backend::HostPath, &Source::Dir(src)),
-            Ok(Some("pod ns/p".into()))
+            in_use(&cfg, Backend::HostPath, &Source::Dir(src)).unwrap(),
+            Some("pod ns/p".into())
         );
         let other = std::path::Path::new("/srv/r/ns/pvc-10");
         assert_eq!(
-            in_use(&cfg, Backend::HostPath, &Source::Dir(other)),
-            Ok(None)
+            in_use(&cfg, Backend::HostPath, &Source::Dir(other)).unwrap(),
+            None
         );
         let lv = Source::Lv {
             vg: "vg0",
@@ -227,7 +230,7 @@ mod tests {
         ))
         .unwrap();
         let src = Source::Dir(std::path::Path::new("/srv/r/ns/pvc-1"));
-        assert_eq!(in_use(&cfg, Backend::HostPath, &src), Ok(None));
+        assert_eq!(in_use(&cfg, Backend::HostPath, &src).unwrap(), None);
         hp.save(&rec(
             Backend::HostPath,
             "whatever",
@@ -236,8 +239,8 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            in_use(&cfg, Backend::HostPath, &src),
-            Ok(Some("pod ns/app".into()))
+            in_use(&cfg, Backend::HostPath, &src).unwrap(),
+            Some("pod ns/app".into())
         );
     }
 }
