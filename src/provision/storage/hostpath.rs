@@ -175,7 +175,7 @@ impl HostPathProvisioner {
         spath: &std::path::Path,
         expect: Option<&(u64, u64)>,
         dst: &std::path::Path,
-    ) -> Result<copy::Copied, String> {
+    ) -> Result<copy::Copied, copy::CopyError> {
         Self::copy_from_with(spath, expect, dst, &mut || {})
     }
 
@@ -186,16 +186,16 @@ impl HostPathProvisioner {
         expect: Option<&(u64, u64)>,
         dst: &std::path::Path,
         meanwhile: &mut dyn FnMut(),
-    ) -> Result<copy::Copied, String> {
+    ) -> Result<copy::Copied, copy::CopyError> {
         let src = crate::sys::dirfd::open_dir(spath)
             .map_err(|e| format!("cannot open {}: {e}", spath.display()))?;
         if let Some(want) = expect {
             let got = crate::sys::dirfd::dev_ino(&src).map_err(|e| e.to_string())?;
             if got != *want {
-                return Err(format!(
+                return Err(copy::CopyError::Replaced(format!(
                     "{} is not the directory its record names (replaced meanwhile)",
                     spath.display()
-                ));
+                )));
             }
         }
         let dst = crate::sys::dirfd::open_dir(dst)
@@ -204,11 +204,11 @@ impl HostPathProvisioner {
         // change to the tree while it is copied (a write, a new name, a swap) changes its
         // fingerprint (every entry's change time): such a copy is discarded, never kept.
         copy::copy_unchanged(&src, &dst, &[MARKER], meanwhile).map_err(|e| match e {
-            copy::Unchanged::Read(e) | copy::Unchanged::Copy(e) => e.to_string(),
-            copy::Unchanged::Changed => format!(
+            copy::Unchanged::Read(e) | copy::Unchanged::Copy(e) => e,
+            copy::Unchanged::Changed => copy::CopyError::Changed(format!(
                 "{}: a pod mounted and changed it during the copy",
                 copy::CHANGED
-            ),
+            )),
         })
     }
 
@@ -717,6 +717,8 @@ mod tests {
             std::fs::write(&f, b"two").unwrap();
         })
         .unwrap_err();
+        assert!(matches!(e, copy::CopyError::Changed(_)), "{e:?}");
+        let e = e.to_string();
         assert!(e.starts_with(copy::CHANGED), "{e}");
         let dst2 = d.join("dst2");
         std::fs::create_dir_all(&dst2).unwrap();

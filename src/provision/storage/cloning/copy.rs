@@ -77,10 +77,16 @@ pub(crate) enum CopyError {
     /// A mount point inside the source: a clone copies its source's own filesystem only.
     #[error("{0}")]
     MountInside(String),
-    /// An entry was swapped between its `lstat` and its open (another type, another inode, grown
-    /// past a bound); the message starts with [`CHANGED`]. The copy is discarded.
+    /// The source changed under the copy: an entry swapped between its `lstat` and its open
+    /// (another type, another inode, grown past a bound), or (made by the caller of
+    /// [`copy_unchanged`]) the tree changed while it was copied; the message starts with
+    /// [`CHANGED`]. The copy is discarded.
     #[error("{0}")]
     Changed(String),
+    /// The source directory is not the inode its record names (replaced by another): nothing of
+    /// it is copied.
+    #[error("{0}")]
+    Replaced(String),
     /// A step failed (the filesystem, a tree too deep).
     #[error("{0}")]
     Failed(String),
