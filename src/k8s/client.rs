@@ -140,18 +140,20 @@ pub(crate) async fn client(
     if matches!(trust, Trust::Ca(_)) || WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
         // Nothing to say, or said already.
     } else if let Trust::Insecure = trust {
-        tracing::warn!(target: super::LOG_TARGET, "{}", format!(
+        tracing::warn!(
+            target: super::LOG_TARGET,
             "warning: {source} sets insecure-skip-tls-verify: the API server's certificate is \
              not checked, so whoever can intercept the connection to {} gets this node's \
              credentials; give the cluster's CA (certificate-authority-data) instead",
             config.cluster_url
-        ));
+        );
     } else {
-        tracing::warn!(target: super::LOG_TARGET, "{}", format!(
+        tracing::warn!(
+            target: super::LOG_TARGET,
             "warning: {source} points at {} over plain HTTP: neither the server nor the \
              credentials are protected",
             config.cluster_url
-        ));
+        );
     }
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     let client = kube::Client::try_from(config)

@@ -60,12 +60,10 @@ fn capacity(a: &StatusArgs, node: &str) -> i32 {
             return 2;
         }
     };
-    let runner = crate::sys::exec::SystemRunner::new(config.tool_dirs.clone());
     let cap::Measured { roots, vgs, failed } = cap::measure(
         &config,
         node,
         &format!("{}/lvm", a.vendor),
-        &runner,
         cap::Detail::Record,
     );
     let now = std::time::SystemTime::now()

@@ -239,14 +239,9 @@ pub(crate) enum Detail {
 /// ([`Measured::pools`]), the record it publishes ([`publish`]) and `flexvol status --capacity`.
 /// It blocks (`statvfs`, `xfs_quota`, `vgs`/`lvs`, each under its deadline), as the lane's other
 /// volume work does.
-pub(crate) fn measure(
-    cfg: &Config,
-    node: &str,
-    lvm_driver: &str,
-    runner: &dyn Runner,
-    detail: Detail,
-) -> Measured {
-    let (roots, mut failed) = measure_roots(cfg, node, runner, detail);
+pub(crate) fn measure(cfg: &Config, node: &str, lvm_driver: &str, detail: Detail) -> Measured {
+    let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
+    let (roots, mut failed) = measure_roots(cfg, node, &runner, detail);
     let (vgs, vg_failed) = measure_vgs(cfg, lvm_driver, detail);
     failed.extend(vg_failed);
     Measured { roots, vgs, failed }

@@ -234,14 +234,8 @@ async fn run(mut a: LaneArgs) {
                 } else {
                     crate::provision::capacity::Detail::Metrics
                 };
-                let runner = crate::sys::exec::SystemRunner::new(config.tool_dirs.clone());
-                let measured = crate::provision::capacity::measure(
-                    &config,
-                    &a.id.node,
-                    &lvm_driver,
-                    &runner,
-                    detail,
-                );
+                let measured =
+                    crate::provision::capacity::measure(&config, &a.id.node, &lvm_driver, detail);
                 m.set_capacity(&measured.pools());
                 for f in &measured.failed {
                     warn!(target: LOG_TARGET, "{f}");

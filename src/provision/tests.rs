@@ -2554,12 +2554,10 @@ fn capacity_is_published_for_this_node() {
     };
     let f = Fake::default();
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
-    let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
     let m = crate::provision::capacity::measure(
         &cfg,
         "node-a",
         "flexvol/lvm",
-        &runner,
         crate::provision::capacity::Detail::Record,
     );
     let failed = block_on(crate::provision::capacity::publish(

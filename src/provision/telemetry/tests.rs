@@ -3,12 +3,10 @@ use crate::node::config::Config;
 
 /// The metrics' view of one measuring of this node, as the node-local lane takes it.
 fn capacity(cfg: &Config, node: &str, lvm_driver: &str) -> (Vec<Pool>, Vec<String>) {
-    let runner = crate::sys::exec::SystemRunner::new(cfg.tool_dirs.clone());
     let m = crate::provision::capacity::measure(
         cfg,
         node,
         lvm_driver,
-        &runner,
         crate::provision::capacity::Detail::Metrics,
     );
     (m.pools(), m.failed)
