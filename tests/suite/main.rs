@@ -22,6 +22,7 @@ mod guest_nfs;
 mod guest_nfs_provision;
 mod guest_quota;
 mod hostns;
+mod hot_symbols;
 mod install;
 mod lints;
 mod manifests;
