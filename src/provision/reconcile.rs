@@ -1013,9 +1013,7 @@ impl<C: Cluster> Reconciler<C> {
         // Validate everything before anything exists: the decision the scheduler extender
         // shares (a claim refused here is never counted against a node there).
         let params = class.parameters.clone().unwrap_or_default();
-        let class_check = self.backends[bi]
-            .check_class(&params)
-            .map_err(|e| e.to_string());
+        let class_check = self.backends[bi].check_class(&params);
         let plan = match plan_claim(self.backends[bi].kind(), &class_name, class_check, c) {
             Ok(p) => p,
             Err(never) => return Step::Never(never.message),

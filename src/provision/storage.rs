@@ -40,7 +40,7 @@ pub mod quota;
 pub mod volumedir;
 
 use crate::node::config::Config;
-pub use crate::provision::storage::error::ProvisionError;
+pub use crate::provision::storage::error::{ClassError, ProvisionError};
 use crate::vocab::ANN_NODE;
 use crate::vocab::ANN_SIZE;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -157,7 +157,7 @@ pub trait Provisioner {
     fn serves(&self, cfg: &Config, node: &str) -> bool;
 
     /// Validates a class's `parameters` (unknown keys are errors). Called before anything exists.
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError>;
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ClassError>;
 
     /// The fault domain of a class's parameters or a PV's flexVolume options (both name it the
     /// same way): the server whose failure would fail every claim on it. Work for a domain whose
@@ -284,7 +284,7 @@ pub(crate) fn awaits_volume(c: &PersistentVolumeClaim) -> bool {
 pub(crate) fn plan_claim(
     kind: &Kind,
     class_name: &str,
-    class_check: Result<(), String>,
+    class_check: Result<(), ClassError>,
     claim: &PersistentVolumeClaim,
 ) -> Result<ClaimPlan, Unprovisionable> {
     let never = |why: Never, message: String| -> Result<ClaimPlan, Unprovisionable> {
@@ -350,7 +350,7 @@ pub(crate) fn plan_claim(
     };
     let source = match data_source_name(claim) {
         Ok(s) => s,
-        Err(message) => return never(Never::DataSource, message),
+        Err(e) => return never(Never::DataSource, e.to_string()),
     };
     Ok(ClaimPlan {
         size,
@@ -415,12 +415,31 @@ pub(crate) fn source_claim_ready<'a>(
     Ok(pv_name)
 }
 
+/// Why a claim's `dataSource` is not one flexvol copies ([`data_source_name`]): either way the
+/// claim is never provisioned ([`Never::DataSource`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DataSourceError {
+    /// Another kind, or another group's, than the core `PersistentVolumeClaim` (`group/kind` as
+    /// written).
+    #[error(
+        "its dataSource is a {0:?}; flexvol copies only a PersistentVolumeClaim of the same namespace and class; nothing was created"
+    )]
+    NotAClaim(String),
+    /// A name that is not a claim name (a path, another namespace's, not DNS-1123).
+    #[error(
+        "its dataSource names {0:?}, which is not a claim name (a source must be a claim of the claim's own namespace, named by its name alone); nothing was created"
+    )]
+    NotAName(String),
+}
+
 /// The claim name a claim's `dataSource` asks to copy (`None`: no data source). Only
 /// `{kind: PersistentVolumeClaim}` of the core group is taken (a clone of a claim of the same
 /// namespace: a `dataSource` has no namespace field), and its name must be a DNS-1123 subdomain,
 /// as a claim's name is, before it is used in any API path (the API server checks only that it
 /// is not empty: `other-ns/x` or `../x` would otherwise reach the URL).
-pub(crate) fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<String>, String> {
+pub(crate) fn data_source_name(
+    claim: &PersistentVolumeClaim,
+) -> Result<Option<String>, DataSourceError> {
     let Some(ds) = claim.spec.as_ref().and_then(|s| s.data_source.as_ref()) else {
         return Ok(None);
     };
@@ -431,9 +450,7 @@ pub(crate) fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<S
         } else {
             format!("{}/{}", group, ds.kind)
         };
-        return Err(format!(
-            "its dataSource is a {kind:?}; flexvol copies only a PersistentVolumeClaim of the same namespace and class; nothing was created"
-        ));
+        return Err(DataSourceError::NotAClaim(kind));
     }
     let n = ds.name.as_str();
     let valid = !n.is_empty()
@@ -446,9 +463,7 @@ pub(crate) fn data_source_name(claim: &PersistentVolumeClaim) -> Result<Option<S
                 && !l.ends_with('-')
         });
     if !valid {
-        return Err(format!(
-            "its dataSource names {n:?}, which is not a claim name (a source must be a claim of the claim's own namespace, named by its name alone); nothing was created"
-        ));
+        return Err(DataSourceError::NotAName(n.to_owned()));
     }
     Ok(Some(n.to_owned()))
 }
@@ -748,16 +763,25 @@ mod clone_tests {
             let e = data_source_name(&with(
                 serde_json::json!({"kind": "PersistentVolumeClaim", "name": bad}),
             ));
-            assert!(e.is_err(), "{bad:?} was taken");
+            assert_eq!(e, Err(DataSourceError::NotAName(bad.to_owned())), "{bad:?}");
         }
         let e = data_source_name(&with(serde_json::json!({
             "apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "s"})))
         .unwrap_err();
-        assert!(e.contains("snapshot.storage.k8s.io/VolumeSnapshot"), "{e}");
-        assert!(
+        assert_eq!(
+            e.to_string(),
+            "its dataSource is a \"snapshot.storage.k8s.io/VolumeSnapshot\"; flexvol copies only a PersistentVolumeClaim of the same namespace and class; nothing was created"
+        );
+        assert_eq!(
             data_source_name(&with(serde_json::json!({
-            "apiGroup": "x.io", "kind": "PersistentVolumeClaim", "name": "s"})))
-            .is_err()
+            "apiGroup": "x.io", "kind": "PersistentVolumeClaim", "name": "s"}))),
+            Err(DataSourceError::NotAClaim(
+                "x.io/PersistentVolumeClaim".into()
+            ))
+        );
+        assert_eq!(
+            DataSourceError::NotAName("../x".into()).to_string(),
+            "its dataSource names \"../x\", which is not a claim name (a source must be a claim of the claim's own namespace, named by its name alone); nothing was created"
         );
     }
 }

@@ -8,6 +8,7 @@ use crate::node::config::Config;
 use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use crate::provision::cluster::*;
 use crate::provision::reconcile::*;
+use crate::provision::storage::ClassError;
 use crate::provision::storage::volumedir::{MARKER, Marker};
 use crate::vocab::ANN_NODE;
 use crate::vocab::ANN_PROVISIONED_BY;
@@ -2207,7 +2208,7 @@ impl crate::provision::storage::Provisioner for Servers {
     fn serves(&self, _: &Config, _: &str) -> bool {
         true
     }
-    fn check_class(&self, _: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+    fn check_class(&self, _: &BTreeMap<String, String>) -> Result<(), ClassError> {
         Ok(())
     }
     fn fault_domain(&self, params: &BTreeMap<String, String>) -> Option<String> {
@@ -2588,7 +2589,7 @@ impl crate::provision::storage::Provisioner for Drifting {
     fn serves(&self, _: &Config, _: &str) -> bool {
         true
     }
-    fn check_class(&self, _: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
+    fn check_class(&self, _: &BTreeMap<String, String>) -> Result<(), ClassError> {
         Ok(())
     }
     fn provision(

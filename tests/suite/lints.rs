@@ -623,19 +623,10 @@ fn string_errors(line: &str) -> usize {
     found
 }
 
-/// The provisioner's files whose errors are still plain strings (issue #34, item 4): each leaves
-/// this list, into the lint's scope, once it has none left.
-const STRING_ERRORS_LEFT: [&str; 4] = [
-    "provision/storage.rs",
-    "provision/storage/hostpath.rs",
-    "provision/storage/lvm.rs",
-    "provision/storage/nfs.rs",
-];
-
 /// Issue #34, 4: the daemons' errors are typed (thiserror enums whose variants are the kinds a
-/// caller branches on), never a bare `Result<_, String>`: in `src/k8s/`, `src/vocab/`, `src/controller/` and the
-/// provisioner's files (`src/provision/` but the storage files still in [`STRING_ERRORS_LEFT`], typed
-/// on their own schedule). Test modules may keep theirs.
+/// caller branches on), never a bare `Result<_, String>`: in `src/k8s/`, `src/vocab/`, `src/controller/` and
+/// all of the provisioner's (`src/provision/`, its storage room included). Test modules may keep
+/// theirs.
 #[test]
 fn contract_daemon_errors_are_typed() {
     let mut bad = Vec::new();
@@ -643,9 +634,7 @@ fn contract_daemon_errors_are_typed() {
         let in_scope = rel.starts_with("k8s/")
             || rel.starts_with("vocab/")
             || rel.starts_with("controller/")
-            || (rel.starts_with("provision/")
-                && !STRING_ERRORS_LEFT.contains(&rel.as_str())
-                && !rel.ends_with("tests.rs"));
+            || (rel.starts_with("provision/") && !rel.ends_with("tests.rs"));
         if !in_scope {
             continue;
         }

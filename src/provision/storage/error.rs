@@ -34,6 +34,42 @@ pub enum ProvisionError {
     Unavailable(String),
 }
 
+/// Why a StorageClass's parameters are invalid (an unknown key, a bad value, a missing one): the
+/// hostPath, LVM and NFS parameter parsers' error, which the scheduler extender and the
+/// provisioner share ([`crate::provision::storage::plan_claim`]). Only a fixed class helps. The
+/// message names the parameter and may quote its value: a StorageClass is readable by every
+/// user of the cluster, so what it holds is not a secret (no class parameter is a credential).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ClassError(pub(crate) String);
+
+/// A bad `nodeLossGracePeriod` (or one in a shared kind's class) is an invalid class.
+impl From<crate::vocab::class::GraceError> for ClassError {
+    fn from(e: crate::vocab::class::GraceError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// An invalid class is [`ProvisionError::InvalidClass`].
+impl From<ClassError> for ProvisionError {
+    fn from(e: ClassError) -> Self {
+        Self::InvalidClass(e.0)
+    }
+}
+
+/// A PV that is not as flexvol makes its own (a field missing, a name or value that cannot be
+/// what flexvol wrote): nothing is done for or to it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct MalformedPv(pub(crate) String);
+
+/// A malformed PV is [`ProvisionError::Refused`]: left alone for a person.
+impl From<MalformedPv> for ProvisionError {
+    fn from(e: MalformedPv) -> Self {
+        Self::Refused(e.0)
+    }
+}
+
 impl From<String> for ProvisionError {
     fn from(why: String) -> Self {
         Self::Failed(why)
@@ -83,6 +119,24 @@ mod tests {
         assert_eq!(
             ProvisionError::from("a tool failed".to_owned()),
             ProvisionError::Failed("a tool failed".into())
+        );
+    }
+
+    /// A bad class is the kind only a fixed class helps, a malformed PV one left alone for a
+    /// person; the messages are the text as it was.
+    #[test]
+    fn a_class_error_is_invalid_and_a_malformed_pv_refused() {
+        let e = ProvisionError::from(ClassError("class parameter x is missing".into()));
+        assert_eq!(
+            e,
+            ProvisionError::InvalidClass("class parameter x is missing".into())
+        );
+        let e = ProvisionError::from(MalformedPv("it has no spec".into()));
+        assert_eq!(e, ProvisionError::Refused("it has no spec".into()));
+        let grace = crate::vocab::class::GraceError::SharedKind { kind: "nfs".into() };
+        assert_eq!(
+            ClassError::from(grace.clone()).to_string(),
+            grace.to_string()
         );
     }
 

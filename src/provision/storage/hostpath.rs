@@ -22,7 +22,7 @@ use crate::provision::storage::volumedir::{
     read_record, usable_roots,
 };
 use crate::provision::storage::{
-    Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck,
+    ClassError, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck,
 };
 use crate::sys::dirfd::free_bytes;
 use crate::sys::exec::{Runner, SystemRunner};
@@ -234,13 +234,15 @@ impl HostPathProvisioner {
 /// Checks a hostPath class's parameters ([`Provisioner::check_class`]), pure: also what the
 /// scheduler extender checks before it counts a claim of the class against a node
 /// ([`crate::provision::storage::plan_claim`]).
-pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
+pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), ClassError> {
     // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
-    let rest = crate::vocab::class::split_param(params).map_err(|e| e.to_string())?;
+    let rest = crate::vocab::class::split_param(params)?;
     match DirParams::parse(&rest) {
         Ok(_) => Ok(()),
-        Err(VolumeDirError::UnknownParam(e)) => Err(format!("{e}, {}", crate::vocab::class::PARAM)),
-        Err(e) => Err(e.to_string()),
+        Err(VolumeDirError::UnknownParam(e)) => {
+            Err(ClassError(format!("{e}, {}", crate::vocab::class::PARAM)))
+        }
+        Err(e) => Err(ClassError(e.to_string())),
     }
 }
 
@@ -257,8 +259,8 @@ impl Provisioner for HostPathProvisioner {
             .is_empty()
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
-        check_params(params).map_err(ProvisionError::InvalidClass)
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ClassError> {
+        check_params(params)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -504,12 +506,14 @@ mod tests {
     fn an_unknown_class_parameter_lists_the_grace_period_too() {
         let m = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
         let suffix = format!(", {}", crate::vocab::class::PARAM);
-        let e = check_params(&m("nodePath", "/x")).unwrap_err();
+        let e = check_params(&m("nodePath", "/x")).unwrap_err().to_string();
         assert!(e.starts_with("unknown class parameter \"nodePath\""), "{e}");
         assert!(e.ends_with(&suffix), "{e}");
-        let e = check_params(&m("uid", "bob")).unwrap_err();
+        let e = check_params(&m("uid", "bob")).unwrap_err().to_string();
         assert!(e.contains("numeric id") && !e.contains(&suffix), "{e}");
-        let e = check_params(&m("pathPattern", "unknown class parameter/..")).unwrap_err();
+        let e = check_params(&m("pathPattern", "unknown class parameter/.."))
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains(&suffix), "{e}");
         assert_eq!(check_params(&m(crate::vocab::class::PARAM, "5m")), Ok(()));
     }

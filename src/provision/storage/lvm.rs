@@ -51,7 +51,10 @@ use crate::backend::{Backend, Context};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
-use crate::provision::storage::{Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request};
+use crate::provision::storage::error::MalformedPv;
+use crate::provision::storage::{
+    ClassError, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+};
 use crate::sys::process::{Deadline, checkpoint};
 use crate::vocab::ANN_LV;
 use crate::vocab::ANN_VG;
@@ -68,7 +71,7 @@ pub(crate) const TAG_PV_PREFIX: &str = crate::backend::lvm::TAG_PV_PREFIX;
 /// The ownership tag of the LV made for PV `pv`: `flexvol.pv.<pv>`. PV names are DNS subdomain
 /// names, inside LVM's tag charset; anything else is refused rather than mangled (two PVs must
 /// never share a tag).
-pub(crate) fn pv_tag(pv: &str) -> Result<String, String> {
+pub(crate) fn pv_tag(pv: &str) -> Result<String, MalformedPv> {
     let ok = !pv.is_empty()
         && pv.len() <= 253
         && pv
@@ -77,9 +80,9 @@ pub(crate) fn pv_tag(pv: &str) -> Result<String, String> {
     if ok {
         Ok(format!("{TAG_PV_PREFIX}{pv}"))
     } else {
-        Err(format!(
+        Err(MalformedPv(format!(
             "PV name {pv:?} cannot be an LVM tag (expected a Kubernetes object name)"
-        ))
+        )))
     }
 }
 
@@ -96,15 +99,15 @@ pub(crate) struct ClassParams {
 
 impl ClassParams {
     /// Validates a StorageClass's `parameters`; unknown keys are errors.
-    pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, String> {
+    pub fn parse(params: &BTreeMap<String, String>) -> Result<Self, ClassError> {
         // nodeLossGracePeriod is the cluster controller's (crate::controller::nodeloss::decide), checked here too.
-        let params = &crate::vocab::class::split_param(params).map_err(|e| e.to_string())?;
+        let params = &crate::vocab::class::split_param(params)?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
-            return Err(format!(
+            return Err(ClassError(format!(
                 "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}",
                 PARAMS.join(", "),
                 crate::vocab::class::PARAM
-            ));
+            )));
         }
         let mut o = serde_json::Map::new();
         o.insert(key::VOLUME_ID.into(), "pvc-x".into());
@@ -119,7 +122,7 @@ impl ClassParams {
         let json = serde_json::Value::Object(o).to_string();
         let volume = Options::parse(&json)
             .and_then(|o| LvmOptions::parse(&o))
-            .map_err(|e| format!("class parameters: {e}"))?;
+            .map_err(|e| ClassError(format!("class parameters: {e}")))?;
         Ok(Self {
             volume,
             fs_type: params.get("fsType").filter(|s| !s.is_empty()).cloned(),
@@ -128,8 +131,8 @@ impl ClassParams {
     }
 
     /// The driver's options for the LV of PV `pv` (its name checked as an LV name).
-    pub(crate) fn for_pv(&self, pv: &str) -> Result<LvmOptions, String> {
-        check_name(key::VOLUME_ID, pv, true).map_err(|e| e.to_string())?;
+    pub(crate) fn for_pv(&self, pv: &str) -> Result<LvmOptions, MalformedPv> {
+        check_name(key::VOLUME_ID, pv, true).map_err(|e| MalformedPv(e.to_string()))?;
         Ok(LvmOptions {
             lv: pv.to_owned(),
             ..self.volume.clone()
@@ -199,7 +202,7 @@ impl LvmProvisioner {
 /// Checks an LVM class's parameters ([`Provisioner::check_class`]), pure: also what the
 /// scheduler extender checks before it counts a claim of the class against a node
 /// ([`crate::provision::storage::plan_claim`]).
-pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), String> {
+pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), ClassError> {
     ClassParams::parse(params).map(|_| ())
 }
 
@@ -212,8 +215,8 @@ impl Provisioner for LvmProvisioner {
         !cfg.lvm.allowed_volume_groups.is_empty()
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
-        check_params(params).map_err(ProvisionError::InvalidClass)
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ClassError> {
+        check_params(params)
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
@@ -247,9 +250,11 @@ pub(crate) fn provision(
     seams: &Seams,
     req: &Request<'_>,
 ) -> Result<Provisioned, Refusal> {
-    let params = ClassParams::parse(req.params).map_err(Refusal::Fail)?;
-    let o = params.for_pv(req.pv_name).map_err(Refusal::Fail)?;
-    let tag = pv_tag(req.pv_name).map_err(Refusal::Fail)?;
+    let params = ClassParams::parse(req.params).map_err(|e| Refusal::Fail(e.to_string()))?;
+    let o = params
+        .for_pv(req.pv_name)
+        .map_err(|e| Refusal::Fail(e.to_string()))?;
+    let tag = pv_tag(req.pv_name).map_err(|e| Refusal::Fail(e.to_string()))?;
     let cfg = &ctx.config.lvm;
     if !cfg.vg_allowed(&o.vg) {
         return Err(Refusal::Reschedule(format!(
@@ -355,7 +360,7 @@ pub(crate) fn provision(
     policy::check_max_size(cfg, &o, bytes).map_err(|e| resched(e.to_string()))?;
     match &o.thin_pool {
         Some(pool) => {
-            thin_room(cfg, &lvs, &o.vg, pool, bytes).map_err(resched)?;
+            thin_room(cfg, &lvs, &o.vg, pool, bytes).map_err(|e| resched(e.to_string()))?;
         }
         None => {
             policy::check_free(cfg, &o, bytes, vg.vg_free).map_err(|e| resched(e.to_string()))?
@@ -444,7 +449,7 @@ fn clone(
     match (src.is_thin(), thin_pool) {
         (true, Some(pool)) if src.pool_lv == pool => {
             if existing.is_none() {
-                thin_room(cfg, lvs, &o.vg, pool, bytes).map_err(resched)?;
+                thin_room(cfg, lvs, &o.vg, pool, bytes).map_err(|e| resched(e.to_string()))?;
                 seams
                     .lvs
                     .snapshot(ctx, &o.vg, &src.lv_name, &o.lv, &tags)
@@ -529,7 +534,8 @@ fn clone(
     if now.lv_size < bytes {
         if now.is_thin() {
             let lvs = seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?;
-            thin_room(cfg, &lvs, &o.vg, &now.pool_lv, bytes - now.lv_size).map_err(resched)?;
+            thin_room(cfg, &lvs, &o.vg, &now.pool_lv, bytes - now.lv_size)
+                .map_err(|e| resched(e.to_string()))?;
         }
         seams.lvs.extend(ctx, &o.key(), bytes).map_err(lvm_fail)?;
         now = row(&seams.lvs.list(ctx, &o.vg).map_err(lvm_fail)?)?;
@@ -631,6 +637,24 @@ fn made_for(
     }
 }
 
+/// Why a thin pool has no room ([`thin_room`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ThinRoomError {
+    /// The class's (or LV's) thin pool is not in the volume group.
+    #[error("thin pool {0} does not exist")]
+    NoPool(String),
+    /// More would pass `lvm.thinOverprovisionRatio`.
+    #[error("{0}")]
+    Full(String),
+}
+
+/// A pool without room is a step that failed: a later pass (or a smaller request) may fit.
+impl From<ThinRoomError> for ProvisionError {
+    fn from(e: ThinRoomError) -> Self {
+        Self::Failed(e.to_string())
+    }
+}
+
 /// Whether `extra` more virtual bytes fit in thin pool `vg/pool` under
 /// `lvm.thinOverprovisionRatio`.
 fn thin_room(
@@ -639,11 +663,11 @@ fn thin_room(
     vg: &str,
     pool: &str,
     extra: u64,
-) -> Result<(), String> {
+) -> Result<(), ThinRoomError> {
     let p = lvs
         .iter()
         .find(|r| r.lv_name == pool && r.is_thin_pool())
-        .ok_or_else(|| format!("thin pool {vg}/{pool} does not exist"))?;
+        .ok_or_else(|| ThinRoomError::NoPool(format!("{vg}/{pool}")))?;
     let committed: u64 = lvs
         .iter()
         .filter(|r| r.pool_lv == pool)
@@ -654,11 +678,11 @@ fn thin_room(
             .unwrap_or(u64::MAX);
     let total = committed.saturating_add(extra);
     if total > limit {
-        return Err(format!(
+        return Err(ThinRoomError::Full(format!(
             "thin pool {vg}/{pool} ({} bytes) already holds {committed} bytes of thin volumes; {extra} more would make {total}, past the limit of {limit} bytes (lvm.thinOverprovisionRatio {}); grow the pool or ask for less",
             p.lv_size,
             policy::show_ratio(cfg.thin_overprovision_permille)
-        ));
+        )));
     }
     Ok(())
 }
@@ -677,7 +701,7 @@ fn names(pv: &PersistentVolume) -> Result<(String, String, String), ProvisionErr
     let (vg, lv) = (get(ANN_VG)?, get(ANN_LV)?);
     check_name(key::VOLUME_GROUP, &vg, false).map_err(|e| refused(&e))?;
     check_name(key::VOLUME_ID, &lv, true).map_err(|e| refused(&e))?;
-    Ok((vg, lv, pv_tag(name).map_err(ProvisionError::Refused)?))
+    Ok((vg, lv, pv_tag(name)?))
 }
 
 fn volume(vg: &str, lv: &str) -> LvmOptions {

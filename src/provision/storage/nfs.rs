@@ -94,8 +94,11 @@ use crate::backend::nfs::options::{NfsConfig, NfsOptions};
 use crate::node::config::Config;
 use crate::protocol::options::Options;
 use crate::provision::storage::cloning::{self, copy};
+use crate::provision::storage::error::MalformedPv;
 use crate::provision::storage::volumedir::{self, DirState, Marker, Root};
-use crate::provision::storage::{Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request};
+use crate::provision::storage::{
+    ClassError, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+};
 use crate::sys::dirfd;
 use crate::sys::paths::{self, Ownership};
 use crate::vocab::ANN_EXPORT;
@@ -142,14 +145,14 @@ pub(crate) enum OnDelete {
 
 impl OnDelete {
     /// Parses `delete`, `retain` or `archive`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, ClassError> {
         match s {
             "delete" => Ok(Self::Delete),
             "retain" => Ok(Self::Retain),
             "archive" => Ok(Self::Archive),
-            _ => Err(format!(
+            _ => Err(ClassError(format!(
                 "class parameter onDelete={s:?} is not one of delete, retain, archive (default archive)"
-            )),
+            ))),
         }
     }
 
@@ -183,27 +186,28 @@ pub struct NfsClass {
 impl NfsClass {
     /// Validates a class's `parameters` against the node policy `nfs`. Nothing has run when this
     /// fails.
-    pub fn parse(params: &BTreeMap<String, String>, nfs: &NfsConfig) -> Result<Self, String> {
-        crate::vocab::class::refuse_for_shared(params, "nfs").map_err(|e| e.to_string())?;
+    pub fn parse(params: &BTreeMap<String, String>, nfs: &NfsConfig) -> Result<Self, ClassError> {
+        crate::vocab::class::refuse_for_shared(params, "nfs")?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
-            return Err(format!(
+            return Err(ClassError(format!(
                 "unknown class parameter {k:?}; the nfs provisioner knows {}",
                 PARAMS.join(", ")
-            ));
+            )));
         }
         let dir = volumedir::DirParams::parse(
             params
                 .iter()
                 .filter(|(k, _)| volumedir::DIR_PARAMS.contains(&k.as_str())),
-        )?;
+        )
+        .map_err(|e| ClassError(e.to_string()))?;
         let on_delete = params
             .get("onDelete")
             .map_or(Ok(OnDelete::Archive), |v| OnDelete::parse(v))?;
         for key in ["server", "share"] {
             if !params.contains_key(key) {
-                return Err(format!(
+                return Err(ClassError(format!(
                     "class parameter {key} is missing; an nfs class needs server and share (the export the volumes' directories are made in)"
-                ));
+                )));
             }
         }
         let class = Self {
@@ -242,10 +246,10 @@ impl NfsClass {
         share: &str,
         mount_options: Option<&str>,
         nfs: &NfsConfig,
-    ) -> Result<NfsOptions, String> {
+    ) -> Result<NfsOptions, ClassError> {
         let o = Options::parse(&self.options_json(share, mount_options))
-            .map_err(|e| format!("class parameters: {e}"))?;
-        NfsOptions::parse(&o, nfs).map_err(|e| format!("class parameters: {e}"))
+            .map_err(|e| ClassError(format!("class parameters: {e}")))?;
+        NfsOptions::parse(&o, nfs).map_err(|e| ClassError(format!("class parameters: {e}")))
     }
 
     /// The `mountOptions` of the provisioner's own mount of the export: the class's, without
@@ -491,9 +495,8 @@ pub(crate) fn make_subdir(
     rel: &Path,
     own: Ownership,
     marker: &Marker,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, volumedir::VolumeDirError> {
     volumedir::create_volume_dir_as(root, rel, own, marker, Some(&marker.node))
-        .map_err(String::from)
 }
 
 /// The source of an NFS clone: a directory of the same export, as its PV records it.
@@ -521,7 +524,7 @@ pub(crate) fn clone_source(
     pv: &PersistentVolume,
 ) -> Result<CloneSource, Refusal> {
     let refuse = |why: String| Refusal::Fail(format!("its source: {why}; nothing was created"));
-    let (name, opts, claim_uid) = pv_fields(pv).map_err(refuse)?;
+    let (name, opts, claim_uid) = pv_fields(pv).map_err(|e| refuse(e.to_string()))?;
     let ann = |k: &str| {
         pv.metadata
             .annotations
@@ -578,9 +581,34 @@ fn clone_work_options(class: &NfsClass) -> String {
     format!("{},noac", work_options(Some(&kept.join(","))))
 }
 
+/// Why a clone's source directory is not opened ([`open_source`]). Every kind fails the claim
+/// (nothing was created); the kinds say what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SourceError {
+    /// Not provably the source PV's directory for its claim, or its check failed
+    /// ([`volumedir::check_ours`], whose kind it keeps).
+    #[error("its source: {0}")]
+    NotOurs(ProvisionError),
+    /// The directory cannot be opened.
+    #[error("its source: cannot open {}: {}", .0.display(), .1)]
+    Open(PathBuf, nix::Error),
+    /// The opened directory's identity cannot be read.
+    #[error("{0}")]
+    Stat(nix::Error),
+    /// The opened directory is not the one its record names (replaced meanwhile).
+    #[error(
+        "its source: {} is not the directory its record names (replaced meanwhile); nothing was created",
+        .0.display()
+    )]
+    Replaced(PathBuf),
+}
+
 /// Opens the source directory of a clone on the mounted export, only when it is recorded as
 /// its PV's for its claim (as delete checks) and is the very directory the record names.
-pub(crate) fn open_source(root: &Root, src: &CloneSource) -> Result<std::os::fd::OwnedFd, String> {
+pub(crate) fn open_source(
+    root: &Root,
+    src: &CloneSource,
+) -> Result<std::os::fd::OwnedFd, SourceError> {
     let state = volumedir::check_ours(
         root,
         &src.rel,
@@ -588,17 +616,13 @@ pub(crate) fn open_source(root: &Root, src: &CloneSource) -> Result<std::os::fd:
         &src.claim_uid,
         "nothing was created",
     )
-    .map_err(|e| format!("its source: {e}"))?;
+    .map_err(SourceError::NotOurs)?;
     let spath = root.real.join(&src.rel);
-    let s = dirfd::open_dir(&spath)
-        .map_err(|e| format!("its source: cannot open {}: {e}", spath.display()))?;
+    let s = dirfd::open_dir(&spath).map_err(|e| SourceError::Open(spath.clone(), e))?;
     if let DirState::Owned(r) = &state
-        && dirfd::dev_ino(&s).map_err(|e| e.to_string())? != (r.dev, r.ino)
+        && dirfd::dev_ino(&s).map_err(SourceError::Stat)? != (r.dev, r.ino)
     {
-        return Err(format!(
-            "its source: {} is not the directory its record names (replaced meanwhile); nothing was created",
-            spath.display()
-        ));
+        return Err(SourceError::Replaced(spath));
     }
     Ok(s)
 }
@@ -634,7 +658,8 @@ pub(crate) fn copy_source(
             "",
         )
         .map_err(|e| Refusal::Fail(format!("removing an unfinished copy: {e}")))?;
-        let again = make_subdir(root, rel, own, marker).map_err(Refusal::Fail)?;
+        let again =
+            make_subdir(root, rel, own, marker).map_err(|e| Refusal::Fail(e.to_string()))?;
         d = open(&again).map_err(Refusal::Fail)?;
     }
     let undo = |why: String| {
@@ -779,20 +804,26 @@ pub(crate) fn stamp_now() -> String {
     format!("{}Z", date_time.replace(['-', ':'], ""))
 }
 
-fn pv_fields(pv: &PersistentVolume) -> Result<(String, BTreeMap<String, String>, String), String> {
+/// The name, flexVolume options and claim uid of an NFS PV; one missing is [`MalformedPv`].
+fn pv_fields(
+    pv: &PersistentVolume,
+) -> Result<(String, BTreeMap<String, String>, String), MalformedPv> {
+    let missing = |why: &str| MalformedPv(why.to_owned());
     let name = pv.metadata.name.clone().unwrap_or_default();
-    let spec = pv.spec.as_ref().ok_or("it has no spec")?;
+    let spec = pv.spec.as_ref().ok_or_else(|| missing("it has no spec"))?;
     let opts = spec
         .flex_volume
         .as_ref()
         .and_then(|f| f.options.clone())
-        .ok_or("it has no flexVolume options")?;
+        .ok_or_else(|| missing("it has no flexVolume options"))?;
     let claim_uid = spec
         .claim_ref
         .as_ref()
         .and_then(|r| r.uid.clone())
         .filter(|u| !u.is_empty())
-        .ok_or("it has no claimRef uid, so its directory's marker cannot be checked")?;
+        .ok_or_else(|| {
+            missing("it has no claimRef uid, so its directory's marker cannot be checked")
+        })?;
     Ok((name, opts, claim_uid))
 }
 
@@ -811,15 +842,14 @@ impl Provisioner for NfsProvisioner {
         params.get("server").map(|s| format!("NFS server {s}"))
     }
 
-    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ProvisionError> {
-        NfsClass::parse(params, &NfsConfig::default())
-            .map(|_| ())
-            .map_err(ProvisionError::InvalidClass)
+    fn check_class(&self, params: &BTreeMap<String, String>) -> Result<(), ClassError> {
+        NfsClass::parse(params, &NfsConfig::default()).map(|_| ())
     }
 
     fn provision(&mut self, cfg: &Config, req: &Request<'_>) -> Result<Provisioned, Refusal> {
         req.node.clone_into(&mut self.node);
-        let class = NfsClass::parse(req.params, &cfg.nfs).map_err(Refusal::Fail)?;
+        let class =
+            NfsClass::parse(req.params, &cfg.nfs).map_err(|e| Refusal::Fail(e.to_string()))?;
         let source = match req.source {
             Some(pv) => Some(clone_source(cfg, &class, pv)?),
             None => None,
@@ -870,14 +900,14 @@ impl Provisioner for NfsProvisioner {
             let relabelled = |e: &str| relabel(e, root, &label);
             let work = |e: String| ExportStep::Work(relabelled(&e));
             // The source first: a refused one leaves nothing behind.
-            let sfd = match &source {
-                Some(src) => Some(
-                    open_source(root, src)
-                        .map_err(|e| ExportStep::Source(Refusal::Fail(relabelled(&e))))?,
-                ),
-                None => None,
-            };
-            let path = make_subdir(root, &rel, own, &marker).map_err(work)?;
+            let sfd =
+                match &source {
+                    Some(src) => Some(open_source(root, src).map_err(|e| {
+                        ExportStep::Source(Refusal::Fail(relabelled(&e.to_string())))
+                    })?),
+                    None => None,
+                };
+            let path = make_subdir(root, &rel, own, &marker).map_err(|e| work(e.to_string()))?;
             if let (Some(src), Some(sfd)) = (&source, &sfd) {
                 let done = copy_source(root, &rel, &path, sfd, src, own, &marker);
                 copied = Some(done.map_err(|e| match e {
@@ -955,7 +985,7 @@ impl Provisioner for NfsProvisioner {
     fn delete(&mut self, cfg: &Config, pv: &PersistentVolume) -> Result<String, ProvisionError> {
         // What the PV says is checked first: anything missing or not as recorded is refused.
         let refused = ProvisionError::Refused;
-        let (name, opts, claim_uid) = pv_fields(pv).map_err(refused)?;
+        let (name, opts, claim_uid) = pv_fields(pv)?;
         let ann = |k: &str| {
             pv.metadata
                 .annotations
@@ -971,7 +1001,8 @@ impl Provisioner for NfsProvisioner {
         let export = ann(ANN_EXPORT).map_err(refused)?;
         let rel = volumedir::volume_rel_path(&ann(ANN_PATH).map_err(refused)?)
             .map_err(|why| refused(format!("its {ANN_PATH} annotation {why}; left alone")))?;
-        let mode = OnDelete::parse(&ann(ANN_ON_DELETE).map_err(refused)?).map_err(refused)?;
+        let mode = OnDelete::parse(&ann(ANN_ON_DELETE).map_err(refused)?)
+            .map_err(|e| refused(e.to_string()))?;
         let opt = |k: &str| opts.get(k).cloned();
         let class = NfsClass {
             server: opt("server").ok_or_else(|| refused("it has no server option".into()))?,
@@ -984,7 +1015,7 @@ impl Provisioner for NfsProvisioner {
         // Checked as a class would be (server, export, options), with this node's policy.
         let checked = class
             .check(&class.share, class.mount_options.as_deref(), &cfg.nfs)
-            .map_err(refused)?;
+            .map_err(|e| refused(e.to_string()))?;
         let recorded = full_share(&checked.share, &rel);
         if opt("share").as_deref() != Some(recorded.as_str()) {
             return Err(refused(format!(

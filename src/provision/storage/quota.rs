@@ -105,13 +105,6 @@ impl From<String> for QuotaError {
     }
 }
 
-/// For callers whose errors are still plain messages: the text, unchanged.
-impl From<QuotaError> for String {
-    fn from(e: QuotaError) -> Self {
-        e.to_string()
-    }
-}
-
 /// Each kind to the provisioners' kind: a directory that does not carry its project is
 /// [`ProvisionError::Refused`], the record's errors keep theirs, the rest are failed steps.
 impl From<QuotaError> for ProvisionError {

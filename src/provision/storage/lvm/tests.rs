@@ -164,7 +164,7 @@ fn class_parameters_use_the_drivers_validation() {
         ),
         (vec![("volumeGroup", "vg0")], "unknown"),
     ] {
-        let e = ClassParams::parse(&params(&bad)).unwrap_err();
+        let e = ClassParams::parse(&params(&bad)).unwrap_err().to_string();
         assert!(e.contains(needle), "{bad:?}: {e}");
     }
 }
@@ -1017,4 +1017,59 @@ fn clones_snapshot_a_thin_source_and_copy_a_thick_one_only_when_unused() {
             .skip(n + 4)
             .any(|c| c.starts_with("create"))
     );
+}
+
+/// A thin pool without room says which kind (a missing pool, one past its ratio), with the
+/// messages as before; to the reconciler's expand both are a failed step to retry.
+#[test]
+fn thin_room_types_a_missing_pool_apart_from_a_full_one() {
+    let json = lvs_json(
+        0,
+        &[
+            ("pool", "twi-aotz--", 100 * MI, "", ""),
+            ("a", "Vwi-a-tz--", 80 * MI, "", "pool"),
+            ("notpool", "-wi-a-----", 100 * MI, "", ""),
+        ],
+    );
+    let (lvs, _) = crate::backend::lvm::report::parse(json.as_bytes()).unwrap();
+    let cfg = LvmConfig::default();
+    assert_eq!(thin_room(&cfg, &lvs, "vg0", "pool", 20 * MI), Ok(()));
+    for missing in ["nopool", "notpool"] {
+        let e = thin_room(&cfg, &lvs, "vg0", missing, MI).unwrap_err();
+        assert_eq!(e, ThinRoomError::NoPool(format!("vg0/{missing}")));
+        assert_eq!(
+            e.to_string(),
+            format!("thin pool vg0/{missing} does not exist")
+        );
+    }
+    let e = thin_room(&cfg, &lvs, "vg0", "pool", 20 * MI + 1).unwrap_err();
+    assert!(matches!(e, ThinRoomError::Full(_)), "{e:?}");
+    assert!(
+        e.to_string().starts_with(&format!(
+            "thin pool vg0/pool ({} bytes) already holds {} bytes",
+            100 * MI,
+            80 * MI
+        )),
+        "{e}"
+    );
+    assert!(matches!(ProvisionError::from(e), ProvisionError::Failed(_)));
+}
+
+/// A PV name that cannot be a tag is a malformed PV: its delete or resize is refused, never
+/// retried as a failed step.
+#[test]
+fn a_pv_name_that_cannot_be_a_tag_is_refused() {
+    assert_eq!(pv_tag("pvc-1.a"), Ok(format!("{TAG_PV_PREFIX}pvc-1.a")));
+    for bad in ["", "pvc_1", "pvc 1", "pvc/1"] {
+        let e = pv_tag(bad).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("PV name {bad:?} cannot be an LVM tag (expected a Kubernetes object name)")
+        );
+        assert!(
+            matches!(ProvisionError::from(e), ProvisionError::Refused(_)),
+            "{bad:?}"
+        );
+    }
+    assert!(pv_tag(&"a".repeat(254)).is_err());
 }

@@ -3,6 +3,7 @@
 //! filesystem work, the marker, the races and the delete modes are real.
 
 use super::*;
+use crate::provision::storage::volumedir::VolumeDirError;
 use crate::vocab::ANN_EXPORT;
 use crate::vocab::ANN_ON_DELETE;
 use crate::vocab::ANN_PATH;
@@ -261,7 +262,7 @@ fn class_parameters_use_the_nfs_drivers_validation() {
         ),
         (params(&[("uid", "bob")]), "numeric id"),
     ] {
-        let e = NfsClass::parse(&bad, &nfs).unwrap_err();
+        let e = NfsClass::parse(&bad, &nfs).unwrap_err().to_string();
         assert!(e.contains(want), "{bad:?}: {e}");
     }
     // The node's policy applies: an extra option the node allows passes there.
@@ -519,7 +520,8 @@ fn a_squatted_directory_is_never_adopted_and_a_kill_converges() {
     std::fs::create_dir(w.export.join("a")).unwrap();
     std::fs::set_permissions(w.export.join("a"), PermissionsExt::from_mode(0o777)).unwrap();
     let e = make_subdir(&root, Path::new("a"), own, &marker("pvc-1", "u1", "n")).unwrap_err();
-    assert!(e.contains("never adopts"), "{e}");
+    assert!(matches!(e, VolumeDirError::NotOurs(_)), "{e:?}");
+    assert!(e.to_string().contains("never adopts"), "{e}");
     assert!(!w.export.join("a").join(volumedir::MARKER).exists());
     assert_eq!(
         std::fs::metadata(w.export.join("a")).unwrap().uid(),
@@ -552,7 +554,8 @@ fn a_squatted_directory_is_never_adopted_and_a_kill_converges() {
         .set_modified(old)
         .unwrap();
     let e = make_subdir(&root, Path::new("c"), own, &marker("pvc-3", "u3", "n")).unwrap_err();
-    assert!(e.contains("did not write"), "{e}");
+    assert!(matches!(e, VolumeDirError::NotOurs(_)), "{e:?}");
+    assert!(e.to_string().contains("did not write"), "{e}");
     assert!(theirs.join("data").exists());
 }
 
@@ -963,4 +966,41 @@ fn a_clone_copies_the_source_directory_on_the_export() {
         .filter(|n| n.contains("u5"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// What a PV lacks is a malformed PV, said as before; its delete is refused (not retried).
+#[test]
+fn a_pv_without_its_fields_is_malformed() {
+    let mut p = PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some("pvc-1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let want = |p: &PersistentVolume, m: &str| {
+        let e = pv_fields(p).unwrap_err();
+        assert_eq!(e, MalformedPv(m.into()));
+        assert_eq!(ProvisionError::from(e), ProvisionError::Refused(m.into()));
+    };
+    want(&p, "it has no spec");
+    p.spec = Some(PersistentVolumeSpec::default());
+    want(&p, "it has no flexVolume options");
+    let spec = p.spec.as_mut().unwrap();
+    spec.flex_volume = Some(FlexPersistentVolumeSource {
+        options: Some(BTreeMap::from([("server".into(), "s".into())])),
+        ..Default::default()
+    });
+    spec.claim_ref = Some(ObjectReference {
+        uid: Some(String::new()),
+        ..Default::default()
+    });
+    want(
+        &p,
+        "it has no claimRef uid, so its directory's marker cannot be checked",
+    );
+    p.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some("u1".into());
+    let (name, opts, uid) = pv_fields(&p).unwrap();
+    assert_eq!((name.as_str(), uid.as_str()), ("pvc-1", "u1"));
+    assert_eq!(opts["server"], "s");
 }
