@@ -8,7 +8,7 @@
 //! - [`call`] and [`error`]: one API call under a deadline, its failure typed.
 //! - [`events`]: events on objects (core/v1 `Event`, created only), the provisioner's and the
 //!   controller's alike.
-//! - [`daemon`]: one daemon start (signals, logs, the build-info metric).
+//! - [`daemon`]: one daemon start (signals, logs, the metrics registry with the build-info metric).
 //! - [`http`]: the one HTTP server for `/metrics`, `/healthz`, `/readyz`.
 //! - [`lease`]: leader election over `coordination.k8s.io/v1` Leases.
 //!
