@@ -12,7 +12,6 @@
 //!   `/readyz` answers 200 once the API client is connected and every running loop's last pass
 //!   listed what it reads.
 
-use crate::k8s::daemon::register_build_info;
 use crate::k8s::http::{Endpoints, Unhealthy};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -79,7 +78,8 @@ impl Default for Metrics {
 impl Metrics {
     /// A registry with every metric and series, at zero.
     pub(crate) fn new() -> Self {
-        let mut r = Registry::default();
+        // The process's registry (the build info is in it); this daemon's families below.
+        let mut r = crate::k8s::daemon::registry();
         let m = Self {
             registry: Registry::default(),
             passes: Family::default(),
@@ -119,7 +119,6 @@ impl Metrics {
             "Unix time a loop's last pass without error ended (0: none yet)",
             m.last_success.clone(),
         );
-        register_build_info(&mut r);
         Self { registry: r, ..m }
     }
 

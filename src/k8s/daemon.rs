@@ -1,7 +1,7 @@
 //! One daemon start for `flexvol provisioner`, `flexvol controller` and
 //! `flexvol scheduler-extender`: the signal mask, the levelled logs (text or JSON lines on
-//! stderr, filtered by `--log-filter` or `RUST_LOG`), and the build-info metric every daemon
-//! serves. The driver's verbs never call into this module: kubelet's exec path keeps its own
+//! stderr, filtered by `--log-filter` or `RUST_LOG`), and the process's metrics registry
+//! ([`registry`]) with the build-info metric every daemon serves. The driver's verbs never call into this module: kubelet's exec path keeps its own
 //! stdout/stderr rules.
 
 use prometheus_client::metrics::family::Family;
@@ -114,9 +114,18 @@ pub(crate) fn start_daemon(format: LogFormat, filter: Option<&str>, default_targ
     }
 }
 
-/// Registers `flexvol_build_info{version,commit,target} 1` ([`crate::version`]): every daemon
-/// serves it, so a dashboard can tell which build each instance runs.
-pub(crate) fn register_build_info(r: &mut Registry) {
+/// The process's metrics registry, which each daemon's `/metrics` serves ([`super::http::Endpoints`]):
+/// `flexvol_build_info{version,commit,target} 1` ([`crate::version`]) is in it already, so a
+/// dashboard can tell which build each instance runs. The daemon registers only its own families
+/// into it (and so never the build info a second time).
+pub(crate) fn registry() -> Registry {
+    let mut r = Registry::default();
+    register_build_info(&mut r);
+    r
+}
+
+/// Registers `flexvol_build_info` into `r` (only [`registry`] does).
+fn register_build_info(r: &mut Registry) {
     let info: Family<[(&'static str, &'static str); 3], Gauge> = Family::default();
     info.get_or_create(&[
         ("version", crate::version::VERSION),
@@ -129,4 +138,23 @@ pub(crate) fn register_build_info(r: &mut Registry) {
         "Always 1; the labels say this binary's version, the commit it was built from and its target",
         info,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    /// The registry a daemon starts from holds the build info, once, and nothing else.
+    #[test]
+    fn the_registry_starts_with_the_build_info_alone() {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &super::registry()).unwrap();
+        let types: Vec<&str> = out.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        assert_eq!(types, ["# TYPE flexvol_build_info gauge"], "{out}");
+        let sample = format!(
+            "flexvol_build_info{{version=\"{}\",commit=\"{}\",target=\"{}\"}} 1",
+            crate::version::VERSION,
+            crate::version::COMMIT,
+            crate::version::TARGET
+        );
+        assert!(out.lines().any(|l| l == sample), "{sample} not in {out}");
+    }
 }

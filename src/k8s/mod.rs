@@ -6,7 +6,9 @@
 //! - [`watch`]: the one watch adapter over kube-runtime's watcher (with its backoff).
 //! - [`queue`]: the work queue, per-object backoff and per-fault-domain breakers.
 //! - [`call`] and [`error`]: one API call under a deadline, its failure typed.
-//! - [`daemon`]: one daemon start (signals, logs, the build-info metric).
+//! - [`events`]: events on objects (core/v1 `Event`, created only), the provisioner's and the
+//!   controller's alike.
+//! - [`daemon`]: one daemon start (signals, logs, the metrics registry with the build-info metric).
 //! - [`http`]: the one HTTP server for `/metrics`, `/healthz`, `/readyz`.
 //! - [`lease`]: leader election over `coordination.k8s.io/v1` Leases.
 //!
@@ -23,6 +25,7 @@ pub(crate) mod call;
 pub(crate) mod client;
 pub(crate) mod daemon;
 pub(crate) mod error;
+pub(crate) mod events;
 pub(crate) mod http;
 pub(crate) mod lease;
 pub mod patch;

@@ -9,6 +9,7 @@
 pub mod live;
 
 use crate::k8s::error::ApiResult;
+use crate::k8s::events::EventSpec;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -16,25 +17,6 @@ use std::collections::BTreeMap;
 
 // Kubernetes' well-known names the provisioner reads and writes (sig-storage's, and the
 // scheduler's for WaitForFirstConsumer).
-
-/// An event to record on an object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EventSpec {
-    /// `PersistentVolumeClaim` or `PersistentVolume`.
-    pub kind: &'static str,
-    /// Namespace of the object (`""` for cluster-scoped).
-    pub namespace: String,
-    /// Name of the object.
-    pub name: String,
-    /// Uid of the object.
-    pub uid: String,
-    /// `Normal` or `Warning`.
-    pub(crate) warning: bool,
-    /// `ProvisioningSucceeded`, `ProvisioningFailed`, `VolumeFailedDelete`, ...
-    pub(crate) reason: &'static str,
-    /// For people: what happened and what to do.
-    pub(crate) message: String,
-}
 
 /// The API operations the provisioner uses.
 #[allow(async_fn_in_trait)]

@@ -49,11 +49,12 @@
 //! re-driven by the claim's request until the PV's annotation records it.
 
 use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
+use crate::k8s::events::EventSpec;
 use crate::k8s::queue::{Backoff, Breakers};
 use crate::node::capability;
 use crate::node::config::Config;
 use crate::protocol::quantity::{self, parse_size};
-use crate::provision::cluster::{Cluster, EventSpec};
+use crate::provision::cluster::Cluster;
 use crate::provision::storage::{
     Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck, SourceRefusal,
     awaits_volume, check_clone_source, plan_claim,

@@ -232,7 +232,8 @@ impl Metrics {
             // 5 ms .. ~82 s: a directory, an LV with mkfs, an NFS server that is slow to answer.
             Histogram::new(exponential_buckets(0.005, 2.0, 15))
         }
-        let mut r = Registry::default();
+        // The process's registry (the build info is in it); this daemon's families below.
+        let mut r = crate::k8s::daemon::registry();
         let m = Self {
             ops: Family::default(),
             op_seconds: Family::new_with_constructor(hist),
@@ -369,7 +370,6 @@ impl Metrics {
             drop(m.cached.get_or_create(&[("resource", res)]));
         }
         m.driver.clone().register_into(&mut r);
-        crate::k8s::daemon::register_build_info(&mut r);
         Self { registry: r, ..m }
     }
 

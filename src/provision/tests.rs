@@ -4,6 +4,7 @@
 use crate::k8s::error::ApiError;
 use crate::k8s::error::ApiErrorKind;
 use crate::k8s::error::ApiResult;
+use crate::k8s::events::EventSpec;
 use crate::node::config::Config;
 use crate::node::localpath::{LocalPathConfig, NodePath, PathMap};
 use crate::provision::cluster::*;

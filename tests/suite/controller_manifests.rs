@@ -20,7 +20,7 @@ fn contract_controller_token_is_exactly_its_calls_and_claim_delete_is_not_the_no
         ("", "persistentvolumeclaims", "get"),       // act: claim_step
         ("", "persistentvolumeclaims", "delete"),    // act
         ("storage.k8s.io", "storageclasses", "get"), // class
-        ("", "events", "create"),                    // event
+        ("", "events", "create"),                    // event (src/k8s/events.rs)
     ]
     .iter()
     .map(|(g, r, v)| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))

@@ -480,7 +480,7 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
         ("", "persistentvolumes", "patch"),          // grow_volume
         ("storage.k8s.io", "storageclasses", "get"), // get_class
         ("", "nodes", "get"),                        // get_node
-        ("", "events", "create"),                    // event
+        ("", "events", "create"),                    // event (src/k8s/events.rs)
     ]
     .into_iter()
     .collect();

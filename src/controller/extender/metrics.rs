@@ -45,7 +45,8 @@ impl Metrics {
             // 50 µs .. ~1.6 s: the decision is in memory; kube-scheduler waits at most httpTimeout.
             Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
         }
-        let mut r = Registry::default();
+        // The process's registry (the build info is in it); this daemon's families below.
+        let mut r = crate::k8s::daemon::registry();
         let m = Self {
             calls: Family::default(),
             seconds: Family::new_with_constructor(hist),
@@ -82,7 +83,6 @@ impl Metrics {
             }
             drop(m.seconds.get_or_create(&[("verb", verb)]));
         }
-        crate::k8s::daemon::register_build_info(&mut r);
         Self { registry: r, ..m }
     }
 

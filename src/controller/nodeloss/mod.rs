@@ -26,18 +26,16 @@ use crate::controller::nodeloss::decide::{
 };
 use crate::k8s::call::call;
 use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
+use crate::k8s::events::{self, EventSpec};
 use crate::k8s::patch::remove_finalizer_patch;
 use crate::k8s::queue::{Backoff, WorkQueue};
 use crate::vocab::LABEL_KIND;
 use crate::vocab::{ANN_DELETED_ALIVE, ANN_LEASE_AT_MARK, ANN_MISSING_SINCE};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{
-    Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
@@ -525,49 +523,21 @@ impl NodeLoss {
         namespace: &str,
         name: &str,
         uid: &str,
-        reason: &str,
+        reason: &'static str,
         message: &str,
     ) {
-        // Events of cluster-scoped objects go to "default", as kubectl describe looks for them.
-        let ns = if namespace.is_empty() {
-            "default"
-        } else {
-            namespace
+        let spec = EventSpec {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            warning: true,
+            reason,
+            message: message.to_owned(),
         };
-        let api = Api::<Event>::namespaced(self.client.clone(), ns);
-        let t = Time(Timestamp::now());
-        let e = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}.")),
-                namespace: Some(ns.to_owned()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some(kind.into()),
-                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
-                name: Some(name.to_owned()),
-                uid: Some(uid.to_owned()),
-                ..Default::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.to_owned()),
-            type_: Some("Warning".into()),
-            source: Some(EventSource {
-                component: Some(LOG_TARGET.into()),
-                host: None,
-            }),
-            first_timestamp: Some(t.clone()),
-            last_timestamp: Some(t),
-            count: Some(1),
-            ..Default::default()
-        };
-        if let Err(e) = call(
-            format!("record event {reason} on {kind} {name}"),
-            api.create(&PostParams::default(), &e),
-        )
-        .await
-        .map_err(ours)
+        if let Err(e) = events::record(&self.client, &spec, LOG_TARGET, None)
+            .await
+            .map_err(ours)
         {
             warn!(target: LOG_TARGET, "{e}");
         }

@@ -6,16 +6,15 @@
 
 use crate::k8s::call::call;
 use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
+use crate::k8s::events::EventSpec;
 use crate::provision::cache::{Caches, ClaimObserver, Routes, Scope};
-use crate::provision::cluster::{Cluster, EventSpec};
+use crate::provision::cluster::Cluster;
 use crate::provision::telemetry::WatchEvents;
 use crate::vocab::{FINALIZER, RESIZE_CONDITIONS};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
@@ -191,10 +190,6 @@ impl KubeCluster {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 impl Cluster for KubeCluster {
@@ -431,45 +426,6 @@ impl Cluster for KubeCluster {
     }
 
     async fn event(&self, ev: &EventSpec) -> ApiResult<()> {
-        // Events of cluster-scoped objects go to "default", as kubectl describe looks for them.
-        let ns = if ev.namespace.is_empty() {
-            "default"
-        } else {
-            ev.namespace.as_str()
-        };
-        let api = Api::<Event>::namespaced(self.client.clone(), ns);
-        let t = now();
-        let e = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", ev.name)),
-                namespace: Some(ns.to_owned()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some(ev.kind.into()),
-                namespace: (!ev.namespace.is_empty()).then(|| ev.namespace.clone()),
-                name: Some(ev.name.clone()),
-                uid: Some(ev.uid.clone()),
-                ..Default::default()
-            },
-            reason: Some(ev.reason.into()),
-            message: Some(ev.message.clone()),
-            type_: Some(if ev.warning { "Warning" } else { "Normal" }.into()),
-            source: Some(EventSource {
-                component: Some("flexvol-provisioner".into()),
-                host: Some(self.node.clone()),
-            }),
-            first_timestamp: Some(t.clone()),
-            last_timestamp: Some(t),
-            count: Some(1),
-            ..Default::default()
-        };
-        call(
-            format!("record event {} on {} {}", ev.reason, ev.kind, ev.name),
-            api.create(&PostParams::default(), &e),
-        )
-        .await
-        .map(|_| ())
+        crate::k8s::events::record(&self.client, ev, "flexvol-provisioner", Some(&self.node)).await
     }
 }

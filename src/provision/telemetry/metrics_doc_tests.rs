@@ -51,27 +51,31 @@ fn provisioner() -> String {
     m.encode().unwrap()
 }
 
-/// The three daemons' registries, rendered.
-fn daemons() -> BTreeMap<&'static str, BTreeMap<String, String>> {
+/// The three daemons' registries as OpenMetrics text.
+fn texts() -> BTreeMap<&'static str, String> {
     BTreeMap::from([
-        ("flexvol provisioner", served(&provisioner())),
+        ("flexvol provisioner", provisioner()),
         (
             "flexvol controller",
-            served(
-                &crate::controller::telemetry::Metrics::new()
-                    .encode()
-                    .unwrap(),
-            ),
+            crate::controller::telemetry::Metrics::new()
+                .encode()
+                .unwrap(),
         ),
         (
             "flexvol scheduler-extender",
-            served(
-                &crate::controller::extender::metrics::Metrics::new()
-                    .encode()
-                    .unwrap(),
-            ),
+            crate::controller::extender::metrics::Metrics::new()
+                .encode()
+                .unwrap(),
         ),
     ])
+}
+
+/// The three daemons' registries, rendered.
+fn daemons() -> BTreeMap<&'static str, BTreeMap<String, String>> {
+    texts()
+        .into_iter()
+        .map(|(daemon, text)| (daemon, served(&text)))
+        .collect()
 }
 
 /// docs/metrics.md's tables: section (the heading's backquoted daemon, or `every`) → name → type.
@@ -272,4 +276,28 @@ fn pod_monitors_select_the_daemons_pods() {
         docs[1]["spec"]["selector"]["matchLabels"]["app"].as_str(),
         Some("flexvol-controller")
     );
+}
+
+/// Each daemon serves each family once: the build info comes with the process's registry
+/// (`k8s::daemon::registry`) and no daemon registers it (or any family) a second time, which
+/// the name-keyed maps above would not see.
+#[test]
+fn each_family_is_served_once() {
+    for (daemon, text) in texts() {
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let unique: BTreeSet<&str> = types.iter().copied().collect();
+        assert_eq!(
+            types.len(),
+            unique.len(),
+            "{daemon}: a family twice in\n{text}"
+        );
+        assert_eq!(
+            types
+                .iter()
+                .filter(|l| l.starts_with("# TYPE flexvol_build_info "))
+                .count(),
+            1,
+            "{daemon}"
+        );
+    }
 }
