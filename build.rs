@@ -19,8 +19,11 @@
 //!
 //! `--symbol-ordering-file` is an lld option, and rust-lld is rustc's default linker on x86_64
 //! Linux since 1.90: with an older rustc (which links with the system's `ld`) nothing is added.
-//! Names lld cannot find (the list is older than the toolchain, Cargo.lock or release profile)
-//! are skipped silently: the binary is the same program, only slower to start.
+//! Names lld cannot find (the list is older than the toolchain, Cargo.lock or release profile, or
+//! names a function that moved) are skipped silently: the binary is the same program, only slower
+//! to start. Names are v0-mangled (`.cargo/config.toml`), so editing a function keeps its name;
+//! `tests/suite/hot_symbols.rs` fails when the list was made for another Cargo.lock or names a
+//! flexvol function that is gone, which is how a stale list is caught before a benchmark.
 
 // Cargo reads a build script's instructions from its stdout.
 #![allow(clippy::print_stdout)]
