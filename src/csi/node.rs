@@ -229,7 +229,13 @@ impl node_server::Node for NodeService {
         if r.volume_id.is_empty() {
             return Err(Status::invalid_argument("volume_id is required"));
         }
-        let path = target_path(&self.settings.kubelet_root, &r.volume_path, "volume_path")?;
+        if r.volume_path.is_empty() {
+            return Err(Status::invalid_argument("volume_path is required"));
+        }
+        // A path not of a target's shape holds no volume this plugin published: NOT_FOUND, as
+        // CSI asks of a volume not at the given path (csi-sanity checks it). Nothing is opened.
+        let path = target_path(&self.settings.kubelet_root, &r.volume_path, "volume_path")
+            .map_err(|e| Status::not_found(e.message().to_owned()))?;
         let usage = on_node(&self.settings, move |_| Ok(stats(&path))).await??;
         Ok(Response::new(NodeGetVolumeStatsResponse { usage }))
     }

@@ -327,6 +327,25 @@ fn root_csi_publish_is_a_bind_idempotent_and_unpublish_is_ok_twice() {
     )
     .unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
+    // Stats of a path that is no target at all (csi-sanity's "some/path", /etc): NOT_FOUND,
+    // nothing opened; no path at all: INVALID_ARGUMENT.
+    for (path, code) in [
+        ("some/path", Code::NotFound),
+        ("/etc", Code::NotFound),
+        ("", Code::InvalidArgument),
+    ] {
+        let e = call::<_, NodeGetVolumeStatsResponse>(
+            &p.socket,
+            "/csi.v1.Node/NodeGetVolumeStats",
+            NodeGetVolumeStatsRequest {
+                volume_id: "vol-1".into(),
+                volume_path: path.into(),
+                staging_target_path: String::new(),
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), code, "{path:?}: {e:?}");
+    }
 }
 
 #[test]
