@@ -14,8 +14,17 @@
 //!   node-local claims without a node (to tell Immediate-binding ones what is wrong). A change to
 //!   another node's claim costs one decode and a comparison, and no work.
 //!
+//! - **StorageClasses**: every one ([`Caches::classes`], by name): the one cluster-wide watch of
+//!   an instance, sized by the classes (a few per cluster), not by claims or nodes. The reconciler
+//!   reads a claim's class here, never from the server; a class missing from the listed cache is
+//!   "not found", and before the first list the lanes do not plan (the read is an error, and the
+//!   lanes hold their keys until [`Cache::is_ready`]).
+//!
 //! Every change of a kept object (or an object that stops being kept) sends its [`Key`] to the
-//! lane that works on its kind ([`Routes`]). When what this instance leads changes, the claim
+//! lane that works on its kind ([`Routes`]). A class changes no key by itself, except that one
+//! appearing (created, or seen again after a list) sends the keys of the kept claims of that
+//! class name that still wait for a volume: a claim made before its class is provisioned as soon
+//! as the class exists, not at the next resync. When what this instance leads changes, the claim
 //! watch lists again with the new filter.
 //!
 //! PVs made before the labels existed are labelled by the startup sweep of [`crate::provision::lanes`].
@@ -28,6 +37,7 @@ use crate::vocab::{ANN_PROVISIONED_BY, ANN_SELECTED_NODE};
 use crate::vocab::{LABEL_KIND, LABEL_NODE};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::watcher;
@@ -237,6 +247,8 @@ pub(crate) struct Caches {
     pub(crate) local_volumes: Arc<Cache<PersistentVolume>>,
     /// The shared kinds' PVs (empty unless leading them).
     pub(crate) shared_volumes: Arc<Cache<PersistentVolume>>,
+    /// Every StorageClass, by name.
+    pub(crate) classes: Arc<Cache<StorageClass>>,
     scope: Arc<Scope>,
 }
 
@@ -353,8 +365,17 @@ impl Caches {
             shared_claims: Arc::new(Cache::default()),
             local_volumes: Arc::new(Cache::default()),
             shared_volumes: Arc::new(Cache::default()),
+            classes: Arc::new(Cache::default()),
             scope: scope.clone(),
         };
+        tokio::spawn(watch_classes(
+            Api::<StorageClass>::all(client.clone()),
+            caches.classes.clone(),
+            [caches.claims.clone(), caches.shared_claims.clone()],
+            scope.clone(),
+            routes.clone(),
+            events.clone(),
+        ));
         let spawn = |api, cache, keeping| {
             tokio::spawn(watch_into(
                 api,
@@ -432,6 +453,7 @@ impl Caches {
             && self.shared_claims.is_ready()
             && self.local_volumes.is_ready()
             && self.shared_volumes.is_ready()
+            && self.classes.is_ready()
     }
 
     /// The claim `key` (`namespace/name`), of either claim cache.
@@ -536,6 +558,85 @@ async fn watch_into<K>(
                     break;
                 }
             }
+        }
+    }
+}
+
+/// Keeps `classes` filled from a watch of every StorageClass until the process ends (the watcher
+/// lists again after an error, with a pause); a class that appears sends the keys of the claims
+/// kept in `claims` that wait for it ([`apply_class`]).
+async fn watch_classes(
+    api: Api<StorageClass>,
+    classes: Arc<Cache<StorageClass>>,
+    claims: [Arc<Cache<PersistentVolumeClaim>>; 2],
+    scope: Arc<Scope>,
+    routes: Routes,
+    events: WatchEvents,
+) {
+    let counter = events.get_or_create(&[("watch", "classes")]).clone();
+    let stream = watch(api, watcher::Config::default());
+    let mut stream = std::pin::pin!(stream);
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(ev) => {
+                counter.inc_by(match &ev {
+                    WatchEvent::Restarted(list) => u64::try_from(list.len()).unwrap_or(u64::MAX),
+                    _ => 1,
+                });
+                apply_class(&classes, &claims, &scope, &routes, ev);
+            }
+            // The watcher itself waits before it lists again (crate::k8s::watch).
+            Err(e) => warn!(target: LOG_TARGET, "watch of StorageClasses: {e}; retrying"),
+        }
+    }
+}
+
+/// Applies one event of the StorageClass watch to `classes`; for each class that was not held
+/// before, sends the keys of the claims of that class name kept in `claims` that still wait for
+/// a volume to their lanes (a claim made before its class).
+fn apply_class(
+    classes: &Cache<StorageClass>,
+    claims: &[Arc<Cache<PersistentVolumeClaim>>],
+    scope: &Scope,
+    routes: &Routes,
+    ev: WatchEvent<StorageClass>,
+) {
+    let name = |c: &StorageClass| c.metadata.name.clone().unwrap_or_default();
+    let appeared: Vec<String> = match ev {
+        WatchEvent::Applied(c) => {
+            let n = name(&c);
+            let new = classes.lock().insert(n.clone(), Arc::new(c)).is_none();
+            if new { vec![n] } else { Vec::new() }
+        }
+        WatchEvent::Deleted(c) => {
+            classes.lock().remove(&name(&c));
+            Vec::new()
+        }
+        WatchEvent::Restarted(list) => {
+            let kept: HashMap<String, Arc<StorageClass>> =
+                list.into_iter().map(|c| (name(&c), Arc::new(c))).collect();
+            let old = std::mem::replace(&mut *classes.lock(), kept);
+            classes.ready.store(true, Ordering::Release);
+            classes
+                .lock()
+                .keys()
+                .filter(|n| !old.contains_key(*n))
+                .cloned()
+                .collect()
+        }
+    };
+    if appeared.is_empty() {
+        return;
+    }
+    for c in claims.iter().flat_map(|cache| cache.values()) {
+        let class = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref());
+        if class.is_some_and(|n| appeared.iter().any(|a| a == n))
+            && crate::provision::storage::awaits_volume(&c)
+        {
+            routes.send(scope.claim_lane(&c), claim_keys(&c).1);
         }
     }
 }
@@ -784,5 +885,85 @@ mod tests {
         )));
         assert!(lrx.try_recv().is_err());
         assert!(srx.try_recv().is_err());
+    }
+
+    fn class(name: &str) -> StorageClass {
+        StorageClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            provisioner: "flexvol/hostpath".into(),
+            ..Default::default()
+        }
+    }
+
+    fn of_class(mut c: PersistentVolumeClaim, name: &str, class: &str) -> PersistentVolumeClaim {
+        c.metadata.name = Some(name.into());
+        c.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            storage_class_name: Some(class.into()),
+            ..Default::default()
+        });
+        c
+    }
+
+    #[test]
+    fn a_class_that_appears_sends_the_claims_that_wait_for_it() {
+        let (s, _tx) = scope(Leads::default());
+        let (ltx, mut lrx) = tokio::sync::mpsc::unbounded_channel();
+        let (stx, mut srx) = tokio::sync::mpsc::unbounded_channel();
+        let routes = Routes {
+            local: ltx,
+            shared: stx,
+        };
+        let claims: [Arc<Cache<PersistentVolumeClaim>>; 2] = Default::default();
+        let waiting = of_class(
+            claim("flexvol/hostpath", Some("node-a"), "Pending"),
+            "w",
+            "fast",
+        );
+        let bound = of_class(
+            claim("flexvol/hostpath", Some("node-a"), "Bound"),
+            "b",
+            "fast",
+        );
+        let other = of_class(
+            claim("flexvol/hostpath", Some("node-a"), "Pending"),
+            "o",
+            "slow",
+        );
+        let nfs = of_class(claim("flexvol/nfs", None, "Pending"), "n", "fast");
+        for c in [waiting, bound, other] {
+            claims[0].lock().insert(claim_key(&c.metadata), Arc::new(c));
+        }
+        claims[1]
+            .lock()
+            .insert(claim_key(&nfs.metadata), Arc::new(nfs));
+        let classes = Cache::default();
+        let apply = |ev| apply_class(&classes, &claims, &s, &routes, ev);
+        // The first list: ready, and every class in it is new.
+        apply(WatchEvent::Restarted(vec![class("slow")]));
+        assert!(classes.is_ready() && classes.get("slow").is_some());
+        assert_eq!(lrx.try_recv().unwrap(), Key::Claim("ns/o".into()));
+        assert!(lrx.try_recv().is_err() && srx.try_recv().is_err());
+        // A class created: the claims of that name that still wait, each in its lane; the
+        // bound one and the other class's are not sent.
+        apply(WatchEvent::Applied(class("fast")));
+        assert_eq!(lrx.try_recv().unwrap(), Key::Claim("ns/w".into()));
+        assert_eq!(srx.try_recv().unwrap(), Key::Claim("ns/n".into()));
+        assert!(lrx.try_recv().is_err() && srx.try_recv().is_err());
+        // A change of a class held: nothing is sent.
+        apply(WatchEvent::Applied(class("fast")));
+        assert!(lrx.try_recv().is_err());
+        // Deleted: gone from the cache (a read of it is "not found"), nothing sent.
+        apply(WatchEvent::Deleted(class("fast")));
+        assert!(classes.get("fast").is_none() && classes.get("slow").is_some());
+        assert!(lrx.try_recv().is_err() && srx.try_recv().is_err());
+        // A new list without "slow" and with "fast" again: only "fast" is news.
+        apply(WatchEvent::Restarted(vec![class("fast")]));
+        assert!(classes.get("slow").is_none());
+        assert_eq!(lrx.try_recv().unwrap(), Key::Claim("ns/w".into()));
+        assert_eq!(srx.try_recv().unwrap(), Key::Claim("ns/n".into()));
+        assert!(lrx.try_recv().is_err() && srx.try_recv().is_err());
     }
 }

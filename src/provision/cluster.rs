@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 // Kubernetes' well-known names the provisioner reads and writes (sig-storage's, and the
 // scheduler's for WaitForFirstConsumer).
@@ -61,8 +62,9 @@ pub(crate) trait Cluster {
         namespace: &str,
         name: &str,
     ) -> ApiResult<Option<PersistentVolumeClaim>>;
-    /// One class, read from the server now (`None`: not found).
-    async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>>;
+    /// The StorageClass `name` as the class watch cache holds it (`None`: not found, the cache
+    /// holding every class); an error while that cache has not listed yet.
+    async fn cached_class(&self, name: &str) -> ApiResult<Option<Arc<StorageClass>>>;
     /// Creates a PV.
     async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()>;
     /// Deletes a PV if its uid is still `uid` (a precondition).

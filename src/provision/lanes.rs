@@ -51,6 +51,9 @@ pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(30 * 60);
 /// one claim come in quick succession).
 const SETTLE: Duration = Duration::from_millis(50);
 
+/// How often a lane looks again whether the StorageClass cache has listed, until it has.
+const CLASSES_POLL: Duration = Duration::from_millis(200);
+
 /// A lane's name in logs and metrics.
 pub(crate) fn lane_name(lane: Lane) -> &'static str {
     lane.name()
@@ -182,7 +185,15 @@ async fn run(mut a: LaneArgs) {
             let volumes = a.cluster.volumes().await.unwrap_or_default();
             rec.forget_gone(&claims, &volumes);
         }
-        let keys = queue.take(now);
+        // No key is worked on before the StorageClass cache has listed (a class missing from
+        // it would otherwise read as not found): they wait in the queue. The rest of a pass
+        // (the Node, recovery, the sweep, capacity, the lane's health) goes on meanwhile.
+        let classes_listed = a.cluster.caches().classes.is_ready();
+        let keys = if classes_listed {
+            queue.take(now)
+        } else {
+            Vec::new()
+        };
         if !keys.is_empty() || resync {
             // Test hook (tests/suite/provisioner_health.rs): FLEXVOL_TEST_HANG_AT=lane-shared-pass
             // blocks this lane here for good, as a system call that never returns would.
@@ -261,7 +272,10 @@ async fn run(mut a: LaneArgs) {
             resync_at = Instant::now() + a.resync;
         }
         // Wait for a key, the next retry or the next resync, whichever comes first.
-        let wake = queue.next_retry().map_or(resync_at, |t| t.min(resync_at));
+        let mut wake = queue.next_retry().map_or(resync_at, |t| t.min(resync_at));
+        if !classes_listed {
+            wake = wake.min(Instant::now() + CLASSES_POLL);
+        }
         let wait = wake.saturating_duration_since(Instant::now());
         match tokio::time::timeout(wait, a.keys.recv()).await {
             Ok(Some(k)) => {

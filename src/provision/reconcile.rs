@@ -21,7 +21,10 @@
 //! 4. every pending claim of one of our classes without a PV — for a node-local backend only those
 //!    whose `selected-node` is this node, for a shared one (NFS) any — : validate class and claim,
 //!    let the backend make the volume, create `pvc-<claim uid>`; when this node may not or cannot
-//!    serve it, remove `selected-node` so the scheduler picks again, with an event that says why;
+//!    serve it, remove `selected-node` so the scheduler picks again, with an event that says why.
+//!    What to do is decided first, with no call ([`decide_claim`]: from the claim, its class as
+//!    the StorageClass watch cache holds it, whether its PV is cached, and this node as the batch
+//!    read it), then done (the clone source read from the server, the volume, the PV, the events);
 //! 5. every Bound PV of ours whose claim asks for more than the PV's
 //!    [`ANN_SIZE`](crate::vocab::ANN_SIZE): grow it through the backend, then raise the PV's
 //!    capacity and, where kubelet does not finish the resize, record it on the claim;
@@ -56,8 +59,8 @@ use crate::node::config::Config;
 use crate::protocol::quantity::{self, parse_size};
 use crate::provision::cluster::Cluster;
 use crate::provision::storage::{
-    Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck, SourceRefusal,
-    awaits_volume, check_clone_source, plan_claim,
+    ClaimPlan, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck,
+    SourceRefusal, awaits_volume, check_clone_source, plan_claim,
 };
 use crate::sys::process::checkpoint;
 use crate::vocab::LABEL_KIND;
@@ -76,6 +79,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// `node` as a label value: itself when it is one (at most 63 characters of `[A-Za-z0-9._-]`,
@@ -369,8 +373,6 @@ pub(crate) struct Reconciler<C> {
     said: HashMap<(String, &'static str), String>,
     /// Claims told that their node-local class must use WaitForFirstConsumer (by uid).
     told_wffc: HashSet<String>,
-    /// StorageClasses read in this pass for that check (`None`: not found).
-    pass_classes: HashMap<String, Option<StorageClass>>,
     /// Per label key: the advice last given about it.
     advised: HashMap<String, String>,
     /// What the last [`Reconciler::refresh`] read of this node.
@@ -431,6 +433,215 @@ fn requested(c: &PersistentVolumeClaim) -> Option<u64> {
     )
 }
 
+/// The class a claim names (`None`: none, or empty).
+fn claim_class(c: &PersistentVolumeClaim) -> Option<&str> {
+    c.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .filter(|s| !s.is_empty())
+}
+
+/// What the decision for one claim ([`decide_claim`]) is made from, all read before it.
+pub(crate) struct ClaimFacts<'a> {
+    /// Who we are.
+    pub(crate) id: &'a Identity,
+    /// The backends (their kinds, and their class checks, which are pure).
+    pub(crate) backends: &'a [Box<dyn Provisioner>],
+    /// Per backend: whether this node serves it.
+    pub(crate) serving: &'a [bool],
+    /// What the last [`Reconciler::refresh`] read of this node.
+    here: &'a Here,
+    /// Whether the PV cache holds `pvc-<claim uid>` (made already).
+    pub(crate) pv_made: bool,
+    /// The claim's class as the class cache holds it (`Ok(None)`: no class of that name, or the
+    /// claim names none; `Err`: the cache could not be read).
+    pub(crate) class: &'a ApiResult<Option<Arc<StorageClass>>>,
+}
+
+/// What to do for one claim, decided without a call ([`decide_claim`]).
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// Nothing: not ours, not this node's, not waiting for a volume, made already, its class
+    /// missing or another provisioner's, or this node's Node not read yet.
+    Skip,
+    /// This node cannot serve it: send it back to the scheduler, saying why.
+    Reschedule(String),
+    /// Not now (its class could not be read); tried again.
+    Fail(String),
+    /// Never as written (the class's parameters, the claim's mode, size or access modes).
+    Never(String),
+    /// Make its volume and PV as planned.
+    Make(Box<Make>),
+}
+
+/// A volume to make for a claim: everything the act step needs, validated.
+#[derive(Debug)]
+pub(crate) struct Make {
+    /// The backend's index.
+    pub(crate) bi: usize,
+    /// Whether that backend is node-local.
+    pub(crate) node_local: bool,
+    /// Its provisioner name, `<vendor>/<kind>`.
+    pub(crate) provisioner: String,
+    /// The PV's name, `pvc-<claim uid>`.
+    pub(crate) pv_name: String,
+    /// The claim's uid, namespace and name.
+    pub(crate) uid: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    /// The class's name and the class.
+    pub(crate) class_name: String,
+    pub(crate) class: Arc<StorageClass>,
+    /// The class's parameters.
+    pub(crate) params: BTreeMap<String, String>,
+    /// The node hostname label a node-local PV pins to (`None` for a shared kind).
+    pub(crate) pin: Option<String>,
+    /// Size, access modes and clone source ([`plan_claim`]).
+    pub(crate) plan: ClaimPlan,
+}
+
+/// Step 4's decision for claim `c`, from `f` alone: no API call, nothing awaited, nothing
+/// written. The order of the checks is the order of the messages a claim gets.
+pub(crate) fn decide_claim(c: &PersistentVolumeClaim, f: &ClaimFacts<'_>) -> Decision {
+    let meta = &c.metadata;
+    let Some(bi) = claim_provisioner(meta).and_then(|p| {
+        f.backends
+            .iter()
+            .position(|b| f.id.provisioner(b.kind().name) == p)
+    }) else {
+        return Decision::Skip;
+    };
+    let kind = f.backends[bi].kind();
+    let node_local = kind.node_local;
+    let provisioner = f.id.provisioner(kind.name);
+    // A shared kind is left to the instances that can serve it (one without mount.nfs would
+    // only add failure events beside another's success).
+    if (node_local && ann(meta, ANN_SELECTED_NODE) != Some(f.id.node.as_str()))
+        || (!node_local && !f.serving.get(bi).copied().unwrap_or(false))
+        || !awaits_volume(c)
+    {
+        return Decision::Skip;
+    }
+    let (Some(uid), Some(ns), Some(name)) = (&meta.uid, &meta.namespace, &meta.name) else {
+        return Decision::Skip;
+    };
+    if f.pv_made {
+        return Decision::Skip; // made already; the PV controller binds it
+    }
+    let Some(class_name) = claim_class(c) else {
+        return Decision::Skip;
+    };
+    let class = match f.class {
+        Ok(Some(sc)) if sc.provisioner == provisioner => sc.clone(),
+        Ok(_) => return Decision::Skip,
+        Err(e) => {
+            return Decision::Fail(format!(
+                "cannot read StorageClass {class_name}: {e}; retrying"
+            ));
+        }
+    };
+    // A node-local volume only on a node the scheduler could have put the claim's pod on.
+    let pin = match (&f.here.hostname, &f.here.unfit) {
+        (_, Some(why)) if node_local => return Decision::Reschedule(why.clone()),
+        (None, _) if node_local => return Decision::Skip, // the Node could not be read: next pass
+        (h, _) => node_local.then(|| h.clone()).flatten(),
+    };
+
+    // Validate everything before anything exists: the decision the scheduler extender
+    // shares (a claim refused here is never counted against a node there).
+    let params = class.parameters.clone().unwrap_or_default();
+    let class_check = f.backends[bi].check_class(&params);
+    let plan = match plan_claim(kind, class_name, class_check, c) {
+        Ok(p) => p,
+        Err(never) => return Decision::Never(never.message),
+    };
+    Decision::Make(Box::new(Make {
+        bi,
+        node_local,
+        provisioner,
+        pv_name: format!("pvc-{uid}"),
+        uid: uid.clone(),
+        namespace: ns.clone(),
+        name: name.clone(),
+        class_name: class_name.to_owned(),
+        class,
+        params,
+        pin,
+        plan,
+    }))
+}
+
+/// Whether a pending claim of a node-local class with `Immediate` binding is to be told so
+/// ([`Reconciler`]'s `immediate_binding`), decided without a call.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Immediate {
+    /// Nothing to say (not such a claim, told already, its class missing or fine).
+    Nothing,
+    /// Its class could not be read (the error).
+    Unread(String),
+    /// Tell claim `uid` `message`.
+    Tell {
+        /// The claim's uid.
+        uid: String,
+        /// The event's message.
+        message: String,
+    },
+}
+
+/// The decision of [`Immediate`] for claim `c`: `told` are the claims told already (by uid),
+/// `class` the claim's class as read.
+pub(crate) fn decide_immediate(
+    c: &PersistentVolumeClaim,
+    id: &Identity,
+    backends: &[Box<dyn Provisioner>],
+    told: &HashSet<String>,
+    class: &ApiResult<Option<Arc<StorageClass>>>,
+) -> Immediate {
+    let meta = &c.metadata;
+    let Some(kind) = claim_provisioner(meta).and_then(|p| {
+        backends
+            .iter()
+            .map(|b| b.kind())
+            .find(|k| id.provisioner(k.name) == p)
+    }) else {
+        return Immediate::Nothing;
+    };
+    let Some(uid) = meta.uid.clone() else {
+        return Immediate::Nothing;
+    };
+    let spec = c.spec.as_ref();
+    if !kind.node_local
+        || ann(meta, ANN_SELECTED_NODE).is_some()
+        || meta.deletion_timestamp.is_some()
+        || spec
+            .and_then(|s| s.volume_name.as_deref())
+            .is_some_and(|v| !v.is_empty())
+        || c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Pending")
+        || told.contains(&uid)
+    {
+        return Immediate::Nothing;
+    }
+    let Some(class_name) = claim_class(c) else {
+        return Immediate::Nothing;
+    };
+    let class = match class {
+        Ok(Some(class)) => class,
+        Ok(None) => return Immediate::Nothing,
+        Err(e) => return Immediate::Unread(e.to_string()),
+    };
+    let provisioner = id.provisioner(kind.name);
+    let mode = class.volume_binding_mode.as_deref().unwrap_or("Immediate");
+    if class.provisioner != provisioner || mode == "WaitForFirstConsumer" {
+        return Immediate::Nothing;
+    }
+    Immediate::Tell {
+        uid,
+        message: format!(
+            "flexvol: StorageClass {class_name:?} has volumeBindingMode {mode}, but {provisioner} makes node-local volumes: the volume must be made on the node the claim's pod is scheduled to, which the scheduler says (volume.kubernetes.io/selected-node) only for volumeBindingMode: WaitForFirstConsumer; this claim is never provisioned. Use a class with volumeBindingMode: WaitForFirstConsumer (the field cannot be edited: create a new class) and recreate the claim"
+        ),
+    }
+}
+
 impl<C: Cluster> Reconciler<C> {
     /// A reconciler for `id` over `cluster`, serving `backends`.
     pub(crate) fn new(cluster: C, id: Identity, backends: Vec<Box<dyn Provisioner>>) -> Self {
@@ -441,7 +652,6 @@ impl<C: Cluster> Reconciler<C> {
             backends,
             said: HashMap::new(),
             told_wffc: HashSet::new(),
-            pass_classes: HashMap::new(),
             advised: HashMap::new(),
             here: Here::default(),
             breakers: Breakers::new(Backoff {
@@ -530,7 +740,6 @@ impl<C: Cluster> Reconciler<C> {
             .collect();
         self.serving = serves.iter().map(|(_, s)| *s).collect();
         self.here = self.read_node(&serves, &mut report).await;
-        self.pass_classes.clear();
         report
     }
 
@@ -834,7 +1043,7 @@ impl<C: Cluster> Reconciler<C> {
 
     async fn claim(&mut self, c: &PersistentVolumeClaim, cfg: &Config, report: &mut Report) {
         self.immediate_binding(c, report).await;
-        let step = self.plan_claim(c, cfg).await;
+        let step = self.provision_claim(c, cfg).await;
         let who = claim_ref(c);
         match step {
             Step::Skip => {}
@@ -911,54 +1120,22 @@ impl<C: Cluster> Reconciler<C> {
     /// instance would ever make its volume. Tells the claim's author, with a ProvisioningFailed
     /// event, once per claim: only the instance that holds the `flexvol-claims` Lease keeps such
     /// claims in its cache ([`crate::provision::cache::Scope::keep_claim`]), so one instance says it (once
-    /// more after a restart or a change of holder). Costs one read of each such class per batch,
-    /// and nothing once said.
+    /// more after a restart or a change of holder). Decided by [`decide_immediate`] on the class
+    /// as the class cache holds it; costs nothing once said.
     async fn immediate_binding(&mut self, c: &PersistentVolumeClaim, report: &mut Report) {
-        let meta = &c.metadata;
-        let Some(bi) = claim_provisioner(meta).and_then(|p| self.backend_for(p)) else {
-            return;
+        let class = match claim_class(c) {
+            Some(n) => self.cluster.cached_class(n).await,
+            None => Ok(None),
         };
-        let Some(uid) = meta.uid.clone() else { return };
-        let spec = c.spec.as_ref();
-        if !self.backends[bi].kind().node_local
-            || ann(meta, ANN_SELECTED_NODE).is_some()
-            || meta.deletion_timestamp.is_some()
-            || spec
-                .and_then(|s| s.volume_name.as_deref())
-                .is_some_and(|v| !v.is_empty())
-            || c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Pending")
-            || self.told_wffc.contains(&uid)
-        {
-            return;
-        }
-        let Some(class_name) = spec
-            .and_then(|s| s.storage_class_name.clone())
-            .filter(|s| !s.is_empty())
-        else {
-            return;
-        };
-        if !self.pass_classes.contains_key(&class_name) {
-            match self.cluster.get_class(&class_name).await {
-                Ok(sc) => {
-                    self.pass_classes.insert(class_name.clone(), sc);
-                }
-                Err(e) => {
-                    report.failed.push(e.to_string());
+        let (uid, msg) =
+            match decide_immediate(c, &self.id, &self.backends, &self.told_wffc, &class) {
+                Immediate::Nothing => return,
+                Immediate::Unread(e) => {
+                    report.failed.push(e);
                     return;
                 }
-            }
-        }
-        let Some(Some(class)) = self.pass_classes.get(&class_name) else {
-            return;
-        };
-        let provisioner = self.id.provisioner(self.backends[bi].kind().name);
-        let mode = class.volume_binding_mode.as_deref().unwrap_or("Immediate");
-        if class.provisioner != provisioner || mode == "WaitForFirstConsumer" {
-            return;
-        }
-        let msg = format!(
-            "flexvol: StorageClass {class_name:?} has volumeBindingMode {mode}, but {provisioner} makes node-local volumes: the volume must be made on the node the claim's pod is scheduled to, which the scheduler says (volume.kubernetes.io/selected-node) only for volumeBindingMode: WaitForFirstConsumer; this claim is never provisioned. Use a class with volumeBindingMode: WaitForFirstConsumer (the field cannot be edited: create a new class) and recreate the claim"
-        );
+                Immediate::Tell { uid, message } => (uid, message),
+            };
         report.failed.push(format!("{}: {msg}", claim_ref(c)));
         let ev = Self::claim_event(c, true, "ProvisioningFailed", msg);
         if let Err(e) = self.cluster.event(&ev).await {
@@ -968,57 +1145,52 @@ impl<C: Cluster> Reconciler<C> {
         self.told_wffc.insert(uid);
     }
 
-    async fn plan_claim(&mut self, c: &PersistentVolumeClaim, cfg: &Config) -> Step {
-        let meta = &c.metadata;
-        let Some(bi) = claim_provisioner(meta).and_then(|p| self.backend_for(p)) else {
-            return Step::Skip;
+    /// Step 4 for one claim: reads what the decision needs (the claim's class and whether its PV
+    /// exists, both from the watch caches), decides ([`decide_claim`], no API call), then acts on
+    /// a [`Decision::Make`]: the clone source checked on the server, the backend's volume, the PV.
+    async fn provision_claim(&mut self, c: &PersistentVolumeClaim, cfg: &Config) -> Step {
+        let class = match claim_class(c) {
+            Some(n) => self.cluster.cached_class(n).await,
+            None => Ok(None),
         };
-        let node_local = self.backends[bi].kind().node_local;
-        let provisioner = self.id.provisioner(self.backends[bi].kind().name);
-        // A shared kind is left to the instances that can serve it (one without mount.nfs would
-        // only add failure events beside another's success).
-        if (node_local && ann(meta, ANN_SELECTED_NODE) != Some(self.id.node.as_str()))
-            || (!node_local && !self.serving[bi])
-            || !awaits_volume(c)
-        {
-            return Step::Skip;
-        }
-        let spec = c.spec.clone().unwrap_or_default();
-        let (Some(uid), Some(ns), Some(name)) = (&meta.uid, &meta.namespace, &meta.name) else {
-            return Step::Skip;
+        let pv_made = match c.metadata.uid.as_deref() {
+            Some(uid) => self
+                .cluster
+                .cached_volume(&format!("pvc-{uid}"))
+                .await
+                .is_some(),
+            None => false,
         };
-        let pv_name = format!("pvc-{uid}");
-        if self.cluster.cached_volume(&pv_name).await.is_some() {
-            return Step::Skip; // made already; the PV controller binds it
-        }
-        let Some(class_name) = spec.storage_class_name.clone().filter(|s| !s.is_empty()) else {
-            return Step::Skip;
+        let facts = ClaimFacts {
+            id: &self.id,
+            backends: &self.backends,
+            serving: &self.serving,
+            here: &self.here,
+            pv_made,
+            class: &class,
         };
-        let class = match self.cluster.get_class(&class_name).await {
-            Ok(Some(sc)) if sc.provisioner == provisioner => sc,
-            Ok(_) => return Step::Skip,
-            Err(e) => {
-                return Step::Fail(format!(
-                    "cannot read StorageClass {class_name}: {e}; retrying"
-                ));
-            }
+        let make = match decide_claim(c, &facts) {
+            Decision::Skip => return Step::Skip,
+            Decision::Reschedule(why) => return Step::Reschedule(why),
+            Decision::Fail(why) => return Step::Fail(why),
+            Decision::Never(why) => return Step::Never(why),
+            Decision::Make(m) => m,
         };
-        // A node-local volume only on a node the scheduler could have put the claim's pod on.
-        let here = self.here.clone();
-        let hostname = match (&here.hostname, &here.unfit) {
-            (_, Some(why)) if node_local => return Step::Reschedule(why.clone()),
-            (None, _) if node_local => return Step::Skip, // the Node could not be read: next pass
-            (h, _) => h.as_deref().unwrap_or(&self.id.node),
-        };
-
-        // Validate everything before anything exists: the decision the scheduler extender
-        // shares (a claim refused here is never counted against a node there).
-        let params = class.parameters.clone().unwrap_or_default();
-        let class_check = self.backends[bi].check_class(&params);
-        let plan = match plan_claim(self.backends[bi].kind(), &class_name, class_check, c) {
-            Ok(p) => p,
-            Err(never) => return Step::Never(never.message),
-        };
+        let Make {
+            bi,
+            node_local,
+            provisioner,
+            pv_name,
+            uid,
+            namespace: ns,
+            name,
+            class_name,
+            class,
+            params,
+            pin,
+            plan,
+        } = *make;
+        let (ns, name, uid) = (&ns, &name, &uid);
         let (size, size_bytes, modes) = (plan.size, plan.size_bytes, plan.access_modes);
         // A clone: its source is checked (same namespace, ours, same class, this node, not
         // larger) before anything exists; the backend checks its own marks again.
@@ -1122,7 +1294,7 @@ impl<C: Cluster> Reconciler<C> {
             &pv_name,
             made,
             capacity,
-            node_local.then_some(hostname),
+            pin.as_deref(),
             modes,
         );
         match self.cluster.create_volume(&pv).await {
@@ -1319,7 +1491,7 @@ impl<C: Cluster> Reconciler<C> {
                 .unwrap_or_default();
             // The API server refuses the resize of a claim whose class does not allow it; a class
             // edited since, or gone, is checked here again.
-            match self.cluster.get_class(&class_name).await {
+            match self.cluster.cached_class(&class_name).await {
                 Ok(Some(sc)) if sc.allow_volume_expansion == Some(true) => {}
                 Ok(_) => {
                     let msg = format!(
@@ -1669,4 +1841,275 @@ fn is_ours_for(v: &PersistentVolume, provisioner: &str, claim_uid: &str) -> bool
             .and_then(|s| s.claim_ref.as_ref())
             .and_then(|r| r.uid.as_deref())
             == Some(claim_uid)
+}
+
+#[cfg(test)]
+mod decide_tests {
+    //! The claim decisions on their own: no cluster seam, nothing awaited.
+    use super::*;
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, VolumeResourceRequirements};
+
+    const PROV: &str = "flexvol/hostpath";
+
+    fn id() -> Identity {
+        Identity {
+            node: "node-a".into(),
+            vendor: "flexvol".into(),
+        }
+    }
+
+    fn class(provisioner: &str, params: &[(&str, &str)], mode: &str) -> Arc<StorageClass> {
+        Arc::new(StorageClass {
+            metadata: ObjectMeta {
+                name: Some("fast".into()),
+                ..Default::default()
+            },
+            provisioner: provisioner.into(),
+            parameters: Some(
+                params
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            volume_binding_mode: Some(mode.into()),
+            ..Default::default()
+        })
+    }
+
+    fn claim(provisioner: &str, node: Option<&str>) -> PersistentVolumeClaim {
+        let mut a = BTreeMap::from([(ANN_PROVISIONER_BETA.to_owned(), provisioner.to_owned())]);
+        if let Some(n) = node {
+            a.insert(ANN_SELECTED_NODE.into(), n.into());
+        }
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("data".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u1".into()),
+                annotations: Some(a),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: Some("fast".into()),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_owned(),
+                        Quantity("3Gi".into()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            status: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn here() -> Here {
+        Here {
+            hostname: Some("host-a".into()),
+            unfit: None,
+        }
+    }
+
+    /// The decision for `c` with the claim's class read as `class`, this node as `here`.
+    fn decide(
+        c: &PersistentVolumeClaim,
+        class: ApiResult<Option<Arc<StorageClass>>>,
+        here: &Here,
+        pv_made: bool,
+    ) -> Decision {
+        let id = id();
+        let backends = crate::provision::provisioners(&id);
+        let serving = vec![true; backends.len()];
+        decide_claim(
+            c,
+            &ClaimFacts {
+                id: &id,
+                backends: &backends,
+                serving: &serving,
+                here,
+                pv_made,
+                class: &class,
+            },
+        )
+    }
+
+    fn ok_class() -> ApiResult<Option<Arc<StorageClass>>> {
+        Ok(Some(class(PROV, &[], "WaitForFirstConsumer")))
+    }
+
+    #[test]
+    fn a_claim_of_this_node_and_class_is_made_with_its_size_and_kind() {
+        let Decision::Make(m) = decide(&claim(PROV, Some("node-a")), ok_class(), &here(), false)
+        else {
+            panic!("not a Make");
+        };
+        let kinds = crate::provision::provisioners(&id());
+        assert_eq!(kinds[m.bi].kind().name, "hostpath");
+        assert!(m.node_local);
+        assert_eq!(m.provisioner, PROV);
+        assert_eq!(m.pv_name, "pvc-u1");
+        assert_eq!((m.namespace.as_str(), m.name.as_str()), ("ns", "data"));
+        assert_eq!(m.class_name, "fast");
+        assert_eq!(m.plan.size, Quantity("3Gi".into()));
+        assert_eq!(m.plan.size_bytes, 3 << 30);
+        assert_eq!(m.plan.access_modes, ["ReadWriteOnce"]);
+        assert_eq!(m.plan.source, None);
+        // Pinned to the Node's hostname label, not its name.
+        assert_eq!(m.pin.as_deref(), Some("host-a"));
+    }
+
+    #[test]
+    fn claims_not_ours_or_not_this_nodes_or_made_already_are_skipped() {
+        let skip = |d: Decision| assert!(matches!(d, Decision::Skip), "{d:?}");
+        skip(decide(
+            &claim("example.com/x", Some("node-a")),
+            ok_class(),
+            &here(),
+            false,
+        ));
+        skip(decide(
+            &claim(PROV, Some("node-b")),
+            ok_class(),
+            &here(),
+            false,
+        ));
+        skip(decide(&claim(PROV, None), ok_class(), &here(), false));
+        skip(decide(
+            &claim(PROV, Some("node-a")),
+            ok_class(),
+            &here(),
+            true,
+        ));
+        let mut bound = claim(PROV, Some("node-a"));
+        bound.spec.as_mut().unwrap().volume_name = Some("pv-1".into());
+        skip(decide(&bound, ok_class(), &here(), false));
+        // The Node not read yet: nothing now, next pass.
+        skip(decide(
+            &claim(PROV, Some("node-a")),
+            ok_class(),
+            &Here::default(),
+            false,
+        ));
+    }
+
+    #[test]
+    fn a_missing_class_is_skipped_and_an_unread_one_retried() {
+        let c = claim(PROV, Some("node-a"));
+        // Missing from the listed cache: as a 404 was, nothing.
+        assert!(matches!(
+            decide(&c, Ok(None), &here(), false),
+            Decision::Skip
+        ));
+        // Another provisioner's class of that name: nothing either.
+        let theirs = Ok(Some(class("example.com/x", &[], "WaitForFirstConsumer")));
+        assert!(matches!(decide(&c, theirs, &here(), false), Decision::Skip));
+        // The cache not listed yet: a failure that is retried, never "not found".
+        let unread = Err(ApiError::new(
+            "read StorageClass fast",
+            ApiErrorKind::Other,
+            "the StorageClass watch has not listed yet",
+        ));
+        let Decision::Fail(why) = decide(&c, unread, &here(), false) else {
+            panic!("not a Fail");
+        };
+        assert!(
+            why.starts_with("cannot read StorageClass fast: ") && why.ends_with("; retrying"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_bad_parameter_or_claim_is_refused_for_good_and_an_unfit_node_sends_it_back() {
+        let c = claim(PROV, Some("node-a"));
+        let bad = Ok(Some(class(
+            PROV,
+            &[("nodePath", "/x")],
+            "WaitForFirstConsumer",
+        )));
+        let Decision::Never(why) = decide(&c, bad, &here(), false) else {
+            panic!("not a Never");
+        };
+        assert!(
+            why.starts_with("StorageClass fast: unknown class parameter \"nodePath\""),
+            "{why}"
+        );
+        let grace = Ok(Some(class(
+            PROV,
+            &[("nodeLossGracePeriod", "1s")],
+            "WaitForFirstConsumer",
+        )));
+        assert!(matches!(
+            decide(&c, grace, &here(), false),
+            Decision::Never(w) if w.contains("nodeLossGracePeriod")
+        ));
+        let mut block = c.clone();
+        block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+        assert!(matches!(
+            decide(&block, ok_class(), &here(), false),
+            Decision::Never(w) if w.starts_with("volumeMode Block is not supported")
+        ));
+        let cordoned = Here {
+            unfit: Some("node node-a is cordoned".into()),
+            ..here()
+        };
+        assert!(matches!(
+            decide(&c, ok_class(), &cordoned, false),
+            Decision::Reschedule(w) if w == "node node-a is cordoned"
+        ));
+    }
+
+    #[test]
+    fn a_node_local_claim_of_an_immediate_class_is_told_once() {
+        let id = id();
+        let backends = crate::provision::provisioners(&id);
+        let c = claim(PROV, None);
+        let none = HashSet::new();
+        let immediate = Ok(Some(class(PROV, &[], "Immediate")));
+        let Immediate::Tell { uid, message } =
+            decide_immediate(&c, &id, &backends, &none, &immediate)
+        else {
+            panic!("not told");
+        };
+        assert_eq!(uid, "u1");
+        assert!(
+            message.starts_with(
+                "flexvol: StorageClass \"fast\" has volumeBindingMode Immediate, but flexvol/hostpath makes node-local volumes"
+            ),
+            "{message}"
+        );
+        let told = HashSet::from(["u1".to_owned()]);
+        assert_eq!(
+            decide_immediate(&c, &id, &backends, &told, &immediate),
+            Immediate::Nothing
+        );
+        let wffc = ok_class();
+        assert_eq!(
+            decide_immediate(&c, &id, &backends, &none, &wffc),
+            Immediate::Nothing
+        );
+        assert_eq!(
+            decide_immediate(&c, &id, &backends, &none, &Ok(None)),
+            Immediate::Nothing
+        );
+        // A claim with a node is not one the scheduler left out.
+        let picked = claim(PROV, Some("node-a"));
+        assert_eq!(
+            decide_immediate(&picked, &id, &backends, &none, &immediate),
+            Immediate::Nothing
+        );
+        let unread = Err(ApiError::new(
+            "read StorageClass fast",
+            ApiErrorKind::Other,
+            "x",
+        ));
+        assert!(matches!(
+            decide_immediate(&c, &id, &backends, &none, &unread),
+            Immediate::Unread(_)
+        ));
+    }
 }

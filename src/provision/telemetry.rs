@@ -66,12 +66,13 @@ fn gauge_bytes(b: u64) -> i64 {
 
 /// The watches (`watch` label values of `flexvol_provisioner_watch_events_total`), as
 /// [`crate::provision::cache`] names them.
-pub(crate) const WATCHES: [&str; 5] = [
+pub(crate) const WATCHES: [&str; 6] = [
     "claims-node",
     "claims-all",
     "claims-shared",
     "pvs-node",
     "pvs-shared",
+    "classes",
 ];
 
 /// The kinds the provisioners of this binary make (`kind` label values), as
@@ -327,7 +328,7 @@ impl Metrics {
         );
         r.register(
             "flexvol_provisioner_watch_events",
-            "Objects this instance's watches received (list items and events), by watch: claims-node (claims labelled flexvol/node=<this node>), claims-all (every claim, while holding flexvol-claims), claims-shared and pvs-shared (the shared kinds', while leading them), pvs-node",
+            "Objects this instance's watches received (list items and events), by watch: claims-node (claims labelled flexvol/node=<this node>), claims-all (every claim, while holding flexvol-claims), claims-shared and pvs-shared (the shared kinds', while leading them), pvs-node, classes (every StorageClass)",
             m.watch_events.clone(),
         );
         r.register(

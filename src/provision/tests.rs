@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const PROV: &str = "flexvol/hostpath";
 
@@ -167,8 +168,8 @@ impl Cluster for Fake {
         }
         Ok(())
     }
-    async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
-        Ok(self.classes.borrow().get(name).cloned())
+    async fn cached_class(&self, name: &str) -> ApiResult<Option<Arc<StorageClass>>> {
+        Ok(self.classes.borrow().get(name).cloned().map(Arc::new))
     }
     async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()> {
         if let Some(k) = self.fail_create.take() {

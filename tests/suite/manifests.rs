@@ -474,13 +474,14 @@ fn contract_manifests_provisioner_token_is_least_privilege() {
         ("", "persistentvolumeclaims/status", "patch"), // finish_claim_resize
         ("", "persistentvolumes", "list"),     // watch cache
         ("", "persistentvolumes", "watch"),
-        ("", "persistentvolumes", "get"),            // get_volume
-        ("", "persistentvolumes", "create"),         // create_volume
-        ("", "persistentvolumes", "delete"),         // delete_volume
-        ("", "persistentvolumes", "patch"),          // grow_volume
-        ("storage.k8s.io", "storageclasses", "get"), // get_class
-        ("", "nodes", "get"),                        // get_node
-        ("", "events", "create"),                    // event (src/k8s/events.rs)
+        ("", "persistentvolumes", "get"),             // get_volume
+        ("", "persistentvolumes", "create"),          // create_volume
+        ("", "persistentvolumes", "delete"),          // delete_volume
+        ("", "persistentvolumes", "patch"),           // grow_volume
+        ("storage.k8s.io", "storageclasses", "list"), // class watch cache
+        ("storage.k8s.io", "storageclasses", "watch"),
+        ("", "nodes", "get"),     // get_node
+        ("", "events", "create"), // event (src/k8s/events.rs)
     ]
     .into_iter()
     .collect();

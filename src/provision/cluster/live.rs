@@ -1,4 +1,4 @@
-//! [`Cluster`] over kube-rs: claims and PVs from this instance's watch caches ([`crate::provision::cache`]:
+//! [`Cluster`] over kube-rs: claims, PVs and StorageClasses from this instance's watch caches ([`crate::provision::cache`]:
 //! only the objects it works on), everything else read or written on the server directly, each
 //! call under [`DEADLINE`].
 //!
@@ -289,9 +289,16 @@ impl Cluster for KubeCluster {
         .await
     }
 
-    async fn get_class(&self, name: &str) -> ApiResult<Option<StorageClass>> {
-        let api = Api::<StorageClass>::all(self.client.clone());
-        call(format!("get StorageClass {name}"), api.get_opt(name)).await
+    async fn cached_class(&self, name: &str) -> ApiResult<Option<Arc<StorageClass>>> {
+        let classes = &self.caches.classes;
+        if !classes.is_ready() {
+            return Err(ApiError::new(
+                format!("read StorageClass {name}"),
+                ApiErrorKind::Other,
+                "the StorageClass watch has not listed yet",
+            ));
+        }
+        Ok(classes.get(name))
     }
 
     async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()> {
