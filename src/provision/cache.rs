@@ -29,6 +29,7 @@
 //!
 //! PVs made before the labels existed are labelled by the startup sweep of [`crate::provision::lanes`].
 
+use crate::k8s::error::{ApiError, ApiErrorKind, ApiResult};
 use crate::k8s::watch::{WatchEvent, watch};
 use crate::provision::reconcile::{Key, claim_provisioner, node_label_value};
 use crate::provision::telemetry::{LOG_TARGET, WatchEvents};
@@ -233,6 +234,22 @@ impl<K> Cache<K> {
     /// Whether it holds a first full list.
     pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+}
+
+impl Cache<StorageClass> {
+    /// The class `name` (`None`: there is none, the cache holding every class); an error while
+    /// the cache has not listed yet, so that a class not seen yet is never taken for one that
+    /// does not exist.
+    pub(crate) fn class(&self, name: &str) -> ApiResult<Option<Arc<StorageClass>>> {
+        if !self.is_ready() {
+            return Err(ApiError::new(
+                format!("read StorageClass {name}"),
+                ApiErrorKind::Other,
+                "the StorageClass watch has not listed yet",
+            ));
+        }
+        Ok(self.get(name))
     }
 }
 
@@ -941,9 +958,12 @@ mod tests {
             .insert(claim_key(&nfs.metadata), Arc::new(nfs));
         let classes = Cache::default();
         let apply = |ev| apply_class(&classes, &claims, &s, &routes, ev);
+        // Before the first list a read is an error, never "not found".
+        assert!(classes.class("slow").is_err());
         // The first list: ready, and every class in it is new.
         apply(WatchEvent::Restarted(vec![class("slow")]));
-        assert!(classes.is_ready() && classes.get("slow").is_some());
+        assert!(classes.is_ready() && classes.class("slow").unwrap().is_some());
+        assert!(classes.class("fast").unwrap().is_none());
         assert_eq!(lrx.try_recv().unwrap(), Key::Claim("ns/o".into()));
         assert!(lrx.try_recv().is_err() && srx.try_recv().is_err());
         // A class created: the claims of that name that still wait, each in its lane; the

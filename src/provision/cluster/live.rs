@@ -290,15 +290,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn cached_class(&self, name: &str) -> ApiResult<Option<Arc<StorageClass>>> {
-        let classes = &self.caches.classes;
-        if !classes.is_ready() {
-            return Err(ApiError::new(
-                format!("read StorageClass {name}"),
-                ApiErrorKind::Other,
-                "the StorageClass watch has not listed yet",
-            ));
-        }
-        Ok(classes.get(name))
+        self.caches.classes.class(name)
     }
 
     async fn create_volume(&self, pv: &PersistentVolume) -> ApiResult<()> {
