@@ -13,9 +13,9 @@
 //!   shared kinds while leading them, and while leading the cluster-wide claim duty, pending
 //!   node-local claims without a node (to tell Immediate-binding ones what is wrong). A change to
 //!   another node's claim costs one decode and a comparison, and no work.
-//!
-//! - **StorageClasses**: every one ([`Caches::classes`], by name): the one cluster-wide watch of
-//!   an instance, sized by the classes (a few per cluster), not by claims or nodes. The reconciler
+//! - **StorageClasses**: every one ([`Caches::classes`], by name): the one watch every instance
+//!   runs over the whole cluster (the holder of the claim duty also watches every claim, above),
+//!   sized by the classes (a few per cluster), not by claims or nodes. The reconciler
 //!   reads a claim's class here, never from the server; a class missing from the listed cache is
 //!   "not found", and before the first list the lanes do not plan (the read is an error, and the
 //!   lanes hold their keys until [`Cache::is_ready`]).
