@@ -9,9 +9,12 @@
 //! A log that cannot be written is dropped silently: the reply matters more than the log.
 //!
 //! **Rotation** (`callLogMaxBytes`, [`append`]): the drivers are separate processes appending with
-//! `O_APPEND`, one `write(2)` per record, so a line is never split. After its write, a call does
-//! one `fstat` on the descriptor it already has (the hot path's only cost); only when the file
-//! has grown past the bound does it rotate: it takes a non-blocking `flock` on that very inode (a
+//! `O_APPEND`, one `write(2)` per record, so a line is never split. After its write, a call asks
+//! its descriptor's offset (`lseek(fd, 0, SEEK_CUR)`, the hot path's only cost): with `O_APPEND`
+//! the kernel puts each write at the end of the file and leaves the offset just after it, so the
+//! offset is the file's size once this line was in (what an `fstat` would say, less any line
+//! appended by another call since, which that call sees itself), without the `statx` path
+//! argument an `fstat` costs. Only when the file has grown past the bound does it rotate: it takes a non-blocking `flock` on that very inode (a
 //! call that cannot get it leaves the rotation to the holder, never waits), checks that the log's
 //! name still holds that inode (else another call rotated it already), and renames it to
 //! `<file>.1` (atomic; the previous `.1` goes). A call that opened the old inode before the
@@ -23,7 +26,7 @@
 use crate::protocol::options::{REDACTED, is_sensitive_key, redact_value};
 use crate::protocol::reply::Reply;
 use serde::Serialize;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -121,8 +124,9 @@ pub(crate) fn append(path: &Path, line: &[u8], max_bytes: u64) {
     if f.write_all(line).is_err() || max_bytes == 0 {
         return;
     }
-    // The one fstat of the hot path.
-    if f.metadata().is_ok_and(|m| m.len() > max_bytes) {
+    // The one syscall of the hot path: the offset after an O_APPEND write is the file's size
+    // once this line was in (module doc).
+    if f.stream_position().is_ok_and(|end| end > max_bytes) {
         rotate(path, &f);
     }
 }
