@@ -108,6 +108,19 @@ impl Ownership {
 /// link and its target): it is not a missing component that could be created, and reporting it
 /// as one, or as "a symlink appeared", would send the reader looking for a race.
 pub(crate) fn resolve_existing(path: &Path) -> std::io::Result<(PathBuf, Vec<OsString>)> {
+    resolve_existing_opened(path, false)
+}
+
+/// [`resolve_existing`], told whether the caller has just opened `path` itself with
+/// `RESOLVE_NO_SYMLINKS` ([`cached_device_nofollow`] answered a descriptor): then the path is
+/// known canonical as named, which [`canonical_as_named`] would open it again to learn.
+pub(crate) fn resolve_existing_opened(
+    path: &Path,
+    opened_nofollow: bool,
+) -> std::io::Result<(PathBuf, Vec<OsString>)> {
+    if opened_nofollow && path.is_absolute() && !has_dotdot(path) {
+        return Ok((path.components().collect(), Vec::new()));
+    }
     if let Some(p) = canonical_as_named(path) {
         return Ok((p, Vec::new()));
     }
@@ -406,6 +419,40 @@ pub(crate) fn cached_device(path: &Path) -> Option<u64> {
     }
 }
 
+/// [`cached_device`] of `path`, and, when the dentry cache reached it without any symlink, the
+/// `O_PATH` descriptor that lookup opened: what [`open_nofollow`] of `path` would open now, with
+/// no lookup of its own (the caller that probes a path before blocking lookups, then opens it
+/// without following symlinks, asks the kernel once). The device answers exactly what
+/// [`cached_device`] answers: a lookup that meets a symlink (`ELOOP`) is asked again following
+/// it; one that meets a missing component before any symlink would meet it following symlinks
+/// too, and reports the nearest existing ancestor's device as [`cached_device`] does; one that
+/// meets an uncached component before any symlink would meet it too (`None`).
+pub(crate) fn cached_device_nofollow(path: &Path) -> (Option<u64>, Option<OwnedFd>) {
+    use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags};
+    match rustix::fs::openat2(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::CACHED | ResolveFlags::NO_SYMLINKS,
+    ) {
+        Ok(fd) => {
+            let dev = rustix::fs::statx(
+                &fd,
+                "",
+                AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
+                StatxFlags::TYPE,
+            )
+            .ok()
+            .map(|st| rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor));
+            (dev, Some(fd))
+        }
+        Err(rustix::io::Errno::NOENT) => (path.parent().and_then(cached_device), None),
+        Err(rustix::io::Errno::AGAIN) => (None, None),
+        Err(_) => (cached_device(path), None),
+    }
+}
+
 /// The path with the missing components appended: what the path will resolve to once created.
 pub(crate) fn joined(base: &Path, rest: &[OsString]) -> PathBuf {
     let mut p = base.to_path_buf();
@@ -650,6 +697,41 @@ mod tests {
             r.real_path_id(&base.join("l/b")).unwrap().0,
             base.join("a/b")
         );
+    }
+
+    /// The probe that also opens ([`cached_device_nofollow`]) answers the device
+    /// [`cached_device`] answers, for a path reached without a symlink (with the descriptor
+    /// [`open_nofollow`] would open), through a symlink and when missing (no descriptor either
+    /// way: what is reached through a link is never handed on as reached without one).
+    #[test]
+    fn cached_device_nofollow_answers_what_cached_device_answers() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(base.join("a/b")).unwrap();
+        std::os::unix::fs::symlink(base.join("a"), base.join("l")).unwrap();
+        // Looked up once so that the dentry cache holds them, as a verb's paths are.
+        for p in ["a/b", "l/b", "missing"] {
+            let _ = std::fs::metadata(base.join(p));
+        }
+        let id = |fd: &OwnedFd| {
+            let st = fstat(fd).unwrap();
+            (st.st_dev, st.st_ino)
+        };
+        let (dev, fd) = cached_device_nofollow(&base.join("a/b"));
+        assert!(dev.is_some());
+        assert_eq!(dev, cached_device(&base.join("a/b")));
+        assert_eq!(
+            id(&fd.unwrap()),
+            id(&open_nofollow(&base.join("a/b")).unwrap())
+        );
+        let (dev, fd) = cached_device_nofollow(&base.join("l/b"));
+        assert!(fd.is_none(), "reached through a symlink");
+        assert_eq!(dev, cached_device(&base.join("l/b")));
+        assert!(dev.is_some());
+        let (dev, fd) = cached_device_nofollow(&base.join("missing/x"));
+        assert!(fd.is_none());
+        assert_eq!(dev, cached_device(&base.join("missing/x")));
+        assert!(dev.is_some(), "the nearest existing ancestor's device");
     }
 
     #[test]

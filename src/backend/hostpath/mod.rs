@@ -67,6 +67,7 @@ use crate::sys::mount::{
 use crate::sys::paths::{self, FileKind, Ownership};
 use policy::{Served, check_device_source, check_policy};
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 const BACKEND: Backend = Backend::HostPath;
@@ -558,10 +559,12 @@ fn pod_dir_path(front: Front, dir: &Path) -> Result<PathBuf> {
 }
 
 /// Opens the pod directory [`pod_dir_path`] returned, refusing a symlink anywhere below the
-/// (resolved) kubelet root; `None` when it does not exist.
-fn open_pod_dir(path: &Path) -> Result<Option<PodDir>> {
+/// (resolved) kubelet root; `None` when it does not exist. `opened`: the descriptor of `path`
+/// that [`guard_unless_local`] opened under the same lock, the way this would open it (`O_PATH`,
+/// `RESOLVE_NO_SYMLINKS`), when it did: used instead of a second lookup.
+fn open_pod_dir(path: &Path, opened: Option<OwnedFd>) -> Result<Option<PodDir>> {
     // RESOLVE_NO_SYMLINKS fails on any symlink on the way.
-    let fd = match paths::open_nofollow(path) {
+    let fd = match opened.map_or_else(|| paths::open_nofollow(path), Ok) {
         Ok(fd) => fd,
         Err(nix::Error::ENOENT) => return Ok(None),
         Err(nix::Error::ELOOP) => {
@@ -619,12 +622,12 @@ fn mount(ctx: &Context, front: Front, pod_dir: &Path, o: &Options) -> Result<Rep
     // own call would then wait unguarded, as kubelet's own calls into that mount would. A hang of
     // the caller's own volume, never access: the policy check below sees the path as it is then.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
-    guard_unless_local(&pod_dir, &touched);
+    let (_, probed) = guard_unless_local(&pod_dir, &touched);
     let created = match front {
         Front::Csi => CreatedTarget::make(&pod_dir)?,
         Front::FlexVolume => CreatedTarget::default(),
     };
-    let result = mount_locked(ctx, &opts, &pod_dir, kubelet_root, o);
+    let result = mount_locked(ctx, &opts, &pod_dir, kubelet_root, o, probed);
     if result.is_err() {
         // A refused publish leaves nothing it created: the empty target directory goes again.
         created.undo();
@@ -671,26 +674,31 @@ impl CreatedTarget {
     }
 }
 
-/// `mount`'s work under the target's lock.
+/// `mount`'s work under the target's lock. `probed`: what [`guard_unless_local`] opened of the
+/// pod directory and the source (`opts.path`) under this lock.
 fn mount_locked(
     ctx: &Context,
     opts: &HostPathOptions,
     pod_dir: &Path,
     kubelet_root: Option<PathBuf>,
     o: &Options,
+    probed: Probed,
 ) -> Result<Reply> {
     let pod_dir = pod_dir.to_path_buf();
     // Under the lock: what is mounted there now, not what was before waiting.
-    let pod = open_pod_dir(&pod_dir)?.ok_or_else(|| {
+    let pod = open_pod_dir(&pod_dir, probed.pod_dir)?.ok_or_else(|| {
         Error::refused(format!(
             "mount directory {} does not exist (kubelet creates it before calling mount)",
             pod_dir.display()
         ))
     })?;
 
-    // Resolve and check policy before creating anything.
-    let (existing, missing) = paths::resolve_existing(&opts.path)
+    // Resolve and check policy before creating anything. The probe's descriptor of the source
+    // only says that it was reached without a symlink just now; what is mounted is opened again
+    // below, after the policy check and the creation.
+    let (existing, missing) = paths::resolve_existing_opened(&opts.path, probed.first.is_some())
         .map_err(|e| Error::io("resolve host path", &opts.path, e))?;
+    drop(probed.first);
     let resolved = paths::joined(&existing, &missing);
     let Served { root, provisioning } =
         check_policy(&node(ctx.config), &resolved, kubelet_root.clone())?;
@@ -865,22 +873,45 @@ fn mount_locked(
 /// this call may touch) are on the filesystem that holds the pod directory's parent, kubelet's
 /// own; see `sys::process`, "When the guard thread runs". Returns that filesystem's device
 /// (`None` when unknown or the guard already runs), so that paths met later in the same call are
-/// judged with `sys::process::guard_unless_on` without probing these again. Caller contract: call
+/// judged with `sys::process::guard_unless_on` without probing these again, and what the probes
+/// of the pod directory and of the first of `paths` opened ([`Probed`]). Caller contract: call
 /// it before touching any of them.
-fn guard_unless_local(pod_dir: &Path, paths: &[&Path]) -> Option<u64> {
+fn guard_unless_local(pod_dir: &Path, paths: &[&Path]) -> (Option<u64>, Probed) {
     use crate::sys::process;
     if process::guarded() {
-        return None;
+        return (None, Probed::default());
     }
     let local = pod_dir.parent().and_then(paths::cached_device);
-    let mut touched = vec![pod_dir];
-    for &p in paths {
-        if !touched.contains(&p) {
-            touched.push(p);
+    let (pod_dev, pod_fd) = paths::cached_device_nofollow(pod_dir);
+    let (first_dev, first) = match paths.first() {
+        Some(&p) if p != pod_dir => paths::cached_device_nofollow(p),
+        _ => (local, None),
+    };
+    let mut rest: Vec<&Path> = Vec::with_capacity(paths.len());
+    for &p in paths.iter().skip(1) {
+        if p != pod_dir && Some(&p) != paths.first() && !rest.contains(&p) {
+            rest.push(p);
         }
     }
-    process::guard_unless_on(local, &touched);
-    local
+    // Probed here, judged there: a pod directory or first path off `local` makes it unknown.
+    let judged = local.filter(|&l| pod_dev == Some(l) && first_dev == Some(l));
+    process::guard_unless_on(judged, &rest);
+    (
+        local,
+        Probed {
+            pod_dir: pod_fd,
+            first,
+        },
+    )
+}
+
+/// What [`guard_unless_local`]'s probes opened, each only when the dentry cache reached it
+/// without any symlink (`O_PATH`, as [`paths::open_nofollow`] opens): the pod directory, and the
+/// first path it was given (`mount`'s source, as named in the options).
+#[derive(Default)]
+struct Probed {
+    pod_dir: Option<OwnedFd>,
+    first: Option<OwnedFd>,
 }
 
 /// Where a source of `kind` is bound: the pod directory itself for a directory, else a file of
@@ -1036,8 +1067,8 @@ fn unmount(ctx: &Context, front: Front, pod_dir: &Path) -> Result<Reply> {
     // Under the lock: the probe opens the pod directory, which a concurrent unmount would find
     // busy. What is mounted there shows its own filesystem at the pod directory.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
-    let local = guard_unless_local(&pod_dir, &[]);
-    let Some(pod) = open_pod_dir(&pod_dir)? else {
+    let (local, probed) = guard_unless_local(&pod_dir, &[]);
+    let Some(pod) = open_pod_dir(&pod_dir, probed.pod_dir)? else {
         // Already gone: nothing can be mounted there. Forget any record of it.
         state.remove(&pod_dir)?;
         return Ok(Reply::success());
