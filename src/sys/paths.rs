@@ -393,7 +393,7 @@ fn kind_of_mode(mode: u32) -> FileKind {
 /// followed (from the cache too): the answer is where the path leads now, for a decision about
 /// waiting, never for policy.
 pub(crate) fn cached_device(path: &Path) -> Option<u64> {
-    use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags};
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
     let mut cur = path;
     loop {
         match rustix::fs::openat2(
@@ -403,20 +403,25 @@ pub(crate) fn cached_device(path: &Path) -> Option<u64> {
             Mode::empty(),
             ResolveFlags::CACHED,
         ) {
-            Ok(fd) => {
-                let st = rustix::fs::statx(
-                    &fd,
-                    "",
-                    AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
-                    StatxFlags::TYPE,
-                )
-                .ok()?;
-                return Some(rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor));
-            }
+            Ok(fd) => return device_without_sync(&fd),
             Err(rustix::io::Errno::NOENT) => cur = cur.parent()?,
             Err(_) => return None,
         }
     }
+}
+
+/// The device of what `fd` refers to, asking no server (`statx(AT_STATX_DONT_SYNC)`): the one
+/// stat both probes above and below make of what their cached lookup opened.
+fn device_without_sync(fd: &OwnedFd) -> Option<u64> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
+        StatxFlags::TYPE,
+    )
+    .ok()?;
+    Some(rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor))
 }
 
 /// [`cached_device`] of `path`, and, when the dentry cache reached it without any symlink, the
@@ -428,7 +433,7 @@ pub(crate) fn cached_device(path: &Path) -> Option<u64> {
 /// too, and reports the nearest existing ancestor's device as [`cached_device`] does; one that
 /// meets an uncached component before any symlink would meet it too (`None`).
 pub(crate) fn cached_device_nofollow(path: &Path) -> (Option<u64>, Option<OwnedFd>) {
-    use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags};
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
     match rustix::fs::openat2(
         CWD,
         path,
@@ -436,17 +441,7 @@ pub(crate) fn cached_device_nofollow(path: &Path) -> (Option<u64>, Option<OwnedF
         Mode::empty(),
         ResolveFlags::CACHED | ResolveFlags::NO_SYMLINKS,
     ) {
-        Ok(fd) => {
-            let dev = rustix::fs::statx(
-                &fd,
-                "",
-                AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
-                StatxFlags::TYPE,
-            )
-            .ok()
-            .map(|st| rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor));
-            (dev, Some(fd))
-        }
+        Ok(fd) => (device_without_sync(&fd), Some(fd)),
         Err(rustix::io::Errno::NOENT) => (path.parent().and_then(cached_device), None),
         Err(rustix::io::Errno::AGAIN) => (None, None),
         Err(_) => (cached_device(path), None),
