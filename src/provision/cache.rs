@@ -858,15 +858,21 @@ mod tests {
         );
     }
 
+    /// Routes to two lanes, with the receiving ends (node-local, shared).
+    fn routes() -> (
+        Routes,
+        tokio::sync::mpsc::UnboundedReceiver<Key>,
+        tokio::sync::mpsc::UnboundedReceiver<Key>,
+    ) {
+        let (local, lrx) = tokio::sync::mpsc::unbounded_channel();
+        let (shared, srx) = tokio::sync::mpsc::unbounded_channel();
+        (Routes { local, shared }, lrx, srx)
+    }
+
     #[test]
     fn events_keep_the_cache_and_route_the_keys() {
         let (s, _tx) = scope(Leads::default());
-        let (ltx, mut lrx) = tokio::sync::mpsc::unbounded_channel();
-        let (stx, mut srx) = tokio::sync::mpsc::unbounded_channel();
-        let routes = Routes {
-            local: ltx,
-            shared: stx,
-        };
+        let (routes, mut lrx, mut srx) = routes();
         let cache = Cache::default();
         let how = claims_keeping(None);
         let none = Leads::default();
@@ -927,12 +933,7 @@ mod tests {
     #[test]
     fn a_class_that_appears_sends_the_claims_that_wait_for_it() {
         let (s, _tx) = scope(Leads::default());
-        let (ltx, mut lrx) = tokio::sync::mpsc::unbounded_channel();
-        let (stx, mut srx) = tokio::sync::mpsc::unbounded_channel();
-        let routes = Routes {
-            local: ltx,
-            shared: stx,
-        };
+        let (routes, mut lrx, mut srx) = routes();
         let claims: [Arc<Cache<PersistentVolumeClaim>>; 2] = Default::default();
         let waiting = of_class(
             claim("flexvol/hostpath", Some("node-a"), "Pending"),
