@@ -14,8 +14,9 @@
 //! kubelet execs the driver for every call, so what a call pays to start matters: every 64 KiB
 //! window of code it touches costs a page fault. `tests/perf/hot-symbols.txt` (a build input
 //! kept beside `tests/perf/hot-symbols`, the script that regenerates it) lists the functions the
-//! driver verbs run; the linker places them together at the start of `.text`, which took a
-//! hostPath mount from 86 page faults to 47 and `init` from 76 to 42.
+//! driver verbs run and the statics they touch; the linker places them together at the start of
+//! `.text` and of each data section, which took a hostPath mount from 86 page faults to 47 (code)
+//! and then 52 to 49 (data, docs/performance.md "Seventh pass").
 //!
 //! `--symbol-ordering-file` is an lld option, and rust-lld is rustc's default linker on x86_64
 //! Linux since 1.90: with an older rustc (which links with the system's `ld`) nothing is added.
