@@ -136,7 +136,7 @@ fn module_file(modules: &[String]) -> PathBuf {
 
 /// Whether `file` defines a function or a static named `name` (the list names the verbs' hot
 /// statics too, for the data segment's order).
-fn defines_fn(file: &Path, name: &str) -> bool {
+fn defines_item(file: &Path, name: &str) -> bool {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     ["fn", "static", "static mut"].iter().any(|kind| {
         let needle = format!("{kind} {name}");
@@ -163,8 +163,8 @@ fn missing(symbols: &str) -> (usize, Vec<String>) {
         } else {
             module_file(&path.modules)
         };
-        if !defines_fn(&file, &path.function)
-            && !defines_fn(&root().join("src/main.rs"), &path.function)
+        if !defines_item(&file, &path.function)
+            && !defines_item(&root().join("src/main.rs"), &path.function)
         {
             gone.push(format!(
                 "{}::{} (looked in {})",
