@@ -1,4 +1,6 @@
-//! Running in the host's mount namespace: `flexvol provisioner --host-mount-namespace`.
+//! Running in the host's mount namespace: `flexvol provisioner --host-mount-namespace` and
+//! `flexvol csi --host-mount-namespace` (which keeps nothing of the container's view: it reads
+//! no token, and its sockets and binds must be where kubelet looks).
 //!
 //! The DaemonSet's image is the static binary alone (`FROM scratch`): it has no lvm tools, no
 //! `mount.nfs`, no `mkfs`, no `xfs_quota`, and a container's mounts stay in the container. Node

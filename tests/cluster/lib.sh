@@ -52,6 +52,8 @@ kc_log() { echo "cluster: $*" >&2; }
 
 kc_fail() {
 	echo "cluster: FAIL: $*" >&2
+	# tests/run prints these lines in its summary, where a failure is not lost under the logs.
+	[ -z "${FLEXVOL_FAILURES:-}" ] || echo "$(date +%T) cluster: FAIL: $*" | cut -c1-600 >>"$FLEXVOL_FAILURES"
 	kc_dump_logs
 	exit 1
 }

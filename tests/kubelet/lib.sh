@@ -71,6 +71,8 @@ kl_dump_logs() {
 
 kl_fail() {
 	echo "kubelet-e2e: FAIL: $*" >&2
+	# tests/run prints these lines in its summary, where a failure is not lost under the logs.
+	[ -z "${FLEXVOL_FAILURES:-}" ] || echo "$(date +%T) kubelet-e2e: FAIL: $*" | cut -c1-600 >>"$FLEXVOL_FAILURES"
 	kl_dump_logs
 	exit 1
 }
