@@ -186,6 +186,7 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
         [
             "drivers/deploy",
             "drivers/deploy-overlays/capacity",
+            "drivers/deploy-overlays/csi",
             "drivers/deploy-overlays/node-loss",
             "drivers/deploy/examples",
             "drivers/deploy/uninstall",
@@ -196,6 +197,7 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
     let top = r("drivers/deploy");
     let node_loss = r("drivers/deploy-overlays/node-loss");
     let capacity = r("drivers/deploy-overlays/capacity");
+    let csi = r("drivers/deploy-overlays/csi");
     let examples = r("drivers/deploy/examples");
     let uninstall = r("drivers/deploy/uninstall");
 
@@ -203,6 +205,7 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
         ("drivers/deploy", &top),
         ("node-loss", &node_loss),
         ("capacity", &capacity),
+        ("csi", &csi),
         ("uninstall", &uninstall),
     ] {
         let imgs = images(docs);
@@ -220,6 +223,7 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
         ("drivers/deploy", &top),
         ("node-loss", &node_loss),
         ("capacity", &capacity),
+        ("csi", &csi),
     ] {
         let ds = node_agent(docs);
         assert_linux_amd64_arm64(ds, name);
@@ -295,6 +299,57 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
     assert!(names(&capacity).is_superset(&names(&node_loss)));
     assert!(names(&capacity).contains("DaemonSet/flexvol-scheduler-extender"));
     assert!(!names(&node_loss).contains("DaemonSet/flexvol-scheduler-extender"));
+    // The CSI overlay: drivers/deploy, its CSIDriver and one more container in the node agent,
+    // which enters the host's mount namespace (hostPID and privileged come from drivers/deploy)
+    // and serves the socket kubelet's plugin directory holds.
+    assert!(names(&csi).is_superset(&names(&top)));
+    assert_eq!(
+        names(&csi).difference(&names(&top)).collect::<Vec<_>>(),
+        ["CSIDriver/hostpath.csi.flexvol.io"]
+    );
+    let driver = &kinds(&csi, "CSIDriver")[0]["spec"];
+    assert_eq!(driver["attachRequired"], Value::Bool(false));
+    assert_eq!(
+        driver["podInfoOnMount"],
+        Value::Bool(true),
+        "the pod's identity comes from kubelet"
+    );
+    assert_eq!(
+        driver["volumeLifecycleModes"],
+        serde_json::json!(["Persistent"]),
+        "no inline volumes"
+    );
+    assert_eq!(
+        driver["fsGroupPolicy"], "None",
+        "static host directories keep their owner"
+    );
+    let spec = &node_agent(&csi)["spec"]["template"]["spec"];
+    assert_eq!(spec["hostPID"], Value::Bool(true));
+    let c = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "csi-hostpath")
+        .expect("container csi-hostpath");
+    assert_eq!(c["securityContext"]["privileged"], Value::Bool(true));
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(cmd[..3], ["/flexvol", "csi", "--host-mount-namespace"]);
+    for pair in [
+        [
+            "--endpoint",
+            "unix:///var/lib/kubelet/plugins/hostpath.csi.flexvol.io/csi.sock",
+        ],
+        ["--kubelet-root", "/var/lib/kubelet"],
+        ["--driver-name", "hostpath.csi.flexvol.io"],
+        ["--node-name", "$(NODE_NAME)"],
+    ] {
+        assert!(cmd.windows(2).any(|w| w == pair), "{pair:?} in {cmd:?}");
+    }
     // The examples: three classes and nothing else.
     assert_eq!(examples.len(), 3, "{examples:?}");
     assert_eq!(kinds(&examples, "StorageClass").len(), 3);
