@@ -7,6 +7,9 @@
 //! - peak memory (max RSS) and page faults per verb, from `getrusage(RUSAGE_CHILDREN)` in a fresh
 //!   sub-process;
 //! - 64 hostPath mounts in parallel vs 64 sequential ones divided by the cores;
+//! - the same hostPath volume published and unpublished through `flexvol csi` over its socket
+//!   (NodePublishVolume + NodeUnpublishVolume, a new connection per call as kubelet 1.20 makes
+//!   them), interleaved with the same floor pair; the plugin's memory idle and at its peak;
 //! - the mount+unmount pair and its floor again with the node's mount table grown: in a private
 //!   mount namespace (`unshare --mount`, so nothing leaks to the host and everything vanishes with
 //!   the process) with 0, 1,000 and 4,000 unrelated bind mounts added (`FLEXVOL_BENCH_TABLE`, a
@@ -114,6 +117,155 @@ fn measure_against(iters: usize, mut floor: impl FnMut(), mut x: impl FnMut()) -
         }
     }
     (stats(f), stats(v))
+}
+
+/// What [`csi_pair`] measured.
+struct Csi {
+    floor: Stats,
+    pair: Stats,
+    idle_kib: u64,
+    peak_kib: u64,
+}
+
+/// A `VmRSS:`/`VmHWM:` figure (KiB) of process `pid`.
+fn vm_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// One unary call on a new connection to the socket at `path`, as kubelet makes each call.
+fn csi_call<Req, Resp>(rt: &tokio::runtime::Runtime, path: &Path, route: &'static str, req: Req)
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let path = path.to_owned();
+    rt.block_on(async move {
+        let channel = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let p = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(p).await?,
+                    ))
+                }
+            }))
+            .await
+            .unwrap();
+        let mut g = tonic::client::Grpc::new(channel);
+        g.ready().await.unwrap();
+        g.unary(
+            tonic::Request::new(req),
+            tonic::codegen::http::uri::PathAndQuery::from_static(route),
+            tonic_prost::ProstCodec::<Req, Resp>::default(),
+        )
+        .await
+        .unwrap();
+    });
+}
+
+/// The hostPath volume `src` published and unpublished through `flexvol csi --no-registration`
+/// (started here, under `config`, kubelet root `t/csi-kubelet`), interleaved with `floor`.
+fn csi_pair(
+    iters: usize,
+    bin: &Path,
+    t: &Path,
+    config: &Path,
+    src: &Path,
+    floor: impl FnMut(),
+) -> Csi {
+    use flexvol::csi::proto::*;
+    let root = t.join("csi-kubelet");
+    let sock = t.join("csi/csi.sock");
+    std::fs::create_dir_all(root.join("pods/uid/volumes/kubernetes.io~csi/pv")).unwrap();
+    let mut child = Command::new(bin)
+        .args([
+            "csi",
+            "--no-registration",
+            "--driver-name",
+            "hostpath.csi.flexvol.io",
+        ])
+        .args(["--node-name", "bench", "--endpoint"])
+        .arg(format!("unix://{}", sock.display()))
+        .arg("--kubelet-root")
+        .arg(&root)
+        .env("FLEXVOL_CONFIG", config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < until, "flexvol csi did not listen in 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let idle_kib = vm_kib(child.id(), "VmRSS:");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let target = root.join("pods/uid/volumes/kubernetes.io~csi/pv/mount");
+    let target_s = target.to_string_lossy().into_owned();
+    let publish = NodePublishVolumeRequest {
+        volume_id: "pv".into(),
+        target_path: target_s.clone(),
+        volume_capability: Some(VolumeCapability {
+            block: None,
+            mount: Some(MountVolume::default()),
+            access_mode: Some(AccessMode { mode: 1 }),
+        }),
+        volume_context: [
+            ("path".to_owned(), src.to_string_lossy().into_owned()),
+            ("type".to_owned(), "Directory".to_owned()),
+            (
+                "csi.storage.k8s.io/pod.namespace".to_owned(),
+                "ns".to_owned(),
+            ),
+            ("csi.storage.k8s.io/pod.name".to_owned(), "p".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    let unpublish = NodeUnpublishVolumeRequest {
+        volume_id: "pv".into(),
+        target_path: target_s,
+    };
+    let (floor, pair) = measure_against(iters, floor, || {
+        csi_call::<_, NodePublishVolumeResponse>(
+            &rt,
+            &sock,
+            "/csi.v1.Node/NodePublishVolume",
+            publish.clone(),
+        );
+        csi_call::<_, NodeUnpublishVolumeResponse>(
+            &rt,
+            &sock,
+            "/csi.v1.Node/NodeUnpublishVolume",
+            unpublish.clone(),
+        );
+    });
+    assert!(
+        !target.exists(),
+        "NodeUnpublishVolume left {}",
+        target.display()
+    );
+    let peak_kib = vm_kib(child.id(), "VmHWM:");
+    let _ = child.kill();
+    let _ = child.wait();
+    Csi {
+        floor,
+        pair,
+        idle_kib,
+        peak_kib,
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -320,6 +472,11 @@ fn main() {
         },
     );
 
+    let csi = csi_pair(iters, &bin, &t, &config, &src, || {
+        run(&floor_mount, &[src.to_str().unwrap(), pod_s], &env);
+        run(&floor_umount, &[pod_s], &env);
+    });
+
     // 64 mounts: sequential, then all at once.
     let pods: Vec<PathBuf> = (0..64)
         .map(|i| t.join(format!("kubelet/pods/p{i}/volumes/flexvol~hostpath/v")))
@@ -399,6 +556,23 @@ fn main() {
     };
     row("init", &x_init, &f_init, "<= 1.5x");
     row("hostPath mount+unmount pair", &x_pair, &f_pair, "<= 1.5x");
+    row(
+        "CSI publish+unpublish pair",
+        &csi.pair,
+        &csi.floor,
+        "(none yet)",
+    );
+    println!(
+        "{:<28} {:.2}x the exec'd driver's pair above (measured apart, in this run)",
+        "",
+        ratio(csi.pair.median, x_pair.median)
+    );
+    println!(
+        "{:<28} idle {:.1} MiB after start, peak {:.1} MiB after {iters} pairs (VmRSS, VmHWM)",
+        "flexvol csi memory",
+        csi.idle_kib as f64 / 1024.0,
+        csi.peak_kib as f64 / 1024.0
+    );
     let par_ratio = par.as_secs_f64() / (seq.as_secs_f64() / cores);
     println!(
         "{:<28} parallel {:>8} vs sequential {} / {cores} cores = {}  ratio {par_ratio:>5.2}x  target <= 3x",

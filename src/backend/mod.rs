@@ -292,6 +292,57 @@ pub(crate) fn canonical_mount_dir(dir: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
+/// The CSI target directory a publish created, removed again when the publish fails.
+#[derive(Default)]
+pub(crate) struct CreatedTarget(Option<(std::os::fd::OwnedFd, std::ffi::OsString)>);
+
+impl CreatedTarget {
+    /// Creates the last directory of `target` (a checked CSI target path) when it is missing,
+    /// 0750 and root's, through its parent opened without following any symlink.
+    pub(crate) fn make(target: &Path) -> Result<Self> {
+        let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
+            return Ok(Self(None));
+        };
+        let dir = match crate::sys::dirfd::open_dir(parent) {
+            Ok(d) => d,
+            // No parent (kubelet makes it before the call): `mount` reports the target missing.
+            Err(nix::Error::ENOENT) => return Ok(Self(None)),
+            Err(nix::Error::ELOOP) => {
+                return Err(Error::refused(format!(
+                    "mount directory {} goes through a symlink; flexvol never acts through one",
+                    parent.display()
+                )));
+            }
+            Err(e) => return Err(Error::io("open", parent, std::io::Error::from(e))),
+        };
+        match crate::sys::dirfd::mkdir(&dir, name, 0o750) {
+            Ok(()) => Ok(Self(Some((dir, name.to_owned())))),
+            Err(nix::Error::EEXIST) => Ok(Self(None)),
+            Err(e) => Err(Error::io("create", target, std::io::Error::from(e))),
+        }
+    }
+
+    /// Removes the directory [`CreatedTarget::make`] created, if it is still empty (`rmdir`
+    /// removes nothing else: not a file, not a symlink, not a mount point).
+    pub(crate) fn undo(self) {
+        if let Some((dir, name)) = self.0 {
+            let _ = crate::sys::dirfd::rmdir(&dir, name.as_os_str());
+        }
+    }
+}
+
+/// After a CSI unpublish: removes the target directory `target` (a checked CSI target path), as
+/// CSI asks of the plugin, only while it is an empty directory that is not a mount point (`rmdir`
+/// through its parent opened without following a symlink: never a file, a symlink or a mount);
+/// anything else there stays, and kubelet, which owns the pod's directories, deals with it.
+pub(crate) fn remove_target(target: &Path) {
+    if let (Some(parent), Some(name)) = (target.parent(), target.file_name())
+        && let Ok(dir) = crate::sys::dirfd::open_dir(parent)
+    {
+        let _ = crate::sys::dirfd::rmdir(&dir, name);
+    }
+}
+
 /// The kubelet root a pod directory lives under (`<root>/pods/<uid>/volumes/<plugin>/<name>`);
 /// `None` for a directory of another shape.
 pub(crate) fn kubelet_root(pod_dir: &Path) -> Option<PathBuf> {

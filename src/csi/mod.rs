@@ -1,5 +1,5 @@
 //! `flexvol csi`: a CSI node plugin (CSI spec 1.x, Identity and Node services) on a Unix socket,
-//! serving hostPath volumes through the same backend code as the FlexVolume verbs (one storage
+//! serving hostPath or NFS volumes (`--kind`) through the same backend code as the FlexVolume verbs (one storage
 //! path, two front ends), and registering itself with kubelet through kubelet's plugin
 //! registration API (no node-driver-registrar sidecar). docs/csi.md says what works and what is
 //! not done yet.
@@ -64,10 +64,14 @@ pub(crate) struct CsiArgs {
     /// in its plugins_registry directory.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
     pub(crate) kubelet_root: PathBuf,
+    /// The kind of volume this plugin serves: hostpath (host directories) or nfs (NFS exports).
+    /// One plugin, one CSI driver name, one kind.
+    #[arg(long, value_enum, default_value_t = settings::Kind::Hostpath)]
+    pub(crate) kind: settings::Kind,
     /// The topology key NodeGetInfo reports with the value "true" (kubelet labels the node with
-    /// it); the example classes select nodes by this label.
-    #[arg(long, value_name = "KEY", default_value = "flexvol/hostpath")]
-    pub(crate) topology_key: String,
+    /// it; default flexvol/<kind>); the example classes select nodes by this label.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) topology_key: Option<String>,
     /// Do not serve the registration socket (run without kubelet, e.g. under csi-sanity).
     #[arg(long)]
     pub(crate) no_registration: bool,
@@ -329,7 +333,11 @@ fn start(a: &CsiArgs) -> Result<i32, String> {
             .kubelet_registration_path
             .clone()
             .unwrap_or_else(|| endpoint.clone()),
-        topology_key: a.topology_key.clone(),
+        topology_key: a
+            .topology_key
+            .clone()
+            .unwrap_or_else(|| format!("flexvol/{}", a.kind.name())),
+        kind: a.kind,
     });
     // Both sockets before any thread exists (umask, see `listen`).
     let (csi, csi_made) = listen(&endpoint)?;

@@ -1,11 +1,12 @@
 //! The CSI Node service: NodeGetInfo, NodeGetCapabilities, NodePublishVolume and
-//! NodeUnpublishVolume of hostPath volumes, NodeGetVolumeStats. Any other Node call (NodeStage,
-//! NodeExpand, ...) answers UNIMPLEMENTED (the generated router does), and none is advertised.
+//! NodeUnpublishVolume of hostPath or NFS volumes (`--kind`), NodeGetVolumeStats (hostPath only:
+//! a statfs of a dead server's NFS mount would block). Any other Node call (NodeStage, NodeExpand,
+//! ...) answers UNIMPLEMENTED (the generated router does), and none is advertised.
 //!
-//! Publish and unpublish are the FlexVolume `mount` and `unmount` verbs of the hostPath backend
-//! ([`hostpath::publish`], [`hostpath::unpublish`]): the request is turned into that backend's
-//! options and its code does the work, under the same node config, locks and state records. What
-//! is CSI's own is checked here first, on hostile input:
+//! Publish and unpublish are the FlexVolume `mount` and `unmount` verbs of the kind's backend
+//! ([`hostpath::publish`], [`nfs::publish`] and their unpublish): the request is turned into that
+//! backend's options and its code does the work, under the same node config, locks and state
+//! records. What is CSI's own is checked here first, on hostile input:
 //! - the target path must be `<kubelet-root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`
 //!   under the kubelet root this plugin was started with ([`target_path`]);
 //! - the volume context becomes the options: a key of kubelet's own namespace (`kubernetes.io/…`)
@@ -20,8 +21,8 @@
 //! (DEADLINE_EXCEEDED when it expires; the volume's lock keeps a late finish from racing a retry).
 
 use super::proto::*;
-use super::settings::{LOG_TARGET, Settings, status_of};
-use crate::backend::{self, hostpath};
+use super::settings::{Kind, LOG_TARGET, Settings, status_of};
+use crate::backend::{self, hostpath, nfs};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
 use crate::sys::process::Deadline;
@@ -186,18 +187,25 @@ impl node_server::Node for NodeService {
             let Some(cap) = &r.volume_capability else {
                 return Err(Status::invalid_argument("volume_capability is required"));
             };
+            let kind = self.settings.kind;
             if cap.block.is_some() || cap.mount.is_none() {
-                return Err(Status::invalid_argument(
-                    "hostPath volumes are served as mounts only: volume_capability must be a mount, not a block device",
-                ));
+                return Err(Status::invalid_argument(format!(
+                    "{} volumes are served as mounts only: volume_capability must be a mount, not a block device",
+                    kind.name()
+                )));
             }
             if cap.mount.as_ref().is_some_and(|m| !m.mount_flags.is_empty()) {
-                return Err(Status::invalid_argument(
-                    "mount_flags are not supported for hostPath volumes (a bind mount takes none; readOnly is the volume's readOnly)",
-                ));
+                return Err(Status::invalid_argument(match kind {
+                    Kind::Hostpath => "mount_flags are not supported for hostPath volumes (a bind mount takes none; readOnly is the volume's readOnly)",
+                    Kind::Nfs => "mount_flags (the PV's mountOptions) are not used for NFS volumes: give them as the volume attribute mountOptions, which the node's nfs policy checks",
+                }));
             }
             let options = options_for(&r)?;
-            on_node(&self.settings, move |ctx| hostpath::publish(ctx, &target, &options)).await?;
+            on_node(&self.settings, move |ctx| match kind {
+                Kind::Hostpath => hostpath::publish(ctx, &target, &options),
+                Kind::Nfs => nfs::publish(ctx, &nfs::probe::TcpProber, &target, &options),
+            })
+            .await?;
             Ok(Response::new(NodePublishVolumeResponse {}))
         }
         .await;
@@ -214,7 +222,12 @@ impl node_server::Node for NodeService {
                 return Err(Status::invalid_argument("volume_id is required"));
             }
             let target = target_path(&self.settings.kubelet_root, &r.target_path, "target_path")?;
-            on_node(&self.settings, move |ctx| hostpath::unpublish(ctx, &target)).await?;
+            let kind = self.settings.kind;
+            on_node(&self.settings, move |ctx| match kind {
+                Kind::Hostpath => hostpath::unpublish(ctx, &target),
+                Kind::Nfs => nfs::unpublish(ctx, &nfs::probe::TcpProber, &target),
+            })
+            .await?;
             Ok(Response::new(NodeUnpublishVolumeResponse {}))
         }
         .await;
@@ -226,6 +239,13 @@ impl node_server::Node for NodeService {
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
         let r = request.into_inner();
+        if self.settings.kind == Kind::Nfs {
+            // A statvfs of an NFS mount whose server is gone blocks in the kernel, and a blocked
+            // thread cannot be freed: not offered (not in NodeGetCapabilities), never done.
+            return Err(Status::unimplemented(
+                "NodeGetVolumeStats is not served for NFS volumes: a statfs of a mount whose server is down would block",
+            ));
+        }
         if r.volume_id.is_empty() {
             return Err(Status::invalid_argument("volume_id is required"));
         }
@@ -244,13 +264,16 @@ impl node_server::Node for NodeService {
         &self,
         _request: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-        Ok(Response::new(NodeGetCapabilitiesResponse {
-            capabilities: vec![NodeServiceCapability {
+        // NFS: no GET_VOLUME_STATS (node_get_volume_stats says why).
+        let capabilities = match self.settings.kind {
+            Kind::Hostpath => vec![NodeServiceCapability {
                 rpc: Some(NodeServiceCapabilityRpc {
                     r#type: GET_VOLUME_STATS,
                 }),
             }],
-        }))
+            Kind::Nfs => Vec::new(),
+        };
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 
     async fn node_get_info(

@@ -14,6 +14,26 @@ pub(crate) struct Settings {
     pub(crate) kubelet_root: PathBuf,
     pub(crate) kubelet_endpoint: PathBuf,
     pub(crate) topology_key: String,
+    pub(crate) kind: Kind,
+}
+
+/// The kind of volume a plugin serves (`--kind`): which backend its publish and unpublish run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Kind {
+    /// Host directories: the FlexVolume `hostpath` driver's backend.
+    Hostpath,
+    /// NFS exports: the FlexVolume `nfs` driver's backend.
+    Nfs,
+}
+
+impl Kind {
+    /// The backend's name (`hostpath`, `nfs`), as in `flexvol~<name>`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Hostpath => "hostpath",
+            Kind::Nfs => "nfs",
+        }
+    }
 }
 
 /// The gRPC status for a backend error: bad options are INVALID_ARGUMENT, a directory that holds

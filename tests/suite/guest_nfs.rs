@@ -669,3 +669,104 @@ fn guest_nfs_conformance_runner_passes_the_nfs_driver() {
     assert!(!text.lines().any(|l| l.starts_with("SKIP")), "{text}");
     assert!(env.mounts().is_empty());
 }
+
+/// `flexvol csi --kind nfs` over its socket, as kubelet calls it: a static export published onto a
+/// CSI target path (the NFS backend's `mount`: the target made, the export mounted there, a write
+/// lands on the server), published again (OK), unpublished twice (OK, the target removed), no
+/// NodeGetVolumeStats offered; an export outside the node's policy and an inline ephemeral volume
+/// refused with nothing mounted and no target left.
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_csi_publish_unpublish() {
+    use crate::root_csi::{Plugin, call, mount_cap, publish, target, unpublish};
+    use flexvol::csi::proto::*;
+    require_server();
+    let env = Env::new();
+    let share = export_dir("csi");
+    let p = Plugin::start_with(&env, &["--kind", "nfs"]);
+    let info: NodeGetInfoResponse =
+        call(&p.socket, "/csi.v1.Node/NodeGetInfo", NodeGetInfoRequest {}).unwrap();
+    assert_eq!(
+        info.accessible_topology.unwrap().segments,
+        [("flexvol/nfs".to_owned(), "true".to_owned())].into()
+    );
+    let caps: NodeGetCapabilitiesResponse = call(
+        &p.socket,
+        "/csi.v1.Node/NodeGetCapabilities",
+        NodeGetCapabilitiesRequest {},
+    )
+    .unwrap();
+    assert!(caps.capabilities.is_empty(), "{caps:?}");
+    let req = |t: &Path, ctx: &[(&str, &str)]| NodePublishVolumeRequest {
+        volume_id: "nfs-1".into(),
+        target_path: t.to_string_lossy().into_owned(),
+        volume_capability: mount_cap(),
+        volume_context: ctx
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    let ctx = [
+        ("server", "127.0.0.1"),
+        ("share", share.to_str().unwrap()),
+        ("csi.storage.k8s.io/pod.namespace", "ns"),
+        ("csi.storage.k8s.io/pod.name", "p"),
+    ];
+    let t = target(&env, "u1", "pv-nfs");
+    publish(&p, req(&t, &ctx)).unwrap();
+    let m = crate::util::mounts_under(t.parent().unwrap());
+    assert_eq!(m.len(), 1, "{m:?}");
+    std::fs::write(t.join("written-through-csi"), "x").unwrap();
+    assert!(share.join("written-through-csi").exists());
+    publish(&p, req(&t, &ctx)).expect("a repeated publish is OK");
+    assert_eq!(crate::util::mounts_under(t.parent().unwrap()).len(), 1);
+    let stats = call::<_, NodeGetVolumeStatsResponse>(
+        &p.socket,
+        "/csi.v1.Node/NodeGetVolumeStats",
+        NodeGetVolumeStatsRequest {
+            volume_id: "nfs-1".into(),
+            volume_path: t.to_string_lossy().into_owned(),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(stats.code(), tonic::Code::Unimplemented, "{stats:?}");
+    unpublish(&p, &t).unwrap();
+    unpublish(&p, &t).expect("a repeated unpublish is OK");
+    assert!(crate::util::mounts_under(t.parent().unwrap()).is_empty());
+    assert!(
+        !t.exists(),
+        "the target directory is removed after unpublish"
+    );
+    assert!(share.join("written-through-csi").exists(), "the data stays");
+
+    // Refused: a mount option the node's policy does not allow, an option injection, an inline
+    // ephemeral volume.
+    let t2 = target(&env, "u2", "pv-bad");
+    for bad in [
+        [
+            ("server", "127.0.0.1"),
+            ("share", share.to_str().unwrap()),
+            ("mountOptions", "suid"),
+        ],
+        [
+            ("server", "127.0.0.1,nosuid"),
+            ("share", share.to_str().unwrap()),
+            ("x", "y"),
+        ],
+    ] {
+        let e = publish(&p, req(&t2, &bad)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}: {e:?}");
+        assert!(crate::util::mounts_under(t2.parent().unwrap()).is_empty());
+    }
+    let inline = [
+        ("server", "127.0.0.1"),
+        ("share", share.to_str().unwrap()),
+        ("csi.storage.k8s.io/ephemeral", "true"),
+    ];
+    let e = publish(&p, req(&t2, &inline)).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(crate::util::mounts_under(t2.parent().unwrap()).is_empty());
+    assert!(!t2.exists(), "a refused publish leaves no target directory");
+}

@@ -13,14 +13,19 @@ use tonic::Code;
 const DRIVER: &str = "hostpath.csi.test.flexvol.io";
 
 /// A running `flexvol csi`, killed (SIGKILL) when dropped.
-struct Plugin {
+pub(crate) struct Plugin {
     child: Child,
-    socket: PathBuf,
+    pub(crate) socket: PathBuf,
     reg_socket: PathBuf,
 }
 
 impl Plugin {
     fn start(env: &Env) -> Self {
+        Self::start_with(env, &[])
+    }
+
+    /// Started with `args` added to its command line (e.g. `--kind nfs`).
+    pub(crate) fn start_with(env: &Env, args: &[&str]) -> Self {
         let root = env.root();
         let sockdir = root.join("csi");
         std::fs::create_dir_all(&sockdir).unwrap();
@@ -37,6 +42,7 @@ impl Plugin {
             .args(["--driver-name", DRIVER, "--node-name", "node-t"])
             .arg("--kubelet-root")
             .arg(root.join("kubelet"))
+            .args(args)
             .env("FLEXVOL_CONFIG", &env.config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -85,7 +91,11 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 /// A unary call of `route` on the socket at `path`, as kubelet's gRPC client makes it.
-fn call<Req, Resp>(path: &Path, route: &'static str, req: Req) -> Result<Resp, tonic::Status>
+pub(crate) fn call<Req, Resp>(
+    path: &Path,
+    route: &'static str,
+    req: Req,
+) -> Result<Resp, tonic::Status>
 where
     Req: prost::Message + Send + Sync + 'static,
     Resp: prost::Message + Default + Send + Sync + 'static,
@@ -116,7 +126,7 @@ where
     })
 }
 
-fn mount_cap() -> Option<VolumeCapability> {
+pub(crate) fn mount_cap() -> Option<VolumeCapability> {
     Some(VolumeCapability {
         block: None,
         mount: Some(MountVolume::default()),
@@ -144,12 +154,12 @@ fn publish_req(target: &Path, path: &Path, readonly: bool) -> NodePublishVolumeR
     }
 }
 
-fn publish(p: &Plugin, req: NodePublishVolumeRequest) -> Result<(), tonic::Status> {
+pub(crate) fn publish(p: &Plugin, req: NodePublishVolumeRequest) -> Result<(), tonic::Status> {
     call::<_, NodePublishVolumeResponse>(&p.socket, "/csi.v1.Node/NodePublishVolume", req)
         .map(|_| ())
 }
 
-fn unpublish(p: &Plugin, target: &Path) -> Result<(), tonic::Status> {
+pub(crate) fn unpublish(p: &Plugin, target: &Path) -> Result<(), tonic::Status> {
     call::<_, NodeUnpublishVolumeResponse>(
         &p.socket,
         "/csi.v1.Node/NodeUnpublishVolume",
@@ -162,7 +172,7 @@ fn unpublish(p: &Plugin, target: &Path) -> Result<(), tonic::Status> {
 }
 
 /// A CSI target path under the test's kubelet root; kubelet makes its parent, not the target.
-fn target(env: &Env, uid: &str, pv: &str) -> PathBuf {
+pub(crate) fn target(env: &Env, uid: &str, pv: &str) -> PathBuf {
     let parent = env.mkdir(&format!(
         "kubelet/pods/{uid}/volumes/kubernetes.io~csi/{pv}"
     ));

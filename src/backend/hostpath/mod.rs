@@ -162,12 +162,7 @@ pub(crate) fn publish(ctx: &Context, target: &Path, o: &Options) -> Result<Reply
 /// anything else there stays, and kubelet, which owns the pod's directories, deals with it.
 pub(crate) fn unpublish(ctx: &Context, target: &Path) -> Result<Reply> {
     let reply = unmount(ctx, Front::Csi, target)?;
-    let target = pod_dir_path(Front::Csi, target)?;
-    if let (Some(parent), Some(name)) = (target.parent(), target.file_name())
-        && let Ok(dir) = crate::sys::dirfd::open_dir(parent)
-    {
-        let _ = crate::sys::dirfd::rmdir(&dir, name);
-    }
+    super::remove_target(&pod_dir_path(Front::Csi, target)?);
     Ok(reply)
 }
 
@@ -624,8 +619,8 @@ fn mount(ctx: &Context, front: Front, pod_dir: &Path, o: &Options) -> Result<Rep
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
     let (_, probed) = guard_unless_local(&pod_dir, &touched);
     let created = match front {
-        Front::Csi => CreatedTarget::make(&pod_dir)?,
-        Front::FlexVolume => CreatedTarget::default(),
+        Front::Csi => super::CreatedTarget::make(&pod_dir)?,
+        Front::FlexVolume => super::CreatedTarget::default(),
     };
     let result = mount_locked(ctx, &opts, &pod_dir, kubelet_root, o, probed);
     if result.is_err() {
@@ -633,45 +628,6 @@ fn mount(ctx: &Context, front: Front, pod_dir: &Path, o: &Options) -> Result<Rep
         created.undo();
     }
     result
-}
-
-/// The CSI target directory a publish created, removed again when the publish fails.
-#[derive(Default)]
-struct CreatedTarget(Option<(std::os::fd::OwnedFd, std::ffi::OsString)>);
-
-impl CreatedTarget {
-    /// Creates the last directory of `target` (a checked CSI target path) when it is missing,
-    /// 0750 and root's, through its parent opened without following any symlink.
-    fn make(target: &Path) -> Result<Self> {
-        let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
-            return Ok(Self(None));
-        };
-        let dir = match crate::sys::dirfd::open_dir(parent) {
-            Ok(d) => d,
-            // No parent (kubelet makes it before the call): `mount` reports the target missing.
-            Err(nix::Error::ENOENT) => return Ok(Self(None)),
-            Err(nix::Error::ELOOP) => {
-                return Err(Error::refused(format!(
-                    "mount directory {} goes through a symlink; flexvol never acts through one",
-                    parent.display()
-                )));
-            }
-            Err(e) => return Err(nix_io("open", parent, e)),
-        };
-        match crate::sys::dirfd::mkdir(&dir, name, 0o750) {
-            Ok(()) => Ok(Self(Some((dir, name.to_owned())))),
-            Err(nix::Error::EEXIST) => Ok(Self(None)),
-            Err(e) => Err(nix_io("create", target, e)),
-        }
-    }
-
-    /// Removes the directory [`CreatedTarget::make`] created, if it is still empty (`rmdir`
-    /// removes nothing else: not a file, not a symlink, not a mount point).
-    fn undo(self) {
-        if let Some((dir, name)) = self.0 {
-            let _ = crate::sys::dirfd::rmdir(&dir, name.as_os_str());
-        }
-    }
 }
 
 /// `mount`'s work under the target's lock. `probed`: what [`guard_unless_local`] opened of the

@@ -227,6 +227,35 @@ fn mount(ctx: &Context, prober: &dyn Prober, pod_dir: &Path, o: &Options) -> Res
     mount_parsed(ctx, prober, pod_dir, o, &opts, fs_group)
 }
 
+/// CSI NodePublishVolume of an NFS volume onto `target` (a CSI target path `flexvol csi` checked:
+/// `<kubelet-root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`): the `mount` verb's checks
+/// and steps, the capability check included. The request carries no PV name (`pvOrVolumeName`),
+/// so an export of a server that hosts a provisioned export is refused, as it is for an inline
+/// FlexVolume; static exports are served under the node's `nfs` policy. The target's last
+/// directory is made (0750, root's) when kubelet has not, and removed again when the publish fails.
+pub(crate) fn publish(
+    ctx: &Context,
+    prober: &dyn Prober,
+    target: &Path,
+    o: &Options,
+) -> Result<Reply> {
+    let created = crate::backend::CreatedTarget::make(target)?;
+    let result = mount(ctx, prober, target, o);
+    if result.is_err() {
+        created.undo();
+    }
+    result
+}
+
+/// CSI NodeUnpublishVolume: the `unmount` verb (a dead server's mount still goes: forced, then
+/// lazy), then the target directory is removed while it is an empty directory that is not a
+/// mount point ([`crate::backend::remove_target`]).
+pub(crate) fn unpublish(ctx: &Context, prober: &dyn Prober, target: &Path) -> Result<Reply> {
+    let reply = unmount(ctx, prober, target)?;
+    crate::backend::remove_target(target);
+    Ok(reply)
+}
+
 /// The provisioner's own mount of an export root (`provision::storage::nfs`), which no capability
 /// covers: reached only from inside the provisioner, never through a verb.
 pub(crate) fn mount_for_provisioner(

@@ -659,3 +659,48 @@ fn provisioned_exports_config() {
         assert!(e.to_string().contains("nfs."), "{bad}: {e}");
     }
 }
+
+/// CSI (`flexvol csi --kind nfs`): a publish carries no PV name, so a provisioned export is
+/// refused even with its PV's own token (the volume handle is the PV author's to choose), and the
+/// target directory the publish made is removed again; a static export of another server is
+/// published, and unpublished (the target removed).
+#[test]
+fn csi_publish_of_a_provisioned_export_is_refused_and_leaves_no_target() {
+    let claim = "/srv/nfs/pvc-1_team-b_db";
+    let w = provisioned();
+    let parent = w.root.join("pods/u1/volumes/kubernetes.io~csi/pvc-1");
+    std::fs::create_dir_all(&parent).unwrap();
+    let target = parent.join("mount");
+    let json = crate::protocol::options::testing::options_json(
+        &[
+            ("kubernetes.io/pod.namespace", "team-a"),
+            ("server", "10.0.0.5"),
+            ("share", claim),
+        ],
+        &format!(
+            r#","capabilityToken":"{}""#,
+            sign("pvc-1", "10.0.0.5", claim)
+        ),
+    );
+    let e = w
+        .with_ctx(|ctx| publish(ctx, &w.prober, &target, &Options::parse(&json).unwrap()))
+        .unwrap_err();
+    assert!(e.to_string().contains("Nothing was mounted"), "{e}");
+    assert_eq!(w.runner.count("mount.nfs"), 0);
+    assert!(
+        !target.exists(),
+        "the target made by the refused publish is left"
+    );
+    // A static export of another server: published into the target it makes, then unpublished.
+    let json = crate::protocol::options::testing::options_json(
+        &[("server", "10.0.0.6"), ("share", "/srv/nfs")],
+        "",
+    );
+    w.with_ctx(|ctx| publish(ctx, &w.prober, &target, &Options::parse(&json).unwrap()))
+        .unwrap();
+    assert!(target.is_dir());
+    assert_eq!(w.runner.count("mount.nfs"), 1);
+    w.with_ctx(|ctx| unpublish(ctx, &w.prober, &target))
+        .unwrap();
+    assert!(!target.exists(), "unpublish removes the empty target");
+}
