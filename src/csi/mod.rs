@@ -1,7 +1,7 @@
 //! `flexvol csi`: a CSI node plugin (CSI spec 1.x, Identity and Node services) on a Unix socket,
-//! serving hostPath or NFS volumes (`--kind`) through the same backend code as the FlexVolume verbs (one storage
-//! path, two front ends), and registering itself with kubelet through kubelet's plugin
-//! registration API (no node-driver-registrar sidecar). docs/csi.md says what works and what is
+//! serving hostPath or NFS volumes (`--kind`) through the same backend code as the FlexVolume
+//! verbs (one storage path, two front ends), and registering itself with kubelet through
+//! kubelet's plugin registration API (no node-driver-registrar sidecar). docs/csi.md says what works and what is
 //! not done yet.
 //!
 //! Rooms: [`proto`] (the messages, written by hand from the specs), [`authority`] (each
