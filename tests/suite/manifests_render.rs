@@ -299,56 +299,70 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
     assert!(names(&capacity).is_superset(&names(&node_loss)));
     assert!(names(&capacity).contains("DaemonSet/flexvol-scheduler-extender"));
     assert!(!names(&node_loss).contains("DaemonSet/flexvol-scheduler-extender"));
-    // The CSI overlay: drivers/deploy, its CSIDriver and one more container in the node agent,
-    // which enters the host's mount namespace (hostPID and privileged come from drivers/deploy)
-    // and serves the socket kubelet's plugin directory holds.
+    // The CSI overlay: drivers/deploy, its two CSIDrivers and one container per kind in the node
+    // agent, which enters the host's mount namespace (hostPID and privileged come from
+    // drivers/deploy) and serves the socket kubelet's plugin directory holds.
     assert!(names(&csi).is_superset(&names(&top)));
     assert_eq!(
         names(&csi).difference(&names(&top)).collect::<Vec<_>>(),
-        ["CSIDriver/hostpath.csi.flexvol.io"]
+        [
+            "CSIDriver/hostpath.csi.flexvol.io",
+            "CSIDriver/nfs.csi.flexvol.io"
+        ]
     );
-    let driver = &kinds(&csi, "CSIDriver")[0]["spec"];
-    assert_eq!(driver["attachRequired"], Value::Bool(false));
-    assert_eq!(
-        driver["podInfoOnMount"],
-        Value::Bool(true),
-        "the pod's identity comes from kubelet"
-    );
-    assert_eq!(
-        driver["volumeLifecycleModes"],
-        serde_json::json!(["Persistent"]),
-        "no inline volumes"
-    );
-    assert_eq!(
-        driver["fsGroupPolicy"], "None",
-        "static host directories keep their owner"
-    );
+    for d in kinds(&csi, "CSIDriver") {
+        let driver = &d["spec"];
+        assert_eq!(driver["attachRequired"], Value::Bool(false));
+        assert_eq!(
+            driver["podInfoOnMount"],
+            Value::Bool(true),
+            "the pod's identity comes from kubelet"
+        );
+        assert_eq!(
+            driver["volumeLifecycleModes"],
+            serde_json::json!(["Persistent"]),
+            "no inline volumes"
+        );
+        assert_eq!(
+            driver["fsGroupPolicy"], "None",
+            "static volumes keep their owner"
+        );
+    }
     let spec = &node_agent(&csi)["spec"]["template"]["spec"];
     assert_eq!(spec["hostPID"], Value::Bool(true));
-    let c = spec["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "csi-hostpath")
-        .expect("container csi-hostpath");
-    assert_eq!(c["securityContext"]["privileged"], Value::Bool(true));
-    let cmd: Vec<&str> = c["command"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert_eq!(cmd[..3], ["/flexvol", "csi", "--host-mount-namespace"]);
-    for pair in [
-        [
-            "--endpoint",
-            "unix:///var/lib/kubelet/plugins/hostpath.csi.flexvol.io/csi.sock",
-        ],
-        ["--kubelet-root", "/var/lib/kubelet"],
-        ["--driver-name", "hostpath.csi.flexvol.io"],
-        ["--node-name", "$(NODE_NAME)"],
+    for (container, kind, driver) in [
+        ("csi-hostpath", "hostpath", "hostpath.csi.flexvol.io"),
+        ("csi-nfs", "nfs", "nfs.csi.flexvol.io"),
     ] {
-        assert!(cmd.windows(2).any(|w| w == pair), "{pair:?} in {cmd:?}");
+        let c = spec["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == container)
+            .unwrap_or_else(|| panic!("container {container}"));
+        assert_eq!(c["securityContext"]["privileged"], Value::Bool(true));
+        let cmd: Vec<&str> = c["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(cmd[..3], ["/flexvol", "csi", "--host-mount-namespace"]);
+        let endpoint = format!("unix:///var/lib/kubelet/plugins/{driver}/csi.sock");
+        for pair in [
+            ["--endpoint", endpoint.as_str()],
+            ["--kubelet-root", "/var/lib/kubelet"],
+            ["--driver-name", driver],
+            ["--node-name", "$(NODE_NAME)"],
+        ] {
+            assert!(cmd.windows(2).any(|w| w == pair), "{pair:?} in {cmd:?}");
+        }
+        // --kind defaults to hostpath.
+        let given = cmd
+            .windows(2)
+            .find(|w| w[0] == "--kind")
+            .map_or("hostpath", |w| w[1]);
+        assert_eq!(given, kind, "{container}");
     }
     // The examples: three classes and nothing else.
     assert_eq!(examples.len(), 3, "{examples:?}");
