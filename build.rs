@@ -150,9 +150,12 @@ fn grpc_services() {
             "csi.v1",
             "Node",
             &[
+                ("node_stage_volume", "NodeStageVolume"),
+                ("node_unstage_volume", "NodeUnstageVolume"),
                 ("node_publish_volume", "NodePublishVolume"),
                 ("node_unpublish_volume", "NodeUnpublishVolume"),
                 ("node_get_volume_stats", "NodeGetVolumeStats"),
+                ("node_expand_volume", "NodeExpandVolume"),
                 ("node_get_capabilities", "NodeGetCapabilities"),
                 ("node_get_info", "NodeGetInfo"),
             ],

@@ -254,6 +254,27 @@ impl World {
         self.with_ctx(|ctx| f(ctx, &seams))
     }
 
+    /// [`World::with_lvm`] as the CSI plugin runs it: its context names the CSI driver
+    /// `lvm.csi.example.com` (a name without `/`), not a FlexVolume driver.
+    pub(crate) fn with_csi_lvm<T>(&self, f: impl FnOnce(&Context, &Seams) -> T) -> T {
+        let seams = Seams {
+            devices: &self.devices,
+            lvs: &LvmCommands,
+        };
+        let runner = SimRunner {
+            fake: &self.runner,
+            mounter: &self.mounter,
+        };
+        let ctx = Context::new(
+            &self.config,
+            &runner,
+            &self.mounter,
+            Deadline::after(Duration::from_secs(300)),
+            "lvm.csi.example.com",
+        );
+        f(&ctx, &seams)
+    }
+
     /// One call with kubelet's argv (verb first), answered by the backend's `handle`.
     pub(crate) fn call(&self, args: &[&str]) -> Result<Reply> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

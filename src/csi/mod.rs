@@ -1,5 +1,5 @@
 //! `flexvol csi`: a CSI node plugin (CSI spec 1.x, Identity and Node services) on a Unix socket,
-//! serving hostPath or NFS volumes (`--kind`) through the same backend code as the FlexVolume
+//! serving hostPath, NFS or LVM volumes (`--kind`) through the same backend code as the FlexVolume
 //! verbs (one storage path, two front ends), and registering itself with kubelet through
 //! kubelet's plugin registration API (no node-driver-registrar sidecar). docs/csi.md says what works and what is
 //! not done yet.
@@ -64,7 +64,8 @@ pub(crate) struct CsiArgs {
     /// in its plugins_registry directory.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
     pub(crate) kubelet_root: PathBuf,
-    /// The kind of volume this plugin serves: hostpath (host directories) or nfs (NFS exports).
+    /// The kind of volume this plugin serves: hostpath (host directories), nfs (NFS exports) or
+    /// lvm (logical volumes).
     /// One plugin, one CSI driver name, one kind.
     #[arg(long, value_enum, default_value_t = settings::Kind::Hostpath)]
     pub(crate) kind: settings::Kind,

@@ -1,20 +1,28 @@
 //! The CSI Node service: NodeGetInfo, NodeGetCapabilities, NodePublishVolume and
-//! NodeUnpublishVolume of hostPath or NFS volumes (`--kind`), NodeGetVolumeStats (hostPath only:
-//! a statfs of a dead server's NFS mount would block). Any other Node call (NodeStage, NodeExpand,
-//! ...) answers UNIMPLEMENTED (the generated router does), and none is advertised.
+//! NodeUnpublishVolume of hostPath, NFS or LVM volumes (`--kind`); for LVM also NodeStageVolume,
+//! NodeUnstageVolume and NodeExpandVolume; NodeGetVolumeStats for hostPath and LVM (a statfs of
+//! a dead server's NFS mount would block). A call a kind does not serve answers UNIMPLEMENTED and
+//! is not advertised; any other Node method too (the generated router answers it).
 //!
 //! Publish and unpublish are the FlexVolume `mount` and `unmount` verbs of the kind's backend
-//! ([`hostpath::publish`], [`nfs::publish`] and their unpublish): the request is turned into that
-//! backend's options and its code does the work, under the same node config, locks and state
-//! records. What is CSI's own is checked here first, on hostile input:
+//! ([`hostpath::publish`], [`nfs::publish`], [`lvm::csi`] and their unpublish); LVM's stage,
+//! unstage and expand are its `waitforattach` + `mountdevice`, `unmountdevice` and `expandfs`
+//! ([`lvm::csi`]). The request is turned into that backend's options and its code does the work,
+//! under the same node config, locks and state records. What is CSI's own is checked here first,
+//! on hostile input:
 //! - the target path must be `<kubelet-root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`
-//!   under the kubelet root this plugin was started with ([`target_path`]);
+//!   under the kubelet root this plugin was started with ([`target_path`]), a staging path
+//!   `<kubelet-root>/plugins/kubernetes.io/csi/{pv/<pv>,<driver>/<hash>}/globalmount`
+//!   ([`staging_path`]);
 //! - the volume context becomes the options: a key of kubelet's own namespace (`kubernetes.io/…`)
 //!   is refused (only kubelet may say who the pod is), the pod identity kubelet adds with
 //!   `podInfoOnMount` (`csi.storage.k8s.io/pod.*`) is renamed to the FlexVolume keys, every other
 //!   `csi.storage.k8s.io/…` key is dropped (the service account tokens among them are secrets),
 //!   and an inline ephemeral volume (`csi.storage.k8s.io/ephemeral: "true"`, whose attributes the
 //!   pod's author writes) is refused ([`options_for`]);
+//! - an LVM volume id is `<vg>/<lv>` and names the LV; a context that names another is refused,
+//!   and the filesystem type is the capability's ([`lvm_options`]); NodeExpandVolume acts on the
+//!   LV the staging path's root-only record names, never on one the request names;
 //! - `secrets` are never read, logged or passed on.
 //!
 //! The backend's blocking work runs on a blocking thread under the node config's verb timeout
@@ -22,6 +30,7 @@
 
 use super::proto::*;
 use super::settings::{Kind, LOG_TARGET, Settings, status_of};
+use crate::backend::lvm::{self, LvmOptions, options::key as lvm_key};
 use crate::backend::{self, hostpath, nfs};
 use crate::node::config::Config;
 use crate::protocol::options::{Options, keys};
@@ -103,13 +112,29 @@ pub(crate) fn target_path(kubelet_root: &Path, given: &str, what: &str) -> Resul
 /// renamed and dropped) and the access (`readonly`, or a reader-only access mode). Errors never
 /// echo a value.
 pub(crate) fn options_for(r: &NodePublishVolumeRequest) -> Result<Options, Status> {
-    if r.volume_context.get(EPHEMERAL).is_some_and(|v| v == "true") {
+    let mut map = context_options(&r.volume_context)?;
+    let rw = if r.readonly || reader_only(r.volume_capability.as_ref()) {
+        "ro"
+    } else {
+        "rw"
+    };
+    map.insert(keys::READWRITE.to_owned(), rw.into());
+    let json = serde_json::Value::Object(map).to_string();
+    Options::parse(&json).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// A volume context as FlexVolume options (module doc: what is refused, renamed and dropped).
+/// Errors never echo a value.
+fn context_options(
+    context: &HashMap<String, String>,
+) -> Result<serde_json::Map<String, serde_json::Value>, Status> {
+    if context.get(EPHEMERAL).is_some_and(|v| v == "true") {
         return Err(Status::invalid_argument(
             "inline ephemeral CSI volumes are not served: their attributes (the host path) are written by the pod's author; use a PersistentVolume",
         ));
     }
     let mut map = serde_json::Map::new();
-    for (k, v) in &r.volume_context {
+    for (k, v) in context {
         if k.starts_with("kubernetes.io/") {
             return Err(Status::invalid_argument(format!(
                 "volume context key {k:?} is refused: keys under kubernetes.io/ are kubelet's own"
@@ -121,19 +146,134 @@ pub(crate) fn options_for(r: &NodePublishVolumeRequest) -> Result<Options, Statu
             map.insert(k.clone(), v.clone().into());
         }
     }
-    let reader_only = r
-        .volume_capability
-        .as_ref()
-        .and_then(|c| c.access_mode.as_ref())
-        .is_some_and(|m| matches!(m.mode, 2 | 3));
-    let rw = if r.readonly || reader_only {
-        "ro"
-    } else {
-        "rw"
+    Ok(map)
+}
+
+/// Checks a staging path from a request against the shapes kubelet uses under `kubelet_root`:
+/// `<kubelet_root>/plugins/kubernetes.io/csi/pv/<pv>/globalmount` (kubelet before 1.25) or
+/// `<kubelet_root>/plugins/kubernetes.io/csi/<driver_name>/<hash>/globalmount` (later ones),
+/// component by component as [`target_path`] does, no symlink resolved.
+pub(crate) fn staging_path(
+    kubelet_root: &Path,
+    driver_name: &str,
+    given: &str,
+) -> Result<PathBuf, Status> {
+    let bad = |why: &str| {
+        Status::invalid_argument(format!(
+            "staging_target_path {given:?} {why}; flexvol csi only stages at {}/plugins/kubernetes.io/csi/{{pv/<pv>,{driver_name}/<hash>}}/globalmount",
+            kubelet_root.display()
+        ))
     };
-    map.insert(keys::READWRITE.to_owned(), rw.into());
+    if given.is_empty() {
+        return Err(Status::invalid_argument(
+            "staging_target_path is required (this plugin stages volumes: STAGE_UNSTAGE_VOLUME)",
+        ));
+    }
+    let mut parts = given.split('/');
+    let absolute = parts.next() == Some("");
+    if !absolute || parts.any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err(bad(
+            "must be an absolute path without \".\", \"..\" or empty components",
+        ));
+    }
+    let p = Path::new(given);
+    let Ok(below) = p.strip_prefix(kubelet_root) else {
+        return Err(bad("is outside the kubelet directory"));
+    };
+    let c: Vec<&std::ffi::OsStr> = below.iter().collect();
+    let shape = c.len() == 6
+        && c[0] == "plugins"
+        && c[1] == "kubernetes.io"
+        && c[2] == "csi"
+        && (c[3] == "pv" || c[3] == driver_name)
+        && c[5] == "globalmount";
+    if !shape {
+        return Err(bad("is not a CSI staging path"));
+    }
+    Ok(p.to_owned())
+}
+
+/// The LVM options of a stage or publish request: the volume context as [`context_options`]
+/// takes it, the LV from the volume id (`<vg>/<lv>`; a context's `volumegroup`/`volumeID` must
+/// agree with it), the filesystem type from the capability's `fs_type` (the PV's `csi.fsType`).
+/// `read_only` is the access the call asks for.
+pub(crate) fn lvm_options(
+    volume_id: &str,
+    context: &HashMap<String, String>,
+    cap: &VolumeCapability,
+    read_only: bool,
+) -> Result<LvmOptions, Status> {
+    let Some((vg, lv)) = volume_id.split_once('/') else {
+        return Err(Status::invalid_argument(
+            "an LVM volume id is <volume group>/<logical volume> (the PV's volumeHandle, e.g. vg0/data)",
+        ));
+    };
+    for (key, want) in [(lvm_key::VOLUME_GROUP, vg), (lvm_key::VOLUME_ID, lv)] {
+        if context.get(key).is_some_and(|v| v != want) {
+            return Err(Status::invalid_argument(format!(
+                "volume attribute {key} does not match the volume id; leave it out (the volume id <vg>/<lv> names the LV)"
+            )));
+        }
+    }
+    let mut map = context_options(context)?;
+    map.insert(lvm_key::VOLUME_GROUP.to_owned(), vg.into());
+    map.insert(lvm_key::VOLUME_ID.to_owned(), lv.into());
+    if let Some(m) = &cap.mount {
+        map.insert(keys::FS_TYPE.to_owned(), m.fs_type.clone().into());
+    }
+    map.insert(
+        keys::READWRITE.to_owned(),
+        if read_only { "ro" } else { "rw" }.into(),
+    );
     let json = serde_json::Value::Object(map).to_string();
-    Options::parse(&json).map_err(|e| Status::invalid_argument(e.to_string()))
+    let o = Options::parse(&json).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    LvmOptions::parse(&o).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// Whether a capability's access mode only reads (SINGLE_NODE_READER_ONLY, MULTI_NODE_READER_ONLY).
+fn reader_only(cap: Option<&VolumeCapability>) -> bool {
+    cap.and_then(|c| c.access_mode.as_ref())
+        .is_some_and(|m| matches!(m.mode, 2 | 3))
+}
+
+/// A mount capability without mount flags, or INVALID_ARGUMENT saying why.
+fn check_mount_capability(kind: Kind, cap: Option<&VolumeCapability>) -> Result<(), Status> {
+    let Some(cap) = cap else {
+        return Err(Status::invalid_argument("volume_capability is required"));
+    };
+    if cap.block.is_some() || cap.mount.is_none() {
+        return Err(Status::invalid_argument(format!(
+            "{} volumes are served as mounts only: volume_capability must be a mount, not a block device",
+            kind.name()
+        )));
+    }
+    if cap
+        .mount
+        .as_ref()
+        .is_some_and(|m| !m.mount_flags.is_empty())
+    {
+        return Err(Status::invalid_argument(match kind {
+            Kind::Hostpath => {
+                "mount_flags are not supported for hostPath volumes (a bind mount takes none; readOnly is the volume's readOnly)"
+            }
+            Kind::Nfs => {
+                "mount_flags (the PV's mountOptions) are not used for NFS volumes: give them as the volume attribute mountOptions, which the node's nfs policy checks"
+            }
+            Kind::Lvm => {
+                "mount_flags (the PV's mountOptions) are not used for LVM volumes: give them as the volume attribute mountOptions, which is checked against an allow-list"
+            }
+        }));
+    }
+    Ok(())
+}
+
+/// UNIMPLEMENTED for a stage call to a kind that is not staged (not advertised: kubelet never
+/// calls it).
+fn not_staged(kind: Kind, method: &str) -> Status {
+    Status::unimplemented(format!(
+        "{method} is not served for {} volumes: they are published directly (no STAGE_UNSTAGE_VOLUME)",
+        kind.name()
+    ))
 }
 
 /// Runs `f` with a context over the node's real seams on a blocking thread, under the node
@@ -184,28 +324,38 @@ impl node_server::Node for NodeService {
                 return Err(Status::invalid_argument("volume_id is required"));
             }
             let target = target_path(&self.settings.kubelet_root, &r.target_path, "target_path")?;
-            let Some(cap) = &r.volume_capability else {
-                return Err(Status::invalid_argument("volume_capability is required"));
-            };
             let kind = self.settings.kind;
-            if cap.block.is_some() || cap.mount.is_none() {
-                return Err(Status::invalid_argument(format!(
-                    "{} volumes are served as mounts only: volume_capability must be a mount, not a block device",
-                    kind.name()
-                )));
+            check_mount_capability(kind, r.volume_capability.as_ref())?;
+            match kind {
+                Kind::Lvm => {
+                    let staging = staging_path(
+                        &self.settings.kubelet_root,
+                        &self.settings.driver_name,
+                        &r.staging_target_path,
+                    )?;
+                    let cap = r.volume_capability.clone().unwrap_or_default();
+                    let read_only = r.readonly || reader_only(Some(&cap));
+                    let o = lvm_options(&r.volume_id, &r.volume_context, &cap, read_only)?;
+                    on_node(&self.settings, move |ctx| {
+                        lvm::csi::publish(ctx, &lvm::Seams::SYSTEM, &staging, &target, &o)
+                    })
+                    .await?;
+                }
+                Kind::Hostpath => {
+                    let options = options_for(&r)?;
+                    on_node(&self.settings, move |ctx| {
+                        hostpath::publish(ctx, &target, &options)
+                    })
+                    .await?;
+                }
+                Kind::Nfs => {
+                    let options = options_for(&r)?;
+                    on_node(&self.settings, move |ctx| {
+                        nfs::publish(ctx, &nfs::probe::TcpProber, &target, &options)
+                    })
+                    .await?;
+                }
             }
-            if cap.mount.as_ref().is_some_and(|m| !m.mount_flags.is_empty()) {
-                return Err(Status::invalid_argument(match kind {
-                    Kind::Hostpath => "mount_flags are not supported for hostPath volumes (a bind mount takes none; readOnly is the volume's readOnly)",
-                    Kind::Nfs => "mount_flags (the PV's mountOptions) are not used for NFS volumes: give them as the volume attribute mountOptions, which the node's nfs policy checks",
-                }));
-            }
-            let options = options_for(&r)?;
-            on_node(&self.settings, move |ctx| match kind {
-                Kind::Hostpath => hostpath::publish(ctx, &target, &options),
-                Kind::Nfs => nfs::publish(ctx, &nfs::probe::TcpProber, &target, &options),
-            })
-            .await?;
             Ok(Response::new(NodePublishVolumeResponse {}))
         }
         .await;
@@ -226,12 +376,127 @@ impl node_server::Node for NodeService {
             on_node(&self.settings, move |ctx| match kind {
                 Kind::Hostpath => hostpath::unpublish(ctx, &target),
                 Kind::Nfs => nfs::unpublish(ctx, &nfs::probe::TcpProber, &target),
+                Kind::Lvm => lvm::csi::unpublish(ctx, &target),
             })
             .await?;
             Ok(Response::new(NodeUnpublishVolumeResponse {}))
         }
         .await;
         logged("NodeUnpublishVolume", &r.volume_id, &r.target_path, out)
+    }
+
+    async fn node_stage_volume(
+        &self,
+        request: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let s = &self.settings;
+        let out = async {
+            let kind = s.kind;
+            if kind != Kind::Lvm {
+                return Err(not_staged(kind, "NodeStageVolume"));
+            }
+            if r.volume_id.is_empty() {
+                return Err(Status::invalid_argument("volume_id is required"));
+            }
+            let staging = staging_path(&s.kubelet_root, &s.driver_name, &r.staging_target_path)?;
+            check_mount_capability(kind, r.volume_capability.as_ref())?;
+            let cap = r.volume_capability.clone().unwrap_or_default();
+            let read_only = reader_only(Some(&cap));
+            let o = lvm_options(&r.volume_id, &r.volume_context, &cap, read_only)?;
+            on_node(s, move |ctx| {
+                lvm::csi::stage(ctx, &lvm::Seams::SYSTEM, &staging, &o)
+            })
+            .await?;
+            Ok(Response::new(NodeStageVolumeResponse {}))
+        }
+        .await;
+        logged("NodeStageVolume", &r.volume_id, &r.staging_target_path, out)
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let s = &self.settings;
+        let out = async {
+            if s.kind != Kind::Lvm {
+                return Err(not_staged(s.kind, "NodeUnstageVolume"));
+            }
+            if r.volume_id.is_empty() {
+                return Err(Status::invalid_argument("volume_id is required"));
+            }
+            let staging = staging_path(&s.kubelet_root, &s.driver_name, &r.staging_target_path)?;
+            on_node(s, move |ctx| {
+                lvm::csi::unstage(ctx, &lvm::Seams::SYSTEM, &staging)
+            })
+            .await?;
+            Ok(Response::new(NodeUnstageVolumeResponse {}))
+        }
+        .await;
+        logged(
+            "NodeUnstageVolume",
+            &r.volume_id,
+            &r.staging_target_path,
+            out,
+        )
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let s = &self.settings;
+        let out = async {
+            if s.kind != Kind::Lvm {
+                return Err(Status::unimplemented(format!(
+                    "NodeExpandVolume is not served for {} volumes: nothing on the node grows with them",
+                    s.kind.name()
+                )));
+            }
+            if r.volume_id.is_empty() {
+                return Err(Status::invalid_argument("volume_id is required"));
+            }
+            if r.volume_path.is_empty() {
+                return Err(Status::invalid_argument("volume_path is required"));
+            }
+            // kubelet sends the pod's target path (or the staging path); either shape, nothing
+            // opened through it: the LV comes from the staging path's record.
+            if target_path(&s.kubelet_root, &r.volume_path, "volume_path").is_err() {
+                staging_path(&s.kubelet_root, &s.driver_name, &r.volume_path)
+                    .map_err(|_| Status::invalid_argument("volume_path is neither a CSI target path nor a staging path under the kubelet directory"))?;
+            }
+            let staging = staging_path(&s.kubelet_root, &s.driver_name, &r.staging_target_path)?;
+            let want = r
+                .capacity_range
+                .as_ref()
+                .map_or(0, |c| c.required_bytes);
+            let Ok(bytes) = u64::try_from(want) else {
+                return Err(Status::invalid_argument("capacity_range.required_bytes must not be negative"));
+            };
+            if bytes == 0 {
+                return Err(Status::invalid_argument(
+                    "capacity_range.required_bytes is required: the size to grow the LV to",
+                ));
+            }
+            let id = r.volume_id.clone();
+            let size = on_node(s, move |ctx| {
+                lvm::csi::expand(ctx, &lvm::Seams::SYSTEM, &staging, &id, bytes)
+            })
+            .await?;
+            Ok(Response::new(NodeExpandVolumeResponse {
+                capacity_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+            }))
+        }
+        .await;
+        logged(
+            "NodeExpandVolume",
+            &r.volume_id,
+            &r.staging_target_path,
+            out,
+        )
     }
 
     async fn node_get_volume_stats(
@@ -272,6 +537,12 @@ impl node_server::Node for NodeService {
                 }),
             }],
             Kind::Nfs => Vec::new(),
+            Kind::Lvm => [STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS, EXPAND_VOLUME]
+                .into_iter()
+                .map(|r#type| NodeServiceCapability {
+                    rpc: Some(NodeServiceCapabilityRpc { r#type }),
+                })
+                .collect(),
         };
         Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
@@ -443,5 +714,105 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn staging_paths_of_kubelets_two_shapes_under_the_kubelet_root_only() {
+        let root = Path::new("/var/lib/kubelet");
+        let d = "lvm.csi.flexvol.io";
+        for ok in [
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/pv/pv1/globalmount",
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/lvm.csi.flexvol.io/9f86d0/globalmount",
+        ] {
+            assert_eq!(staging_path(root, d, ok).unwrap(), PathBuf::from(ok));
+        }
+        for bad in [
+            "",
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/pv/pv1/globalmount/",
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/pv/../../../../../etc/globalmount",
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/other.csi.io/9f86d0/globalmount",
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/pv/pv1/notglobal",
+            "/var/lib/kubelet/plugins/kubernetes.io/flexvolume/flexvol/lvm/mounts/pv1",
+            "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv1/mount",
+            "/srv/plugins/kubernetes.io/csi/pv/pv1/globalmount",
+            "plugins/kubernetes.io/csi/pv/pv1/globalmount",
+        ] {
+            let e = staging_path(root, d, bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+        }
+    }
+
+    fn mount_cap(fs_type: &str) -> VolumeCapability {
+        VolumeCapability {
+            block: None,
+            mount: Some(MountVolume {
+                fs_type: fs_type.into(),
+                ..Default::default()
+            }),
+            access_mode: Some(AccessMode { mode: 1 }),
+        }
+    }
+
+    fn ctx(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn lvm_options_name_the_lv_by_the_volume_id_and_take_nothing_kubelet_says_from_the_author() {
+        let o = lvm_options(
+            "vg0/data",
+            &ctx(&[
+                ("mountOptions", "commit=30"),
+                ("csi.storage.k8s.io/pod.namespace", "ns1"),
+            ]),
+            &mount_cap("ext4"),
+            false,
+        )
+        .unwrap();
+        assert_eq!((o.vg.as_str(), o.lv.as_str()), ("vg0", "data"));
+        assert_eq!((o.fs.name(), o.mount_data.as_str()), ("ext4", "commit=30"));
+        let xfs = lvm_options("vg0/data", &ctx(&[]), &mount_cap("xfs"), false).unwrap();
+        assert_eq!(xfs.fs.name(), "xfs");
+        assert_eq!(o.namespace.as_deref(), Some("ns1"));
+        assert_eq!(o.volume_name, None, "CSI sends no PV name");
+        assert!(!o.read_only);
+        assert!(
+            lvm_options("vg0/data", &ctx(&[]), &mount_cap(""), true)
+                .unwrap()
+                .read_only
+        );
+        // The id names the LV; a context that names another is refused, one that agrees is fine.
+        assert!(
+            lvm_options(
+                "vg0/data",
+                &ctx(&[("volumeID", "data")]),
+                &mount_cap(""),
+                false
+            )
+            .is_ok()
+        );
+        for (id, pairs) in [
+            ("vg0/data", vec![("volumeID", "other-lv")]),
+            ("vg0/data", vec![("volumegroup", "vg-other")]),
+            ("no-slash", vec![]),
+            ("vg0/../../etc", vec![]),
+            ("vg0/da ta", vec![]),
+            ("-vg/data", vec![]),
+            (
+                "vg0/data",
+                vec![("kubernetes.io/pvOrVolumeName", "forged-value")],
+            ),
+            ("vg0/data", vec![("kubernetes.io/fsType", "forged-value")]),
+            ("vg0/data", vec![("mkfsOptions", "-f")]),
+            ("vg0/data", vec![("csi.storage.k8s.io/ephemeral", "true")]),
+            ("vg0/data", vec![("unknownKey", "forged-value")]),
+        ] {
+            let e = lvm_options(id, &ctx(&pairs), &mount_cap(""), false).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{id} {pairs:?}");
+            assert!(!e.message().contains("forged-value"), "{}", e.message());
+        }
     }
 }

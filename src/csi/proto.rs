@@ -10,8 +10,9 @@
 //! prost on decode, as protobuf requires. Enum fields are `int32` on the wire: they are plain
 //! `i32` here with the spec's values as constants.
 //!
-//! Secrets: [`NodePublishVolumeRequest`] carries `secrets` and `volume_context` (whose values may
-//! be secret too); its `Debug` shows neither's values, so a log line or a panic message built from
+//! Secrets: [`NodePublishVolumeRequest`] and [`NodeStageVolumeRequest`] carry `secrets` and
+//! `volume_context` (whose values may be secret too), [`NodeExpandVolumeRequest`] `secrets`; their
+//! `Debug` shows none of those values, so a log line or a panic message built from
 //! it cannot echo one.
 
 use std::collections::HashMap;
@@ -99,25 +100,27 @@ pub struct NodePublishVolumeRequest {
 
 impl std::fmt::Debug for NodePublishVolumeRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        fn keys(m: &HashMap<String, String>) -> Vec<&str> {
-            let mut k: Vec<&str> = m.keys().map(String::as_str).collect();
-            k.sort_unstable();
-            k
-        }
         f.debug_struct("NodePublishVolumeRequest")
             .field("volume_id", &self.volume_id)
             .field("target_path", &self.target_path)
             .field("staging_target_path", &self.staging_target_path)
             .field("readonly", &self.readonly)
             .field("volume_capability", &self.volume_capability)
-            .field("volume_context_keys", &keys(&self.volume_context))
-            .field("publish_context_keys", &keys(&self.publish_context))
+            .field("volume_context_keys", &sorted_keys(&self.volume_context))
+            .field("publish_context_keys", &sorted_keys(&self.publish_context))
             .field(
                 "secrets",
                 &format_args!("<{} redacted>", self.secrets.len()),
             )
             .finish()
     }
+}
+
+/// A map's keys, sorted: what a `Debug` shows of a map whose values may be secret.
+fn sorted_keys(m: &HashMap<String, String>) -> Vec<&str> {
+    let mut k: Vec<&str> = m.keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
 }
 
 /// `VolumeCapability`: the `access_type` oneof (block = 1, mount = 2) as two optional fields,
@@ -164,6 +167,103 @@ pub struct NodeUnpublishVolumeRequest {
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct NodeUnpublishVolumeResponse {}
+
+/// `NodeStageVolumeRequest`. `Debug` is written below: no secret or context value shows.
+#[derive(Clone, PartialEq, prost::Message)]
+#[prost(skip_debug)]
+pub struct NodeStageVolumeRequest {
+    #[prost(string, tag = "1")]
+    pub volume_id: String,
+    #[prost(map = "string, string", tag = "2")]
+    pub publish_context: HashMap<String, String>,
+    #[prost(string, tag = "3")]
+    pub staging_target_path: String,
+    #[prost(message, optional, tag = "4")]
+    pub volume_capability: Option<VolumeCapability>,
+    #[prost(map = "string, string", tag = "5")]
+    pub secrets: HashMap<String, String>,
+    #[prost(map = "string, string", tag = "6")]
+    pub volume_context: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for NodeStageVolumeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeStageVolumeRequest")
+            .field("volume_id", &self.volume_id)
+            .field("staging_target_path", &self.staging_target_path)
+            .field("volume_capability", &self.volume_capability)
+            .field("volume_context_keys", &sorted_keys(&self.volume_context))
+            .field("publish_context_keys", &sorted_keys(&self.publish_context))
+            .field(
+                "secrets",
+                &format_args!("<{} redacted>", self.secrets.len()),
+            )
+            .finish()
+    }
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NodeStageVolumeResponse {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NodeUnstageVolumeRequest {
+    #[prost(string, tag = "1")]
+    pub volume_id: String,
+    #[prost(string, tag = "2")]
+    pub staging_target_path: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NodeUnstageVolumeResponse {}
+
+/// `CapacityRange`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CapacityRange {
+    #[prost(int64, tag = "1")]
+    pub required_bytes: i64,
+    #[prost(int64, tag = "2")]
+    pub limit_bytes: i64,
+}
+
+/// `NodeExpandVolumeRequest`. `Debug` is written below: no secret shows.
+#[derive(Clone, PartialEq, prost::Message)]
+#[prost(skip_debug)]
+pub struct NodeExpandVolumeRequest {
+    #[prost(string, tag = "1")]
+    pub volume_id: String,
+    #[prost(string, tag = "2")]
+    pub volume_path: String,
+    #[prost(message, optional, tag = "3")]
+    pub capacity_range: Option<CapacityRange>,
+    #[prost(string, tag = "4")]
+    pub staging_target_path: String,
+    #[prost(message, optional, tag = "5")]
+    pub volume_capability: Option<VolumeCapability>,
+    #[prost(map = "string, string", tag = "6")]
+    pub secrets: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for NodeExpandVolumeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeExpandVolumeRequest")
+            .field("volume_id", &self.volume_id)
+            .field("volume_path", &self.volume_path)
+            .field("staging_target_path", &self.staging_target_path)
+            .field("capacity_range", &self.capacity_range)
+            .field("volume_capability", &self.volume_capability)
+            .field(
+                "secrets",
+                &format_args!("<{} redacted>", self.secrets.len()),
+            )
+            .finish()
+    }
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NodeExpandVolumeResponse {
+    #[prost(int64, tag = "1")]
+    pub capacity_bytes: i64,
+}
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct NodeGetVolumeStatsRequest {
@@ -221,8 +321,12 @@ pub struct NodeServiceCapabilityRpc {
     pub r#type: i32,
 }
 
+/// `NodeServiceCapability.RPC.Type.STAGE_UNSTAGE_VOLUME`.
+pub const STAGE_UNSTAGE_VOLUME: i32 = 1;
 /// `NodeServiceCapability.RPC.Type.GET_VOLUME_STATS`.
 pub const GET_VOLUME_STATS: i32 = 2;
+/// `NodeServiceCapability.RPC.Type.EXPAND_VOLUME`.
+pub const EXPAND_VOLUME: i32 = 3;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct NodeGetInfoRequest {}
@@ -307,6 +411,8 @@ mod tests {
         assert!(bytes(&NodeGetInfoRequest {}).is_empty());
         assert!(bytes(&NodePublishVolumeResponse {}).is_empty());
         assert!(bytes(&NodeUnpublishVolumeResponse {}).is_empty());
+        assert!(bytes(&NodeStageVolumeResponse {}).is_empty());
+        assert!(bytes(&NodeUnstageVolumeResponse {}).is_empty());
         assert!(bytes(&InfoRequest {}).is_empty());
         assert!(bytes(&RegistrationStatusResponse {}).is_empty());
         assert!(bytes(&BlockVolume {}).is_empty());
@@ -486,5 +592,90 @@ mod tests {
             shown.contains("vol") && shown.contains("\"path\""),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn stage_and_expand_messages_use_the_spec_field_numbers() {
+        let stage = NodeStageVolumeRequest {
+            volume_id: "v".into(),
+            publish_context: HashMap::from([("p".into(), "q".into())]),
+            staging_target_path: "s".into(),
+            volume_capability: Some(VolumeCapability {
+                block: None,
+                mount: Some(MountVolume {
+                    fs_type: "x".into(),
+                    ..Default::default()
+                }),
+                access_mode: Some(AccessMode { mode: 1 }),
+            }),
+            secrets: HashMap::from([("k".into(), "z".into())]),
+            volume_context: HashMap::from([("c".into(), "d".into())]),
+        };
+        let mut mount = ld(1, b"x");
+        mount = ld(2, &mount);
+        mount.extend(ld(3, &vi(1, 1)));
+        let mut want = ld(1, b"v");
+        want.extend(map_entry(2, "p", "q"));
+        want.extend(ld(3, b"s"));
+        want.extend(ld(4, &mount));
+        want.extend(map_entry(5, "k", "z"));
+        want.extend(map_entry(6, "c", "d"));
+        assert_eq!(bytes(&stage), want);
+
+        let unstage = NodeUnstageVolumeRequest {
+            volume_id: "v".into(),
+            staging_target_path: "s".into(),
+        };
+        let mut want = ld(1, b"v");
+        want.extend(ld(2, b"s"));
+        assert_eq!(bytes(&unstage), want);
+
+        let expand = NodeExpandVolumeRequest {
+            volume_id: "v".into(),
+            volume_path: "p".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 5,
+                limit_bytes: 6,
+            }),
+            staging_target_path: "s".into(),
+            volume_capability: None,
+            secrets: HashMap::from([("k".into(), "z".into())]),
+        };
+        let mut range = vi(1, 5);
+        range.extend(vi(2, 6));
+        let mut want = ld(1, b"v");
+        want.extend(ld(2, b"p"));
+        want.extend(ld(3, &range));
+        want.extend(ld(4, b"s"));
+        want.extend(map_entry(6, "k", "z"));
+        assert_eq!(bytes(&expand), want);
+        assert_eq!(
+            bytes(&NodeExpandVolumeResponse { capacity_bytes: 7 }),
+            vi(1, 7)
+        );
+        assert_eq!(
+            (STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS, EXPAND_VOLUME),
+            (1, 2, 3)
+        );
+    }
+
+    #[test]
+    fn stage_and_expand_request_debug_show_no_secret_or_context_value() {
+        let stage = NodeStageVolumeRequest {
+            volume_id: "vol".into(),
+            secrets: HashMap::from([("password".into(), "hunter2-secret".into())]),
+            volume_context: HashMap::from([("volumegroup".into(), "ctx-value".into())]),
+            ..Default::default()
+        };
+        let expand = NodeExpandVolumeRequest {
+            volume_id: "vol".into(),
+            secrets: HashMap::from([("password".into(), "hunter2-secret".into())]),
+            ..Default::default()
+        };
+        for shown in [format!("{stage:?}"), format!("{expand:?}")] {
+            assert!(!shown.contains("hunter2-secret"), "{shown}");
+            assert!(!shown.contains("ctx-value"), "{shown}");
+            assert!(shown.contains("vol"), "{shown}");
+        }
     }
 }

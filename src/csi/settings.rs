@@ -17,13 +17,16 @@ pub(crate) struct Settings {
     pub(crate) kind: Kind,
 }
 
-/// The kind of volume a plugin serves (`--kind`): which backend its publish and unpublish run.
+/// The kind of volume a plugin serves (`--kind`): which backend its calls run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Kind {
     /// Host directories: the FlexVolume `hostpath` driver's backend.
     Hostpath,
     /// NFS exports: the FlexVolume `nfs` driver's backend.
     Nfs,
+    /// LVM logical volumes, staged (activated, formatted when blank, mounted) and then bound
+    /// into pods: the FlexVolume `lvm` driver's backend.
+    Lvm,
 }
 
 impl Kind {
@@ -32,6 +35,7 @@ impl Kind {
         match self {
             Kind::Hostpath => "hostpath",
             Kind::Nfs => "nfs",
+            Kind::Lvm => "lvm",
         }
     }
 }

@@ -1171,3 +1171,212 @@ fn guest_lvm_sec_dangerous_mount_options_are_refused() {
         mount.failed("is refused");
     }
 }
+
+/// `flexvol csi --kind lvm` over its socket, with real LVM, mkfs and mounts, as kubelet calls
+/// it: stage (mkfs of a blank static LV, the staging mount), publish (a bind into the pod's
+/// target), stats, an online expand, unpublish, unstage (the LV deactivated), each repeated; a
+/// second stage keeps the data (no mkfs). Refused with nothing activated, formatted or mounted:
+/// an LV the provisioner made, an LV holding a signature that is not blank, a publish with
+/// nothing staged, a volume id naming an LV other than the one staged.
+#[test]
+#[ignore = "guest tier: needs device-mapper and LVM; run inside the test VM"]
+fn guest_lvm_csi_stage_publish_expand_unstage() {
+    use crate::root_csi::{Plugin, call, publish, target, unpublish};
+    use crate::util::mounts_under;
+    use flexvol::csi::proto::*;
+    let vg = Vg::new(512);
+    let env = allowed_env(&vg);
+    for (lv, tag) in [
+        ("data", None),
+        ("prov", Some("flexvol.pv.pv-x")),
+        ("swap", None),
+    ] {
+        let mut a = vec!["lvcreate", "-y", "-L", "64m", "-n", lv];
+        if let Some(t) = tag {
+            a.extend(["--addtag", t]);
+        }
+        a.push(&vg.name);
+        run("lvm", &a);
+    }
+    run("mkswap", &[&vg.dev("swap")]);
+    run("lvm", &["lvchange", "-an", &format!("{}/prov", vg.name)]);
+    run("lvm", &["lvchange", "-an", &format!("{}/data", vg.name)]);
+    let p = Plugin::start_with(&env, &["--kind", "lvm"]);
+    let caps: NodeGetCapabilitiesResponse = call(
+        &p.socket,
+        "/csi.v1.Node/NodeGetCapabilities",
+        NodeGetCapabilitiesRequest {},
+    )
+    .unwrap();
+    let mut types: Vec<i32> = caps
+        .capabilities
+        .iter()
+        .filter_map(|c| c.rpc.as_ref().map(|r| r.r#type))
+        .collect();
+    types.sort_unstable();
+    assert_eq!(
+        types,
+        [STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS, EXPAND_VOLUME]
+    );
+
+    let cap = || {
+        Some(VolumeCapability {
+            block: None,
+            mount: Some(MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            }),
+            access_mode: Some(AccessMode { mode: 1 }),
+        })
+    };
+    let staging_of = |pv: &str| {
+        env.mkdir(&format!("kubelet/plugins/kubernetes.io/csi/pv/{pv}"))
+            .join("globalmount")
+    };
+    let stage = |id: &str, st: &Path| {
+        call::<_, NodeStageVolumeResponse>(
+            &p.socket,
+            "/csi.v1.Node/NodeStageVolume",
+            NodeStageVolumeRequest {
+                volume_id: id.into(),
+                staging_target_path: s(st).into(),
+                volume_capability: cap(),
+                ..Default::default()
+            },
+        )
+    };
+    let unstage = |id: &str, st: &Path| {
+        call::<_, NodeUnstageVolumeResponse>(
+            &p.socket,
+            "/csi.v1.Node/NodeUnstageVolume",
+            NodeUnstageVolumeRequest {
+                volume_id: id.into(),
+                staging_target_path: s(st).into(),
+            },
+        )
+    };
+    let pub_req = |id: &str, st: &Path, t: &Path| NodePublishVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: s(st).into(),
+        target_path: s(t).into(),
+        volume_capability: cap(),
+        volume_context: [
+            (
+                "csi.storage.k8s.io/pod.namespace".to_owned(),
+                "ns".to_owned(),
+            ),
+            (
+                "csi.storage.k8s.io/ephemeral".to_owned(),
+                "false".to_owned(),
+            ),
+        ]
+        .into(),
+        ..Default::default()
+    };
+    let expand = |id: &str, st: &Path, t: &Path, bytes: i64| {
+        call::<_, NodeExpandVolumeResponse>(
+            &p.socket,
+            "/csi.v1.Node/NodeExpandVolume",
+            NodeExpandVolumeRequest {
+                volume_id: id.into(),
+                volume_path: s(t).into(),
+                staging_target_path: s(st).into(),
+                capacity_range: Some(CapacityRange {
+                    required_bytes: bytes,
+                    limit_bytes: 0,
+                }),
+                volume_capability: cap(),
+                ..Default::default()
+            },
+        )
+    };
+    let id = format!("{}/data", vg.name);
+    let st = staging_of("pv-data");
+    let t = target(&env, "u1", "pv-data");
+
+    // Publish before stage: nothing is staged there.
+    let e = publish(&p, pub_req(&id, &st, &t)).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(mounts_under(&env.root().join("kubelet")).is_empty());
+
+    stage(&id, &st).unwrap();
+    stage(&id, &st).expect("a repeated stage is OK");
+    assert_eq!(mounts_under(&st).len(), 1, "{:?}", mounts_under(&st));
+    assert!(vg.active("data"));
+    let uuid = blkid_uuid(&vg.dev("data"));
+    assert!(!uuid.is_empty(), "formatted");
+    publish(&p, pub_req(&id, &st, &t)).unwrap();
+    publish(&p, pub_req(&id, &st, &t)).expect("a repeated publish is OK");
+    assert_eq!(mounts_under(t.parent().unwrap()).len(), 1);
+    std::fs::write(t.join("written-through-csi"), "kept").unwrap();
+    let stats: NodeGetVolumeStatsResponse = call(
+        &p.socket,
+        "/csi.v1.Node/NodeGetVolumeStats",
+        NodeGetVolumeStatsRequest {
+            volume_id: id.clone(),
+            volume_path: s(&t).into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let total = stats
+        .usage
+        .iter()
+        .find(|u| u.unit == UNIT_BYTES)
+        .unwrap()
+        .total;
+    assert!((40 << 20..=64 << 20).contains(&total), "{stats:?}");
+
+    // Online growth: the LV and the mounted filesystem, seen through the pod's mount.
+    let before = fs_size(&t);
+    let r = expand(&id, &st, &t, 128 << 20).unwrap();
+    assert_eq!(r.capacity_bytes, 128 << 20);
+    assert!(
+        fs_size(&t) > before + (48 << 20),
+        "{before} -> {}",
+        fs_size(&t)
+    );
+    expand(&id, &st, &t, 128 << 20).expect("a repeated expand is OK");
+    // A volume id naming another LV than the one staged there: refused, nothing grown.
+    let e = expand(&format!("{}/swap", vg.name), &st, &t, 256 << 20).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(fs_size(&t) < 200 << 20);
+
+    unpublish(&p, &t).unwrap();
+    unpublish(&p, &t).expect("a repeated unpublish is OK");
+    assert!(!t.exists());
+    unstage(&id, &st).unwrap();
+    unstage(&id, &st).expect("a repeated unstage is OK");
+    assert!(mounts_under(&env.root().join("kubelet")).is_empty());
+    assert!(!vg.active("data"), "deactivated by unstage");
+
+    // Staged again: the same filesystem, the data kept.
+    stage(&id, &st).unwrap();
+    assert_eq!(blkid_uuid(&vg.dev("data")), uuid, "never formatted again");
+    publish(&p, pub_req(&id, &st, &t)).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(t.join("written-through-csi")).unwrap(),
+        "kept"
+    );
+    unpublish(&p, &t).unwrap();
+    unstage(&id, &st).unwrap();
+
+    // An LV the provisioner made: refused, not activated, nothing mounted.
+    let e = stage(&format!("{}/prov", vg.name), &staging_of("pv-prov")).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("only static LVs"), "{e:?}");
+    assert!(!vg.active("prov"));
+    // An LV holding swap: never formatted, nothing mounted.
+    let e = stage(&format!("{}/swap", vg.name), &staging_of("pv-swap")).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    let probe = run(
+        "blkid",
+        &["-p", "-o", "value", "-s", "TYPE", &vg.dev("swap")],
+    );
+    assert_eq!(probe.trim(), "swap");
+    assert!(mounts_under(&env.root().join("kubelet")).is_empty());
+    assert!(
+        !staging_of("pv-swap").exists(),
+        "the staging directory made is removed"
+    );
+}

@@ -299,7 +299,7 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
     assert!(names(&capacity).is_superset(&names(&node_loss)));
     assert!(names(&capacity).contains("DaemonSet/flexvol-scheduler-extender"));
     assert!(!names(&node_loss).contains("DaemonSet/flexvol-scheduler-extender"));
-    // The CSI overlay: drivers/deploy, its two CSIDrivers and one container per kind in the node
+    // The CSI overlay: drivers/deploy, its three CSIDrivers and one container per kind in the node
     // agent, which enters the host's mount namespace (hostPID and privileged come from
     // drivers/deploy) and serves the socket kubelet's plugin directory holds.
     assert!(names(&csi).is_superset(&names(&top)));
@@ -307,6 +307,7 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
         names(&csi).difference(&names(&top)).collect::<Vec<_>>(),
         [
             "CSIDriver/hostpath.csi.flexvol.io",
+            "CSIDriver/lvm.csi.flexvol.io",
             "CSIDriver/nfs.csi.flexvol.io"
         ]
     );
@@ -323,16 +324,21 @@ fn contract_manifests_render_every_kustomization_with_kubectl_1_20() {
             serde_json::json!(["Persistent"]),
             "no inline volumes"
         );
-        assert_eq!(
-            driver["fsGroupPolicy"], "None",
-            "static volumes keep their owner"
-        );
+        // Host directories and exports keep their owner; an LV's filesystem is the volume's,
+        // and kubelet applies the pod's fsGroup to it (as for the FlexVolume LVM driver).
+        let want = if d["metadata"]["name"] == "lvm.csi.flexvol.io" {
+            "File"
+        } else {
+            "None"
+        };
+        assert_eq!(driver["fsGroupPolicy"], want, "{}", d["metadata"]["name"]);
     }
     let spec = &node_agent(&csi)["spec"]["template"]["spec"];
     assert_eq!(spec["hostPID"], Value::Bool(true));
     for (container, kind, driver) in [
         ("csi-hostpath", "hostpath", "hostpath.csi.flexvol.io"),
         ("csi-nfs", "nfs", "nfs.csi.flexvol.io"),
+        ("csi-lvm", "lvm", "lvm.csi.flexvol.io"),
     ] {
         let c = spec["containers"]
             .as_array()

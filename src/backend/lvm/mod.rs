@@ -52,6 +52,7 @@
 //! uses the same one), block devices through [`devices`]. `report.rs` holds what `lvm` reports,
 //! `tools.rs` the other tools (blkid, mkfs, the growers), `policy.rs` the node policy.
 
+pub(crate) mod csi;
 pub(crate) mod devices;
 pub(crate) mod lvs;
 pub(crate) mod options;
@@ -611,9 +612,23 @@ fn mount(ctx: &Context, seams: &Seams, dir: &Path, o: &LvmOptions) -> Result<Rep
         }
     };
     policy::check_capability(&ctx.config.state_dir, o, row, o.namespace.as_deref())?;
+    bind_global(ctx, seams, &global, &pod_dir, o)
+}
+
+/// The bind step of `mount` (and of CSI NodePublishVolume, `csi.rs`), under the volume's lock
+/// with the capability checked by the caller: `global` must be a mount of this LV, and
+/// `pod_dir` (canonical, existing) gets a bind of it, read-only when asked; an existing bind of
+/// this LV is Success (and finished to read-only when a crash left it read-write).
+fn bind_global(
+    ctx: &Context,
+    seams: &Seams,
+    global: &Path,
+    pod_dir: &Path,
+    o: &LvmOptions,
+) -> Result<Reply> {
     let devnum = active_device(seams, o)?;
     let table = ctx.mounter.table()?;
-    match table.at(&global) {
+    match table.at(global) {
         Some(g) if (g.major, g.minor) == devnum => {}
         Some(g) => {
             return Err(Error::refused(format!(
@@ -632,17 +647,17 @@ fn mount(ctx: &Context, seams: &Seams, dir: &Path, o: &LvmOptions) -> Result<Rep
             )));
         }
     }
-    if let Some(m) = table.at(&pod_dir) {
+    if let Some(m) = table.at(pod_dir) {
         if (m.major, m.minor) != devnum {
             return Err(crate::backend::foreign_mount(
-                &pod_dir,
+                pod_dir,
                 &format_args!("{} {}", m.fs_type, m.source),
             ));
         }
         return match (m.read_only(), o.read_only) {
             (false, true) => {
                 // A crash between the bind and the read-only remount: finish the job.
-                ctx.mounter.remount_readonly(&pod_dir)?;
+                ctx.mounter.remount_readonly(pod_dir)?;
                 Ok(Reply::success())
             }
             (true, false) => Err(Error::refused(format!(
@@ -653,9 +668,9 @@ fn mount(ctx: &Context, seams: &Seams, dir: &Path, o: &LvmOptions) -> Result<Rep
         };
     }
     ctx.state(BACKEND)
-        .save(&record(o, "mount", &pod_dir, &global))?;
+        .save(&record(o, "mount", pod_dir, global))?;
     checkpoint("lvm-mount-before-bind");
-    ctx.mounter.bind(&global, &pod_dir, o.read_only)?;
+    ctx.mounter.bind(global, pod_dir, o.read_only)?;
     Ok(Reply::success())
 }
 

@@ -196,6 +196,27 @@ impl LvmOptions {
         })
     }
 
+    /// The options of a volume already staged (CSI NodeExpandVolume, `csi.rs`): names and
+    /// filesystem type from the state record `mountdevice` wrote, nothing else (no size, no
+    /// token, read-write).
+    pub(crate) fn for_staged(vg: String, lv: String, fs_type: &str) -> Result<Self, OptionsError> {
+        check_name(key::VOLUME_GROUP, &vg, false)?;
+        check_name(key::VOLUME_ID, &lv, true)?;
+        Ok(Self {
+            vg,
+            lv,
+            size: None,
+            thin_pool: None,
+            fs: FsType::parse(fs_type)?,
+            mkfs_args: Vec::new(),
+            mount_data: String::new(),
+            read_only: false,
+            volume_name: None,
+            namespace: None,
+            token: None,
+        })
+    }
+
     /// `/dev/<vg>/<lv>`: what attach returns and every node verb uses.
     pub(crate) fn device(&self) -> PathBuf {
         PathBuf::from(format!("/dev/{}/{}", self.vg, self.lv))

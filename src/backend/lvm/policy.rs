@@ -279,8 +279,14 @@ pub(crate) fn check_free(cfg: &LvmConfig, o: &LvmOptions, needed: u64, free: u64
     Ok(())
 }
 
-/// Whether `p` is one of kubelet's mount points of driver `driver_name` (`<vendor>/<driver>`):
-/// a global device mount, a pod volume or a subPath bind.
+/// Whether `p` is one of kubelet's mount points of driver `driver_name`: a global device mount
+/// (staging path), a pod volume or a subPath bind. A FlexVolume driver is named
+/// `<vendor>/<driver>`; a name without `/` is a CSI driver's (`flexvol csi`), whose staging paths
+/// are `.../plugins/kubernetes.io/csi/pv/<pv>/globalmount` (kubelet before 1.25) or
+/// `.../plugins/kubernetes.io/csi/<driver>/<hash>/globalmount`, and pod volumes
+/// `.../pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`. Mounts of the other front are not
+/// kubelet's for this driver: an LV a FlexVolume pod uses is in use for the CSI plugin, and the
+/// other way round.
 pub(crate) fn kubelet_owned(driver_name: &str, p: &Path) -> bool {
     let c: Vec<&str> = p
         .components()
@@ -290,8 +296,18 @@ pub(crate) fn kubelet_owned(driver_name: &str, p: &Path) -> bool {
         })
         .collect();
     let n = c.len();
+    let sub_path = n >= 6 && c[n - 6] == "pods" && c[n - 4] == "volume-subpaths";
     let Some((vendor, driver)) = driver_name.split_once('/') else {
-        return false;
+        let staging = n >= 6
+            && c[n - 6..n - 3] == ["plugins", "kubernetes.io", "csi"]
+            && (c[n - 3] == "pv" || c[n - 3] == driver_name)
+            && c[n - 1] == "globalmount";
+        let pod_volume = n >= 6
+            && c[n - 6] == "pods"
+            && c[n - 4] == "volumes"
+            && c[n - 3] == "kubernetes.io~csi"
+            && c[n - 1] == "mount";
+        return !driver_name.is_empty() && (staging || pod_volume || sub_path);
     };
     let global = n >= 7
         && c[n - 7..n - 1]
@@ -307,7 +323,6 @@ pub(crate) fn kubelet_owned(driver_name: &str, p: &Path) -> bool {
         && c[n - 5] == "pods"
         && c[n - 3] == "volumes"
         && c[n - 2] == format!("{vendor}~{driver}");
-    let sub_path = n >= 6 && c[n - 6] == "pods" && c[n - 4] == "volume-subpaths";
     global || pod_volume || sub_path
 }
 

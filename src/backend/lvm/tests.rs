@@ -1462,3 +1462,272 @@ fn a_legacy_lv_is_served_to_its_pv_in_its_namespace() {
     w.call(&["mount", s(&w.pod()), &in_ns("team-b")]).unwrap();
     assert_eq!(w.lines(), [LVS, LVS]);
 }
+
+// ---- the CSI front (csi.rs) ----
+
+/// The LVM options a CSI call is turned into (`crate::csi::node::lvm_options`): no PV name.
+fn csi_options(extra: &str) -> LvmOptions {
+    let json = format!(
+        r#"{{"volumegroup":"vg0","volumeID":"lv1","kubernetes.io/fsType":"ext4","kubernetes.io/readwrite":"rw"{extra}}}"#
+    );
+    LvmOptions::parse(&Options::parse(&json).unwrap()).unwrap()
+}
+
+impl World {
+    /// A staging path of kubelet before 1.25 (not made: NodeStageVolume makes its last part).
+    fn staging(&self) -> PathBuf {
+        let p = self
+            .root
+            .join("kubelet/plugins/kubernetes.io/csi/pv/pv-lvm-1/globalmount");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        p
+    }
+
+    /// A CSI target path (not made: NodePublishVolume makes its last part).
+    fn csi_target(&self) -> PathBuf {
+        let p = self
+            .root
+            .join("kubelet/pods/6f3c1b8e/volumes/kubernetes.io~csi/pv-lvm-1/mount");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        p
+    }
+}
+
+#[test]
+fn csi_stage_publish_unpublish_unstage_is_the_verbs_steps_and_repeats_cleanly() {
+    let w = world();
+    let (st, t) = (w.staging(), w.csi_target());
+    lvs_with(&w, "-wi-a-----", "");
+    blkid(&w, 2, "");
+    let o = csi_options("");
+    w.with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &o))
+        .unwrap();
+    assert!(st.is_dir(), "the staging directory is made");
+    assert_eq!(
+        w.lines(),
+        [
+            LVS,
+            LVS,
+            "blkid -p -o export -- /dev/vg0/lv1",
+            LVS,
+            "mkfs.ext4 -q /dev/vg0/lv1",
+            "lvm lvchange -y --addtag flexvol.formatted -- vg0/lv1",
+        ]
+    );
+    // Staged again (kubelet retries): the LV is open by this plugin's own staging mount, which
+    // is kubelet's for this CSI driver, so nothing is refused and nothing is formatted.
+    lvs_with(&w, "-wi-ao----", "flexvol.formatted");
+    w.with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &o))
+        .unwrap();
+    assert_eq!(w.lines().len(), 8, "{:?}", w.lines());
+    assert!(w.lines()[6..].iter().all(|l| l == LVS), "{:?}", w.lines());
+
+    // (A repeated publish is proven with real mounts: guest_lvm_csi; this fake's binds get
+    // device numbers of their own.)
+    w.with_csi_lvm(|ctx, seams| csi::publish(ctx, seams, &st, &t, &o))
+        .unwrap();
+    let binds: Vec<_> = w
+        .mounter
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, MountCall::Bind(..)))
+        .collect();
+    assert_eq!(binds, [MountCall::Bind(st.clone(), t.clone(), false)]);
+
+    w.with_csi_lvm(|ctx, _| csi::unpublish(ctx, &t)).unwrap();
+    w.with_csi_lvm(|ctx, _| csi::unpublish(ctx, &t)).unwrap();
+    assert!(!t.exists(), "the target directory is removed");
+    w.with_csi_lvm(|ctx, seams| csi::unstage(ctx, seams, &st))
+        .unwrap();
+    w.with_csi_lvm(|ctx, seams| csi::unstage(ctx, seams, &st))
+        .unwrap();
+    let calls = w.mounter.calls();
+    assert_eq!(
+        calls[calls.len() - 2..],
+        [
+            MountCall::Unmount(t.clone(), UnmountMode::Normal),
+            MountCall::Unmount(st.clone(), UnmountMode::Normal),
+        ]
+    );
+    assert_eq!(
+        w.lines().last().map(String::as_str),
+        Some("lvm lvchange -an -- vg0/lv1")
+    );
+    assert_eq!(w.state_files(), 0);
+}
+
+#[test]
+fn csi_refuses_a_provisioned_lv_or_a_token_before_touching_anything() {
+    let w = world();
+    let (st, t) = (w.staging(), w.csi_target());
+    lvs_with(&w, "-wi-a-----", "flexvol.created,flexvol.pv.pv-a");
+    let o = csi_options("");
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &o))
+        .unwrap_err();
+    assert!(e.to_string().contains("only static LVs"), "{e}");
+    assert_eq!(w.lines(), [LVS], "one lvs, nothing activated or probed");
+    assert!(!st.exists(), "no staging directory made");
+    // Mounted by some earlier means: publish still refuses to bind it.
+    w.mounter.add(DEV, &st, "ext4", false);
+    std::fs::create_dir_all(&st).unwrap();
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::publish(ctx, seams, &st, &t, &o))
+        .unwrap_err();
+    assert!(e.to_string().contains("only static LVs"), "{e}");
+    assert!(!t.exists(), "the target directory made is removed again");
+    // A token is refused with no command at all, whatever the LV.
+    let w = world();
+    let o = csi_options(r#","capabilityToken":"tok-secret""#);
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &w.staging(), &o))
+        .unwrap_err();
+    assert!(!e.to_string().contains("tok-secret"), "{e}");
+    assert!(w.lines().is_empty(), "{:?}", w.lines());
+    assert!(w.mounter.calls().is_empty());
+}
+
+#[test]
+fn csi_stage_never_formats_an_lv_holding_anything_but_a_blank_probe() {
+    let w = world();
+    let st = w.staging();
+    lvs_with(&w, "-wi-a-----", "");
+    blkid(&w, 0, "DEVNAME=/dev/vg0/lv1\nPTTYPE=gpt\n");
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &csi_options("")))
+        .unwrap_err();
+    assert!(e.to_string().contains("refusing to format"), "{e}");
+    assert!(!w.lines().iter().any(|l| l.starts_with("mkfs")));
+    assert!(w.mounter.calls().is_empty());
+    assert!(!st.exists(), "the staging directory made is removed again");
+}
+
+#[test]
+fn csi_publish_binds_only_a_staging_mount_of_this_lv() {
+    let w = world();
+    let (st, t) = (w.staging(), w.csi_target());
+    std::fs::create_dir_all(&st).unwrap();
+    lvs_with(&w, "-wi-a-----", "");
+    let o = csi_options("");
+    // Not staged: nothing mounted there.
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::publish(ctx, seams, &st, &t, &o))
+        .unwrap_err();
+    assert!(e.to_string().contains("is not mounted at"), "{e}");
+    // Something else mounted at the staging path (a tmpfs, another LV). The fake numbers its
+    // mounts from DEVNUM's minor: the first one is taken by an unrelated mount.
+    w.mounter
+        .add("/dev/sda1", Path::new("/boot"), "ext4", false);
+    w.mounter.add("tmpfs", &st, "tmpfs", false);
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::publish(ctx, seams, &st, &t, &o))
+        .unwrap_err();
+    assert!(e.to_string().contains("refusing to bind"), "{e}");
+    assert!(
+        !w.mounter
+            .calls()
+            .iter()
+            .any(|c| matches!(c, MountCall::Bind(..)))
+    );
+}
+
+#[test]
+fn csi_expand_takes_the_lv_from_the_staging_record_never_the_request() {
+    let w = world();
+    let st = w.staging();
+    lvs_with(&w, "-wi-a-----", "");
+    blkid(&w, 0, EXT4);
+    w.with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &csi_options("")))
+        .unwrap();
+    let before = w.lines().len();
+    // A volume id naming another LV than the one staged there.
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::expand(ctx, seams, &st, "vg0/other", 2 << 30))
+        .unwrap_err();
+    assert!(e.to_string().contains("is not the volume staged"), "{e}");
+    assert_eq!(w.lines().len(), before, "nothing run");
+    // Nothing staged at a path: refused, nothing run.
+    let other = st
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("pv-2/globalmount");
+    std::fs::create_dir_all(&other).unwrap();
+    let e = w
+        .with_csi_lvm(|ctx, seams| csi::expand(ctx, seams, &other, "vg0/lv1", 2 << 30))
+        .unwrap_err();
+    assert!(e.to_string().contains("no record"), "{e}");
+    assert_eq!(w.lines().len(), before, "nothing run");
+    let size = w
+        .with_csi_lvm(|ctx, seams| csi::expand(ctx, seams, &st, "vg0/lv1", 2 << 30))
+        .unwrap();
+    assert_eq!(size, 1 << 30, "the scripted lvs still reports 1 GiB");
+    assert_eq!(
+        w.lines()[before..],
+        [
+            LVS,
+            LVS,
+            "lvm lvextend -y -L 2147483648b -- vg0/lv1",
+            "resize2fs /dev/vg0/lv1",
+            LVS,
+        ]
+    );
+}
+
+#[test]
+fn kubelet_owned_knows_each_fronts_paths_and_only_its_own() {
+    let flex = "example.com/lvm";
+    let csi = "lvm.csi.example.com";
+    let cases = [
+        (
+            "/var/lib/kubelet/plugins/kubernetes.io/flexvolume/example.com/lvm/mounts/pv1",
+            true,
+            false,
+        ),
+        (
+            "/var/lib/kubelet/pods/u/volumes/example.com~lvm/pv1",
+            true,
+            false,
+        ),
+        (
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/pv/pv1/globalmount",
+            false,
+            true,
+        ),
+        (
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/lvm.csi.example.com/0a1b/globalmount",
+            false,
+            true,
+        ),
+        (
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/other.csi.io/0a1b/globalmount",
+            false,
+            false,
+        ),
+        (
+            "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv1/mount",
+            false,
+            true,
+        ),
+        (
+            "/var/lib/kubelet/pods/u/volume-subpaths/pv1/c/0",
+            true,
+            true,
+        ),
+        ("/mnt/data", false, false),
+        (
+            "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv1",
+            false,
+            false,
+        ),
+    ];
+    for (p, by_flex, by_csi) in cases {
+        assert_eq!(kubelet_owned(flex, Path::new(p)), by_flex, "{flex}: {p}");
+        assert_eq!(kubelet_owned(csi, Path::new(p)), by_csi, "{csi}: {p}");
+    }
+    assert!(!kubelet_owned(
+        "",
+        Path::new("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv1/mount")
+    ));
+}
