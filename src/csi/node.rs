@@ -77,7 +77,8 @@ const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) fn target_path(kubelet_root: &Path, given: &str, what: &str) -> Result<PathBuf, Status> {
     let bad = |why: &str| {
         Status::invalid_argument(format!(
-            "{what} {given:?} {why}; flexvol csi only acts on {}/pods/<pod-uid>/volumes/kubernetes.io~csi/<volume>/mount",
+            "{what} {:?} {why}; flexvol csi only acts on {}/pods/<pod-uid>/volumes/kubernetes.io~csi/<volume>/mount",
+            bounded(given),
             kubelet_root.display()
         ))
     };
@@ -160,7 +161,8 @@ pub(crate) fn staging_path(
 ) -> Result<PathBuf, Status> {
     let bad = |why: &str| {
         Status::invalid_argument(format!(
-            "staging_target_path {given:?} {why}; flexvol csi only stages at {}/plugins/kubernetes.io/csi/{{pv/<pv>,{driver_name}/<hash>}}/globalmount",
+            "staging_target_path {:?} {why}; flexvol csi only stages at {}/plugins/kubernetes.io/csi/{{pv/<pv>,{driver_name}/<hash>}}/globalmount",
+            bounded(given),
             kubelet_root.display()
         ))
     };
@@ -299,9 +301,27 @@ async fn on_node<T: Send + 'static>(
     }
 }
 
+/// At most [`SHOWN`] bytes of a request's string (a volume id or path of any length is the PV
+/// author's or the caller's to choose), cut at a character boundary and marked, for a log line or
+/// a message.
+pub(crate) fn bounded(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= SHOWN {
+        return s.into();
+    }
+    let mut end = SHOWN;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...({} bytes)", &s[..end], s.len()).into()
+}
+
+/// How much of a request's string a log line or message shows ([`bounded`]).
+const SHOWN: usize = 256;
+
 /// Logs the outcome of a call that changed or looked at a volume: the method, the volume id and
 /// path (never a context value or a secret), and the code and message on failure.
 fn logged<T>(method: &str, volume_id: &str, path: &str, r: Result<T, Status>) -> Result<T, Status> {
+    let (volume_id, path) = (bounded(volume_id), bounded(path));
     match &r {
         Ok(_) => {
             tracing::info!(target: LOG_TARGET, "{method} volume {volume_id:?} at {path:?}: OK")
@@ -703,6 +723,18 @@ mod tests {
         assert_eq!(ro(false, 2).as_deref(), Some("ro"));
         assert_eq!(ro(false, 3).as_deref(), Some("ro"));
         assert_eq!(ro(false, 5).as_deref(), Some("rw"));
+    }
+
+    #[test]
+    fn request_strings_are_shown_bounded() {
+        let root = Path::new("/var/lib/kubelet");
+        let long = format!("/var/lib/kubelet/{}", "é".repeat(100_000));
+        let e = target_path(root, &long, "target_path").unwrap_err();
+        assert!(e.message().len() < 1_000, "{} bytes", e.message().len());
+        assert!(e.message().contains("(200017 bytes)"), "{}", e.message());
+        let e = staging_path(root, "d", &long).unwrap_err();
+        assert!(e.message().len() < 1_000, "{} bytes", e.message().len());
+        assert_eq!(bounded("short"), "short");
     }
 
     #[test]
