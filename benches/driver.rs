@@ -31,6 +31,9 @@
 // Float statistics for display (MiB, ratios): u64 -> f64 has no `From`, and a rounded ratio is fine.
 #![allow(clippy::as_conversions)]
 
+#[path = "../tests/suite/shared/csi_client.rs"]
+mod csi_client;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -144,29 +147,7 @@ where
     Req: prost::Message + Send + Sync + 'static,
     Resp: prost::Message + Default + Send + Sync + 'static,
 {
-    let path = path.to_owned();
-    rt.block_on(async move {
-        let channel = tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                let p = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(p).await?,
-                    ))
-                }
-            }))
-            .await
-            .unwrap();
-        let mut g = tonic::client::Grpc::new(channel);
-        g.ready().await.unwrap();
-        g.unary(
-            tonic::Request::new(req),
-            tonic::codegen::http::uri::PathAndQuery::from_static(route),
-            tonic_prost::ProstCodec::<Req, Resp>::default(),
-        )
-        .await
-        .unwrap();
-    });
+    csi_client::call_on::<Req, Resp>(rt, path, route, req).unwrap();
 }
 
 /// The hostPath volume `src` published and unpublished through `flexvol csi --no-registration`

@@ -13,6 +13,8 @@ mod admission_policy;
 mod conformance;
 mod contract;
 mod controller_manifests;
+#[path = "shared/csi_client.rs"]
+mod csi_client;
 mod docs_commands;
 mod extender_manifests;
 mod faults;

@@ -100,30 +100,7 @@ where
     Req: prost::Message + Send + Sync + 'static,
     Resp: prost::Message + Default + Send + Sync + 'static,
 {
-    let path = path.to_owned();
-    rt().block_on(async move {
-        let channel = tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                let p = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(p).await?,
-                    ))
-                }
-            }))
-            .await
-            .unwrap();
-        let mut g = tonic::client::Grpc::new(channel);
-        g.ready().await.unwrap();
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        g.unary(
-            tonic::Request::new(req),
-            tonic::codegen::http::uri::PathAndQuery::from_static(route),
-            codec,
-        )
-        .await
-        .map(tonic::Response::into_inner)
-    })
+    crate::csi_client::call_on(&rt(), path, route, req)
 }
 
 pub(crate) fn mount_cap() -> Option<VolumeCapability> {
