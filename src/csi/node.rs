@@ -85,18 +85,7 @@ pub(crate) fn target_path(kubelet_root: &Path, given: &str, what: &str) -> Resul
     if given.is_empty() {
         return Err(Status::invalid_argument(format!("{what} is required")));
     }
-    // By bytes: `Path::components` would drop a `.` in the middle and a trailing `/`.
-    let mut parts = given.split('/');
-    let absolute = parts.next() == Some("");
-    if !absolute || parts.any(|c| c.is_empty() || c == "." || c == "..") {
-        return Err(bad(
-            "must be an absolute path without \".\", \"..\" or empty components",
-        ));
-    }
-    let p = Path::new(given);
-    let Ok(below) = p.strip_prefix(kubelet_root) else {
-        return Err(bad("is outside the kubelet directory"));
-    };
+    let below = below_root(kubelet_root, given).map_err(&bad)?;
     let c: Vec<&std::ffi::OsStr> = below.iter().collect();
     let shape = c.len() == 6
         && c[0] == "pods"
@@ -106,7 +95,21 @@ pub(crate) fn target_path(kubelet_root: &Path, given: &str, what: &str) -> Resul
     if !shape {
         return Err(bad("is not a CSI target path"));
     }
-    Ok(p.to_owned())
+    Ok(PathBuf::from(given))
+}
+
+/// The part of `given` below `kubelet_root`, checked by bytes (`Path::components` would drop a
+/// `.` in the middle and a trailing `/`): absolute, no `.`, `..` or empty component, under the
+/// root. The error says which rule it broke.
+fn below_root<'a>(kubelet_root: &Path, given: &'a str) -> Result<&'a Path, &'static str> {
+    let mut parts = given.split('/');
+    let absolute = parts.next() == Some("");
+    if !absolute || parts.any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err("must be an absolute path without \".\", \"..\" or empty components");
+    }
+    Path::new(given)
+        .strip_prefix(kubelet_root)
+        .map_err(|_| "is outside the kubelet directory")
 }
 
 /// The hostPath options of a publish request: the volume context (module doc: what is refused,
@@ -171,17 +174,7 @@ pub(crate) fn staging_path(
             "staging_target_path is required (this plugin stages volumes: STAGE_UNSTAGE_VOLUME)",
         ));
     }
-    let mut parts = given.split('/');
-    let absolute = parts.next() == Some("");
-    if !absolute || parts.any(|c| c.is_empty() || c == "." || c == "..") {
-        return Err(bad(
-            "must be an absolute path without \".\", \"..\" or empty components",
-        ));
-    }
-    let p = Path::new(given);
-    let Ok(below) = p.strip_prefix(kubelet_root) else {
-        return Err(bad("is outside the kubelet directory"));
-    };
+    let below = below_root(kubelet_root, given).map_err(&bad)?;
     let c: Vec<&std::ffi::OsStr> = below.iter().collect();
     let shape = c.len() == 6
         && c[0] == "plugins"
@@ -192,7 +185,7 @@ pub(crate) fn staging_path(
     if !shape {
         return Err(bad("is not a CSI staging path"));
     }
-    Ok(p.to_owned())
+    Ok(PathBuf::from(given))
 }
 
 /// The LVM options of a stage or publish request: the volume context as [`context_options`]

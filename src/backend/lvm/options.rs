@@ -197,24 +197,29 @@ impl LvmOptions {
     }
 
     /// The options of a volume already staged (CSI NodeExpandVolume, `csi.rs`): names and
-    /// filesystem type from the state record `mountdevice` wrote, nothing else (no size, no
-    /// token, read-write).
+    /// filesystem type from the state record `mountdevice` wrote, checked again, nothing else.
     pub(crate) fn for_staged(vg: String, lv: String, fs_type: &str) -> Result<Self, OptionsError> {
         check_name(key::VOLUME_GROUP, &vg, false)?;
         check_name(key::VOLUME_ID, &lv, true)?;
-        Ok(Self {
+        Ok(Self::named(vg, lv, FsType::parse(fs_type)?))
+    }
+
+    /// The options that name an LV (already checked with [`check_name`]) and its filesystem,
+    /// and nothing else: no size, no token, read-write.
+    pub(crate) fn named(vg: String, lv: String, fs: FsType) -> Self {
+        Self {
             vg,
             lv,
             size: None,
             thin_pool: None,
-            fs: FsType::parse(fs_type)?,
+            fs,
             mkfs_args: Vec::new(),
             mount_data: String::new(),
             read_only: false,
             volume_name: None,
             namespace: None,
             token: None,
-        })
+        }
     }
 
     /// `/dev/<vg>/<lv>`: what attach returns and every node verb uses.

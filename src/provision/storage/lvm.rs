@@ -705,19 +705,11 @@ fn names(pv: &PersistentVolume) -> Result<(String, String, String), ProvisionErr
 }
 
 fn volume(vg: &str, lv: &str) -> LvmOptions {
-    LvmOptions {
-        vg: vg.to_owned(),
-        lv: lv.to_owned(),
-        size: None,
-        thin_pool: None,
-        fs: crate::backend::lvm::FsType::Ext4,
-        mkfs_args: Vec::new(),
-        mount_data: String::new(),
-        read_only: false,
-        volume_name: None,
-        namespace: None,
-        token: None,
-    }
+    LvmOptions::named(
+        vg.to_owned(),
+        lv.to_owned(),
+        crate::backend::lvm::FsType::Ext4,
+    )
 }
 
 /// Removes the LV of a Released PV: only ours for exactly this PV, only when unused. An LV
