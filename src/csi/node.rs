@@ -20,6 +20,10 @@
 //!   `csi.storage.k8s.io/…` key is dropped (the service account tokens among them are secrets),
 //!   and an inline ephemeral volume (`csi.storage.k8s.io/ephemeral: "true"`, whose attributes the
 //!   pod's author writes) is refused ([`options_for`]);
+//! - the PV's name (FlexVolume's `pvOrVolumeName`, which the capability checks of provisioned
+//!   volumes need) is never taken from the request's attributes: it is the target path's
+//!   `<name>` when kubelet's pod info says the volume is persistent ([`pv_of_target`]), or the
+//!   staging path's `<pv>` on kubelets before 1.25 ([`pv_of_staging`]), else none;
 //! - an LVM volume id is `<vg>/<lv>` and names the LV; a context that names another is refused,
 //!   and the filesystem type is the capability's ([`lvm_options`]); NodeExpandVolume acts on the
 //!   LV the staging path's root-only record names, never on one the request names;
@@ -112,11 +116,17 @@ fn below_root<'a>(kubelet_root: &Path, given: &'a str) -> Result<&'a Path, &'sta
         .map_err(|_| "is outside the kubelet directory")
 }
 
-/// The hostPath options of a publish request: the volume context (module doc: what is refused,
-/// renamed and dropped) and the access (`readonly`, or a reader-only access mode). Errors never
-/// echo a value.
-pub(crate) fn options_for(r: &NodePublishVolumeRequest) -> Result<Options, Status> {
+/// The options of a hostPath or NFS publish request: the volume context (module doc: what is
+/// refused, renamed and dropped), the access (`readonly`, or a reader-only access mode) and the
+/// PV's name when [`pv_of_target`] knows it. Errors never echo a value.
+pub(crate) fn options_for(
+    r: &NodePublishVolumeRequest,
+    pv: Option<&str>,
+) -> Result<Options, Status> {
     let mut map = context_options(&r.volume_context)?;
+    if let Some(pv) = pv {
+        map.insert(keys::PV_OR_VOLUME_NAME.to_owned(), pv.into());
+    }
     let rw = if r.readonly || reader_only(r.volume_capability.as_ref()) {
         "ro"
     } else {
@@ -188,15 +198,44 @@ pub(crate) fn staging_path(
     Ok(PathBuf::from(given))
 }
 
+/// The PV a publish is for: the `<name>` of its target path
+/// (`.../volumes/kubernetes.io~csi/<name>/mount`, checked by [`target_path`]), which kubelet
+/// names after the PV for a persistent volume and after the pod's volume for an inline one. So
+/// it is the PV's name only when kubelet's pod info says the volume is persistent
+/// (`csi.storage.k8s.io/ephemeral: "false"`, which kubelet writes over any value from the volume
+/// attributes when the CSIDriver has `podInfoOnMount: true`); otherwise `None`, and a volume
+/// flexvol provisioner made is refused (fail closed).
+pub(crate) fn pv_of_target(target: &Path, context: &HashMap<String, String>) -> Option<String> {
+    if context.get(EPHEMERAL).map(String::as_str) != Some("false") {
+        return None;
+    }
+    let name = target.parent()?.file_name()?.to_str()?;
+    Some(name.to_owned())
+}
+
+/// The PV a stage is for: the `<pv>` of a staging path of kubelets before 1.25
+/// (`.../plugins/kubernetes.io/csi/pv/<pv>/globalmount`, checked by [`staging_path`]; only a
+/// persistent volume is staged); `None` for the later shape, which holds a hash of the volume
+/// handle instead.
+pub(crate) fn pv_of_staging(staging: &Path) -> Option<String> {
+    let pv_dir = staging.parent()?;
+    if pv_dir.parent()?.file_name()? != "pv" {
+        return None;
+    }
+    Some(pv_dir.file_name()?.to_str()?.to_owned())
+}
+
 /// The LVM options of a stage or publish request: the volume context as [`context_options`]
 /// takes it, the LV from the volume id (`<vg>/<lv>`; a context's `volumegroup`/`volumeID` must
 /// agree with it), the filesystem type from the capability's `fs_type` (the PV's `csi.fsType`).
-/// `read_only` is the access the call asks for.
+/// `read_only` is the access the call asks for, `pv` the PV's name when known
+/// ([`pv_of_target`], [`pv_of_staging`]).
 pub(crate) fn lvm_options(
     volume_id: &str,
     context: &HashMap<String, String>,
     cap: &VolumeCapability,
     read_only: bool,
+    pv: Option<&str>,
 ) -> Result<LvmOptions, Status> {
     let Some((vg, lv)) = volume_id.split_once('/') else {
         return Err(Status::invalid_argument(
@@ -211,6 +250,9 @@ pub(crate) fn lvm_options(
         }
     }
     let mut map = context_options(context)?;
+    if let Some(pv) = pv {
+        map.insert(keys::PV_OR_VOLUME_NAME.to_owned(), pv.into());
+    }
     map.insert(lvm_key::VOLUME_GROUP.to_owned(), vg.into());
     map.insert(lvm_key::VOLUME_ID.to_owned(), lv.into());
     if let Some(m) = &cap.mount {
@@ -348,21 +390,30 @@ impl node_server::Node for NodeService {
                     )?;
                     let cap = r.volume_capability.clone().unwrap_or_default();
                     let read_only = r.readonly || reader_only(Some(&cap));
-                    let o = lvm_options(&r.volume_id, &r.volume_context, &cap, read_only)?;
+                    let pv = pv_of_target(&target, &r.volume_context);
+                    let o = lvm_options(
+                        &r.volume_id,
+                        &r.volume_context,
+                        &cap,
+                        read_only,
+                        pv.as_deref(),
+                    )?;
                     on_node(&self.settings, move |ctx| {
                         lvm::csi::publish(ctx, &lvm::Seams::SYSTEM, &staging, &target, &o)
                     })
                     .await?;
                 }
                 Kind::Hostpath => {
-                    let options = options_for(&r)?;
+                    let pv = pv_of_target(&target, &r.volume_context);
+                    let options = options_for(&r, pv.as_deref())?;
                     on_node(&self.settings, move |ctx| {
                         hostpath::publish(ctx, &target, &options)
                     })
                     .await?;
                 }
                 Kind::Nfs => {
-                    let options = options_for(&r)?;
+                    let pv = pv_of_target(&target, &r.volume_context);
+                    let options = options_for(&r, pv.as_deref())?;
                     on_node(&self.settings, move |ctx| {
                         nfs::publish(ctx, &nfs::probe::TcpProber, &target, &options)
                     })
@@ -416,7 +467,14 @@ impl node_server::Node for NodeService {
             check_mount_capability(kind, r.volume_capability.as_ref())?;
             let cap = r.volume_capability.clone().unwrap_or_default();
             let read_only = reader_only(Some(&cap));
-            let o = lvm_options(&r.volume_id, &r.volume_context, &cap, read_only)?;
+            let pv = pv_of_staging(&staging);
+            let o = lvm_options(
+                &r.volume_id,
+                &r.volume_context,
+                &cap,
+                read_only,
+                pv.as_deref(),
+            )?;
             on_node(s, move |ctx| {
                 lvm::csi::stage(ctx, &lvm::Seams::SYSTEM, &staging, &o)
             })
@@ -663,20 +721,23 @@ mod tests {
 
     #[test]
     fn pod_identity_comes_from_kubelet_keys_only() {
-        let o = options_for(&publish(
-            &[
-                ("path", "/srv/flexvol/a"),
-                ("csi.storage.k8s.io/pod.namespace", "ns1"),
-                ("csi.storage.k8s.io/pod.name", "p"),
-                (
-                    "csi.storage.k8s.io/serviceAccount.tokens",
-                    "secret-token-value",
-                ),
-                ("csi.storage.k8s.io/ephemeral", "false"),
-            ],
-            false,
-            1,
-        ))
+        let o = options_for(
+            &publish(
+                &[
+                    ("path", "/srv/flexvol/a"),
+                    ("csi.storage.k8s.io/pod.namespace", "ns1"),
+                    ("csi.storage.k8s.io/pod.name", "p"),
+                    (
+                        "csi.storage.k8s.io/serviceAccount.tokens",
+                        "secret-token-value",
+                    ),
+                    ("csi.storage.k8s.io/ephemeral", "false"),
+                ],
+                false,
+                1,
+            ),
+            None,
+        )
         .unwrap();
         assert_eq!(o.get(keys::POD_NAMESPACE), Some("ns1"));
         assert_eq!(o.get(keys::POD_NAME), Some("p"));
@@ -693,11 +754,10 @@ mod tests {
             keys::READWRITE,
             keys::PV_OR_VOLUME_NAME,
         ] {
-            let e = options_for(&publish(
-                &[("path", "/srv/x"), (key, "forged-value")],
-                true,
-                1,
-            ))
+            let e = options_for(
+                &publish(&[("path", "/srv/x"), (key, "forged-value")], true, 1),
+                None,
+            )
             .unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument);
             assert!(!e.message().contains("forged-value"), "{}", e.message());
@@ -707,7 +767,7 @@ mod tests {
     #[test]
     fn read_only_from_the_flag_or_a_reader_only_mode() {
         let ro = |readonly, mode| {
-            options_for(&publish(&[("path", "/srv/x")], readonly, mode))
+            options_for(&publish(&[("path", "/srv/x")], readonly, mode), None)
                 .unwrap()
                 .get(keys::READWRITE)
                 .map(str::to_owned)
@@ -716,6 +776,34 @@ mod tests {
         assert_eq!(ro(false, 2).as_deref(), Some("ro"));
         assert_eq!(ro(false, 3).as_deref(), Some("ro"));
         assert_eq!(ro(false, 5).as_deref(), Some("rw"));
+    }
+
+    #[test]
+    fn the_pv_name_comes_from_kubelets_paths_and_only_for_a_persistent_volume() {
+        let t = Path::new("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv-a/mount");
+        let persistent = ctx(&[("csi.storage.k8s.io/ephemeral", "false")]);
+        assert_eq!(pv_of_target(t, &persistent).as_deref(), Some("pv-a"));
+        // No pod info (podInfoOnMount off), or an inline volume: the name is the pod's volume
+        // name, chosen by the pod's author: none.
+        for c in [
+            ctx(&[]),
+            ctx(&[("csi.storage.k8s.io/ephemeral", "true")]),
+            ctx(&[("csi.storage.k8s.io/ephemeral", "False")]),
+        ] {
+            assert_eq!(pv_of_target(t, &c), None, "{c:?}");
+        }
+        let old = Path::new("/var/lib/kubelet/plugins/kubernetes.io/csi/pv/pv-a/globalmount");
+        assert_eq!(pv_of_staging(old).as_deref(), Some("pv-a"));
+        let new = Path::new(
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/lvm.csi.flexvol.io/9f86d0/globalmount",
+        );
+        assert_eq!(pv_of_staging(new), None);
+        // What the options carry: the name under kubelet's key, which a volume attribute
+        // cannot set (kubernetes.io/ keys are refused).
+        let o = options_for(&publish(&[("path", "/srv/x")], false, 1), Some("pv-a")).unwrap();
+        assert_eq!(o.get(keys::PV_OR_VOLUME_NAME), Some("pv-a"));
+        let o = lvm_options("vg0/data", &ctx(&[]), &mount_cap(""), false, Some("pv-a")).unwrap();
+        assert_eq!(o.volume_name.as_deref(), Some("pv-a"));
     }
 
     #[test]
@@ -732,11 +820,14 @@ mod tests {
 
     #[test]
     fn inline_ephemeral_volumes_are_refused() {
-        let e = options_for(&publish(
-            &[("path", "/srv/x"), ("csi.storage.k8s.io/ephemeral", "true")],
-            false,
-            1,
-        ))
+        let e = options_for(
+            &publish(
+                &[("path", "/srv/x"), ("csi.storage.k8s.io/ephemeral", "true")],
+                false,
+                1,
+            ),
+            None,
+        )
         .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
@@ -795,17 +886,18 @@ mod tests {
             ]),
             &mount_cap("ext4"),
             false,
+            None,
         )
         .unwrap();
         assert_eq!((o.vg.as_str(), o.lv.as_str()), ("vg0", "data"));
         assert_eq!((o.fs.name(), o.mount_data.as_str()), ("ext4", "commit=30"));
-        let xfs = lvm_options("vg0/data", &ctx(&[]), &mount_cap("xfs"), false).unwrap();
+        let xfs = lvm_options("vg0/data", &ctx(&[]), &mount_cap("xfs"), false, None).unwrap();
         assert_eq!(xfs.fs.name(), "xfs");
         assert_eq!(o.namespace.as_deref(), Some("ns1"));
-        assert_eq!(o.volume_name, None, "CSI sends no PV name");
+        assert_eq!(o.volume_name, None, "no PV name unless one is given");
         assert!(!o.read_only);
         assert!(
-            lvm_options("vg0/data", &ctx(&[]), &mount_cap(""), true)
+            lvm_options("vg0/data", &ctx(&[]), &mount_cap(""), true, None)
                 .unwrap()
                 .read_only
         );
@@ -815,7 +907,8 @@ mod tests {
                 "vg0/data",
                 &ctx(&[("volumeID", "data")]),
                 &mount_cap(""),
-                false
+                false,
+                None
             )
             .is_ok()
         );
@@ -835,7 +928,7 @@ mod tests {
             ("vg0/data", vec![("csi.storage.k8s.io/ephemeral", "true")]),
             ("vg0/data", vec![("unknownKey", "forged-value")]),
         ] {
-            let e = lvm_options(id, &ctx(&pairs), &mount_cap(""), false).unwrap_err();
+            let e = lvm_options(id, &ctx(&pairs), &mount_cap(""), false, None).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{id} {pairs:?}");
             assert!(!e.message().contains("forged-value"), "{}", e.message());
         }

@@ -1175,9 +1175,10 @@ fn guest_lvm_sec_dangerous_mount_options_are_refused() {
 /// `flexvol csi --kind lvm` over its socket, with real LVM, mkfs and mounts, as kubelet calls
 /// it: stage (mkfs of a blank static LV, the staging mount), publish (a bind into the pod's
 /// target), stats, an online expand, unpublish, unstage (the LV deactivated), each repeated; a
-/// second stage keeps the data (no mkfs). Refused with nothing activated, formatted or mounted:
-/// an LV the provisioner made, an LV holding a signature that is not blank, a publish with
-/// nothing staged, a volume id naming an LV other than the one staged.
+/// second stage keeps the data (no mkfs). An LV the provisioner made: refused without its token,
+/// served with it to its own PV only. Refused with nothing activated, formatted or mounted: an
+/// LV holding a signature that is not blank, a publish with nothing staged, a volume id naming an
+/// LV other than the one staged.
 #[test]
 #[ignore = "guest tier: needs device-mapper and LVM; run inside the test VM"]
 fn guest_lvm_csi_stage_publish_expand_unstage() {
@@ -1361,10 +1362,55 @@ fn guest_lvm_csi_stage_publish_expand_unstage() {
     unpublish(&p, &t).unwrap();
     unstage(&id, &st).unwrap();
 
-    // An LV the provisioner made: refused, not activated, nothing mounted.
-    let e = stage(&format!("{}/prov", vg.name), &staging_of("pv-prov")).unwrap_err();
+    // An LV the provisioner made for PV pv-x: without its token, refused, not activated,
+    // nothing mounted; with it, staged, and published only to pv-x (the target's name) in the
+    // token's namespace.
+    let prov = format!("{}/prov", vg.name);
+    let e = stage(&prov, &staging_of("pv-x")).unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
-    assert!(e.message().contains("only static LVs"), "{e:?}");
+    assert!(e.message().contains("served only to the PV"), "{e:?}");
+    assert!(!vg.active("prov"));
+    assert!(mounts_under(&env.root().join("kubelet")).is_empty());
+    let token = {
+        use flexvol::node::capability::{Key, Location, node_key_path};
+        Key::load_or_create(&node_key_path(&env.state))
+            .unwrap()
+            .sign_for(
+                "pv-x",
+                "ns",
+                &Location::Lvm {
+                    vg: &vg.name,
+                    lv: "prov",
+                },
+            )
+    };
+    let with_token = |mut r: NodePublishVolumeRequest| {
+        r.volume_context
+            .insert("capabilityToken".to_owned(), token.clone());
+        r
+    };
+    let st_x = staging_of("pv-x");
+    call::<_, NodeStageVolumeResponse>(
+        &p.socket,
+        "/csi.v1.Node/NodeStageVolume",
+        NodeStageVolumeRequest {
+            volume_id: prov.clone(),
+            staging_target_path: s(&st_x).into(),
+            volume_capability: cap(),
+            volume_context: [("capabilityToken".to_owned(), token.clone())].into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let t_copy = target(&env, "u2", "pv-copy");
+    let e = publish(&p, with_token(pub_req(&prov, &st_x, &t_copy))).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(!t_copy.exists());
+    let t_x = target(&env, "u2", "pv-x");
+    publish(&p, with_token(pub_req(&prov, &st_x, &t_x))).unwrap();
+    assert_eq!(mounts_under(t_x.parent().unwrap()).len(), 1);
+    unpublish(&p, &t_x).unwrap();
+    unstage(&prov, &st_x).unwrap();
     assert!(!vg.active("prov"));
     // An LV holding swap: never formatted, nothing mounted.
     let e = stage(&format!("{}/swap", vg.name), &staging_of("pv-swap")).unwrap_err();

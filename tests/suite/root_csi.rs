@@ -466,3 +466,50 @@ fn root_csi_sigterm_removes_its_sockets_and_exits_143() {
     // kubelet's plugin watcher sees the registration socket go and deregisters the driver.
     assert!(!p.socket.exists() && !p.reg_socket.exists());
 }
+
+/// A directory flexvol provisioner made, through CSI: served only with its PV's token, to the PV
+/// kubelet names in the target path (`.../kubernetes.io~csi/<pv>/mount`) when kubelet's pod info
+/// marks the volume persistent, and to a pod of the claim's namespace; anything else is refused
+/// with nothing mounted and the target it made removed.
+#[test]
+fn root_csi_a_provisioned_directory_is_served_only_to_its_pv_and_namespace() {
+    use flexvol::node::capability::{Key, Location, node_key_path};
+    require_root!();
+    let (env, _root, vol) = crate::security_policy::provisioning_env();
+    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
+    let token = key.sign_for(
+        "pvc-v",
+        "team-b",
+        &Location::HostPath(vol.to_str().unwrap()),
+    );
+    let p = Plugin::start(&env);
+    let req = |t: &Path, ns: &str, ephemeral: Option<&str>| {
+        let mut r = publish_req(t, &vol, false);
+        r.volume_context
+            .insert("capabilityToken".into(), token.clone());
+        r.volume_context
+            .insert("csi.storage.k8s.io/pod.namespace".into(), ns.into());
+        if let Some(e) = ephemeral {
+            r.volume_context
+                .insert("csi.storage.k8s.io/ephemeral".into(), e.into());
+        }
+        r
+    };
+    for (pv, ns, ephemeral) in [
+        ("pvc-v", "team-b", None), // no pod info: the name is not known to be the PV's
+        ("pvc-copy", "team-b", Some("false")), // a copy of the PV under another name
+        ("pvc-v", "team-a", Some("false")), // a pod of another namespace
+    ] {
+        let t = target(&env, "u1", pv);
+        let e = publish(&p, req(&t, ns, ephemeral)).unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{pv} {ns}: {e:?}");
+        assert!(!e.message().contains(&token[4..]), "{}", e.message());
+        assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+        assert!(!t.exists(), "the target made is removed again");
+    }
+    let t = target(&env, "u2", "pvc-v");
+    publish(&p, req(&t, "team-b", Some("false"))).unwrap();
+    assert_eq!(std::fs::read(t.join("secret")).unwrap(), b"team-b's data");
+    unpublish(&p, &t).unwrap();
+    assert!(env.mounts().is_empty());
+}

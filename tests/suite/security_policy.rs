@@ -554,7 +554,7 @@ fn root_a_missing_root_is_created_as_the_nodes_own_not_the_pods() {
 
 /// An env whose allowed root `<tmp>/data` holds the provisioning root `<tmp>/data/lpp`, with one
 /// provisioned-looking volume directory (and its marker) in it: (env, root, volume directory).
-fn provisioning_env() -> (Env, PathBuf, PathBuf) {
+pub(crate) fn provisioning_env() -> (Env, PathBuf, PathBuf) {
     let env = Env::new();
     let data = env.mkdir("data");
     let root = data.join("lpp");

@@ -16,47 +16,88 @@
 //! volume context turned into the LVM options with `volumegroup`/`volumeID` from the volume id
 //! (`<vg>/<lv>`), pod identity only from kubelet's keys.
 //!
-//! **Whose LV**: a CSI call carries no PV name (kubelet sends none), so the check that binds an LV
-//! the provisioner made to its own PV cannot be made. Until the provisioner writes CSI PVs with a
-//! capability bound to their volume handle, an LV the provisioner made (tagged
-//! `flexvol.pv.<pv>`) or a call carrying a `capabilityToken` is refused on every call, before
-//! anything is activated, created, formatted or mounted ([`check_static`]); static LVs are served
+//! **Whose LV**: the checks of the FlexVolume verbs, with the PV name a CSI call can give. An LV
+//! the provisioner made (tagged `flexvol.pv.<pv>`) is served only with its PV's
+//! `capabilityToken`, only to that PV and, on publish, only to pods of the claim's namespace
+//! (`policy::check_capability`). The PV's name comes from kubelet, never from the volume
+//! attributes (`crate::csi::node`): the target path's `<name>` on publish, and the staging path's
+//! `<pv>` on kubelets before 1.25. A publish of a provisioned LV (or one carrying a token)
+//! without a PV name is refused ([`check_publish`]): without it a copy of the PV in the same
+//! namespace would pass. A stage without one checks the token against the PV the LV is tagged
+//! for, as `mountdevice` does; staging gives no pod anything. NodeExpandVolume of a provisioned
+//! LV is refused ([`check_static`]): the staging record keeps no token. Static LVs are served
 //! under the node's LVM policy exactly as through the FlexVolume driver (allowed VG or tagged LV,
 //! never one the host uses, `maxVolumeSize`, `vgReserve`).
 
-use super::{BACKEND, LvmOptions, Seams, TAG_PV_PREFIX, check_name};
+use super::{BACKEND, LvmOptions, Seams, check_name, policy};
 use crate::backend::Context;
 use crate::error::{Error, Result};
 use crate::protocol::reply::Reply;
 use std::path::Path;
 
-/// Refuses a provisioned LV or a capability token (module doc, "Whose LV"): one `lvs` of the VG.
+/// Refuses a provisioned LV or a capability token (module doc, "Whose LV"): one `lvs` of the
+/// VG. For NodeExpandVolume, whose options come from the staging record and carry no token.
 pub(crate) fn check_static(ctx: &Context, seams: &Seams, o: &LvmOptions) -> Result<()> {
     let refuse = || {
         Error::refused(format!(
-            "LV {} is a volume made by flexvol provisioner (or the call carries a capabilityToken); through CSI only static LVs are served for now, because a CSI call does not say which PV it is for. Use the volume through its flexVolume PV",
+            "LV {} is a volume made by flexvol provisioner (or the call carries a capabilityToken); NodeExpandVolume serves only static LVs for now (the staging record keeps no capability). Grow it through its flexVolume PV",
             o.key()
         ))
     };
-    if o.token.is_some() {
-        return Err(refuse());
-    }
-    let lvs = seams.lvs.list(ctx, &o.vg)?;
-    let provisioned = lvs
-        .iter()
-        .find(|r| r.lv_name == o.lv)
-        .is_some_and(|r| r.lv_tags.split(',').any(|t| t.starts_with(TAG_PV_PREFIX)));
-    if provisioned {
+    if o.token.is_some() || provisioned(ctx, seams, o)?.is_some() {
         return Err(refuse());
     }
     Ok(())
 }
 
+/// The LV's `lvs` row when it is one the provisioner made (tagged `flexvol.pv.<pv>`).
+fn provisioned(ctx: &Context, seams: &Seams, o: &LvmOptions) -> Result<Option<super::LvRow>> {
+    let lvs = seams.lvs.list(ctx, &o.vg)?;
+    Ok(lvs
+        .into_iter()
+        .find(|r| r.lv_name == o.lv)
+        .filter(|r| !policy::provisioned_for(r).is_empty()))
+}
+
+/// The capability check of a publish (module doc, "Whose LV"): the `mount` verb's, with the
+/// pod's namespace, after one `lvs`; a provisioned LV or a token without the PV's name is refused.
+fn check_publish(ctx: &Context, seams: &Seams, o: &LvmOptions) -> Result<()> {
+    let lvs = seams.lvs.list(ctx, &o.vg)?;
+    let row = lvs.iter().find(|r| r.lv_name == o.lv);
+    let provisioned = row.is_some_and(|r| !policy::provisioned_for(r).is_empty());
+    if (provisioned || o.token.is_some()) && o.volume_name.is_none() {
+        return Err(Error::refused(format!(
+            "LV {} is a volume made by flexvol provisioner (or the call carries a capabilityToken), and this publish does not say which PV it is for: kubelet's pod info must mark the volume persistent (the CSIDriver needs podInfoOnMount: true); nothing was mounted",
+            o.key()
+        )));
+    }
+    policy::check_capability(&ctx.config.state_dir, o, row, o.namespace.as_deref())
+}
+
 /// NodeStageVolume: the LV made to exist and be active (`waitforattach`), then formatted if
-/// provably blank and mounted at `staging` (`mountdevice`). The staging directory is made when
+/// provably blank and mounted at `staging` (`mountdevice`), with those verbs' capability checks. The staging directory is made when
 /// missing (older kubelets make only its parent) and removed again if the stage fails.
 pub(crate) fn stage(ctx: &Context, seams: &Seams, staging: &Path, o: &LvmOptions) -> Result<Reply> {
-    check_static(ctx, seams, o)?;
+    // `mountdevice` checks a token against the PV the call names; a stage of a later kubelet
+    // names none, so it is checked against the PV the LV is tagged for (`waitforattach` does the
+    // same with the LV's row).
+    let owned;
+    let o = match (&o.volume_name, &o.token) {
+        (None, Some(_)) => {
+            let row = provisioned(ctx, seams, o)?;
+            owned = LvmOptions {
+                volume_name: row.as_ref().and_then(|r| {
+                    match policy::provisioned_for(r).as_slice() {
+                        [pv] => Some((*pv).to_owned()),
+                        _ => None,
+                    }
+                }),
+                ..o.clone()
+            };
+            &owned
+        }
+        _ => o,
+    };
     let created = crate::backend::CreatedTarget::make(staging)?;
     let result = super::wait_for_attach(ctx, seams, "", o)
         .and_then(|_| super::mount_device(ctx, seams, staging, "", o));
@@ -104,7 +145,7 @@ fn publish_made(
         ))
     })?;
     let _lock = ctx.lock(BACKEND, &o.key())?;
-    check_static(ctx, seams, o)?;
+    check_publish(ctx, seams, o)?;
     super::bind_global(ctx, seams, &staging, &target, o)
 }
 

@@ -1507,7 +1507,6 @@ fn csi_stage_publish_unpublish_unstage_is_the_verbs_steps_and_repeats_cleanly() 
         w.lines(),
         [
             LVS,
-            LVS,
             "blkid -p -o export -- /dev/vg0/lv1",
             LVS,
             "mkfs.ext4 -q /dev/vg0/lv1",
@@ -1519,8 +1518,8 @@ fn csi_stage_publish_unpublish_unstage_is_the_verbs_steps_and_repeats_cleanly() 
     lvs_with(&w, "-wi-ao----", "flexvol.formatted");
     w.with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &o))
         .unwrap();
-    assert_eq!(w.lines().len(), 8, "{:?}", w.lines());
-    assert!(w.lines()[6..].iter().all(|l| l == LVS), "{:?}", w.lines());
+    assert_eq!(w.lines().len(), 6, "{:?}", w.lines());
+    assert_eq!(w.lines()[5], LVS);
 
     // (A repeated publish is proven with real mounts: guest_lvm_csi; this fake's binds get
     // device numbers of their own.)
@@ -1556,35 +1555,127 @@ fn csi_stage_publish_unpublish_unstage_is_the_verbs_steps_and_repeats_cleanly() 
     assert_eq!(w.state_files(), 0);
 }
 
+/// The node key's namespaced token for `pv` of namespace `ns` at `vg0/lv1`.
+fn ns_token(w: &World, pv: &str, ns: &str) -> String {
+    use crate::node::capability::{Key, Location, node_key_path};
+    Key::load_or_create(&node_key_path(&w.config.state_dir))
+        .unwrap()
+        .sign_for(
+            pv,
+            ns,
+            &Location::Lvm {
+                vg: "vg0",
+                lv: "lv1",
+            },
+        )
+}
+
+/// CSI options as `crate::csi::node` makes them, for PV `pv` (kubelet's, from the target or
+/// staging path) and the pod's namespace `ns`, with a token.
+fn csi_provisioned(pv: Option<&str>, ns: Option<&str>, token: &str) -> LvmOptions {
+    let mut extra = format!(r#","capabilityToken":"{token}""#);
+    if let Some(pv) = pv {
+        extra.push_str(&format!(r#","kubernetes.io/pvOrVolumeName":"{pv}""#));
+    }
+    if let Some(ns) = ns {
+        extra.push_str(&format!(r#","kubernetes.io/pod.namespace":"{ns}""#));
+    }
+    csi_options(&extra)
+}
+
 #[test]
-fn csi_refuses_a_provisioned_lv_or_a_token_before_touching_anything() {
+fn csi_serves_a_provisioned_lv_only_to_its_own_pv_and_namespace_with_its_token() {
     let w = world();
     let (st, t) = (w.staging(), w.csi_target());
-    lvs_with(&w, "-wi-a-----", "flexvol.created,flexvol.pv.pv-a");
-    let o = csi_options("");
-    let e = w
-        .with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &o))
-        .unwrap_err();
-    assert!(e.to_string().contains("only static LVs"), "{e}");
-    assert_eq!(w.lines(), [LVS], "one lvs, nothing activated or probed");
-    assert!(!st.exists(), "no staging directory made");
-    // Mounted by some earlier means: publish still refuses to bind it.
-    w.mounter.add(DEV, &st, "ext4", false);
-    std::fs::create_dir_all(&st).unwrap();
+    let tok = ns_token(&w, "pv-lvm-1", "team-a");
+    lvs_with(&w, "-wi-a-----", PROVISIONED);
+    blkid(&w, 0, EXT4);
+    // Stage: with the token, with or without the PV's name (a later kubelet's staging path
+    // names none: the token is checked against the PV the LV is tagged for).
+    for pv in [None, Some("pv-lvm-1")] {
+        let o = csi_provisioned(pv, None, &tok);
+        w.with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &o))
+            .unwrap();
+    }
+    let mounts = w.mounter.calls().len();
+    // Publish: only to its own PV, named by kubelet, and its claim's namespace.
+    for (pv, ns, token, why) in [
+        (None, Some("team-a"), tok.as_str(), "does not say which PV"),
+        (
+            Some("pv-copy"),
+            Some("team-a"),
+            tok.as_str(),
+            "served only to the PV",
+        ),
+        (
+            Some("pv-lvm-1"),
+            Some("team-b"),
+            tok.as_str(),
+            "namespace team-a",
+        ),
+        (
+            Some("pv-lvm-1"),
+            Some("team-a"),
+            "v1.00",
+            "served only to the PV",
+        ),
+    ] {
+        let o = csi_provisioned(pv, ns, token);
+        let e = w
+            .with_csi_lvm(|ctx, seams| csi::publish(ctx, seams, &st, &t, &o))
+            .unwrap_err();
+        assert!(e.to_string().contains(why), "{pv:?} {ns:?}: {e}");
+        assert!(!e.to_string().contains(&tok[4..]), "{e}");
+        assert_eq!(w.mounter.calls().len(), mounts, "nothing bound");
+        assert!(!t.exists(), "the target made is removed again");
+    }
+    // Without a token: a provisioned LV is refused even with the right PV and namespace.
+    let o = csi_options(
+        r#","kubernetes.io/pvOrVolumeName":"pv-lvm-1","kubernetes.io/pod.namespace":"team-a""#,
+    );
     let e = w
         .with_csi_lvm(|ctx, seams| csi::publish(ctx, seams, &st, &t, &o))
         .unwrap_err();
-    assert!(e.to_string().contains("only static LVs"), "{e}");
-    assert!(!t.exists(), "the target directory made is removed again");
-    // A token is refused with no command at all, whatever the LV.
-    let w = world();
-    let o = csi_options(r#","capabilityToken":"tok-secret""#);
+    assert!(e.to_string().contains("served only to the PV"), "{e}");
+    let o = csi_provisioned(Some("pv-lvm-1"), Some("team-a"), &tok);
+    w.with_csi_lvm(|ctx, seams| csi::publish(ctx, seams, &st, &t, &o))
+        .unwrap();
+    assert_eq!(
+        w.mounter.calls().last(),
+        Some(&MountCall::Bind(st.clone(), t.clone(), false))
+    );
+    // Expand of a provisioned LV: refused, nothing run beyond the lvs.
+    let before = w.lines().len();
     let e = w
-        .with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &w.staging(), &o))
+        .with_csi_lvm(|ctx, seams| csi::expand(ctx, seams, &st, "vg0/lv1", 2 << 30))
         .unwrap_err();
-    assert!(!e.to_string().contains("tok-secret"), "{e}");
-    assert!(w.lines().is_empty(), "{:?}", w.lines());
-    assert!(w.mounter.calls().is_empty());
+    assert!(e.to_string().contains("only static LVs"), "{e}");
+    assert_eq!(w.lines()[before..], [LVS]);
+}
+
+#[test]
+fn csi_stage_of_a_provisioned_lv_without_its_token_touches_nothing() {
+    let w = world();
+    let st = w.staging();
+    lvs_with(&w, "-wi-------", PROVISIONED);
+    for o in [
+        csi_options(""),
+        csi_options(r#","kubernetes.io/pvOrVolumeName":"pv-lvm-1""#),
+        csi_provisioned(None, None, &ns_token(&w, "pv-other", "team-a")),
+        csi_provisioned(Some("pv-copy"), None, &ns_token(&w, "pv-lvm-1", "team-a")),
+    ] {
+        let e = w
+            .with_csi_lvm(|ctx, seams| csi::stage(ctx, seams, &st, &o))
+            .unwrap_err();
+        assert!(e.to_string().contains("served only to the PV"), "{e}");
+        assert!(
+            w.lines().iter().all(|l| l == LVS),
+            "nothing activated or probed: {:?}",
+            w.lines()
+        );
+        assert!(w.mounter.calls().is_empty());
+        assert!(!st.exists(), "no staging directory left");
+    }
 }
 
 #[test]

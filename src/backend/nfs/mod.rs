@@ -229,9 +229,10 @@ fn mount(ctx: &Context, prober: &dyn Prober, pod_dir: &Path, o: &Options) -> Res
 
 /// CSI NodePublishVolume of an NFS volume onto `target` (a CSI target path `flexvol csi` checked:
 /// `<kubelet-root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`): the `mount` verb's checks
-/// and steps, the capability check included. The request carries no PV name (`pvOrVolumeName`),
-/// so an export of a server that hosts a provisioned export is refused, as it is for an inline
-/// FlexVolume; static exports are served under the node's `nfs` policy. The target's last
+/// and steps, the capability check included, with the PV name `flexvol csi` took from kubelet's
+/// target path (`pvOrVolumeName`, only for a volume kubelet's pod info marks persistent); without
+/// one, an export of a server that hosts a provisioned export is refused, as it is for an inline
+/// FlexVolume. Static exports are served under the node's `nfs` policy. The target's last
 /// directory is made (0750, root's) when kubelet has not, and removed again when the publish fails.
 pub(crate) fn publish(
     ctx: &Context,

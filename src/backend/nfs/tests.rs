@@ -660,12 +660,13 @@ fn provisioned_exports_config() {
     }
 }
 
-/// CSI (`flexvol csi --kind nfs`): a publish carries no PV name, so a provisioned export is
-/// refused even with its PV's own token (the volume handle is the PV author's to choose), and the
-/// target directory the publish made is removed again; a static export of another server is
-/// published, and unpublished (the target removed).
+/// CSI (`flexvol csi --kind nfs`): a publish that names no PV (kubelet's pod info did not mark
+/// the volume persistent, `crate::csi::node::pv_of_target`) is refused for a provisioned export
+/// even with its PV's own token, and the target directory the publish made is removed again; a
+/// static export of another server is published, and unpublished (the target removed). With the
+/// PV's name from kubelet, the provisioned export is served to its own PV and namespace only.
 #[test]
-fn csi_publish_of_a_provisioned_export_is_refused_and_leaves_no_target() {
+fn csi_publish_of_a_provisioned_export_needs_its_pv_name_from_kubelet_and_leaves_no_target() {
     let claim = "/srv/nfs/pvc-1_team-b_db";
     let w = provisioned();
     let parent = w.root.join("pods/u1/volumes/kubernetes.io~csi/pvc-1");
@@ -703,4 +704,35 @@ fn csi_publish_of_a_provisioned_export_is_refused_and_leaves_no_target() {
     w.with_ctx(|ctx| unpublish(ctx, &w.prober, &target))
         .unwrap();
     assert!(!target.exists(), "unpublish removes the empty target");
+    // The PV's name, as flexvol csi takes it from the target path: its own PV and namespace only.
+    let named = |pv: &str, ns: &str| {
+        crate::protocol::options::testing::options_json(
+            &[
+                ("kubernetes.io/pod.namespace", ns),
+                ("kubernetes.io/pvOrVolumeName", pv),
+                ("server", "10.0.0.5"),
+                ("share", claim),
+            ],
+            &format!(
+                r#","capabilityToken":"{}""#,
+                sign("pvc-1", "10.0.0.5", claim)
+            ),
+        )
+    };
+    for (pv, ns) in [("pvc-copy", "team-a"), ("pvc-1", "team-b")] {
+        let json = named(pv, ns);
+        let e = w
+            .with_ctx(|ctx| publish(ctx, &w.prober, &target, &Options::parse(&json).unwrap()))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("Nothing was mounted"),
+            "{pv} {ns}: {e}"
+        );
+        assert!(!target.exists());
+    }
+    assert_eq!(w.runner.count("mount.nfs"), 1);
+    let json = named("pvc-1", "team-a");
+    w.with_ctx(|ctx| publish(ctx, &w.prober, &target, &Options::parse(&json).unwrap()))
+        .unwrap();
+    assert_eq!(w.runner.count("mount.nfs"), 2);
 }
