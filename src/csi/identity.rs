@@ -1,5 +1,6 @@
-//! The CSI Identity service: the plugin's name and version, its one plugin capability
-//! (VOLUME_ACCESSIBILITY_CONSTRAINTS: volumes are node-local, NodeGetInfo says where), and a
+//! The CSI Identity service: the plugin's name and version, its plugin capability
+//! (VOLUME_ACCESSIBILITY_CONSTRAINTS, only with `--topology-key`: then NodeGetInfo says where
+//! volumes are accessible; by default it reports no topology), and a
 //! Probe that is ready as soon as the socket answers (nothing is loaded lazily).
 
 use super::proto::*;
@@ -36,12 +37,16 @@ impl identity_server::Identity for IdentityService {
         &self,
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        let topology = self.settings.topology_key.is_some();
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: vec![PluginCapability {
-                service: Some(PluginCapabilityService {
-                    r#type: VOLUME_ACCESSIBILITY_CONSTRAINTS,
-                }),
-            }],
+            capabilities: topology
+                .then_some(PluginCapability {
+                    service: Some(PluginCapabilityService {
+                        r#type: VOLUME_ACCESSIBILITY_CONSTRAINTS,
+                    }),
+                })
+                .into_iter()
+                .collect(),
         }))
     }
 

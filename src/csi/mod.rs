@@ -69,8 +69,10 @@ pub(crate) struct CsiArgs {
     /// One plugin, one CSI driver name, one kind.
     #[arg(long, value_enum, default_value_t = settings::Kind::Hostpath)]
     pub(crate) kind: settings::Kind,
-    /// The topology key NodeGetInfo reports with the value "true" (kubelet labels the node with
-    /// it; default flexvol/<kind>); the example classes select nodes by this label.
+    /// A topology key NodeGetInfo reports with the value "true"; kubelet then labels the Node
+    /// with it (and refuses the registration if the Node has that label with another value).
+    /// Default: none, no topology and no label. Never give a label the operator sets for
+    /// placement (flexvol/lvm, ...): the plugin runs on every node and would set it everywhere.
     #[arg(long, value_name = "KEY")]
     pub(crate) topology_key: Option<String>,
     /// Do not serve the registration socket (run without kubelet, e.g. under csi-sanity).
@@ -334,10 +336,7 @@ fn start(a: &CsiArgs) -> Result<i32, String> {
             .kubelet_registration_path
             .clone()
             .unwrap_or_else(|| endpoint.clone()),
-        topology_key: a
-            .topology_key
-            .clone()
-            .unwrap_or_else(|| format!("flexvol/{}", a.kind.name())),
+        topology_key: a.topology_key.clone(),
         kind: a.kind,
     });
     // Both sockets before any thread exists (umask, see `listen`).

@@ -626,8 +626,8 @@ impl node_server::Node for NodeService {
         Ok(Response::new(NodeGetInfoResponse {
             node_id: s.node_name.clone(),
             max_volumes_per_node: 0,
-            accessible_topology: Some(Topology {
-                segments: HashMap::from([(s.topology_key.clone(), "true".to_owned())]),
+            accessible_topology: s.topology_key.as_ref().map(|k| Topology {
+                segments: HashMap::from([(k.clone(), "true".to_owned())]),
             }),
         }))
     }

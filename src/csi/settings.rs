@@ -13,7 +13,8 @@ pub(crate) struct Settings {
     pub(crate) node_name: String,
     pub(crate) kubelet_root: PathBuf,
     pub(crate) kubelet_endpoint: PathBuf,
-    pub(crate) topology_key: String,
+    /// The topology key NodeGetInfo reports (`--topology-key`); none by default.
+    pub(crate) topology_key: Option<String>,
     pub(crate) kind: Kind,
 }
 

@@ -178,10 +178,16 @@ fn root_csi_identity_node_info_and_registration() {
     let node: NodeGetInfoResponse =
         call(&p.socket, "/csi.v1.Node/NodeGetInfo", NodeGetInfoRequest {}).unwrap();
     assert_eq!(node.node_id, "node-t");
-    assert_eq!(
-        node.accessible_topology.unwrap().segments,
-        [("flexvol/hostpath".to_owned(), "true".to_owned())].into()
-    );
+    // No topology by default: kubelet would label every node the plugin runs on with it, and a
+    // placement label the operator owns (flexvol/lvm, ...) must not be set by a DaemonSet.
+    assert_eq!(node.accessible_topology, None);
+    let caps: GetPluginCapabilitiesResponse = call(
+        &p.socket,
+        "/csi.v1.Identity/GetPluginCapabilities",
+        GetPluginCapabilitiesRequest {},
+    )
+    .unwrap();
+    assert!(caps.capabilities.is_empty(), "{caps:?}");
     let caps: NodeGetCapabilitiesResponse = call(
         &p.socket,
         "/csi.v1.Node/NodeGetCapabilities",
@@ -512,4 +518,26 @@ fn root_csi_a_provisioned_directory_is_served_only_to_its_pv_and_namespace() {
     assert_eq!(std::fs::read(t.join("secret")).unwrap(), b"team-b's data");
     unpublish(&p, &t).unwrap();
     assert!(env.mounts().is_empty());
+}
+
+/// `--topology-key`: NodeGetInfo reports it with "true" and the plugin advertises
+/// VOLUME_ACCESSIBILITY_CONSTRAINTS; without it, neither (root_csi_identity_node_info_and_registration).
+#[test]
+fn root_csi_topology_only_with_a_topology_key() {
+    require_root!();
+    let env = Env::new();
+    let p = Plugin::start_with(&env, &["--topology-key", "csi.example.com/zone-a"]);
+    let node: NodeGetInfoResponse =
+        call(&p.socket, "/csi.v1.Node/NodeGetInfo", NodeGetInfoRequest {}).unwrap();
+    assert_eq!(
+        node.accessible_topology.unwrap().segments,
+        [("csi.example.com/zone-a".to_owned(), "true".to_owned())].into()
+    );
+    let caps: GetPluginCapabilitiesResponse = call(
+        &p.socket,
+        "/csi.v1.Identity/GetPluginCapabilities",
+        GetPluginCapabilitiesRequest {},
+    )
+    .unwrap();
+    assert_eq!(caps.capabilities.len(), 1, "{caps:?}");
 }
