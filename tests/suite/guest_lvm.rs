@@ -1366,6 +1366,9 @@ fn guest_lvm_csi_stage_publish_expand_unstage() {
     // nothing mounted; with it, staged, and published only to pv-x (the target's name) in the
     // token's namespace.
     let prov = format!("{}/prov", vg.name);
+    // (Deactivated again just before: with udev, LVM's event autoactivation may have activated
+    // the VG's LVs after the earlier mkfs and mounts.)
+    run("lvm", &["lvchange", "-an", &prov]);
     let e = stage(&prov, &staging_of("pv-x")).unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains("served only to the PV"), "{e:?}");
