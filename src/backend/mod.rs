@@ -293,13 +293,12 @@ pub(crate) fn canonical_mount_dir(dir: &Path) -> Result<Option<PathBuf>> {
 }
 
 /// The CSI target directory a publish created, removed again when the publish fails.
-#[derive(Default)]
 pub(crate) struct CreatedTarget(Option<(std::os::fd::OwnedFd, std::ffi::OsString)>);
 
 impl CreatedTarget {
     /// Creates the last directory of `target` (a checked CSI target path) when it is missing,
     /// 0750 and root's, through its parent opened without following any symlink.
-    pub(crate) fn make(target: &Path) -> Result<Self> {
+    fn make(target: &Path) -> Result<Self> {
         let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
             return Ok(Self(None));
         };
@@ -322,9 +321,21 @@ impl CreatedTarget {
         }
     }
 
+    /// Runs `work` with `target`'s last directory made as [`CreatedTarget::make`] makes it, and
+    /// removes that directory again when `work` fails: a refused or failed CSI call leaves nothing
+    /// it created.
+    pub(crate) fn around<T>(target: &Path, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        let created = Self::make(target)?;
+        let result = work();
+        if result.is_err() {
+            created.undo();
+        }
+        result
+    }
+
     /// Removes the directory [`CreatedTarget::make`] created, if it is still empty (`rmdir`
     /// removes nothing else: not a file, not a symlink, not a mount point).
-    pub(crate) fn undo(self) {
+    fn undo(self) {
         if let Some((dir, name)) = self.0 {
             let _ = crate::sys::dirfd::rmdir(&dir, name.as_os_str());
         }

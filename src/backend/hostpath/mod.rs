@@ -618,16 +618,13 @@ fn mount(ctx: &Context, front: Front, pod_dir: &Path, o: &Options) -> Result<Rep
     // the caller's own volume, never access: the policy check below sees the path as it is then.
     let _lock = ctx.lock(BACKEND, &pod_dir.to_string_lossy())?;
     let (_, probed) = guard_unless_local(&pod_dir, &touched);
-    let created = match front {
-        Front::Csi => super::CreatedTarget::make(&pod_dir)?,
-        Front::FlexVolume => super::CreatedTarget::default(),
-    };
-    let result = mount_locked(ctx, &opts, &pod_dir, kubelet_root, o, probed);
-    if result.is_err() {
+    match front {
         // A refused publish leaves nothing it created: the empty target directory goes again.
-        created.undo();
+        Front::Csi => super::CreatedTarget::around(&pod_dir, || {
+            mount_locked(ctx, &opts, &pod_dir, kubelet_root, o, probed)
+        }),
+        Front::FlexVolume => mount_locked(ctx, &opts, &pod_dir, kubelet_root, o, probed),
     }
-    result
 }
 
 /// `mount`'s work under the target's lock. `probed`: what [`guard_unless_local`] opened of the

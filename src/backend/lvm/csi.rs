@@ -98,13 +98,10 @@ pub(crate) fn stage(ctx: &Context, seams: &Seams, staging: &Path, o: &LvmOptions
         }
         _ => o,
     };
-    let created = crate::backend::CreatedTarget::make(staging)?;
-    let result = super::wait_for_attach(ctx, seams, "", o)
-        .and_then(|_| super::mount_device(ctx, seams, staging, "", o));
-    if result.is_err() {
-        created.undo();
-    }
-    result
+    crate::backend::CreatedTarget::around(staging, || {
+        super::wait_for_attach(ctx, seams, "", o)
+            .and_then(|_| super::mount_device(ctx, seams, staging, "", o))
+    })
 }
 
 /// NodeUnstageVolume: `unmountdevice` at `staging`. Nothing mounted there and no record is
@@ -122,12 +119,7 @@ pub(crate) fn publish(
     target: &Path,
     o: &LvmOptions,
 ) -> Result<Reply> {
-    let created = crate::backend::CreatedTarget::make(target)?;
-    let result = publish_made(ctx, seams, staging, target, o);
-    if result.is_err() {
-        created.undo();
-    }
-    result
+    crate::backend::CreatedTarget::around(target, || publish_made(ctx, seams, staging, target, o))
 }
 
 fn publish_made(

@@ -240,12 +240,7 @@ pub(crate) fn publish(
     target: &Path,
     o: &Options,
 ) -> Result<Reply> {
-    let created = crate::backend::CreatedTarget::make(target)?;
-    let result = mount(ctx, prober, target, o);
-    if result.is_err() {
-        created.undo();
-    }
-    result
+    crate::backend::CreatedTarget::around(target, || mount(ctx, prober, target, o))
 }
 
 /// CSI NodeUnpublishVolume: the `unmount` verb (a dead server's mount still goes: forced, then
