@@ -59,8 +59,8 @@ use crate::node::config::Config;
 use crate::protocol::quantity::{self, parse_size};
 use crate::provision::cluster::Cluster;
 use crate::provision::storage::{
-    ClaimPlan, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck,
-    SourceRefusal, awaits_volume, check_clone_source, plan_claim,
+    ClaimPlan, ClassError, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request,
+    SizeCheck, SourceRefusal, awaits_volume, check_clone_source, plan_claim,
 };
 use crate::sys::process::checkpoint;
 use crate::vocab::LABEL_KIND;
@@ -71,9 +71,9 @@ use crate::vocab::{
     HOSTNAME_LABEL,
 };
 use k8s_openapi::api::core::v1::{
-    FlexPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
-    VolumeNodeAffinity,
+    CSIPersistentVolumeSource, FlexPersistentVolumeSource, Node, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeSpec, VolumeNodeAffinity,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -550,7 +550,19 @@ pub(crate) fn decide_claim(c: &PersistentVolumeClaim, f: &ClaimFacts<'_>) -> Dec
     // Validate everything before anything exists: the decision the scheduler extender
     // shares (a claim refused here is never counted against a node there).
     let params = class.parameters.clone().unwrap_or_default();
-    let class_check = f.backends[bi].check_class(&params);
+    let mut class_check = f.backends[bi].check_class(&params);
+    // A CSI PV's mountOptions reach `flexvol csi` as mount flags, which it refuses for every kind
+    // (NFS and LVM take theirs from the class parameter mountOptions, checked by the node's
+    // policy): refused here, before anything exists, rather than at every pod's mount.
+    if class_check.is_ok()
+        && matches!(crate::vocab::class::csi_driver(&params), Ok(Some(_)))
+        && class.mount_options.as_ref().is_some_and(|m| !m.is_empty())
+    {
+        class_check = Err(ClassError(format!(
+            "StorageClass {class_name} has mountOptions and {}: flexvol csi takes no mount flags; move them to the class parameter mountOptions (nfs, lvm) or remove them",
+            crate::vocab::class::CSI_DRIVER
+        )));
+    }
     let plan = match plan_claim(kind, class_name, class_check, c) {
         Ok(p) => p,
         Err(never) => return Decision::Never(never.message),
@@ -1335,6 +1347,12 @@ impl<C: Cluster> Reconciler<C> {
         annotations.insert(ANN_PROVISIONED_BY.to_owned(), provisioner.to_owned());
         annotations.insert(ANN_NODE.to_owned(), self.id.node.clone());
         let kind = provisioner.rsplit('/').next().unwrap_or_default();
+        // Validated with the class ([`decide_claim`]); a class edited since then to a bad name
+        // cannot get here with it (the plan is made again on every pass).
+        let csi_driver = class
+            .parameters
+            .as_ref()
+            .and_then(|p| crate::vocab::class::csi_driver(p).ok().flatten());
         let mut labels = BTreeMap::from([(LABEL_KIND.to_owned(), kind.to_owned())]);
         if pin.is_some() {
             labels.insert(LABEL_NODE.to_owned(), node_label_value(&self.id.node));
@@ -1360,7 +1378,14 @@ impl<C: Cluster> Reconciler<C> {
                     resource_version: c.metadata.resource_version.clone(),
                     ..Default::default()
                 }),
-                flex_volume: Some(FlexPersistentVolumeSource {
+                csi: csi_driver.map(|driver| CSIPersistentVolumeSource {
+                    driver: driver.to_owned(),
+                    volume_handle: csi_handle(kind, pv_name, &made.options),
+                    fs_type: made.fs_type.clone(),
+                    volume_attributes: Some(made.options.clone()),
+                    ..Default::default()
+                }),
+                flex_volume: csi_driver.is_none().then(|| FlexPersistentVolumeSource {
                     driver: provisioner.to_owned(),
                     options: Some(made.options),
                     fs_type: made.fs_type,
@@ -1616,12 +1641,8 @@ impl<C: Cluster> Reconciler<C> {
             Ok(done) => {
                 // Best effort: a grant left behind is swept once the PV is gone.
                 let kind = self.backends[bi].kind().name;
-                if let Some(loc) = v
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.flex_volume.as_ref())
-                    .and_then(|f| f.options.as_ref())
-                    .and_then(|o| capability::pv_location(kind, o))
+                if let Some(loc) =
+                    crate::vocab::pv_options(&v).and_then(|o| capability::pv_location(kind, o))
                 {
                     let _ = capability::remove_legacy_grant(&cfg.state_dir, &loc);
                 }
@@ -1672,12 +1693,7 @@ impl<C: Cluster> Reconciler<C> {
 impl<C: Cluster> Reconciler<C> {
     /// The fault domain of a PV of backend `bi` (from its flexVolume options).
     fn pv_domain(&self, bi: usize, v: &PersistentVolume) -> Option<String> {
-        let options = v
-            .spec
-            .as_ref()
-            .and_then(|s| s.flex_volume.as_ref())
-            .and_then(|f| f.options.as_ref())?;
-        self.backends[bi].fault_domain(options)
+        self.backends[bi].fault_domain(crate::vocab::pv_options(v)?)
     }
 
     /// Runs a delete or an expand of backend `bi` under the breaker of `domain`: not at all while
@@ -1718,6 +1734,21 @@ impl<C: Cluster> Reconciler<C> {
     }
 }
 
+/// The volume handle of a CSI PV of `kind`: `<vg>/<lv>` for an LV (what `flexvol csi --kind lvm`
+/// takes, and checks against the attributes), the PV's name otherwise (hostPath and NFS volumes
+/// are named by their attributes; the handle is only kubelet's key).
+fn csi_handle(kind: &str, pv_name: &str, options: &BTreeMap<String, String>) -> String {
+    use crate::backend::lvm::options::key;
+    match (
+        kind,
+        options.get(key::VOLUME_GROUP),
+        options.get(key::VOLUME_ID),
+    ) {
+        ("lvm", Some(vg), Some(lv)) => format!("{vg}/{lv}"),
+        _ => pv_name.to_owned(),
+    }
+}
+
 /// The provisioner a claim is for: its `volume.kubernetes.io/storage-provisioner` when it has one
 /// (1.23+ set it, alone or beside the beta one, and it wins when they differ, as in
 /// sig-storage-lib-external-provisioner), else `volume.beta.kubernetes.io/storage-provisioner`
@@ -1745,10 +1776,7 @@ pub(crate) fn legacy_grants(
             continue;
         }
         let spec = v.spec.as_ref();
-        let Some(options) = spec
-            .and_then(|s| s.flex_volume.as_ref())
-            .and_then(|f| f.options.as_ref())
-        else {
+        let Some(options) = crate::vocab::pv_options(v) else {
             continue;
         };
         let namespace = spec

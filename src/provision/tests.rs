@@ -637,6 +637,106 @@ fn bad_class_parameters_fail_clearly_and_create_nothing() {
 }
 
 #[test]
+fn a_class_with_a_csi_driver_gets_csi_pvs_served_and_deleted_by_the_same_rules() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap().join("root");
+    let mut rec = setup("node-a");
+    let mut c = class(
+        "csi",
+        &[("csiDriver", "hostpath.csi.flexvol.io"), ("uid", "1000")],
+        "Delete",
+    );
+    c.mount_options = None;
+    rec.cluster.classes.borrow_mut().insert("csi".into(), c);
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("data", "u1", "csi", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.failed, Vec::<String>::new());
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+    let dir = root.join("pvc-u1_ns_data");
+    let location = dir.display().to_string();
+
+    // spec.csi instead of spec.flexVolume: the driver the class names, the PV's name as the
+    // handle, the same options (token included) as the volume attributes.
+    let pv = rec.cluster.volumes.borrow()[0].clone();
+    let spec = pv.spec.as_ref().unwrap();
+    assert!(spec.flex_volume.is_none());
+    assert_eq!(spec.mount_options, None);
+    let csi = spec.csi.as_ref().unwrap();
+    assert_eq!(
+        (csi.driver.as_str(), csi.volume_handle.as_str()),
+        ("hostpath.csi.flexvol.io", "pvc-u1")
+    );
+    let attrs = csi.volume_attributes.as_ref().unwrap();
+    assert_eq!(attrs.get("path"), Some(&location));
+    use crate::node::capability::{Key, Location, node_key_path};
+    let key = Key::load(&node_key_path(&cfg.state_dir), "made by the pass").unwrap();
+    assert_eq!(
+        key.sign_for("pvc-u1", "ns", &Location::HostPath(&location)),
+        attrs[crate::node::capability::OPTION]
+    );
+    // The marks node loss and ownership go by are the flexVolume PVs' own.
+    let a = pv.metadata.annotations.as_ref().unwrap();
+    assert_eq!(a.get(ANN_PROVISIONED_BY).map(String::as_str), Some(PROV));
+    assert!(crate::vocab::pv_source_is(&pv, PROV));
+
+    // Released: the directory the attributes name goes, and the PV.
+    rec.cluster.claims.borrow_mut().clear();
+    set_phase(&rec, "pvc-u1", "Released");
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deleted.len(), 1, "{r:?}");
+    assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+    assert!(rec.cluster.volumes.borrow().is_empty());
+}
+
+#[test]
+fn a_csi_class_with_a_bad_driver_name_or_mount_options_is_refused_before_anything_exists() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    let mut rec = setup("node-a");
+    let secret = "Not_A/Driver";
+    let mut bad_name = class("badname", &[("csiDriver", secret)], "Delete");
+    bad_name.mount_options = None;
+    // A CSI PV's mountOptions would reach flexvol csi as mount flags, which it refuses.
+    let flags = class(
+        "flags",
+        &[("csiDriver", "hostpath.csi.flexvol.io")],
+        "Delete",
+    );
+    for (name, c) in [("badname", bad_name), ("flags", flags)] {
+        rec.cluster.classes.borrow_mut().insert(name.into(), c);
+        rec.cluster.claims.borrow_mut().push(claim(
+            name,
+            &format!("u-{name}"),
+            name,
+            Some("node-a"),
+        ));
+    }
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.failed.len(), 2, "{r:?}");
+    assert!(rec.cluster.volumes.borrow().is_empty());
+    assert!(entries(&root).is_empty(), "{:?}", entries(&root));
+    let ev = rec.cluster.events.borrow().clone();
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert!(
+        ev[0].message.contains("csiDriver is not a CSI driver name"),
+        "{}",
+        ev[0].message
+    );
+    assert!(!ev[0].message.contains(secret), "{}", ev[0].message);
+    assert!(
+        ev[1].message.contains("has mountOptions and csiDriver"),
+        "{}",
+        ev[1].message
+    );
+    assert_eq!(r.refused.len(), 2, "{r:?}");
+}
+
+#[test]
 fn a_node_without_a_root_sends_claims_back_and_keeps_the_operators_label() {
     let d = tempfile::tempdir().unwrap();
     let mut rec = setup("node-b");

@@ -84,3 +84,34 @@ pub(crate) const LABEL_KIND: &str = "flexvol/kind";
 /// Label on every node-local PV we make: its node ([`node_label_value`]), so an instance watches
 /// only its own node's PVs. Only a filter: who made a PV is still decided by its annotations.
 pub(crate) const LABEL_NODE: &str = "flexvol/node";
+
+/// The options a PV of flexvol's carries for its driver: `spec.flexVolume.options`, or, for a
+/// CSI PV (a class with [`class::CSI_DRIVER`]), `spec.csi.volumeAttributes`: the same map, which
+/// `flexvol csi` reads as its volume context. Read-only: who made the PV is still decided by its
+/// annotations.
+pub(crate) fn pv_options(
+    pv: &k8s_openapi::api::core::v1::PersistentVolume,
+) -> Option<&std::collections::BTreeMap<String, String>> {
+    let spec = pv.spec.as_ref()?;
+    match (&spec.flex_volume, &spec.csi) {
+        (Some(f), _) => f.options.as_ref(),
+        (None, Some(c)) => c.volume_attributes.as_ref(),
+        (None, None) => None,
+    }
+}
+
+/// Whether `pv`'s source is one flexvol's provisioner `provisioner` (`<vendor>/<kind>`) writes:
+/// a flexVolume source of that driver, or a CSI source (whose driver the class names).
+pub(crate) fn pv_source_is(
+    pv: &k8s_openapi::api::core::v1::PersistentVolume,
+    provisioner: &str,
+) -> bool {
+    let Some(spec) = pv.spec.as_ref() else {
+        return false;
+    };
+    match (&spec.flex_volume, &spec.csi) {
+        (Some(f), _) => f.driver == provisioner,
+        (None, Some(c)) => !c.driver.is_empty(),
+        (None, None) => false,
+    }
+}

@@ -6,7 +6,7 @@
 //! [`PARAM`] (`nodeLossGracePeriod: "10m"`); without it nothing is ever done for its PVs. The
 //! class is read at decision time (a class edited or deleted later changes what happens: a class
 //! that is gone or no longer names the PV's provisioner means "not opted in"). NFS classes refuse
-//! the parameter ([`refuse_for_shared`]): an NFS volume lives on its server, not on a node.
+//! the parameter ([`split_shared`]): an NFS volume lives on its server, not on a node.
 //!
 //! **What counts as gone.** A PV is ours for this purpose when it carries the provisioner's marks
 //! ([`target`]): `pv.kubernetes.io/provisioned-by: <vendor>/<kind>` of a node-local kind, the label
@@ -171,7 +171,7 @@ pub(crate) fn target(pv: &PersistentVolume, vendor: &str, local_kinds: &[&str]) 
     }
     let node = ann(pv, ANN_NODE)?;
     let spec = pv.spec.as_ref()?;
-    if spec.flex_volume.as_ref().map(|f| f.driver.as_str()) != Some(provisioner) {
+    if !crate::vocab::pv_source_is(pv, provisioner) {
         return None;
     }
     let mut hostnames = Vec::new();
@@ -580,7 +580,7 @@ pub(crate) fn event_message(
 mod tests {
     use super::*;
     use crate::vocab::class::{
-        GraceError, MIN_GRACE, PARAM, parse_grace, refuse_for_shared, split_param,
+        MIN_GRACE, PARAM, ParamError, parse_grace, split_param, split_shared,
     };
     use crate::vocab::{HOSTNAME_LABEL, LABEL_KIND};
     use k8s_openapi::api::core::v1::{
@@ -718,7 +718,7 @@ mod tests {
         ] {
             let e = parse_grace(bad).unwrap_err();
             assert!(
-                matches!(&e, GraceError::BadDuration { value, .. } if value == bad),
+                matches!(&e, ParamError::BadDuration { value, .. } if value == bad),
                 "{bad}: {e:?}"
             );
             let e = e.to_string();
@@ -737,13 +737,13 @@ mod tests {
         let mut badp = p.clone();
         badp.insert(PARAM.into(), "soon".into());
         let e = split_param(&badp).unwrap_err();
-        assert!(matches!(e, GraceError::BadDuration { .. }), "{e:?}");
+        assert!(matches!(e, ParamError::BadDuration { .. }), "{e:?}");
         assert!(e.to_string().contains("soon"), "{e}");
-        let e = refuse_for_shared(&p, "nfs").unwrap_err();
-        assert_eq!(e, GraceError::SharedKind { kind: "nfs".into() });
+        let e = split_shared(&p, "nfs").unwrap_err();
+        assert_eq!(e, ParamError::SharedKind { kind: "nfs".into() });
         let e = e.to_string();
         assert!(e.contains("node-local kinds") && e.contains("nfs"), "{e}");
-        assert!(refuse_for_shared(&rest, "nfs").is_ok());
+        assert!(split_shared(&rest, "nfs").is_ok());
     }
 
     #[test]
@@ -789,6 +789,18 @@ mod tests {
         let mut v = pv("hostpath", "node-b");
         v.spec.as_mut().unwrap().flex_volume = None;
         assert_eq!(target(&v, "flexvol", &LOCAL), None);
+        // A CSI PV of a class with csiDriver carries the same marks: a target as well.
+        let spec = v.spec.as_mut().unwrap();
+        spec.csi = Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+            driver: "hostpath.csi.flexvol.io".into(),
+            volume_handle: "pvc-x".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            target(&v, "flexvol", &LOCAL),
+            target(&pv("hostpath", "node-b"), "flexvol", &LOCAL)
+        );
+        assert!(target(&v, "flexvol", &LOCAL).is_some());
     }
 
     #[test]

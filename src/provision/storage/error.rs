@@ -44,8 +44,8 @@ pub enum ProvisionError {
 pub struct ClassError(pub(crate) String);
 
 /// A bad `nodeLossGracePeriod` (or one in a shared kind's class) is an invalid class.
-impl From<crate::vocab::class::GraceError> for ClassError {
-    fn from(e: crate::vocab::class::GraceError) -> Self {
+impl From<crate::vocab::class::ParamError> for ClassError {
+    fn from(e: crate::vocab::class::ParamError) -> Self {
         Self(e.to_string())
     }
 }
@@ -133,7 +133,7 @@ mod tests {
         );
         let e = ProvisionError::from(MalformedPv("it has no spec".into()));
         assert_eq!(e, ProvisionError::Refused("it has no spec".into()));
-        let grace = crate::vocab::class::GraceError::SharedKind { kind: "nfs".into() };
+        let grace = crate::vocab::class::ParamError::SharedKind { kind: "nfs".into() };
         assert_eq!(
             ClassError::from(grace.clone()).to_string(),
             grace.to_string()

@@ -100,10 +100,7 @@ fn claim_uid_of(pv: &PersistentVolume) -> String {
 
 /// The `path` option of a hostPath PV.
 fn path_of(pv: &PersistentVolume) -> Option<PathBuf> {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.flex_volume.as_ref())
-        .and_then(|f| f.options.as_ref())
+    crate::vocab::pv_options(pv)
         .and_then(|o| o.get("path"))
         .map(PathBuf::from)
 }
@@ -239,9 +236,11 @@ pub fn check_params(params: &BTreeMap<String, String>) -> Result<(), ClassError>
     let rest = crate::vocab::class::split_param(params)?;
     match DirParams::parse(&rest) {
         Ok(_) => Ok(()),
-        Err(VolumeDirError::UnknownParam(e)) => {
-            Err(ClassError(format!("{e}, {}", crate::vocab::class::PARAM)))
-        }
+        Err(VolumeDirError::UnknownParam(e)) => Err(ClassError(format!(
+            "{e}, {}, {}",
+            crate::vocab::class::PARAM,
+            crate::vocab::class::CSI_DRIVER
+        ))),
         Err(e) => Err(ClassError(e.to_string())),
     }
 }
@@ -505,7 +504,11 @@ mod tests {
     #[test]
     fn an_unknown_class_parameter_lists_the_grace_period_too() {
         let m = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
-        let suffix = format!(", {}", crate::vocab::class::PARAM);
+        let suffix = format!(
+            ", {}, {}",
+            crate::vocab::class::PARAM,
+            crate::vocab::class::CSI_DRIVER
+        );
         let e = check_params(&m("nodePath", "/x")).unwrap_err().to_string();
         assert!(e.starts_with("unknown class parameter \"nodePath\""), "{e}");
         assert!(e.ends_with(&suffix), "{e}");
@@ -516,6 +519,13 @@ mod tests {
             .to_string();
         assert!(!e.contains(&suffix), "{e}");
         assert_eq!(check_params(&m(crate::vocab::class::PARAM, "5m")), Ok(()));
+        assert_eq!(
+            check_params(&m(
+                crate::vocab::class::CSI_DRIVER,
+                "hostpath.csi.flexvol.io"
+            )),
+            Ok(())
+        );
     }
 
     #[test]

@@ -104,9 +104,10 @@ impl ClassParams {
         let params = &crate::vocab::class::split_param(params)?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(ClassError(format!(
-                "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}",
+                "unknown class parameter {k:?} (names are case-sensitive); the lvm provisioner knows {}, {}, {}",
                 PARAMS.join(", "),
-                crate::vocab::class::PARAM
+                crate::vocab::class::PARAM,
+                crate::vocab::class::CSI_DRIVER
             )));
         }
         let mut o = serde_json::Map::new();

@@ -187,11 +187,12 @@ impl NfsClass {
     /// Validates a class's `parameters` against the node policy `nfs`. Nothing has run when this
     /// fails.
     pub fn parse(params: &BTreeMap<String, String>, nfs: &NfsConfig) -> Result<Self, ClassError> {
-        crate::vocab::class::refuse_for_shared(params, "nfs")?;
+        let params = &crate::vocab::class::split_shared(params, "nfs")?;
         if let Some(k) = params.keys().find(|k| !PARAMS.contains(&k.as_str())) {
             return Err(ClassError(format!(
-                "unknown class parameter {k:?}; the nfs provisioner knows {}",
-                PARAMS.join(", ")
+                "unknown class parameter {k:?}; the nfs provisioner knows {}, {}",
+                PARAMS.join(", "),
+                crate::vocab::class::CSI_DRIVER
             )));
         }
         let dir = volumedir::DirParams::parse(
@@ -811,11 +812,9 @@ fn pv_fields(
     let missing = |why: &str| MalformedPv(why.to_owned());
     let name = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.as_ref().ok_or_else(|| missing("it has no spec"))?;
-    let opts = spec
-        .flex_volume
-        .as_ref()
-        .and_then(|f| f.options.clone())
-        .ok_or_else(|| missing("it has no flexVolume options"))?;
+    let opts = crate::vocab::pv_options(pv)
+        .cloned()
+        .ok_or_else(|| missing("it has no flexVolume options or CSI volume attributes"))?;
     let claim_uid = spec
         .claim_ref
         .as_ref()

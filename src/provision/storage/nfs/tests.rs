@@ -985,7 +985,7 @@ fn a_pv_without_its_fields_is_malformed() {
     };
     want(&p, "it has no spec");
     p.spec = Some(PersistentVolumeSpec::default());
-    want(&p, "it has no flexVolume options");
+    want(&p, "it has no flexVolume options or CSI volume attributes");
     let spec = p.spec.as_mut().unwrap();
     spec.flex_volume = Some(FlexPersistentVolumeSource {
         options: Some(BTreeMap::from([("server".into(), "s".into())])),
@@ -1003,4 +1003,15 @@ fn a_pv_without_its_fields_is_malformed() {
     let (name, opts, uid) = pv_fields(&p).unwrap();
     assert_eq!((name.as_str(), uid.as_str()), ("pvc-1", "u1"));
     assert_eq!(opts["server"], "s");
+    // A CSI PV (a class with csiDriver): the same fields from its volume attributes.
+    let spec = p.spec.as_mut().unwrap();
+    spec.flex_volume = None;
+    spec.csi = Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+        driver: "nfs.csi.flexvol.io".into(),
+        volume_handle: "pvc-1".into(),
+        volume_attributes: Some(BTreeMap::from([("server".into(), "t".into())])),
+        ..Default::default()
+    });
+    let (_, opts, _) = pv_fields(&p).unwrap();
+    assert_eq!(opts["server"], "t");
 }
