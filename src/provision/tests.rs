@@ -1068,6 +1068,22 @@ fn a_wrong_marker_or_a_path_outside_the_roots_keeps_everything_and_says_why() {
     assert!(r.failed[0].contains("not below a root"), "{r:?}");
     assert!(Path::new("/etc/passwd").exists());
     assert_eq!(rec.cluster.volumes.borrow().len(), 1);
+
+    // The same PV as a CSI PV (its options as volume attributes): read and refused the same way.
+    for v in rec.cluster.volumes.borrow_mut().iter_mut() {
+        let spec = v.spec.as_mut().unwrap();
+        let fv = spec.flex_volume.take().unwrap();
+        spec.csi = Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+            driver: "hostpath.csi.flexvol.io".into(),
+            volume_handle: "pvc-u1".into(),
+            volume_attributes: fv.options,
+            ..Default::default()
+        });
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.failed[0].contains("not below a root"), "{r:?}");
+    assert!(Path::new("/etc/passwd").exists());
+    assert_eq!(rec.cluster.volumes.borrow().len(), 1);
 }
 
 #[test]

@@ -24,8 +24,10 @@
 //! `<pv>` on kubelets before 1.25. A publish of a provisioned LV (or one carrying a token)
 //! without a PV name is refused ([`check_publish`]): without it a copy of the PV in the same
 //! namespace would pass. A stage without one checks the token against the PV the LV is tagged
-//! for, as `mountdevice` does; staging gives no pod anything. NodeExpandVolume of a provisioned
-//! LV is refused ([`check_static`]): the staging record keeps no token. Static LVs are served
+//! for, as `mountdevice` does; staging gives no pod anything. NodeExpandVolume takes the LV
+//! from the root-only staging record a checked stage wrote, never from the request; for a
+//! provisioned LV it grows only the filesystem, to the size the provisioner gave the LV (a claim
+//! edit), never the LV itself. Static LVs are served
 //! under the node's LVM policy exactly as through the FlexVolume driver (allowed VG or tagged LV,
 //! never one the host uses, `maxVolumeSize`, `vgReserve`).
 
@@ -34,21 +36,6 @@ use crate::backend::Context;
 use crate::error::{Error, Result};
 use crate::protocol::reply::Reply;
 use std::path::Path;
-
-/// Refuses a provisioned LV or a capability token (module doc, "Whose LV"): one `lvs` of the
-/// VG. For NodeExpandVolume, whose options come from the staging record and carry no token.
-pub(crate) fn check_static(ctx: &Context, seams: &Seams, o: &LvmOptions) -> Result<()> {
-    let refuse = || {
-        Error::refused(format!(
-            "LV {} is a volume made by flexvol provisioner (or the call carries a capabilityToken); NodeExpandVolume serves only static LVs for now (the staging record keeps no capability). Grow it through its flexVolume PV",
-            o.key()
-        ))
-    };
-    if o.token.is_some() || provisioned(ctx, seams, o)?.is_some() {
-        return Err(refuse());
-    }
-    Ok(())
-}
 
 /// The LV's `lvs` row when it is one the provisioner made (tagged `flexvol.pv.<pv>`).
 fn provisioned(ctx: &Context, seams: &Seams, o: &LvmOptions) -> Result<Option<super::LvRow>> {
@@ -150,9 +137,10 @@ pub(crate) fn unpublish(ctx: &Context, target: &Path) -> Result<Reply> {
 }
 
 /// NodeExpandVolume: grow the LV staged at `staging` to `new_size` bytes (rounded up to whole
-/// extents) and its mounted filesystem. Which LV, and its filesystem type, come from the state
-/// record `mountdevice` wrote for `staging` (root's, never the request's): `volume_id` must name
-/// that LV (`<vg>/<lv>`). Returns the LV's size afterwards.
+/// extents) and its mounted filesystem; a provisioned LV's filesystem only, to the LV's size (a
+/// `new_size` beyond it is refused: the provisioner grows the LV). Which LV, and its filesystem
+/// type, come from the state record `mountdevice` wrote for `staging` (root's, never the
+/// request's): `volume_id` must name that LV (`<vg>/<lv>`). Returns the LV's size afterwards.
 pub(crate) fn expand(
     ctx: &Context,
     seams: &Seams,
@@ -183,8 +171,12 @@ pub(crate) fn expand(
         )));
     }
     let o = LvmOptions::for_staged(vg, lv, &fs)?;
-    check_static(ctx, seams, &o)?;
-    super::expand_fs(ctx, seams, "", new_size, &o)?;
+    let how = if provisioned(ctx, seams, &o)?.is_some() {
+        super::Grow::StagedProvisioned
+    } else {
+        super::Grow::Options
+    };
+    super::expand_fs(ctx, seams, "", new_size, &o, how)?;
     let lvs = seams.lvs.list(ctx, &o.vg)?;
     Ok(lvs
         .iter()

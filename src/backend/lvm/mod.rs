@@ -135,7 +135,14 @@ pub(crate) fn handle(call: &Call, ctx: &Context, seams: &Seams) -> Result<Reply>
             device,
             new_size,
             ..
-        } => expand_fs(ctx, seams, device, *new_size, &parse(options)?),
+        } => expand_fs(
+            ctx,
+            seams,
+            device,
+            *new_size,
+            &parse(options)?,
+            Grow::Options,
+        ),
         _ => Ok(Reply::not_supported()),
     }
 }
@@ -708,12 +715,26 @@ fn fs_mount(table: &MountTable, devnum: (u32, u32)) -> Option<&crate::sys::mount
 }
 
 /// `expandfs`: grow the LV to the new size, then the mounted filesystem.
+/// What vouches for the LV an expand grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grow {
+    /// The call's options (`expandfs`; a static LV's staging record through CSI): the capability
+    /// check runs on them, and the LV is extended to the size asked (`maxVolumeSize`, `vgReserve`).
+    Options,
+    /// The staging record of a provisioned LV on this node (CSI NodeExpandVolume): written by a
+    /// stage that passed the capability check, and root's. The LV's size is the provisioner's
+    /// (a claim edit, `vgReserve` there): only the filesystem grows, to the LV's size, and a size
+    /// beyond it is refused, never an `lvextend`.
+    StagedProvisioned,
+}
+
 fn expand_fs(
     ctx: &Context,
     seams: &Seams,
     device: &str,
     new_size: u64,
     o: &LvmOptions,
+    how: Grow,
 ) -> Result<Reply> {
     check_device_arg(device, o)?;
     if new_size == 0 {
@@ -728,10 +749,19 @@ fn expand_fs(
         .find(|r| r.lv_name == o.lv)
         .ok_or_else(|| Error::refused(format!("logical volume {} does not exist", o.key())))?;
     policy::check_allowed(&ctx.config.lvm, o, Some(lv))?;
-    policy::check_capability(&ctx.config.state_dir, o, Some(lv), None)?;
+    if how == Grow::Options {
+        policy::check_capability(&ctx.config.state_dir, o, Some(lv), None)?;
+    }
     let devnum = active_device(seams, o)?;
     let table = ctx.mounter.table()?;
     policy::check_not_in_use(ctx.driver_name, seams.devices, &table, o, devnum, None)?;
+    if lv.lv_size < new_size && how == Grow::StagedProvisioned {
+        return Err(Error::refused(format!(
+            "LV {} is {} bytes, less than the {new_size} asked: a provisioned LV is grown by flexvol provisioner (edit its claim), never by the node plugin; its filesystem grows once the LV has",
+            o.key(),
+            lv.lv_size
+        )));
+    }
     if lv.lv_size < new_size {
         let bytes = round_up(new_size, lv.vg_extent_size.max(1))?;
         policy::check_max_size(&ctx.config.lvm, o, bytes)?;

@@ -1644,13 +1644,26 @@ fn csi_serves_a_provisioned_lv_only_to_its_own_pv_and_namespace_with_its_token()
         w.mounter.calls().last(),
         Some(&MountCall::Bind(st.clone(), t.clone(), false))
     );
-    // Expand of a provisioned LV: refused, nothing run beyond the lvs.
+    // Expand of a provisioned LV beyond its size: refused, never an lvextend (the provisioner
+    // owns its size); to its size: the filesystem grows, from the staging record alone.
     let before = w.lines().len();
     let e = w
         .with_csi_lvm(|ctx, seams| csi::expand(ctx, seams, &st, "vg0/lv1", 2 << 30))
         .unwrap_err();
-    assert!(e.to_string().contains("only static LVs"), "{e}");
-    assert_eq!(w.lines()[before..], [LVS]);
+    assert!(
+        e.to_string().contains("grown by flexvol provisioner"),
+        "{e}"
+    );
+    assert_eq!(w.lines()[before..], [LVS, LVS]);
+    let before = w.lines().len();
+    let size = w
+        .with_csi_lvm(|ctx, seams| csi::expand(ctx, seams, &st, "vg0/lv1", 1 << 30))
+        .unwrap();
+    assert_eq!(size, 1 << 30);
+    assert_eq!(
+        w.lines()[before..],
+        [LVS, LVS, "resize2fs /dev/vg0/lv1", LVS]
+    );
 }
 
 #[test]
