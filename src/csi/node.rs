@@ -336,22 +336,7 @@ async fn on_node<T: Send + 'static>(
     }
 }
 
-/// At most [`SHOWN`] bytes of a request's string (a volume id or path of any length is the PV
-/// author's or the caller's to choose), cut at a character boundary and marked, for a log line or
-/// a message.
-pub(crate) fn bounded(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.len() <= SHOWN {
-        return s.into();
-    }
-    let mut end = SHOWN;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...({} bytes)", &s[..end], s.len()).into()
-}
-
-/// How much of a request's string a log line or message shows ([`bounded`]).
-const SHOWN: usize = 256;
+pub(crate) use crate::protocol::options::bounded;
 
 /// Logs the outcome of a call that changed or looked at a volume: the method, the volume id and
 /// path (never a context value or a secret), and the code and message on failure.
@@ -535,11 +520,20 @@ impl node_server::Node for NodeService {
             }
             // kubelet sends the pod's target path (or the staging path); either shape, nothing
             // opened through it: the LV comes from the staging path's record.
-            if target_path(&s.kubelet_root, &r.volume_path, "volume_path").is_err() {
+            let is_target = target_path(&s.kubelet_root, &r.volume_path, "volume_path").is_ok();
+            if !is_target {
                 staging_path(&s.kubelet_root, &s.driver_name, &r.volume_path)
                     .map_err(|_| Status::invalid_argument("volume_path is neither a CSI target path nor a staging path under the kubelet directory"))?;
             }
-            let staging = staging_path(&s.kubelet_root, &s.driver_name, &r.staging_target_path)?;
+            // kubelet 1.20 expands a staged volume with the staging path as volume_path and no
+            // staging_target_path (its NodeExpand leaves DeviceStagePath empty): that path is the
+            // staging path, checked as one above.
+            let staging_given = if r.staging_target_path.is_empty() && !is_target {
+                &r.volume_path
+            } else {
+                &r.staging_target_path
+            };
+            let staging = staging_path(&s.kubelet_root, &s.driver_name, staging_given)?;
             let want = r
                 .capacity_range
                 .as_ref()

@@ -1338,6 +1338,16 @@ fn guest_lvm_csi_stage_publish_expand_unstage() {
         fs_size(&t)
     );
     expand(&id, &st, &t, 128 << 20).expect("a repeated expand is OK");
+    // As kubelet 1.20 asks (measured in deploy-e2e): the staging path as volume_path and no
+    // staging_target_path.
+    let before = fs_size(&t);
+    let r = expand(&id, Path::new(""), &st, 160 << 20).unwrap();
+    assert_eq!(r.capacity_bytes, 160 << 20);
+    assert!(
+        fs_size(&t) > before + (24 << 20),
+        "{before} -> {}",
+        fs_size(&t)
+    );
     // A volume id naming another LV than the one staged there: refused, nothing grown.
     let e = expand(&format!("{}/swap", vg.name), &st, &t, 256 << 20).unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
