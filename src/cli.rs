@@ -74,6 +74,16 @@ enum Command {
         after_help = "Example:\n  flexvol gc                      # dry run: what would be cleaned up\n  kubectl get pods -A --field-selector spec.nodeName=$(hostname) -o jsonpath='{.items[*].metadata.uid}' > /tmp/live\n  flexvol gc --live-pods /tmp/live --apply\n  kubectl get pv -o name > /tmp/pvs && flexvol gc --live-pvs /tmp/pvs   # provisioned hostPath directories whose PV is gone"
     )]
     Gc(ops::gc::GcArgs),
+    /// Move bound flexVolume PVs of flexvol's drivers to CSI PVs of `flexvol csi`, data in place (a dry run without --apply; --rollback moves them back).
+    #[command(
+        after_help = "The PV is re-created under the same name (the capability token of a provisioned volume stays valid) and its claim bound to it again; no volume data is touched. Refused while a pod uses the claim: stop the pods first. Each move is journaled (--journal-dir) so that a run killed anywhere converges when run again. See docs/migrate.md.
+
+Example:
+  flexvol migrate --kubeconfig admin.conf --namespace team-a            # dry run
+  flexvol migrate --kubeconfig admin.conf --namespace team-a --apply
+  flexvol migrate --kubeconfig admin.conf pvc-0a1b --rollback --apply"
+    )]
+    Migrate(ops::migrate::MigrateArgs),
     /// Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.
     #[command(
         long_about = "Judge installed FlexVolume drivers (any vendor's) the way kubelet runs them; prints a table of checks.\n\nEach check is PASS, FAIL or SKIP; SKIP means it was not run and is never counted as a pass. Always checked: the install, init, unknown verbs, exit codes, and the error paths that need no options (malformed options JSON, a pod directory that does not exist: each must be a Failure, with any exit status, that mounts and creates nothing). With --options, the whole volume lifecycle of a test volume is replayed (without it, it is SKIP and the summary says how to run it). With --bad-options (repeatable), options the driver must refuse are tried the same way. Exit status 1 when any check fails, 2 for bad arguments.",
@@ -179,6 +189,7 @@ pub(crate) fn main(args: &[String]) -> i32 {
         Command::Doctor(a) => ops::doctor::run(&a),
         Command::Status(a) => ops::status::run(&a),
         Command::Gc(a) => ops::gc::run(&a),
+        Command::Migrate(a) => ops::migrate::run(&a),
         Command::Conformance(a) => ops::conformance::run(&a),
         Command::Provisioner(a) => crate::provision::run(&a),
         Command::Controller(a) => crate::controller::run(&a),

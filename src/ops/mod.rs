@@ -5,6 +5,7 @@ pub(crate) mod doctor;
 pub(crate) mod gc;
 pub mod install;
 pub mod inventory;
+pub(crate) mod migrate;
 pub mod provisioned;
 pub mod status;
 pub mod uninstall;

@@ -373,6 +373,23 @@ pub(crate) mod testing {
     }
 }
 
+/// At most [`SHOWN`] bytes of a caller's string (a volume id, path or driver name of any length
+/// is the PV author's or the caller's to choose), cut at a character boundary and marked, for a
+/// log line or a message.
+pub(crate) fn bounded(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= SHOWN {
+        return s.into();
+    }
+    let mut end = SHOWN;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...({} bytes)", &s[..end], s.len()).into()
+}
+
+/// How much of a caller's string a log line or message shows ([`bounded`]).
+const SHOWN: usize = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -380,6 +380,7 @@ const ROOMS: &[(&str, &[&str])] = &[
         &[
             "backend",
             "error",
+            "k8s",
             "node",
             "protocol",
             "provision",
