@@ -152,12 +152,7 @@ pub(crate) fn plan(
                 .flex_volume
                 .as_ref()
                 .ok_or_else(|| not_ours("it is neither a flexVolume nor a CSI PV"))?;
-            let kind = f
-                .driver
-                .strip_prefix(vendor)
-                .and_then(|k| k.strip_prefix('/'))
-                .filter(|k| KINDS.contains(k))
-                .ok_or_else(|| {
+            let kind = kind_of(&f.driver, vendor).ok_or_else(|| {
                     not_ours(&format!(
                         "its flexVolume driver {:?} is not one of {vendor}/hostpath, {vendor}/nfs, {vendor}/lvm",
                         crate::protocol::options::bounded(&f.driver)
@@ -169,15 +164,11 @@ pub(crate) fn plan(
                 ));
             }
             let options = f.options.clone().unwrap_or_default();
-            let handle = match (kind, options.get("volumegroup"), options.get("volumeID")) {
-                ("lvm", Some(vg), Some(lv)) => format!("{vg}/{lv}"),
-                ("lvm", _, _) => {
-                    return Err(not_ours(
-                        "its options name no volumegroup and volumeID (an LVM CSI volume handle is <vg>/<lv>)",
-                    ));
-                }
-                _ => name.clone(),
-            };
+            let handle = crate::vocab::csi_handle(kind, &name, &options).ok_or_else(|| {
+                not_ours(
+                    "its options name no volumegroup and volumeID (an LVM CSI volume handle is <vg>/<lv>)",
+                )
+            })?;
             new_anns.insert(ANN_MIGRATED_FROM.to_owned(), f.driver.clone());
             let csi = CSIPersistentVolumeSource {
                 driver: driver.clone(),
@@ -199,11 +190,7 @@ pub(crate) fn plan(
                 .ok_or_else(|| not_ours("it is neither a flexVolume nor a CSI PV"))?;
             let driver = anns
                 .get(ANN_MIGRATED_FROM)
-                .filter(|d| {
-                    d.strip_prefix(vendor)
-                        .and_then(|k| k.strip_prefix('/'))
-                        .is_some_and(|k| KINDS.contains(&k))
-                })
+                .filter(|d| kind_of(d, vendor).is_some())
                 .ok_or_else(|| {
                     not_ours(&format!(
                         "it has no {ANN_MIGRATED_FROM} annotation naming a driver of {vendor}: flexvol migrate did not make it"
@@ -271,6 +258,14 @@ pub(crate) fn plan(
         }),
         status: None,
     })
+}
+
+/// The kind of a flexVolume driver of `vendor` (`<vendor>/<kind>`), if it is one of flexvol's.
+fn kind_of<'a>(driver: &'a str, vendor: &str) -> Option<&'a str> {
+    driver
+        .strip_prefix(vendor)
+        .and_then(|k| k.strip_prefix('/'))
+        .filter(|k| KINDS.contains(k))
 }
 
 /// The pods of `namespace` that have not finished and use claim `claim`.

@@ -1380,7 +1380,8 @@ impl<C: Cluster> Reconciler<C> {
                 }),
                 csi: csi_driver.map(|driver| CSIPersistentVolumeSource {
                     driver: driver.to_owned(),
-                    volume_handle: csi_handle(kind, pv_name, &made.options),
+                    volume_handle: crate::vocab::csi_handle(kind, pv_name, &made.options)
+                        .unwrap_or_else(|| pv_name.to_owned()),
                     fs_type: made.fs_type.clone(),
                     volume_attributes: Some(made.options.clone()),
                     ..Default::default()
@@ -1731,21 +1732,6 @@ impl<C: Cluster> Reconciler<C> {
             }
             _ => Ok(()),
         }
-    }
-}
-
-/// The volume handle of a CSI PV of `kind`: `<vg>/<lv>` for an LV (what `flexvol csi --kind lvm`
-/// takes, and checks against the attributes), the PV's name otherwise (hostPath and NFS volumes
-/// are named by their attributes; the handle is only kubelet's key).
-fn csi_handle(kind: &str, pv_name: &str, options: &BTreeMap<String, String>) -> String {
-    use crate::backend::lvm::options::key;
-    match (
-        kind,
-        options.get(key::VOLUME_GROUP),
-        options.get(key::VOLUME_ID),
-    ) {
-        ("lvm", Some(vg), Some(lv)) => format!("{vg}/{lv}"),
-        _ => pv_name.to_owned(),
     }
 }
 

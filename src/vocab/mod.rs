@@ -115,3 +115,19 @@ pub(crate) fn pv_source_is(
         (None, None) => false,
     }
 }
+
+/// The volume handle of a CSI PV of `kind` (`hostpath`, `nfs`, `lvm`): `<vg>/<lv>` for an LV, from
+/// its options `volumegroup` and `volumeID` (what `flexvol csi --kind lvm` takes, and checks
+/// against the attributes), `None` when they are missing; the PV's name otherwise (a directory or
+/// an NFS subdirectory is named by its attributes; the handle is only kubelet's key).
+pub(crate) fn csi_handle(
+    kind: &str,
+    pv_name: &str,
+    options: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    match (kind, options.get("volumegroup"), options.get("volumeID")) {
+        ("lvm", Some(vg), Some(lv)) => Some(format!("{vg}/{lv}")),
+        ("lvm", _, _) => None,
+        _ => Some(pv_name.to_owned()),
+    }
+}
