@@ -180,12 +180,57 @@ fn same_content(a: &Path, b: &Path) -> bool {
 }
 
 /// Installs (or replaces) one driver atomically. Returns what happened.
+///
+/// A new driver directory is made whole first, as a dot-directory beside it (kubelet's watcher
+/// ignores dot-names), and renamed into place: kubelet sees one new directory that already holds
+/// the executable. Made in place, the directory appears before the executable, and a kubelet that
+/// probes it in between (its init fails), then adds its watch on it only after the rename inside
+/// it, never loads the driver: pods then fail with "no volume plugin matched" until kubelet
+/// restarts (seen twice in CI under load, deploy-e2e --release). An existing directory is
+/// watched already: the executable is renamed into it.
 pub(crate) fn install_one(
     binary: &Path,
     dir: &Path,
     exec_name: &str,
 ) -> Result<&'static str, InstallError> {
-    install_file(binary, dir, exec_name, 0o755)
+    if dir.is_dir() {
+        return install_file(binary, dir, exec_name, 0o755);
+    }
+    let (Some(plugins), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(InstallError::Invalid(format!(
+            "{} names no driver directory",
+            dir.display()
+        )));
+    };
+    fs::create_dir_all(plugins).map_err(io("create", plugins))?;
+    let staged = plugins.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&staged);
+    let result = (|| {
+        fs::create_dir(&staged).map_err(io("create", &staged))?;
+        install_file(binary, &staged, exec_name, 0o755)?;
+        match fs::rename(&staged, dir) {
+            Ok(()) => {}
+            // Made meanwhile by another installer: put the executable into it instead.
+            Err(e)
+                if dir.is_dir()
+                    && e.raw_os_error()
+                        .is_some_and(|c| c == nix::libc::ENOTEMPTY || c == nix::libc::EEXIST) =>
+            {
+                return install_file(binary, dir, exec_name, 0o755);
+            }
+            Err(e) => return Err(io("rename into place", dir)(e)),
+        }
+        File::open(plugins)
+            .and_then(|d| d.sync_all())
+            .map_err(io("fsync", plugins))?;
+        Ok("installed")
+    })();
+    let _ = fs::remove_dir_all(&staged);
+    result
 }
 
 /// Checks a config file and installs it atomically at `dest`, so the driver never reads a
@@ -473,6 +518,13 @@ mod tests {
         fs::write(&bin2, b"two").unwrap();
         let dir = d.path().join("plugins/flexvol~hostpath");
         assert_eq!(install_one(&bin1, &dir, "hostpath").unwrap(), "installed");
+        // A new driver directory arrives whole: nothing staged is left beside it.
+        let left: Vec<_> = fs::read_dir(dir.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         assert_eq!(install_one(&bin1, &dir, "hostpath").unwrap(), "unchanged");
         assert_eq!(install_one(&bin2, &dir, "hostpath").unwrap(), "upgraded");
         assert_eq!(fs::read(dir.join("hostpath")).unwrap(), b"two");
