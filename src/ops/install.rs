@@ -2,8 +2,10 @@
 //! directory, the way the FlexVolume deployment design asks (docs/protocol.md §6.4):
 //! copy to a dot-file in the driver directory (kubelet's watcher ignores dot-files), fsync,
 //! chmod 0755, rename over the old binary (atomic; a running old process keeps its inode), fsync
-//! the directory. Nothing but the driver executables is ever written into the plugin directory:
-//! every other write there makes kubelet re-run `init` for that driver. With `--config` and
+//! the directory. A driver directory that does not exist yet is made whole as a dot-directory
+//! beside it and renamed into place ([`install_one`]). Nothing but dot-names and the driver
+//! directories with their executables is ever written into the plugin directory: every other
+//! write there makes kubelet re-run `init` for that driver. With `--config` and
 //! `--nfs-key` it also installs the node config and the shared NFS capability key (root-only
 //! 0400) into `/etc/flexvol`, each atomically.
 
