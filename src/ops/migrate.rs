@@ -122,9 +122,7 @@ pub(crate) struct Journal {
 /// The claim `namespace/name` and uid a PV is bound to, when it is bound.
 fn bound_claim(pv: &PersistentVolume) -> Option<(String, String, String)> {
     let bound = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
-    let (ns, name, uid) = (r.namespace.clone()?, r.name.clone()?, r.uid.clone()?);
-    (bound && !uid.is_empty()).then_some((ns, name, uid))
+    bound_claim_ref(pv).filter(|(_, _, uid)| bound && !uid.is_empty())
 }
 
 /// Decides the PV to create for `pv` moving `to` (step 1, no call); `users`: the pods that have
