@@ -771,9 +771,21 @@ fn check_nesting(
 }
 
 /// Whether a leftover private directory holds nothing but what we write into it (the marker and
-/// its temporary), so removing it loses nothing.
+/// its temporary) and NFS silly-renamed files (never removed by us: the client removes them), so
+/// removing it loses nothing.
 fn only_ours_inside(dir: &OwnedFd) -> bool {
-    names_in(dir).is_ok_and(|names| names.iter().all(|n| n == MARKER || n == MARKER_TMP))
+    names_in(dir).is_ok_and(|names| {
+        names
+            .iter()
+            .all(|n| n == MARKER || n == MARKER_TMP || is_silly_renamed(n))
+    })
+}
+
+/// Whether `n` is the name an NFS client gives a file unlinked while open: `.nfs` and hex digits.
+fn is_silly_renamed(n: &OsStr) -> bool {
+    n.to_str()
+        .and_then(|s| s.strip_prefix(".nfs"))
+        .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Removes the private directory `name` in `parent` if it holds nothing but our marker; `Err`
@@ -798,13 +810,38 @@ fn remove_private(parent: &OwnedFd, name: &str, where_: &Path) -> Result<(), Vol
     for n in [MARKER, MARKER_TMP] {
         let _ = dirfd::unlink(&fd, n);
     }
-    match dirfd::rmdir(parent, name) {
-        Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
-        Err(e) => Err(VolumeDirError::Failed(format!(
-            "cannot remove {}/{name}: {e}",
-            where_.display()
-        ))),
+    // On NFS a file unlinked while some descriptor of this client still has it open (a child
+    // between fork and exec holds copies of every descriptor for a moment) is renamed to
+    // `.nfs<id>` by the client and removed when the last descriptor closes: the directory is
+    // not empty until then. Wait a bounded while for that, and only for that.
+    let mut waits = 0;
+    loop {
+        match dirfd::rmdir(parent, name) {
+            Ok(()) | Err(nix::Error::ENOENT) => return Ok(()),
+            Err(nix::Error::ENOTEMPTY)
+                if waits < SILLY_RENAME_WAITS && only_silly_renamed_inside(&fd) =>
+            {
+                waits += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => {
+                return Err(VolumeDirError::Failed(format!(
+                    "cannot remove {}/{name}: {e}",
+                    where_.display()
+                )));
+            }
+        }
     }
+}
+
+/// How many times (100 ms apart) [`remove_private`] waits for an NFS client's silly-renamed
+/// files to go.
+const SILLY_RENAME_WAITS: u32 = 30;
+
+/// Whether everything left in `dir` is an NFS client's silly-renamed file (`.nfs` followed by
+/// hex digits), and something is.
+fn only_silly_renamed_inside(dir: &OwnedFd) -> bool {
+    names_in(dir).is_ok_and(|names| !names.is_empty() && names.iter().all(|n| is_silly_renamed(n)))
 }
 
 /// Creates the volume directory `<root>/<rel>` for `marker`'s PV; see
@@ -961,7 +998,13 @@ pub(crate) fn create_volume_dir_as(
         };
         if !link_record(root, &rec)? {
             // A racing instance published its own first: ours goes, theirs is finished above.
-            remove_private(&parent, &private, &parent_path)?;
+            // Ours failing to go is no reason to fail the claim: it holds nothing but our marker
+            // or it would be `NotOurs`, and it goes with the next pass or the PV's deletion
+            // ([`remove_leftovers`]).
+            match remove_private(&parent, &private, &parent_path) {
+                Ok(()) | Err(VolumeDirError::Failed(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         checkpoint("provisioner-after-record");
     }

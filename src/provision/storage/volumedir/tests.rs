@@ -905,3 +905,41 @@ fn an_old_volume_without_a_project_is_recorded_when_its_pv_checks_it() {
         DirState::Legacy(_)
     ));
 }
+
+/// CI (guest, two NFS instances racing): the loser's private directory could not be removed,
+/// ENOTEMPTY, because the NFS client had silly-renamed its unlinked marker (`.nfs<hex>`, gone
+/// when the last descriptor closes) — and that failed the claim. The removal waits a bounded
+/// while for such names and never removes them itself; anything else inside is never ours.
+#[test]
+fn a_private_directory_waits_for_silly_renamed_files_and_only_for_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = open_dir(tmp.path()).unwrap();
+    let p = tmp.path().join(".flexvol-new-pvc-x@node-b.7");
+    std::fs::create_dir(&p).unwrap();
+    std::fs::write(p.join(MARKER), b"{}").unwrap();
+    std::fs::write(p.join(".nfs000000000123abcd00000001"), b"").unwrap();
+    let silly = p.join(".nfs000000000123abcd00000001");
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        std::fs::remove_file(silly).unwrap();
+    });
+    remove_private(&parent, ".flexvol-new-pvc-x@node-b.7", tmp.path()).unwrap();
+    closer.join().unwrap();
+    assert!(!p.exists());
+
+    // A name that is not a silly-rename: not ours, left alone.
+    std::fs::create_dir(&p).unwrap();
+    std::fs::write(p.join(".nfsnothex"), b"data").unwrap();
+    let e = remove_private(&parent, ".flexvol-new-pvc-x@node-b.7", tmp.path()).unwrap_err();
+    assert!(matches!(e, VolumeDirError::NotOurs(_)), "{e}");
+    assert_eq!(std::fs::read(p.join(".nfsnothex")).unwrap(), b"data");
+
+    // A silly-renamed file that never goes: a bounded wait, then an error; it stays.
+    std::fs::remove_file(p.join(".nfsnothex")).unwrap();
+    std::fs::write(p.join(".nfs00ff"), b"").unwrap();
+    let t = std::time::Instant::now();
+    let e = remove_private(&parent, ".flexvol-new-pvc-x@node-b.7", tmp.path()).unwrap_err();
+    assert!(matches!(e, VolumeDirError::Failed(_)), "{e}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    assert!(p.join(".nfs00ff").exists());
+}
