@@ -9,7 +9,9 @@
 //! 1. **decide** ([`plan`], no call): the PV must be bound, of a flexvol driver
 //!    (`<vendor>/<kind>`), without `mountOptions` or `secretRef` (flexvol csi takes neither); no
 //!    pod that has not finished may use its claim (kubelet unmounts a volume only when its pods
-//!    are gone: stop them first, e.g. scale their owners to 0);
+//!    are gone: stop them first, e.g. scale their owners to 0), and no node may still list its
+//!    volume as attached or in use ([`holders`]: an LV kubelet has not unmounted or the
+//!    attach-detach controller has not detached yet);
 //! 2. **journal**: the PV as it is, written root-only (0600 in a 0700 directory) before anything
 //!    changes; every later step starts by reading it, so a `kill -9` anywhere converges on the
 //!    next run (`migrate-after-*` fault checkpoints prove it);
@@ -35,7 +37,7 @@ use crate::sys::process::checkpoint;
 use crate::vocab::FINALIZER;
 use clap::Args;
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, FlexPersistentVolumeSource, ObjectReference, PersistentVolume,
+    CSIPersistentVolumeSource, FlexPersistentVolumeSource, Node, ObjectReference, PersistentVolume,
     PersistentVolumeClaim, Pod,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -108,6 +110,16 @@ pub(crate) enum Refusal {
         /// The pods, comma-separated.
         pods: String,
     },
+    /// No pod uses the claim any more, but a node still has the volume attached or in use
+    /// (kubelet has not finished unmounting it, or the attach-detach controller has not detached
+    /// it): moving it now would leave that node's teardown to a PV that no longer exists.
+    #[error(
+        "its volume is still attached to or in use on node(s) {nodes} (status.volumesAttached, status.volumesInUse): wait until kubelet has unmounted it and it is detached, then run migrate again"
+    )]
+    OnNode {
+        /// The nodes, comma-separated.
+        nodes: String,
+    },
 }
 
 /// The journal of one move: the PV as it was, and the one to create.
@@ -126,12 +138,14 @@ fn bound_claim(pv: &PersistentVolume) -> Option<(String, String, String)> {
 }
 
 /// Decides the PV to create for `pv` moving `to` (step 1, no call); `users`: the pods that have
-/// not finished and use its claim.
+/// not finished and use its claim; `holders`: the nodes that still list its volume as attached
+/// or in use ([`holders`]).
 pub(crate) fn plan(
     pv: &PersistentVolume,
     to: &To,
     vendor: &str,
     users: &[String],
+    holders: &[String],
 ) -> Result<PersistentVolume, Refusal> {
     let name = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv
@@ -219,6 +233,11 @@ pub(crate) fn plan(
             pods: users.join(", "),
         });
     }
+    if !holders.is_empty() {
+        return Err(Refusal::OnNode {
+            nodes: holders.join(", "),
+        });
+    }
     let finalizers: Vec<String> = pv
         .metadata
         .finalizers
@@ -286,6 +305,46 @@ fn users(pods: &[Pod], claim: &str) -> Vec<String> {
                 })
         })
         .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
+/// The nodes whose status lists `pv`'s volume as attached or in use. kubelet and the
+/// attach-detach controller name a volume `<plugin>/<volume name>`: a flexVolume PV's is
+/// `flexvolume-<driver>/<PV name>` (the driver's `getvolumename` answer is ignored: the PV's name
+/// is used), a CSI PV's `kubernetes.io/csi/<driver>^<handle>`. kubelet lists attachable
+/// (flexvol's LVM) volumes from before they are mounted until they are unmounted; the controller
+/// lists them until they are detached. hostPath and NFS volumes are not attachable and never
+/// listed: for them the claim's pods are the evidence (kubelet lets a pod go only after its
+/// volumes are unmounted).
+fn holders(nodes: &[Node], pv: &PersistentVolume) -> Vec<String> {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    let spec = pv.spec.as_ref();
+    let mut names = Vec::new();
+    if let Some(f) = spec.and_then(|s| s.flex_volume.as_ref()) {
+        names.push(format!("flexvolume-{}/{name}", f.driver));
+    }
+    if let Some(c) = spec.and_then(|s| s.csi.as_ref()) {
+        names.push(format!(
+            "kubernetes.io/csi/{}^{}",
+            c.driver, c.volume_handle
+        ));
+    }
+    nodes
+        .iter()
+        .filter(|n| {
+            let st = n.status.as_ref();
+            let in_use = st
+                .and_then(|s| s.volumes_in_use.as_ref())
+                .into_iter()
+                .flatten();
+            let attached = st
+                .and_then(|s| s.volumes_attached.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|a| &a.name);
+            in_use.chain(attached).any(|v| names.contains(v))
+        })
+        .filter_map(|n| n.metadata.name.clone())
         .collect()
 }
 
@@ -507,7 +566,12 @@ async fn one(client: &kube::Client, a: &MigrateArgs, journals: &Journals, name: 
                 }
                 None => Vec::new(),
             };
-            let new = match plan(&pv, &to, &a.vendor, &users) {
+            let nodes = Api::<Node>::all(client.clone());
+            let list = call("list nodes".to_owned(), nodes.list(&ListParams::default()))
+                .await
+                .map_err(e)?;
+            let holders = holders(&list.items, &pv);
+            let new = match plan(&pv, &to, &a.vendor, &users, &holders) {
                 Ok(n) => n,
                 Err(Refusal::Done(api)) => return Ok(format!("already a {api} PV; nothing to do")),
                 Err(r) => return Err(r.to_string()),
@@ -775,7 +839,7 @@ mod tests {
                 ("capabilityToken", "v2.team-a.x"),
             ],
         );
-        let csi = plan(&pv, &to_csi(), "flexvol", &[]).unwrap();
+        let csi = plan(&pv, &to_csi(), "flexvol", &[], &[]).unwrap();
         let spec = csi.spec.as_ref().unwrap();
         assert!(spec.flex_volume.is_none());
         let c = spec.csi.as_ref().unwrap();
@@ -829,7 +893,7 @@ mod tests {
         // Back: the flexVolume source as it was, the annotation gone.
         let mut bound = csi.clone();
         bound.status = pv.status.clone();
-        let flex = plan(&bound, &To::FlexVolume, "flexvol", &[]).unwrap();
+        let flex = plan(&bound, &To::FlexVolume, "flexvol", &[], &[]).unwrap();
         assert_eq!(
             flex.spec.as_ref().unwrap().flex_volume,
             pv.spec.as_ref().unwrap().flex_volume
@@ -837,11 +901,11 @@ mod tests {
         assert_eq!(flex.metadata.annotations, pv.metadata.annotations);
         // Done already, either way.
         assert_eq!(
-            plan(&bound, &to_csi(), "flexvol", &[]),
+            plan(&bound, &to_csi(), "flexvol", &[], &[]),
             Err(Refusal::Done("CSI"))
         );
         assert_eq!(
-            plan(&pv, &To::FlexVolume, "flexvol", &[]),
+            plan(&pv, &To::FlexVolume, "flexvol", &[], &[]),
             Err(Refusal::Done("flexVolume"))
         );
     }
@@ -854,11 +918,12 @@ mod tests {
             &To::Csi("hostpath.csi.flexvol.io".into()),
             "flexvol",
             &[],
+            &[],
         )
         .unwrap();
         assert_eq!(hp.spec.unwrap().csi.unwrap().volume_handle, "pvc-1");
         let refused = |pv: &PersistentVolume, users: &[String], want: &str| {
-            let e = plan(pv, &to_csi(), "flexvol", users).unwrap_err();
+            let e = plan(pv, &to_csi(), "flexvol", users, &[]).unwrap_err();
             assert!(e.to_string().contains(want), "{e}");
         };
         refused(
@@ -893,15 +958,64 @@ mod tests {
             "used by pod(s) web-0, web-1",
         );
         // A CSI PV migrate did not make is not rolled back.
-        let mut p = plan(&ok, &to_csi(), "flexvol", &[]).unwrap();
+        let mut p = plan(&ok, &to_csi(), "flexvol", &[], &[]).unwrap();
         p.status = ok.status.clone();
         p.metadata
             .annotations
             .as_mut()
             .unwrap()
             .remove(ANN_MIGRATED_FROM);
-        let e = plan(&p, &To::FlexVolume, "flexvol", &[]).unwrap_err();
+        let e = plan(&p, &To::FlexVolume, "flexvol", &[], &[]).unwrap_err();
         assert!(e.to_string().contains("did not make it"), "{e}");
+    }
+
+    /// An LV whose pod is gone is still mounted by kubelet, or attached, for a while: a node that
+    /// lists it (by the name kubelet and the attach-detach controller give it) refuses the move.
+    #[test]
+    fn a_volume_a_node_still_lists_is_not_moved() {
+        let node = |name: &str, in_use: &[&str], attached: &[&str]| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "status": {
+                    "volumesInUse": in_use,
+                    "volumesAttached": attached.iter().map(|a| serde_json::json!({"name": a, "devicePath": ""})).collect::<Vec<_>>(),
+                }
+            }))
+            .unwrap()
+        };
+        let pv = flex_pv(
+            "flexvol/lvm",
+            &[("volumegroup", "vg0"), ("volumeID", "pvc-1")],
+        );
+        let nodes = [
+            node("a", &["flexvolume-flexvol/lvm/pvc-1"], &[]),
+            node("b", &[], &["flexvolume-flexvol/lvm/pvc-1"]),
+            node(
+                "c",
+                &["flexvolume-flexvol/lvm/pvc-10", "kubernetes.io/csi/x^pvc-1"],
+                &[],
+            ),
+            node("d", &[], &[]),
+        ];
+        let h = holders(&nodes, &pv);
+        assert_eq!(h, ["a", "b"]);
+        let e = plan(&pv, &to_csi(), "flexvol", &[], &h).unwrap_err();
+        assert!(matches!(e, Refusal::OnNode { .. }), "{e}");
+        assert!(e.to_string().contains("node(s) a, b"), "{e}");
+        // The CSI PV it became, by its driver and handle (a rollback waits the same way).
+        let mut csi = plan(&pv, &to_csi(), "flexvol", &[], &[]).unwrap();
+        csi.status = pv.status.clone();
+        let c = csi.spec.as_ref().unwrap().csi.clone().unwrap();
+        let n = node(
+            "e",
+            &[&format!(
+                "kubernetes.io/csi/{}^{}",
+                c.driver, c.volume_handle
+            )],
+            &[],
+        );
+        assert_eq!(holders(&[n], &csi), ["e"]);
+        assert!(holders(&nodes[2..], &csi).is_empty());
     }
 
     #[test]
@@ -938,6 +1052,7 @@ mod tests {
             &To::Csi("hostpath.csi.flexvol.io".into()),
             "flexvol",
             &[],
+            &[],
         )
         .unwrap();
         let said = describe(&pv, &new);
@@ -958,6 +1073,7 @@ mod tests {
             &pv,
             &To::Csi("hostpath.csi.flexvol.io".into()),
             "flexvol",
+            &[],
             &[],
         )
         .unwrap();
