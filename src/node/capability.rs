@@ -51,8 +51,9 @@
 //! hostPath `path`, `<volumegroup>/<volumeID>` for LVM, `<server>:<share>` for NFS); the signer
 //! and the checker must build them the same way, which [`Location`] does.
 
+use crate::sys::paths::{Place, write_private};
 use ring::hmac;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -310,35 +311,8 @@ impl Key {
         )?;
         let dir = path.parent().unwrap_or(Path::new("/"));
         std::fs::create_dir_all(dir).map_err(|e| io("create the directory of", e))?;
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}",
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or(NODE_KEY_FILE),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&tmp);
-        {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o400)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&tmp)
-                .map_err(|e| io("create", e))?;
-            f.write_all(&bytes).map_err(|e| io("write", e))?;
-            f.sync_all().map_err(|e| io("sync", e))?;
-        }
-        let linked = std::fs::hard_link(&tmp, path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io("create", e)),
-        }
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        // The first writer wins (kubelet may run two verbs at once); both then load the same key.
+        write_private(path, &bytes, 0o400, Place::IfAbsent).map_err(|e| io("create", e))?;
         Self::load(path, FIX)
     }
 
@@ -438,19 +412,8 @@ pub fn write_legacy_grant(
     if read_legacy_grant(state_dir, loc).as_ref() == Some(grant) {
         return Ok(());
     }
-    let tmp = dir.join(format!(".tmp-{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&tmp)?;
-        f.write_all(&serde_json::to_vec(grant).map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, &path)
+    let data = serde_json::to_vec(grant).map_err(std::io::Error::other)?;
+    write_private(&path, &data, 0o600, Place::Replace).map(drop)
 }
 
 /// The legacy grant of `loc`, if there is one that only root could have written (a regular file

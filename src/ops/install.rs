@@ -256,7 +256,7 @@ pub(crate) fn install_config(src: &Path, dest: &Path) -> Result<&'static str, In
 /// not there) installs nothing. The key's bytes are never printed.
 pub(crate) fn install_key(src: &Path, dest: &Path) -> Result<&'static str, InstallError> {
     use crate::node::capability::{MAX_KEY_BYTES, MIN_KEY_BYTES};
-    use std::os::unix::fs::OpenOptionsExt;
+    use crate::sys::paths::{Place, write_private};
     let data = match fs::read(src) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -271,7 +271,7 @@ pub(crate) fn install_key(src: &Path, dest: &Path) -> Result<&'static str, Insta
             data.len()
         )));
     }
-    let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+    let (Some(dir), Some(_)) = (dest.parent(), dest.file_name()) else {
         return Err(InstallError::Invalid(format!(
             "--nfs-key-dest {} names no file",
             dest.display()
@@ -285,32 +285,8 @@ pub(crate) fn install_key(src: &Path, dest: &Path) -> Result<&'static str, Insta
         return Ok("unchanged");
     }
     fs::create_dir_all(dir).map_err(io("create", dir))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let _ = fs::remove_file(&tmp);
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o400)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&tmp)
-            .map_err(io("create", &tmp))?;
-        f.write_all(&data)
-            .and_then(|_| f.sync_all())
-            .map_err(io("write", &tmp))?;
-        fs::rename(&tmp, dest).map_err(io("rename into place", dest))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("fsync", dir))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map(|_| if existed { "replaced" } else { "installed" })
+    write_private(dest, &data, 0o400, Place::Replace).map_err(io("write", dest))?;
+    Ok(if existed { "replaced" } else { "installed" })
 }
 
 fn install_file(

@@ -386,8 +386,8 @@ impl Journals {
     }
 
     fn save(&self, pv: &str, j: &Journal) -> Result<(), String> {
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        use crate::sys::paths::Place;
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let err =
             |what: &str, e: std::io::Error| format!("cannot {what} in {}: {e}", self.0.display());
         std::fs::DirBuilder::new()
@@ -402,19 +402,10 @@ impl Journals {
                 self.0.display()
             ));
         }
-        let tmp = self.0.join(format!(".{pv}.json.tmp"));
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(|e| err("write the journal", e))?;
-        f.write_all(&serde_json::to_vec(j).unwrap_or_default())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| err("write the journal", e))?;
-        std::fs::rename(&tmp, self.path(pv)).map_err(|e| err("write the journal", e))
+        let data = serde_json::to_vec(j).map_err(|e| format!("cannot encode the journal: {e}"))?;
+        crate::sys::paths::write_private(&self.path(pv), &data, 0o600, Place::Replace)
+            .map(drop)
+            .map_err(|e| err("write the journal", e))
     }
 
     fn remove(&self, pv: &str) -> Result<(), String> {

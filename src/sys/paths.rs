@@ -542,6 +542,68 @@ pub(crate) fn create_file(dir: &Path, name: &std::ffi::OsStr, own: Ownership) ->
     }
 }
 
+/// How [`write_private`] puts a file in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Over whatever file has the name (a `rename`).
+    Replace,
+    /// Only where nothing has the name (a hard link: the first writer wins).
+    IfAbsent,
+}
+
+/// Writes `data` to `dest` whole or not at all, with `mode` from its first byte (never readable
+/// by others, not even for a moment, when `mode` says so): a temporary `.<name>.tmp-<pid>` in
+/// `dest`'s directory, created `O_CREAT | O_EXCL | O_NOFOLLOW` (never through a name somebody
+/// planted: a leftover of ours is removed first, anything else there fails the create), written
+/// and synced, then renamed over `dest` or linked to it ([`Place`]); the directory synced. The
+/// temporary never outlives the call. `Ok(false)`: [`Place::IfAbsent`] and something had the
+/// name (left as it is). The caller makes and checks the directory.
+pub(crate) fn write_private(
+    dest: &Path,
+    data: &[u8],
+    mode: u32,
+    place: Place,
+) -> std::io::Result<bool> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return Err(std::io::Error::other(format!(
+            "{} names no file",
+            dest.display()
+        )));
+    };
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    // Ours by name and pid only when a kill left it; removing a symlink removes the link.
+    let _ = std::fs::remove_file(&tmp);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
+            .open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        drop(f);
+        let placed = match place {
+            Place::Replace => std::fs::rename(&tmp, dest).map(|()| true),
+            Place::IfAbsent => match std::fs::hard_link(&tmp, dest) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(e),
+            },
+        }?;
+        std::fs::File::open(dir)?.sync_all()?;
+        Ok(placed)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
 /// Whether a path string has a `..` component (refused everywhere: policy is checked on the
 /// resolved path, but `..` in input is never legitimate and makes intent unreadable).
 pub(crate) fn has_dotdot(path: &Path) -> bool {
@@ -551,6 +613,41 @@ pub(crate) fn has_dotdot(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_private_is_whole_private_from_the_start_and_never_follows() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("key");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert!(write_private(&dest, b"one", 0o400, Place::Replace).unwrap());
+        assert_eq!(
+            (std::fs::read(&dest).unwrap(), mode(&dest)),
+            (b"one".to_vec(), 0o400)
+        );
+        assert!(write_private(&dest, b"two", 0o600, Place::Replace).unwrap());
+        assert_eq!(
+            (std::fs::read(&dest).unwrap(), mode(&dest)),
+            (b"two".to_vec(), 0o600)
+        );
+        // IfAbsent: the first writer wins, the second leaves it.
+        assert!(!write_private(&dest, b"three", 0o600, Place::IfAbsent).unwrap());
+        assert_eq!(std::fs::read(&dest).unwrap(), b"two");
+        // A symlink planted at the temporary's name is removed, never written through.
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let tmp = d.path().join(format!(".other.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        assert!(write_private(&d.path().join("other"), b"x", 0o600, Place::IfAbsent).unwrap());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        // Nothing left beside the files.
+        let mut names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["key", "other", "victim"]);
+    }
 
     #[test]
     fn resolve_existing_splits_missing_tail() {
