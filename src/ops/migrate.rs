@@ -85,7 +85,8 @@ pub(crate) struct MigrateArgs {
 /// Which way a PV moves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum To {
-    /// To a CSI PV of this driver.
+    /// To a CSI PV of the kind's driver under this domain (`<kind>.<domain>`, the kind decided
+    /// by [`plan`] from the flexVolume driver).
     Csi(String),
     /// Back to the flexVolume PV it was (`--rollback`).
     FlexVolume,
@@ -156,7 +157,7 @@ pub(crate) fn plan(
     let anns = pv.metadata.annotations.clone().unwrap_or_default();
     let mut new_anns = anns.clone();
     let (csi, flex) = match to {
-        To::Csi(driver) => {
+        To::Csi(domain) => {
             if spec.csi.is_some() {
                 return Err(Refusal::Done("CSI"));
             }
@@ -183,7 +184,7 @@ pub(crate) fn plan(
             })?;
             new_anns.insert(ANN_MIGRATED_FROM.to_owned(), f.driver.clone());
             let csi = CSIPersistentVolumeSource {
-                driver: driver.clone(),
+                driver: format!("{kind}.{domain}"),
                 volume_handle: handle,
                 fs_type: f.fs_type.clone(),
                 read_only: f.read_only,
@@ -530,14 +531,7 @@ async fn one(client: &kube::Client, a: &MigrateArgs, journals: &Journals, name: 
             let to = if a.rollback {
                 To::FlexVolume
             } else {
-                let kind = pv
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.flex_volume.as_ref())
-                    .and_then(|f| f.driver.rsplit('/').next())
-                    .unwrap_or_default()
-                    .to_owned();
-                To::Csi(format!("{kind}.{}", a.csi_domain))
+                To::Csi(a.csi_domain.clone())
             };
             let claim = pv
                 .spec
@@ -817,7 +811,7 @@ mod tests {
     }
 
     fn to_csi() -> To {
-        To::Csi("lvm.csi.flexvol.io".into())
+        To::Csi("csi.flexvol.io".into())
     }
 
     #[test]
@@ -904,14 +898,7 @@ mod tests {
     #[test]
     fn only_bound_unused_pvs_of_flexvols_drivers_without_mount_flags_move() {
         let ok = flex_pv("flexvol/hostpath", &[("path", "/srv/x")]);
-        let hp = plan(
-            &ok,
-            &To::Csi("hostpath.csi.flexvol.io".into()),
-            "flexvol",
-            &[],
-            &[],
-        )
-        .unwrap();
+        let hp = plan(&ok, &To::Csi("csi.flexvol.io".into()), "flexvol", &[], &[]).unwrap();
         assert_eq!(hp.spec.unwrap().csi.unwrap().volume_handle, "pvc-1");
         let refused = |pv: &PersistentVolume, users: &[String], want: &str| {
             let e = plan(pv, &to_csi(), "flexvol", users, &[]).unwrap_err();
@@ -1038,14 +1025,7 @@ mod tests {
                 ("capabilityToken", "v2.team-a.deadbeef"),
             ],
         );
-        let new = plan(
-            &pv,
-            &To::Csi("hostpath.csi.flexvol.io".into()),
-            "flexvol",
-            &[],
-            &[],
-        )
-        .unwrap();
+        let new = plan(&pv, &To::Csi("csi.flexvol.io".into()), "flexvol", &[], &[]).unwrap();
         let said = describe(&pv, &new);
         assert_eq!(
             said,
@@ -1060,14 +1040,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let j = Journals(d.path().join("migrate"));
         let pv = flex_pv("flexvol/hostpath", &[("path", "/srv/x")]);
-        let new = plan(
-            &pv,
-            &To::Csi("hostpath.csi.flexvol.io".into()),
-            "flexvol",
-            &[],
-            &[],
-        )
-        .unwrap();
+        let new = plan(&pv, &To::Csi("csi.flexvol.io".into()), "flexvol", &[], &[]).unwrap();
         let journal = Journal { old: pv, new };
         j.save("pvc-1", &journal).unwrap();
         let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
