@@ -767,3 +767,77 @@ fn guest_nfs_csi_publish_unpublish() {
     assert!(crate::util::mounts_under(t2.parent().unwrap()).is_empty());
     assert!(!t2.exists(), "a refused publish leaves no target directory");
 }
+
+/// kubelet's NodePublishVolume to `flexvol csi --kind nfs` when the plugin is killed (SIGKILL)
+/// mid-publish — before `mount.nfs`, and after the kernel mounted the export but before the
+/// reply — and kubelet retries it against the restarted plugin: one mount of the export at the
+/// target, never two, the bytes on the server readable through it; unpublish leaves nothing.
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_csi_publish_killed_mid_call_converges_on_the_retry() {
+    use crate::root_csi::{Plugin, mount_cap, publish, target, unpublish};
+    use flexvol::csi::proto::*;
+    require_server();
+    let env = Env::new();
+    let share = export_dir("csi-kill");
+    std::fs::write(share.join("before"), "written before").unwrap();
+    let req = |t: &Path| NodePublishVolumeRequest {
+        volume_id: "nfs-k".into(),
+        target_path: t.to_string_lossy().into_owned(),
+        volume_capability: mount_cap(),
+        volume_context: [
+            ("server", "127.0.0.1"),
+            ("share", share.to_str().unwrap()),
+            ("csi.storage.k8s.io/pod.namespace", "ns"),
+            ("csi.storage.k8s.io/pod.name", "p"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect(),
+        ..Default::default()
+    };
+    for (i, at) in ["nfs-mount-before-mount", "nfs-mount-after-mount"]
+        .into_iter()
+        .enumerate()
+    {
+        let t = target(&env, &format!("u{i}"), "pv-nfs-k");
+        let mut dying =
+            Plugin::start_with_env(&env, &["--kind", "nfs"], &[("FLEXVOL_TEST_KILL_AT", at)]);
+        let e = publish(&dying, req(&t)).expect_err("the plugin dies mid-call");
+        assert_ne!(e.code(), tonic::Code::Ok, "{at}");
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !dying.exited() {
+            assert!(
+                std::time::Instant::now() < until,
+                "{at}: the plugin did not die"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(dying);
+        let before = crate::util::mounts_under(t.parent().unwrap()).len();
+        assert_eq!(
+            before,
+            usize::from(at == "nfs-mount-after-mount"),
+            "{at}: what the kill left mounted"
+        );
+        let p = Plugin::start_with(&env, &["--kind", "nfs"]);
+        publish(&p, req(&t)).unwrap_or_else(|e| panic!("{at}: the retry: {e:?}"));
+        publish(&p, req(&t)).unwrap_or_else(|e| panic!("{at}: a second retry: {e:?}"));
+        let m = crate::util::mounts_under(t.parent().unwrap());
+        assert_eq!(m, vec![t.clone()], "{at}: one mount at the target");
+        assert_eq!(
+            std::fs::read_to_string(t.join("before")).unwrap(),
+            "written before",
+            "{at}"
+        );
+        std::fs::write(t.join(format!("after-{i}")), "x").unwrap();
+        assert!(share.join(format!("after-{i}")).exists(), "{at}");
+        unpublish(&p, &t).unwrap();
+        assert!(
+            crate::util::mounts_under(t.parent().unwrap()).is_empty(),
+            "{at}"
+        );
+        assert!(!t.exists(), "{at}: the target is removed");
+    }
+    assert!(env.mounts().is_empty());
+}

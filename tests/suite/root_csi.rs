@@ -26,6 +26,11 @@ impl Plugin {
 
     /// Started with `args` added to its command line (e.g. `--kind nfs`).
     pub(crate) fn start_with(env: &Env, args: &[&str]) -> Self {
+        Self::start_with_env(env, args, &[])
+    }
+
+    /// As [`Plugin::start_with`], with `vars` in its environment (e.g. `FLEXVOL_TEST_KILL_AT`).
+    pub(crate) fn start_with_env(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Self {
         let root = env.root();
         let sockdir = root.join("csi");
         std::fs::create_dir_all(&sockdir).unwrap();
@@ -43,6 +48,7 @@ impl Plugin {
             .arg("--kubelet-root")
             .arg(root.join("kubelet"))
             .args(args)
+            .envs(vars.iter().copied())
             .env("FLEXVOL_CONFIG", &env.config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -69,6 +75,11 @@ impl Plugin {
             std::thread::sleep(Duration::from_millis(20));
         }
         p
+    }
+
+    /// Whether the process has exited (e.g. killed by a checkpoint).
+    pub(crate) fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
     }
 
     fn kill9(&mut self) {

@@ -343,6 +343,9 @@ fn mount_parsed(
         .table()?
         .at(&target)
         .is_some_and(|m| is_nfs(m) && same_source(&m.source, &opts.server, &opts.share));
+    if mounted {
+        crate::sys::process::checkpoint("nfs-mount-after-mount");
+    }
     match result {
         // Killed by the timeout right after the kernel mounted it: it is mounted all the same.
         _ if mounted => match fs_group {
