@@ -133,11 +133,14 @@ fn endpoint_path(endpoint: &str) -> Result<PathBuf, String> {
     Ok(path.to_owned())
 }
 
-/// A socket this process made: its directory (open), name and identity, for removal at exit.
+/// A socket this process made: its directory (open), name and identity, for removal at exit; and
+/// the directory itself when this process made it (its parent, open, and its name), removed at
+/// exit when it is then empty, so an uninstall leaves no `plugins/<driver>` behind.
 struct Made {
     dir: OwnedFd,
     name: std::ffi::OsString,
     id: (u64, u64),
+    made_dir: Option<(OwnedFd, std::ffi::OsString)>,
 }
 
 /// Whether something accepts connections on the socket at `path`, asked with a bound: a connect
@@ -166,11 +169,11 @@ fn listen(path: &Path) -> Result<(std::os::unix::net::UnixListener, Made), Strin
     };
     // The socket's own directory (kubelet's `plugins/<driver>`) is made when missing, mode 0750:
     // its parent must exist (kubelet made it); the checks below then apply to it as to any.
-    {
+    let created = {
         use std::os::unix::fs::DirBuilderExt;
         match std::fs::DirBuilder::new().mode(0o750).create(parent) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => {
                 return Err(format!(
                     "cannot make the socket directory {}: {e}",
@@ -178,7 +181,7 @@ fn listen(path: &Path) -> Result<(std::os::unix::net::UnixListener, Made), Strin
                 ));
             }
         }
-    }
+    };
     let parent = std::fs::canonicalize(parent)
         .map_err(|e| format!("socket directory {}: {e}", parent.display()))?;
     let dir = dirfd::open_dir(&parent).map_err(|e| {
@@ -231,12 +234,21 @@ fn listen(path: &Path) -> Result<(std::os::unix::net::UnixListener, Made), Strin
         ));
     }
     let id = (st.st_dev, st.st_ino);
+    let made_dir = created
+        .then(|| {
+            Some((
+                dirfd::open_dir(parent.parent()?).ok()?,
+                parent.file_name()?.to_owned(),
+            ))
+        })
+        .flatten();
     Ok((
         listener,
         Made {
             dir,
             name: name.to_owned(),
             id,
+            made_dir,
         },
     ))
 }
@@ -254,6 +266,10 @@ fn remove_made(made: &[Made]) {
             .is_ok_and(|st| (st.st_dev, st.st_ino) == m.id)
         {
             let _ = crate::sys::dirfd::unlink(&m.dir, m.name.as_os_str());
+        }
+        // Only while empty: rmdir never removes anything inside.
+        if let Some((parent, name)) = &m.made_dir {
+            let _ = crate::sys::dirfd::rmdir(parent, name.as_os_str());
         }
     }
 }

@@ -32,8 +32,8 @@ impl Plugin {
     /// As [`Plugin::start_with`], with `vars` in its environment (e.g. `FLEXVOL_TEST_KILL_AT`).
     pub(crate) fn start_with_env(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Self {
         let root = env.root();
+        // The socket's directory is the plugin's to make (kubelet makes only `plugins/`).
         let sockdir = root.join("csi");
-        std::fs::create_dir_all(&sockdir).unwrap();
         std::fs::create_dir_all(root.join("kubelet/plugins_registry")).unwrap();
         let socket = sockdir.join("csi.sock");
         let log = std::fs::OpenOptions::new()
@@ -461,27 +461,40 @@ fn root_csi_second_instance_does_not_take_a_live_socket() {
     assert_eq!(info.name, DRIVER);
 }
 
+/// SIGTERM: both sockets go (kubelet's plugin watcher sees the registration socket go and
+/// deregisters the driver), and the socket's directory too when the plugin made it and it is
+/// empty (an uninstall leaves no `plugins/<driver>`); a directory it found is left.
 #[test]
 fn root_csi_sigterm_removes_its_sockets_and_exits_143() {
     require_root!();
     let env = Env::new();
-    let mut p = Plugin::start(&env);
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(p.child.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = p.child.try_wait().unwrap() {
-            break s;
+    let sockdir = env.root().join("csi");
+    for found in [true, false] {
+        if found {
+            std::fs::create_dir_all(&sockdir).unwrap();
         }
-        assert!(
-            Instant::now() < until,
-            "flexvol csi did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(143));
-    // kubelet's plugin watcher sees the registration socket go and deregisters the driver.
-    assert!(!p.socket.exists() && !p.reg_socket.exists());
+        let mut p = Plugin::start(&env);
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(p.child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = p.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < until,
+                "flexvol csi did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(143));
+        assert!(!p.socket.exists() && !p.reg_socket.exists());
+        assert_eq!(sockdir.exists(), found, "found the directory: {found}");
+        assert!(env.root().join("kubelet/plugins_registry").is_dir());
+        if found {
+            std::fs::remove_dir(&sockdir).unwrap();
+        }
+    }
 }
 
 /// A directory flexvol provisioner made, through CSI: served only with its PV's token, to the PV
