@@ -2659,6 +2659,61 @@ fn a_clone_copies_a_claim_of_its_namespace_and_never_another_tenants() {
     assert!(note.starts_with("pvc-u1 (1 files"), "{note}");
 }
 
+/// Issue #35, 2: clones work for CSI PVs as for flexVolume ones: the source's directory read from
+/// its CSI PV's volume attributes, the copy made, and the clone a CSI PV of the class's driver
+/// with its own handle and token.
+#[test]
+fn a_clone_of_a_csi_pvs_claim_is_a_csi_pv_with_the_data() {
+    let d = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(d.path()).unwrap();
+    let mut rec = setup("node-a");
+    let mut c = class("csi", &[("csiDriver", "hostpath.csi.flexvol.io")], "Delete");
+    c.mount_options = None;
+    rec.cluster.classes.borrow_mut().insert("csi".into(), c);
+    rec.cluster
+        .claims
+        .borrow_mut()
+        .push(claim("src", "u1", "csi", Some("node-a")));
+    let cfg = config("node-a", &[&root]);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+    std::fs::write(root.join("pvc-u1_ns_src/data"), b"tenant a's").unwrap();
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        c.spec.as_mut().unwrap().volume_name = Some("pvc-u1".into());
+        c.status.as_mut().unwrap().phase = Some("Bound".into());
+    }
+    let mut copy = claim("copy", "u2", "csi", Some("node-a"));
+    copy.spec.as_mut().unwrap().data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: None,
+            kind: "PersistentVolumeClaim".into(),
+            name: "src".into(),
+        });
+    rec.cluster.claims.borrow_mut().push(copy);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.provisioned.len(), 1, "{r:?}");
+    assert_eq!(
+        std::fs::read(root.join("pvc-u2_ns_copy/data")).unwrap(),
+        b"tenant a's"
+    );
+    let vols = rec.cluster.volumes.borrow();
+    let (src, pv2) = (&vols[0], &vols[1]);
+    let csi = |v: &PersistentVolume| v.spec.as_ref().unwrap().csi.clone().unwrap();
+    assert!(pv2.spec.as_ref().unwrap().flex_volume.is_none());
+    assert_eq!(
+        (csi(pv2).driver.as_str(), csi(pv2).volume_handle.as_str()),
+        ("hostpath.csi.flexvol.io", "pvc-u2")
+    );
+    let attrs = |v: &PersistentVolume| csi(v).volume_attributes.unwrap();
+    assert_eq!(
+        attrs(pv2)["path"],
+        root.join("pvc-u2_ns_copy").display().to_string()
+    );
+    assert_ne!(attrs(pv2)["capabilityToken"], attrs(src)["capabilityToken"]);
+    let note = pv2.metadata.annotations.as_ref().unwrap()["flexvol/cloned-from"].clone();
+    assert!(note.starts_with("pvc-u1 (1 files"), "{note}");
+}
+
 /// The capacity publisher measures this node's roots, builds a valid record for it, stamped with
 /// the given time, and writes it through the API seam.
 #[test]
