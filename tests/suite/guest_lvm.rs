@@ -574,8 +574,27 @@ fn guest_lvm_kill_9_mid_verb_then_retry_converges() {
     let uuid = blkid_uuid(&v.dev);
     assert!(!uuid.is_empty());
     assert!(!is_mount_point(&v.global()));
+    let tags = |vg: &Vg| {
+        run(
+            "lvm",
+            &[
+                "lvs",
+                "--noheadings",
+                "-o",
+                "lv_tags",
+                &format!("{}/pv-k1", vg.name),
+            ],
+        )
+    };
+    assert!(
+        !tags(&vg).contains("flexvol.formatted"),
+        "killed before the tag"
+    );
     v.call(&["mountdevice", s(&v.global()), &v.dev, &v.j]).ok();
     assert_eq!(blkid_uuid(&v.dev), uuid);
+    // The retry tags the filesystem the killed call made (its record said it was formatting), so
+    // a filesystem that later reads as blank is refused, never formatted again.
+    assert!(tags(&vg).contains("flexvol.formatted"), "{}", tags(&vg));
     let pod = v.mount_pod("u1", &v.j);
     std::fs::write(pod.join("keep"), b"data").unwrap();
     v.teardown("u1");

@@ -25,7 +25,9 @@
 //!   a read-only volume, never for an LV tagged `flexvol.formatted`, i.e. one that lost its
 //!   filesystem); a filesystem of the requested type → mount it as is; a different type, a
 //!   partition table, an LVM/RAID/crypto signature, an ambivalent probe or a probe error →
-//!   Failure, and no mkfs. The state record is written before mkfs and mount.
+//!   Failure, and no mkfs. The state record is written before mkfs and mount, and says
+//!   `formatting` until the tag is set: a call cut short between mkfs and the tag (a kill) leaves
+//!   that record, and the retry, finding a filesystem there, sets the tag.
 //! - `mount <podDir> <json>` (node): bind the global mount onto the pod directory (read-only when
 //!   asked). The global directory is computed the way kubelet computes it (docs/protocol.md §7):
 //!   the kubelet root (the pod directory's prefix before `/pods/<uid>/volumes/...`) +
@@ -360,6 +362,10 @@ fn record(o: &LvmOptions, verb: &str, target: &Path, source: &Path) -> VolumeRec
     }
 }
 
+/// Key of a mount record's `extra` saying that this attempt formats the LV (until its
+/// [`TAG_FORMATTED`] is set).
+const FORMATTING: &str = "formatting";
+
 /// `mountdevice`: format if provably blank, mount at the global directory.
 fn mount_device(
     ctx: &Context,
@@ -465,14 +471,37 @@ fn mount_device(
         }
     }
 
+    // A kill between our mkfs and its tag left the filesystem untagged: the record of that
+    // attempt (this target's, root-only) says so, and the tag is added now — without it, a
+    // filesystem that later reads as blank would be formatted again instead of refused.
+    let state = ctx.state(BACKEND);
+    if !blank
+        && !o.read_only
+        && state
+            .load(&target)?
+            .is_some_and(|r| r.extra.get(FORMATTING).is_some_and(|v| v == "true"))
+    {
+        let lvs = seams.lvs.list(ctx, &o.vg)?;
+        if lvs
+            .iter()
+            .any(|r| r.lv_name == o.lv && !r.has_tag(TAG_FORMATTED))
+        {
+            seams.lvs.add_tag(ctx, &o.key(), TAG_FORMATTED)?;
+        }
+    }
     // Read before the mount, so a failure to read leaves nothing mounted.
     let grow = !blank && needs_grow(ctx, seams, o)?;
-    ctx.state(BACKEND)
-        .save(&record(o, "mountdevice", &target, &dev))?;
+    let mut rec = record(o, "mountdevice", &target, &dev);
+    if blank {
+        rec.extra.insert(FORMATTING.to_owned(), "true".to_owned());
+    }
+    state.save(&rec)?;
     if blank {
         tools::mkfs(ctx, &o.fs, &o.mkfs_args, &dev)?;
         checkpoint("lvm-mountdevice-after-mkfs");
         seams.lvs.add_tag(ctx, &o.key(), TAG_FORMATTED)?;
+        rec.extra.remove(FORMATTING);
+        state.save(&rec)?;
     }
     ctx.mounter
         .mount_fs(&dev, &target, o.fs.name(), o.read_only, &o.mount_data)?;

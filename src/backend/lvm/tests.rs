@@ -387,6 +387,54 @@ fn mountdevice_formats_only_a_blank_device() {
     assert_eq!(w.mounter.calls().len(), 1);
 }
 
+/// mkfs done, its `flexvol.formatted` tag not (here the lvchange fails; a kill -9 in between is
+/// the same, proven in the guest): the retry finds a filesystem, and because this target's record
+/// says the failed call was formatting, tags it; a plain existing filesystem is never tagged.
+#[test]
+fn mountdevice_tags_a_filesystem_whose_format_was_cut_short() {
+    let w = world();
+    let g = w.global();
+    w.runner.on(
+        "lvm",
+        &["lvs"],
+        0,
+        &lvs_json(&[("lv1", "-wi-a-----", 1 << 30, "flexvol.created", "")]),
+        "",
+    );
+    w.runner.once(
+        "lvm",
+        &["lvchange"],
+        5,
+        "",
+        "  Cannot process volume group vg0\n",
+    );
+    blkid(&w, 2, "");
+    w.call(&["mountdevice", s(&g), DEV, J]).unwrap_err();
+    assert!(w.lines().contains(&"mkfs.ext4 -q /dev/vg0/lv1".to_owned()));
+    assert!(w.mounter.calls().is_empty());
+    blkid(&w, 0, EXT4);
+    let before = w.lines().len();
+    w.call(&["mountdevice", s(&g), DEV, J]).unwrap();
+    assert_eq!(
+        w.lines()[before..],
+        [
+            "blkid -p -o export -- /dev/vg0/lv1",
+            LVS,
+            "lvm lvchange -y --addtag flexvol.formatted -- vg0/lv1",
+        ]
+    );
+    assert_eq!(w.mounter.calls().len(), 1);
+    // Unmounted and mounted again: the record no longer says formatting; nothing is tagged.
+    w.call(&["unmountdevice", s(&g)]).unwrap();
+    let before = w.lines().len();
+    w.call(&["mountdevice", s(&g), DEV, J]).unwrap();
+    assert!(
+        !w.lines()[before..].iter().any(|l| l.contains("--addtag")),
+        "{:?}",
+        &w.lines()[before..]
+    );
+}
+
 #[test]
 fn mountdevice_mounts_an_existing_filesystem_without_mkfs() {
     let w = world();
