@@ -519,11 +519,13 @@ impl node_server::Node for NodeService {
                 return Err(Status::invalid_argument("volume_path is required"));
             }
             // kubelet sends the pod's target path (or the staging path); either shape, nothing
-            // opened through it: the LV comes from the staging path's record.
+            // opened through it: the LV comes from the staging path's record. A path of neither
+            // shape holds no volume this plugin serves: NOT_FOUND, as CSI asks of a volume not
+            // found (csi-sanity checks it), and as NodeGetVolumeStats answers.
             let is_target = target_path(&s.kubelet_root, &r.volume_path, "volume_path").is_ok();
             if !is_target {
                 staging_path(&s.kubelet_root, &s.driver_name, &r.volume_path)
-                    .map_err(|_| Status::invalid_argument("volume_path is neither a CSI target path nor a staging path under the kubelet directory"))?;
+                    .map_err(|_| Status::not_found("volume_path is neither a CSI target path nor a staging path under the kubelet directory: no volume of this plugin is there"))?;
             }
             // kubelet 1.20 expands a staged volume with the staging path as volume_path and no
             // staging_target_path (its NodeExpand leaves DeviceStagePath empty): that path is the

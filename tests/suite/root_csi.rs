@@ -565,3 +565,34 @@ fn root_csi_topology_only_with_a_topology_key() {
     .unwrap();
     assert_eq!(caps.capabilities.len(), 1, "{caps:?}");
 }
+
+/// csi-sanity (`--kind lvm`): NodeExpandVolume of a path that is neither a target nor a staging
+/// path holds no volume of this plugin: NOT_FOUND, as CSI asks, with nothing run and nothing
+/// opened; a missing path or volume id is INVALID_ARGUMENT; other kinds do not serve it.
+#[test]
+fn root_csi_expand_of_a_path_holding_no_volume_is_not_found() {
+    require_root!();
+    let env = Env::new();
+    let p = Plugin::start_with(&env, &["--kind", "lvm"]);
+    let expand = |p: &Plugin, id: &str, path: &str| {
+        call::<_, NodeExpandVolumeResponse>(
+            &p.socket,
+            "/csi.v1.Node/NodeExpandVolume",
+            NodeExpandVolumeRequest {
+                volume_id: id.into(),
+                volume_path: path.into(),
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .code()
+    };
+    for path in ["some/path", "/etc", "/dev/sda"] {
+        assert_eq!(expand(&p, "vg0/lv1", path), Code::NotFound, "{path}");
+    }
+    assert_eq!(expand(&p, "vg0/lv1", ""), Code::InvalidArgument);
+    assert_eq!(expand(&p, "", "some/path"), Code::InvalidArgument);
+    drop(p);
+    let p = Plugin::start(&env);
+    assert_eq!(expand(&p, "v", "some/path"), Code::Unimplemented);
+}
