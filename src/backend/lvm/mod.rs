@@ -473,12 +473,15 @@ fn mount_device(
 
     // A kill between our mkfs and its tag left the filesystem untagged: the record of that
     // attempt (this target's, root-only) says so, and the tag is added now — without it, a
-    // filesystem that later reads as blank would be formatted again instead of refused.
+    // filesystem that later reads as blank would be formatted again instead of refused. A record
+    // that cannot be read is no evidence (it is rewritten below): the mount goes on as before.
     let state = ctx.state(BACKEND);
     if !blank
         && !o.read_only
         && state
-            .load(&target)?
+            .load(&target)
+            .ok()
+            .flatten()
             .is_some_and(|r| r.extra.get(FORMATTING).is_some_and(|v| v == "true"))
     {
         let lvs = seams.lvs.list(ctx, &o.vg)?;
