@@ -311,8 +311,9 @@ fn users(pods: &[Pod], claim: &str) -> Vec<String> {
 
 /// The nodes whose status lists `pv`'s volume as attached or in use. kubelet and the
 /// attach-detach controller name a volume `<plugin>/<volume name>`: a flexVolume PV's is
-/// `flexvolume-<driver>/<PV name>` (the driver's `getvolumename` answer is ignored: the PV's name
-/// is used), a CSI PV's `kubernetes.io/csi/<driver>^<handle>`. kubelet lists attachable
+/// `<driver>/<PV name>` (the plugin is named by its driver, `flexvol/lvm`; the driver's
+/// `getvolumename` answer is ignored: the PV's name is used; seen on kubelet 1.20 in deploy-e2e,
+/// which asserts it), a CSI PV's `kubernetes.io/csi/<driver>^<handle>`. kubelet lists attachable
 /// (flexvol's LVM) volumes from before they are mounted until they are unmounted; the controller
 /// lists them until they are detached. hostPath and NFS volumes are not attachable and never
 /// listed: for them the claim's pods are the evidence (kubelet lets a pod go only after its
@@ -322,7 +323,7 @@ fn holders(nodes: &[Node], pv: &PersistentVolume) -> Vec<String> {
     let spec = pv.spec.as_ref();
     let mut names = Vec::new();
     if let Some(f) = spec.and_then(|s| s.flex_volume.as_ref()) {
-        names.push(format!("flexvolume-{}/{name}", f.driver));
+        names.push(format!("{}/{name}", f.driver));
     }
     if let Some(c) = spec.and_then(|s| s.csi.as_ref()) {
         names.push(format!(
@@ -966,11 +967,15 @@ mod tests {
             &[("volumegroup", "vg0"), ("volumeID", "pvc-1")],
         );
         let nodes = [
-            node("a", &["flexvolume-flexvol/lvm/pvc-1"], &[]),
-            node("b", &[], &["flexvolume-flexvol/lvm/pvc-1"]),
+            node("a", &["flexvol/lvm/pvc-1"], &[]),
+            node("b", &[], &["flexvol/lvm/pvc-1"]),
             node(
                 "c",
-                &["flexvolume-flexvol/lvm/pvc-10", "kubernetes.io/csi/x^pvc-1"],
+                &[
+                    "flexvol/lvm/pvc-10",
+                    "kubernetes.io/csi/x^pvc-1",
+                    "flexvolume-flexvol/lvm/pvc-1",
+                ],
                 &[],
             ),
             node("d", &[], &[]),
