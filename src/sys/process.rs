@@ -297,10 +297,16 @@ pub(crate) fn guard_unless_on(local: Option<u64>, paths: &[&std::path::Path]) {
 /// `FLEXVOL_TEST_HANG_AT` equals `name`, the call blocks here forever instead, like a step stuck
 /// in the kernel: the deadline tests prove which calls the guard thread answers; with
 /// `FLEXVOL_TEST_HANG_WHEN` set to a path as well, only once that path exists (so a daemon that
-/// passed the point many times can be stuck there later, from outside). Costs two environment
-/// lookups when unset.
+/// passed the point many times can be stuck there later, from outside). With
+/// `FLEXVOL_TEST_KILL_ONCE` set to a path as well, the kill happens only if removing that path
+/// succeeds, so a daemon restarted by its supervisor with the same environment (a DaemonSet's
+/// container) is killed once per marker the test plants, not on every retry. Costs two
+/// environment lookups when unset.
 pub(crate) fn checkpoint(name: &str) {
-    if std::env::var_os("FLEXVOL_TEST_KILL_AT").is_some_and(|v| v == name) {
+    if std::env::var_os("FLEXVOL_TEST_KILL_AT").is_some_and(|v| v == name)
+        && std::env::var_os("FLEXVOL_TEST_KILL_ONCE")
+            .is_none_or(|marker| std::fs::remove_file(marker).is_ok())
+    {
         let _ = signal::kill(Pid::this(), Signal::SIGKILL);
         // SIGKILL cannot be blocked; never reached.
         std::thread::park();

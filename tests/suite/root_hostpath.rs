@@ -441,6 +441,60 @@ fn root_kill_9_before_bind_then_retry_converges() {
     assert!(env.mounts().is_empty());
 }
 
+/// `FLEXVOL_TEST_KILL_ONCE` (what deploy-e2e sets on the CSI containers of a DaemonSet, which come
+/// back with the same environment): the checkpoint kills only while its marker exists, and
+/// removes it first, so one planted marker is one kill and the retry with the same environment
+/// converges.
+#[test]
+fn root_kill_once_kills_only_while_its_marker_exists_and_only_once() {
+    use std::os::unix::process::ExitStatusExt;
+    require_root!();
+    let env = Env::new();
+    let src = env.mkdir("data");
+    let pod = env.pod_dir("u", "v");
+    let j = opts(&src, json!({}));
+    let marker = env.root().join("kill-once");
+    let run = || {
+        env.command("hostpath", &["mount", pod.to_str().unwrap(), &j])
+            .env("FLEXVOL_TEST_KILL_AT", "hostpath-mount-before-bind")
+            .env("FLEXVOL_TEST_KILL_ONCE", &marker)
+            .output()
+            .expect("run driver")
+    };
+    // No marker: no kill.
+    let out = run();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(mount_count(&pod), 1);
+    unmount(&env, &pod).ok();
+    // A marker: killed at the checkpoint, the marker gone, nothing mounted.
+    std::fs::write(&marker, b"").unwrap();
+    let out = run();
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "not killed: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!marker.exists(), "the kill did not consume its marker");
+    assert_eq!(mount_count(&pod), 0);
+    // The same environment again: the retry converges.
+    let out = run();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(mount_count(&pod), 1);
+    unmount(&env, &pod).ok();
+    assert!(env.mounts().is_empty());
+}
+
 /// Issue #10 item 2: with a shared source (systemd's default for /), a bind used to join the
 /// source's peer group. A mount made inside the pod's bind then appeared on the host, a mount
 /// that appeared later inside the source made `unmount` answer "busy" forever, and without a
