@@ -447,49 +447,29 @@ fn root_kill_9_before_bind_then_retry_converges() {
 /// converges.
 #[test]
 fn root_kill_once_kills_only_while_its_marker_exists_and_only_once() {
-    use std::os::unix::process::ExitStatusExt;
     require_root!();
     let env = Env::new();
     let src = env.mkdir("data");
     let pod = env.pod_dir("u", "v");
     let j = opts(&src, json!({}));
     let marker = env.root().join("kill-once");
-    let run = || {
-        env.command("hostpath", &["mount", pod.to_str().unwrap(), &j])
-            .env("FLEXVOL_TEST_KILL_AT", "hostpath-mount-before-bind")
-            .env("FLEXVOL_TEST_KILL_ONCE", &marker)
-            .output()
-            .expect("run driver")
-    };
+    let at = "hostpath-mount-before-bind";
+    let vars = [
+        ("FLEXVOL_TEST_KILL_AT", at),
+        ("FLEXVOL_TEST_KILL_ONCE", marker.to_str().unwrap()),
+    ];
+    let args = ["mount", pod.to_str().unwrap(), &j];
     // No marker: no kill.
-    let out = run();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{:?}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    env.call_env("hostpath", &args, &vars).ok();
     assert_eq!(mount_count(&pod), 1);
     unmount(&env, &pod).ok();
     // A marker: killed at the checkpoint, the marker gone, nothing mounted.
     std::fs::write(&marker, b"").unwrap();
-    let out = run();
-    assert_eq!(
-        out.status.signal(),
-        Some(9),
-        "not killed: {:?}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    env.killed_at_env("hostpath", &args, at, &vars[1..]);
     assert!(!marker.exists(), "the kill did not consume its marker");
     assert_eq!(mount_count(&pod), 0);
     // The same environment again: the retry converges.
-    let out = run();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{:?}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    env.call_env("hostpath", &args, &vars).ok();
     assert_eq!(mount_count(&pod), 1);
     unmount(&env, &pod).ok();
     assert!(env.mounts().is_empty());

@@ -209,9 +209,25 @@ impl Env {
     /// step was reached; a killed driver has printed nothing.
     #[track_caller]
     pub fn killed_at(&self, driver: &str, args: &[&str], checkpoint: &str) {
+        self.killed_at_env(driver, args, checkpoint, &[]);
+    }
+
+    /// As [`Env::killed_at`], with `env` added to the driver's environment (e.g.
+    /// `FLEXVOL_TEST_KILL_ONCE`).
+    #[track_caller]
+    pub fn killed_at_env(
+        &self,
+        driver: &str,
+        args: &[&str],
+        checkpoint: &str,
+        env: &[(&str, &str)],
+    ) {
         use std::os::unix::process::ExitStatusExt;
-        let out = self
-            .command(driver, args)
+        let mut c = self.command(driver, args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c
             .env("FLEXVOL_TEST_KILL_AT", checkpoint)
             .output()
             .expect("run driver");
