@@ -27,7 +27,11 @@
 //! - an LVM volume id is `<vg>/<lv>` and names the LV; a context that names another is refused,
 //!   and the filesystem type is the capability's ([`lvm_options`]); NodeExpandVolume acts on the
 //!   LV the staging path's root-only record names, never on one the request names;
-//! - `secrets` are never read, logged or passed on.
+//! - `secrets` are never read, logged or passed on;
+//! - the pod's fsGroup (`volume_mount_group`, which kubelet 1.22+ sends because the hostPath and
+//!   NFS plugins advertise VOLUME_MOUNT_GROUP) is taken only as a decimal group id and becomes the
+//!   FlexVolume fsGroup option, which the backend applies to a provisioned volume only
+//!   ([`mount_group`], [`node_capabilities`]); LVM neither advertises nor reads it.
 //!
 //! The backend's blocking work runs on a blocking thread under the node config's verb timeout
 //! (DEADLINE_EXCEEDED when it expires; the volume's lock keeps a late finish from racing a retry).
@@ -127,6 +131,9 @@ pub(crate) fn options_for(
     if let Some(pv) = pv {
         map.insert(keys::PV_OR_VOLUME_NAME.to_owned(), pv.into());
     }
+    if let Some(gid) = mount_group(r.volume_capability.as_ref())? {
+        map.insert(keys::FS_GROUP.to_owned(), gid.to_string().into());
+    }
     let rw = if r.readonly || reader_only(r.volume_capability.as_ref()) {
         "ro"
     } else {
@@ -135,6 +142,30 @@ pub(crate) fn options_for(
     map.insert(keys::READWRITE.to_owned(), rw.into());
     let json = serde_json::Value::Object(map).to_string();
     Options::parse(&json).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// The pod's fsGroup as kubelet passes it to a plugin with VOLUME_MOUNT_GROUP
+/// (`MountVolume.volume_mount_group`, the decimal group id), for the FlexVolume fsGroup option
+/// the backends read: they apply it only to a provisioned volume its PV's token proves, mounted
+/// read-write (hostPath's and NFS's `mount`), exactly as for a FlexVolume PV. Anything but
+/// decimal digits of a `u32` (a sign, spaces, a name, an overflow) is INVALID_ARGUMENT, and the
+/// error does not echo it. Empty: none.
+fn mount_group(cap: Option<&VolumeCapability>) -> Result<Option<u32>, Status> {
+    let Some(group) = cap
+        .and_then(|c| c.mount.as_ref())
+        .map(|m| m.volume_mount_group.as_str())
+        .filter(|g| !g.is_empty())
+    else {
+        return Ok(None);
+    };
+    let digits = group.len() <= 10 && group.bytes().all(|b| b.is_ascii_digit());
+    match group.parse::<u32>() {
+        Ok(gid) if digits => Ok(Some(gid)),
+        _ => Err(Status::invalid_argument(format!(
+            "volume_capability.mount.volume_mount_group ({} bytes) is not a numeric group id; kubelet passes the pod's fsGroup there as a decimal number",
+            group.len()
+        ))),
+    }
 }
 
 /// A volume context as FlexVolume options (module doc: what is refused, renamed and dropped).
@@ -596,21 +627,12 @@ impl node_server::Node for NodeService {
         &self,
         _request: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-        // NFS: no GET_VOLUME_STATS (node_get_volume_stats says why).
-        let capabilities = match self.settings.kind {
-            Kind::Hostpath => vec![NodeServiceCapability {
-                rpc: Some(NodeServiceCapabilityRpc {
-                    r#type: GET_VOLUME_STATS,
-                }),
-            }],
-            Kind::Nfs => Vec::new(),
-            Kind::Lvm => [STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS, EXPAND_VOLUME]
-                .into_iter()
-                .map(|r#type| NodeServiceCapability {
-                    rpc: Some(NodeServiceCapabilityRpc { r#type }),
-                })
-                .collect(),
-        };
+        let capabilities = node_capabilities(self.settings.kind)
+            .iter()
+            .map(|&r#type| NodeServiceCapability {
+                rpc: Some(NodeServiceCapabilityRpc { r#type }),
+            })
+            .collect();
         Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 
@@ -626,6 +648,20 @@ impl node_server::Node for NodeService {
                 segments: HashMap::from([(k.clone(), "true".to_owned())]),
             }),
         }))
+    }
+}
+
+/// The Node capabilities of a kind. NFS: no GET_VOLUME_STATS (`node_get_volume_stats` says why).
+/// VOLUME_MOUNT_GROUP for hostPath and NFS only: with it, kubelet 1.22+ passes the pod's fsGroup
+/// to NodePublishVolume and applies none itself, and the backend applies it to a provisioned
+/// volume only, as the FlexVolume `mount` does ([`mount_group`]); kubelet never touches a static
+/// one either way (`fsGroupPolicy: None`). Not for LVM: its CSIDriver says `fsGroupPolicy: File`
+/// and kubelet applies the group to the filesystem itself, which advertising it would stop.
+pub(crate) fn node_capabilities(kind: Kind) -> &'static [i32] {
+    match kind {
+        Kind::Hostpath => &[GET_VOLUME_STATS, VOLUME_MOUNT_GROUP],
+        Kind::Nfs => &[VOLUME_MOUNT_GROUP],
+        Kind::Lvm => &[STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS, EXPAND_VOLUME],
     }
 }
 
@@ -812,6 +848,66 @@ mod tests {
         let e = staging_path(root, "d", &long).unwrap_err();
         assert!(e.message().len() < 1_000, "{} bytes", e.message().len());
         assert_eq!(bounded("short"), "short");
+    }
+
+    #[test]
+    fn volume_mount_group_is_the_fs_group_option_and_only_a_decimal_group_id() {
+        let with_group = |group: &str| {
+            let mut r = publish(&[("path", "/srv/x")], false, 1);
+            if let Some(m) = r.volume_capability.as_mut().and_then(|c| c.mount.as_mut()) {
+                m.volume_mount_group = group.into();
+            }
+            r
+        };
+        let o = options_for(&with_group("2345"), Some("pv-a")).unwrap();
+        assert_eq!(o.fs_group().unwrap(), Some(2345));
+        assert_eq!(
+            options_for(&with_group("0"), None)
+                .unwrap()
+                .fs_group()
+                .unwrap(),
+            Some(0)
+        );
+        assert_eq!(
+            options_for(&with_group(""), None)
+                .unwrap()
+                .fs_group()
+                .unwrap(),
+            None
+        );
+        for bad in [
+            "-1",
+            "+1",
+            " 1",
+            "1 ",
+            "wheel",
+            "4294967296",
+            "99999999999",
+            "0x1",
+            "1e3",
+        ] {
+            let e = options_for(&with_group(bad), None).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+            assert!(!e.message().contains(bad.trim()), "{}", e.message());
+        }
+        // A PV author cannot set the group through the volume attributes either.
+        let e = options_for(
+            &publish(&[("path", "/srv/x"), (keys::FS_GROUP, "0")], false, 1),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn volume_mount_group_is_advertised_where_the_backend_applies_it_and_not_for_lvm() {
+        assert_eq!(
+            node_capabilities(Kind::Hostpath),
+            &[GET_VOLUME_STATS, VOLUME_MOUNT_GROUP]
+        );
+        assert_eq!(node_capabilities(Kind::Nfs), &[VOLUME_MOUNT_GROUP]);
+        // LVM: kubelet applies the group (fsGroupPolicy File); advertising it would stop that.
+        assert!(!node_capabilities(Kind::Lvm).contains(&VOLUME_MOUNT_GROUP));
     }
 
     #[test]

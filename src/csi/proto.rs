@@ -327,6 +327,10 @@ pub const STAGE_UNSTAGE_VOLUME: i32 = 1;
 pub const GET_VOLUME_STATS: i32 = 2;
 /// `NodeServiceCapability.RPC.Type.EXPAND_VOLUME`.
 pub const EXPAND_VOLUME: i32 = 3;
+/// `NodeServiceCapability.RPC.Type.VOLUME_MOUNT_GROUP` (CSI 1.5): the plugin applies
+/// `MountVolume.volume_mount_group` itself, and kubelet (1.22+, `DelegateFSGroupToCSIDriver`)
+/// then passes the pod's fsGroup there instead of applying it.
+pub const VOLUME_MOUNT_GROUP: i32 = 6;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct NodeGetInfoRequest {}

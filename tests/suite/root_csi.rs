@@ -207,11 +207,12 @@ fn root_csi_identity_node_info_and_registration() {
     .unwrap();
     assert_eq!(
         caps.capabilities,
-        vec![NodeServiceCapability {
-            rpc: Some(NodeServiceCapabilityRpc {
-                r#type: GET_VOLUME_STATS
+        [GET_VOLUME_STATS, VOLUME_MOUNT_GROUP]
+            .into_iter()
+            .map(|r#type| NodeServiceCapability {
+                rpc: Some(NodeServiceCapabilityRpc { r#type })
             })
-        }]
+            .collect::<Vec<_>>()
     );
     // Not served: NodeStage (no STAGE_UNSTAGE capability) and the Controller service.
     let e = call::<_, NodeGetInfoResponse>(
@@ -540,6 +541,98 @@ fn root_csi_a_provisioned_directory_is_served_only_to_its_pv_and_namespace() {
     let t = target(&env, "u2", "pvc-v");
     publish(&p, req(&t, "team-b", Some("false"))).unwrap();
     assert_eq!(std::fs::read(t.join("secret")).unwrap(), b"team-b's data");
+    unpublish(&p, &t).unwrap();
+    assert!(env.mounts().is_empty());
+}
+
+/// The pod's fsGroup through CSI (VOLUME_MOUNT_GROUP, what kubelet 1.22+ passes in
+/// `volume_mount_group` instead of applying it): a provisioned directory published read-write to
+/// its PV gets the group as through the FlexVolume `mount` (group, group-write, set-gid
+/// directories); a static hostPath directory, a read-only publish and a refused one keep their
+/// ownership; a group that is not a decimal number is refused without being echoed, nothing
+/// mounted. Fails if the plugin dropped the group (the provisioned root stays group 0) or applied
+/// it to a static directory (its group would become 2345).
+#[test]
+fn root_csi_volume_mount_group_applies_to_a_provisioned_directory_only() {
+    use flexvol::node::capability::{Key, Location, node_key_path};
+    use std::os::unix::fs::MetadataExt;
+    require_root!();
+    let (env, _root, vol) = crate::security_policy::provisioning_env();
+    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
+    let token = key.sign_for(
+        "pvc-v",
+        "team-b",
+        &Location::HostPath(vol.to_str().unwrap()),
+    );
+    let stat = |p: &Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.gid(), m.mode() & 0o7777)
+    };
+    let p = Plugin::start(&env);
+    let with_group = |mut r: NodePublishVolumeRequest, group: &str| {
+        if let Some(m) = r.volume_capability.as_mut().and_then(|c| c.mount.as_mut()) {
+            m.volume_mount_group = group.into();
+        }
+        r
+    };
+    let provisioned = |t: &Path, readonly: bool, ns: &str| {
+        let mut r = publish_req(t, &vol, readonly);
+        r.volume_context
+            .insert("capabilityToken".into(), token.clone());
+        r.volume_context
+            .insert("csi.storage.k8s.io/pod.namespace".into(), ns.into());
+        r.volume_context
+            .insert("csi.storage.k8s.io/ephemeral".into(), "false".into());
+        r
+    };
+    let before = stat(&vol);
+    assert_eq!(before.1, 0, "the test's volume starts as group 0");
+
+    // Not a number: refused, not echoed, nothing mounted, the target made removed again.
+    for bad in [
+        "-1",
+        "+2345",
+        " 2345",
+        "2345 ",
+        "staff",
+        "4294967296",
+        "0x10",
+        "2345;id",
+    ] {
+        let t = target(&env, "bad", "pvc-v");
+        let e = publish(&p, with_group(provisioned(&t, false, "team-b"), bad)).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {e:?}");
+        assert!(!e.message().contains(bad.trim()), "{}", e.message());
+        assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+        assert!(!t.exists());
+    }
+    // Another namespace's pod: refused before anything is walked.
+    let t = target(&env, "other", "pvc-v");
+    let e = publish(&p, with_group(provisioned(&t, false, "team-a"), "2345")).unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    // Read-only: published, ownership untouched (as kubelet leaves a read-only volume).
+    let t = target(&env, "ro", "pvc-v");
+    publish(&p, with_group(provisioned(&t, true, "team-b"), "2345")).unwrap();
+    unpublish(&p, &t).unwrap();
+    assert_eq!(stat(&vol), before);
+
+    // A static hostPath directory of the node: never regrouped.
+    let host = env.mkdir("data/static");
+    std::fs::write(host.join("f"), b"x").unwrap();
+    let host_before = (stat(&host), stat(&host.join("f")));
+    let t = target(&env, "static", "pv-static");
+    publish(&p, with_group(publish_req(&t, &host, false), "2345")).unwrap();
+    unpublish(&p, &t).unwrap();
+    assert_eq!((stat(&host), stat(&host.join("f"))), host_before);
+
+    // The provisioned directory, read-write, to its PV: the group, through the pod's view too.
+    let t = target(&env, "rw", "pvc-v");
+    publish(&p, with_group(provisioned(&t, false, "team-b"), "2345")).unwrap();
+    let (_, gid, mode) = stat(&vol);
+    assert_eq!(gid, 2345);
+    assert_eq!(mode & 0o2070, 0o2070, "set-gid and group rwx: {mode:o}");
+    assert_eq!(stat(&vol.join("secret")).1, 2345);
+    assert_eq!(stat(&t).1, 2345, "the pod's view of its volume");
     unpublish(&p, &t).unwrap();
     assert!(env.mounts().is_empty());
 }
