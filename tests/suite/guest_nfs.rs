@@ -672,7 +672,8 @@ fn guest_nfs_conformance_runner_passes_the_nfs_driver() {
 
 /// `flexvol csi --kind nfs` over its socket, as kubelet calls it: a static export published onto a
 /// CSI target path (the NFS backend's `mount`: the target made, the export mounted there, a write
-/// lands on the server), published again (OK), unpublished twice (OK, the target removed), no
+/// lands on the server; the pod's fsGroup in `volume_mount_group` leaves its ownership as it
+/// was), published again (OK), unpublished twice (OK, the target removed), no
 /// NodeGetVolumeStats offered; an export outside the node's policy and an inline ephemeral volume
 /// refused with nothing mounted and no target left.
 #[test]
@@ -693,11 +694,33 @@ fn guest_nfs_csi_publish_unpublish() {
         NodeGetCapabilitiesRequest {},
     )
     .unwrap();
-    assert!(caps.capabilities.is_empty(), "{caps:?}");
+    assert_eq!(
+        caps.capabilities,
+        vec![NodeServiceCapability {
+            rpc: Some(NodeServiceCapabilityRpc {
+                r#type: VOLUME_MOUNT_GROUP
+            })
+        }],
+        "the pod's fsGroup, and no volume stats"
+    );
+    // With the pod's fsGroup as kubelet 1.22+ passes it: a static export keeps its ownership.
+    let with_group = || {
+        let mut c = mount_cap();
+        if let Some(m) = c.as_mut().and_then(|c| c.mount.as_mut()) {
+            m.volume_mount_group = "2345".into();
+        }
+        c
+    };
+    let owner = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.gid(), m.mode() & 0o7777)
+    };
+    let share_owner = owner(&share);
     let req = |t: &Path, ctx: &[(&str, &str)]| NodePublishVolumeRequest {
         volume_id: "nfs-1".into(),
         target_path: t.to_string_lossy().into_owned(),
-        volume_capability: mount_cap(),
+        volume_capability: with_group(),
         volume_context: ctx
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -716,6 +739,11 @@ fn guest_nfs_csi_publish_unpublish() {
     assert_eq!(m.len(), 1, "{m:?}");
     std::fs::write(t.join("written-through-csi"), "x").unwrap();
     assert!(share.join("written-through-csi").exists());
+    assert_eq!(
+        owner(&share),
+        share_owner,
+        "a static export is never regrouped"
+    );
     publish(&p, req(&t, &ctx)).expect("a repeated publish is OK");
     assert_eq!(crate::util::mounts_under(t.parent().unwrap()).len(), 1);
     let stats = call::<_, NodeGetVolumeStatsResponse>(
@@ -766,6 +794,93 @@ fn guest_nfs_csi_publish_unpublish() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(crate::util::mounts_under(t2.parent().unwrap()).is_empty());
     assert!(!t2.exists(), "a refused publish leaves no target directory");
+}
+
+/// The pod's fsGroup through `flexvol csi --kind nfs` (`volume_mount_group`, which kubelet 1.22+
+/// sends to a plugin with VOLUME_MOUNT_GROUP) on the guest's real NFS server: a provisioned
+/// subdirectory (its PV's token under the shared key, published to its PV by kubelet's pod info)
+/// gets the group, group-write and set-gid on the server; published read-only it keeps its
+/// ownership (a static export with a group: `guest_nfs_csi_publish_unpublish`; on a server that
+/// hosts a provisioned export every share needs a token). Fails if the plugin drops the group (the
+/// subdirectory stays group 0).
+#[test]
+#[ignore = "guest tier: needs a kernel NFS server; run inside the test VM"]
+fn guest_nfs_csi_volume_mount_group_applies_to_a_provisioned_subdirectory_only() {
+    use crate::root_csi::{Plugin, publish, target, unpublish};
+    use flexvol::csi::proto::*;
+    use flexvol::node::capability::{Key, Location};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    require_server();
+    let env = Env::new();
+    let key_file = env.root().join("nfs.key");
+    std::fs::write(&key_file, b"the guest's shared NFS key......").unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let provisioned_export = export_dir("csi-fsg");
+    let sub = provisioned_export.join("pvc-c_ns_c");
+    std::fs::create_dir_all(sub.join("d")).unwrap();
+    std::fs::write(sub.join("d/f"), b"x").unwrap();
+    env.reconfigure(json!({ "nfs": {
+        "provisionedExports": [format!("127.0.0.1:{}", provisioned_export.display())],
+        "capabilityKeyFile": key_file,
+    }}));
+    let key = Key::load(&key_file, "test").unwrap();
+    let sub_s = sub.to_str().unwrap().to_owned();
+    let token = key.sign_for(
+        "pvc-c",
+        "ns",
+        &Location::Nfs {
+            server: "127.0.0.1",
+            share: &sub_s,
+        },
+    );
+    let stat = |p: &Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.gid(), m.mode() & 0o7777)
+    };
+    let p = Plugin::start_with(&env, &["--kind", "nfs"]);
+    let req = |t: &Path, share: &str, readonly: bool, token: &str| {
+        let mut ctx: std::collections::HashMap<String, String> = [
+            ("server", "127.0.0.1"),
+            ("share", share),
+            ("csi.storage.k8s.io/pod.namespace", "ns"),
+            ("csi.storage.k8s.io/pod.name", "p"),
+            ("csi.storage.k8s.io/ephemeral", "false"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        ctx.insert("capabilityToken".into(), token.into());
+        NodePublishVolumeRequest {
+            volume_id: "nfs-fsg".into(),
+            target_path: t.to_string_lossy().into_owned(),
+            volume_capability: Some(VolumeCapability {
+                block: None,
+                mount: Some(MountVolume {
+                    volume_mount_group: "2345".into(),
+                    ..Default::default()
+                }),
+                access_mode: Some(AccessMode { mode: 1 }),
+            }),
+            readonly,
+            volume_context: ctx,
+            ..Default::default()
+        }
+    };
+    let sub_before = stat(&sub);
+    assert_eq!(sub_before.1, 0);
+    let t = target(&env, "u2", "pvc-c");
+    publish(&p, req(&t, &sub_s, true, &token)).unwrap();
+    unpublish(&p, &t).unwrap();
+    assert_eq!(stat(&sub), sub_before, "read-only: untouched");
+    let t = target(&env, "u3", "pvc-c");
+    publish(&p, req(&t, &sub_s, false, &token)).unwrap();
+    let (_, gid, mode) = stat(&sub);
+    assert_eq!(gid, 2345, "applied on the server");
+    assert_eq!(mode & 0o2070, 0o2070, "{mode:o}");
+    assert_eq!(stat(&sub.join("d/f")).1, 2345);
+    assert_eq!(stat(&t).1, 2345, "the pod's view");
+    unpublish(&p, &t).unwrap();
+    assert!(crate::util::mounts_under(&env.root()).is_empty());
 }
 
 /// kubelet's NodePublishVolume to `flexvol csi --kind nfs` when the plugin is killed (SIGKILL)
