@@ -498,33 +498,52 @@ fn root_csi_sigterm_removes_its_sockets_and_exits_143() {
     }
 }
 
+/// The capability token flexvol provisioner gives PV `pvc-v` of namespace `team-b` for `vol`
+/// (`security_policy::provisioning_env`'s volume), signed with the node key under `env`.
+fn pvc_v_token(env: &Env, vol: &Path) -> String {
+    use flexvol::node::capability::{Key, Location, node_key_path};
+    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
+    key.sign_for(
+        "pvc-v",
+        "team-b",
+        &Location::HostPath(vol.to_str().unwrap()),
+    )
+}
+
+/// [`publish_req`] of `vol` onto `t` with the PV's `token` and, as kubelet adds them, the pod's
+/// namespace `ns` and (when given) its `csi.storage.k8s.io/ephemeral` pod info.
+fn provisioned_req(
+    t: &Path,
+    vol: &Path,
+    readonly: bool,
+    token: &str,
+    ns: &str,
+    ephemeral: Option<&str>,
+) -> NodePublishVolumeRequest {
+    let mut r = publish_req(t, vol, readonly);
+    r.volume_context
+        .insert("capabilityToken".into(), token.into());
+    r.volume_context
+        .insert("csi.storage.k8s.io/pod.namespace".into(), ns.into());
+    if let Some(e) = ephemeral {
+        r.volume_context
+            .insert("csi.storage.k8s.io/ephemeral".into(), e.into());
+    }
+    r
+}
+
 /// A directory flexvol provisioner made, through CSI: served only with its PV's token, to the PV
 /// kubelet names in the target path (`.../kubernetes.io~csi/<pv>/mount`) when kubelet's pod info
 /// marks the volume persistent, and to a pod of the claim's namespace; anything else is refused
 /// with nothing mounted and the target it made removed.
 #[test]
 fn root_csi_a_provisioned_directory_is_served_only_to_its_pv_and_namespace() {
-    use flexvol::node::capability::{Key, Location, node_key_path};
     require_root!();
     let (env, _root, vol) = crate::security_policy::provisioning_env();
-    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
-    let token = key.sign_for(
-        "pvc-v",
-        "team-b",
-        &Location::HostPath(vol.to_str().unwrap()),
-    );
+    let token = pvc_v_token(&env, &vol);
     let p = Plugin::start(&env);
     let req = |t: &Path, ns: &str, ephemeral: Option<&str>| {
-        let mut r = publish_req(t, &vol, false);
-        r.volume_context
-            .insert("capabilityToken".into(), token.clone());
-        r.volume_context
-            .insert("csi.storage.k8s.io/pod.namespace".into(), ns.into());
-        if let Some(e) = ephemeral {
-            r.volume_context
-                .insert("csi.storage.k8s.io/ephemeral".into(), e.into());
-        }
-        r
+        provisioned_req(t, &vol, false, &token, ns, ephemeral)
     };
     for (pv, ns, ephemeral) in [
         ("pvc-v", "team-b", None), // no pod info: the name is not known to be the PV's
@@ -554,16 +573,10 @@ fn root_csi_a_provisioned_directory_is_served_only_to_its_pv_and_namespace() {
 /// it to a static directory (its group would become 2345).
 #[test]
 fn root_csi_volume_mount_group_applies_to_a_provisioned_directory_only() {
-    use flexvol::node::capability::{Key, Location, node_key_path};
     use std::os::unix::fs::MetadataExt;
     require_root!();
     let (env, _root, vol) = crate::security_policy::provisioning_env();
-    let key = Key::load_or_create(&node_key_path(&env.state)).unwrap();
-    let token = key.sign_for(
-        "pvc-v",
-        "team-b",
-        &Location::HostPath(vol.to_str().unwrap()),
-    );
+    let token = pvc_v_token(&env, &vol);
     let stat = |p: &Path| {
         let m = std::fs::symlink_metadata(p).unwrap();
         (m.uid(), m.gid(), m.mode() & 0o7777)
@@ -576,14 +589,7 @@ fn root_csi_volume_mount_group_applies_to_a_provisioned_directory_only() {
         r
     };
     let provisioned = |t: &Path, readonly: bool, ns: &str| {
-        let mut r = publish_req(t, &vol, readonly);
-        r.volume_context
-            .insert("capabilityToken".into(), token.clone());
-        r.volume_context
-            .insert("csi.storage.k8s.io/pod.namespace".into(), ns.into());
-        r.volume_context
-            .insert("csi.storage.k8s.io/ephemeral".into(), "false".into());
-        r
+        provisioned_req(t, &vol, readonly, &token, ns, Some("false"))
     };
     let before = stat(&vol);
     assert_eq!(before.1, 0, "the test's volume starts as group 0");
