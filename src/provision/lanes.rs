@@ -220,7 +220,11 @@ async fn run(mut a: LaneArgs) {
                 let r = rec.sync(k, &config).await;
                 // Progress: a long batch of slow objects is not a stuck lane.
                 a.shared.health.beat_lane(lane, Instant::now());
-                queue.done(k, r.failed.is_empty(), Instant::now());
+                queue.done(
+                    k,
+                    r.failed.is_empty() && r.deferred.is_empty(),
+                    Instant::now(),
+                );
                 report.merge(r);
             }
             if sweep_at.is_some_and(|t| Instant::now() >= t) {
@@ -324,6 +328,9 @@ fn log_report(r: &Report) {
     }
     for f in &r.failed {
         warn!(target: LOG_TARGET, "{f}");
+    }
+    for d in &r.deferred {
+        info!(target: LOG_TARGET, "{d}");
     }
 }
 

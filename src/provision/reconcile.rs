@@ -147,6 +147,11 @@ pub struct Report {
     pub refused: Vec<String>,
     /// Failures (also sent as events where there is an object to attach them to).
     pub failed: Vec<String>,
+    /// Work held back for another controller, not failed: claims whose resize is recorded only
+    /// once kube-controller-manager's expand controller has done its part
+    /// ([`Reconciler::kcm_done_with`]). Their keys come back after the backoff like a failure's,
+    /// or at once when the claim changes.
+    pub deferred: Vec<String>,
     /// Advice to the operator about this node's labels (said once per change).
     pub advice: Vec<String>,
     /// PVs of ours made before the finalizer that were given it now.
@@ -268,6 +273,7 @@ impl Report {
         self.rescheduled.extend(other.rescheduled);
         self.refused.extend(other.refused);
         self.failed.extend(other.failed);
+        self.deferred.extend(other.deferred);
         self.advice.extend(other.advice);
         self.protected.extend(other.protected);
         self.released.extend(other.released);
@@ -379,7 +385,18 @@ pub(crate) struct Reconciler<C> {
     here: Here,
     /// One breaker per fault domain (an NFS server).
     breakers: Breakers,
+    /// Claims (by uid) whose resize is ready to be recorded, held for kube-controller-manager
+    /// ([`Reconciler::kcm_done_with`]), since when; an entry leaves when the claim is written.
+    pub(crate) resize_held: HashMap<String, std::time::Instant>,
+    /// How long a claim is held at most ([`RESIZE_HOLD`]; tests shorten it).
+    pub(crate) resize_hold: std::time::Duration,
 }
+
+/// How long the status write of a flexVolume claim's finished resize waits at most for
+/// kube-controller-manager's expand controller to do its part ([`Reconciler::kcm_done_with`]).
+/// It normally takes milliseconds; a controller manager whose expand controller is off never
+/// does it, and the claim is then finished after this.
+pub(crate) const RESIZE_HOLD: std::time::Duration = std::time::Duration::from_secs(15);
 
 enum Step {
     /// Nothing to do for this claim (not ours, not this node, already provisioned).
@@ -670,6 +687,8 @@ impl<C: Cluster> Reconciler<C> {
                 base: std::time::Duration::from_secs(5),
                 max: std::time::Duration::from_secs(300),
             }),
+            resize_held: HashMap::new(),
+            resize_hold: RESIZE_HOLD,
         }
     }
 
@@ -1577,22 +1596,81 @@ impl<C: Cluster> Reconciler<C> {
             )
             .await;
             if !finishes_on_node {
-                self.finish_claim(c, grown, report).await;
+                self.finish_claim(c, pv, grown, report).await;
             }
         } else if !finishes_on_node && claim_capacity.is_some_and(|cc| cc < have) {
-            // A kill between the PV and the claim: finish the claim.
-            self.finish_claim(c, have, report).await;
+            // A kill between the PV and the claim, or a claim held for kcm: finish the claim.
+            self.finish_claim(c, pv, have, report).await;
         }
     }
 
-    async fn finish_claim(&mut self, c: &PersistentVolumeClaim, bytes: u64, report: &mut Report) {
+    /// Whether kube-controller-manager's expand controller is done with claim `c` of the
+    /// flexVolume PV `pv`, so that the claim may be written.
+    ///
+    /// For a flexVolume PV kcm's expand controller (every release, its no-op expander) answers a
+    /// bigger request with three writes of its own: the claim's `Resizing` condition, the PV's
+    /// capacity, then the claim's `FileSystemResizePending` (with `NodeResizePending` in
+    /// `allocatedResourceStatuses` on 1.34+). Its first write is conditional on the claim as its
+    /// cache had it; on 1.20–1.22 a failed first write crashes kube-controller-manager
+    /// (kubernetes#111891, fixed in 1.23 by #111894). A claim recorded by flexvol before that
+    /// write makes it fail, so flexvol records it only once kcm's last write shows (a claim
+    /// update, which brings the claim back at once) or after [`Reconciler::resize_hold`] (an
+    /// expand controller that is off). A CSI PV gets none of this: kcm leaves it to an external
+    /// resizer, which flexvol is.
+    fn kcm_done_with(&mut self, c: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+        if pv.spec.as_ref().is_none_or(|s| s.flex_volume.is_none()) {
+            return true;
+        }
+        let status = c.status.as_ref();
+        let pending = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "FileSystemResizePending" && c.status == "True")
+            })
+            || status
+                .and_then(|s| s.allocated_resource_statuses.as_ref())
+                .and_then(|m| m.get("storage"))
+                .is_some_and(|s| s == "NodeResizePending");
+        let Some(uid) = c.metadata.uid.clone() else {
+            return true;
+        };
+        let now = std::time::Instant::now();
+        let hold = self.resize_hold;
+        // Entries of claims that went away meanwhile do not pile up.
+        self.resize_held
+            .retain(|_, since| now.duration_since(*since) < hold.saturating_mul(20));
+        let since = *self.resize_held.entry(uid).or_insert(now);
+        pending || now.duration_since(since) >= hold
+    }
+
+    async fn finish_claim(
+        &mut self,
+        c: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+        bytes: u64,
+        report: &mut Report,
+    ) {
+        if !self.kcm_done_with(c, pv) {
+            report.deferred.push(format!(
+                "{}: grown; its size is recorded once kube-controller-manager's expand controller has marked it (at most {} s)",
+                claim_ref(c),
+                self.resize_hold.as_secs()
+            ));
+            return;
+        }
         let ns = c.metadata.namespace.as_deref().unwrap_or("");
         let name = c.metadata.name.as_deref().unwrap_or("");
         let q = quantity(bytes);
-        if let Err(e) = self.cluster.finish_claim_resize(ns, name, &q).await {
-            report
+        match self.cluster.finish_claim_resize(ns, name, &q).await {
+            Ok(()) => {
+                if let Some(uid) = c.metadata.uid.as_deref() {
+                    self.resize_held.remove(uid);
+                }
+            }
+            Err(e) => report
                 .failed
-                .push(format!("{}: {e}; retrying", claim_ref(c)));
+                .push(format!("{}: {e}; retrying", claim_ref(c))),
         }
     }
 

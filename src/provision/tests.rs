@@ -1136,10 +1136,23 @@ fn readme_local_path_config_is_a_valid_node_config() {
 
 /// A provisioned, Bound claim of class `c` (with `allowVolumeExpansion: expand`) asking for `want`.
 fn bound_and_grown(expand: bool, want: &str) -> (tempfile::TempDir, Reconciler<Fake>, Config) {
+    bound_and_grown_with(expand, want, &[])
+}
+
+/// [`bound_and_grown`] with class parameters `params`.
+fn bound_and_grown_with(
+    expand: bool,
+    want: &str,
+    params: &[(&str, &str)],
+) -> (tempfile::TempDir, Reconciler<Fake>, Config) {
     let d = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(d.path()).unwrap();
     let mut rec = setup("node-a");
-    let mut sc = class("c", &[], "Delete");
+    let mut sc = class("c", params, "Delete");
+    if params.iter().any(|(k, _)| *k == "csiDriver") {
+        // CSI PVs take no mount options.
+        sc.mount_options = None;
+    }
     sc.allow_volume_expansion = Some(expand);
     rec.cluster.classes.borrow_mut().insert("c".into(), sc);
     rec.cluster
@@ -1162,11 +1175,31 @@ fn bound_and_grown(expand: bool, want: &str) -> (tempfile::TempDir, Reconciler<F
         c.status = Some(PersistentVolumeClaimStatus {
             phase: Some("Bound".into()),
             capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+            // What kube-controller-manager's expand controller leaves on a flexVolume claim
+            // once it has done its part (its no-op expander).
+            conditions: Some(vec![kcm_mark()]),
             ..Default::default()
         });
     }
     set_phase(&rec, "pvc-u1", "Bound");
     (d, rec, cfg)
+}
+
+fn kcm_mark() -> k8s_openapi::api::core::v1::PersistentVolumeClaimCondition {
+    k8s_openapi::api::core::v1::PersistentVolumeClaimCondition {
+        type_: "FileSystemResizePending".into(),
+        status: "True".into(),
+        ..Default::default()
+    }
+}
+
+fn set_claim_conditions(
+    rec: &Reconciler<Fake>,
+    conds: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaimCondition>,
+) {
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        c.status.as_mut().unwrap().conditions = Some(conds.clone());
+    }
 }
 
 fn pv_size(rec: &Reconciler<Fake>) -> (String, String) {
@@ -1211,6 +1244,100 @@ fn a_bigger_claim_grows_the_pv_and_records_the_size_on_the_claim() {
     // Converged: the next pass does nothing.
     let r = block_on(rec.pass(&cfg));
     assert!(r.resized.is_empty() && r.failed.is_empty(), "{r:?}");
+}
+
+#[test]
+fn a_flexvolume_claim_is_recorded_only_once_kcm_has_marked_it_or_after_the_hold() {
+    // kube-controller-manager 1.20-1.22 crashes when its conditional claim write fails
+    // (kubernetes#111891): flexvol writes the claim only after kcm's last write.
+    let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
+    set_claim_conditions(&rec, vec![]);
+    let rv = |rec: &Reconciler<Fake>| rec.cluster.claims.borrow()[0].metadata.clone();
+    let before = rv(&rec);
+    let r = block_on(rec.pass(&cfg));
+    // The volume and the PV grow at once; the claim is not touched, and that is no failure.
+    assert_eq!(r.resized, vec![("pvc-u1".to_owned(), 2 << 30)], "{r:?}");
+    assert_eq!(pv_size(&rec), ("2Gi".into(), (2u64 << 30).to_string()));
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(r.deferred.len(), 1, "{r:?}");
+    assert!(
+        r.deferred[0].contains("kube-controller-manager"),
+        "{:?}",
+        r.deferred
+    );
+    assert_eq!(claim_capacity(&rec), "1Gi");
+    assert_eq!(rv(&rec), before);
+    // kcm's intermediate state (its first write done, not its last): still held.
+    set_claim_conditions(
+        &rec,
+        vec![k8s_openapi::api::core::v1::PersistentVolumeClaimCondition {
+            type_: "Resizing".into(),
+            status: "True".into(),
+            ..Default::default()
+        }],
+    );
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deferred.len(), 1, "{r:?}");
+    assert_eq!(claim_capacity(&rec), "1Gi");
+    // kcm marked it: recorded, conditions cleared.
+    set_claim_conditions(&rec, vec![kcm_mark()]);
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deferred.is_empty() && r.failed.is_empty(), "{r:?}");
+    assert_eq!(claim_capacity(&rec), "2Gi");
+    assert!(
+        rec.cluster.claims.borrow()[0]
+            .status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+    );
+
+    // 1.34+ says the same in allocatedResourceStatuses.
+    let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        let st = c.status.as_mut().unwrap();
+        st.conditions = None;
+        st.allocated_resource_statuses = Some(BTreeMap::from([(
+            "storage".into(),
+            "NodeResizePending".into(),
+        )]));
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deferred.is_empty(), "{r:?}");
+    assert_eq!(claim_capacity(&rec), "2Gi");
+
+    // An expand controller that never marks it (switched off): recorded after the hold.
+    let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
+    set_claim_conditions(&rec, vec![]);
+    rec.resize_hold = std::time::Duration::from_millis(50);
+    let r = block_on(rec.pass(&cfg));
+    assert_eq!(r.deferred.len(), 1, "{r:?}");
+    assert_eq!(claim_capacity(&rec), "1Gi");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deferred.is_empty() && r.failed.is_empty(), "{r:?}");
+    assert_eq!(claim_capacity(&rec), "2Gi");
+    assert!(rec.resize_held.is_empty());
+
+    // A CSI PV: kcm leaves it to an external resizer (flexvol) and writes nothing; not held.
+    let (_d, mut rec, cfg) =
+        bound_and_grown_with(true, "2Gi", &[("csiDriver", "hostpath.csi.flexvol.io")]);
+    assert!(
+        rec.cluster.volumes.borrow()[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .csi
+            .is_some()
+    );
+    set_claim_conditions(&rec, vec![]);
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deferred.is_empty() && r.failed.is_empty(), "{r:?}");
+    assert_eq!(r.resized.len(), 1, "{r:?}");
+    assert_eq!(claim_capacity(&rec), "2Gi");
 }
 
 #[test]
@@ -2084,8 +2211,26 @@ fn a_resize_finished_on_a_1_34_claim_through_the_pass_keeps_other_conditions() {
         st.capacity = Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))]));
         c.status = Some(st);
     }
+    // kcm is in the middle of its part (Resizing, ControllerResizeInProgress): held.
     let r = block_on(rec.pass(&cfg));
     assert_eq!(r.resized.len(), 1, "{r:?}");
+    assert_eq!(r.deferred.len(), 1, "{r:?}");
+    assert_eq!(claim_capacity(&rec), "1Gi");
+    // kcm's last write: Resizing becomes FileSystemResizePending, the status NodeResizePending.
+    for c in rec.cluster.claims.borrow_mut().iter_mut() {
+        let st = c.status.as_mut().unwrap();
+        for cond in st.conditions.as_mut().unwrap() {
+            if cond.type_ == "Resizing" {
+                cond.type_ = "FileSystemResizePending".into();
+            }
+        }
+        st.allocated_resource_statuses = Some(BTreeMap::from([(
+            "storage".into(),
+            "NodeResizePending".into(),
+        )]));
+    }
+    let r = block_on(rec.pass(&cfg));
+    assert!(r.deferred.is_empty() && r.failed.is_empty(), "{r:?}");
     assert_eq!(claim_capacity(&rec), "2Gi");
     let c = serde_json::to_value(&rec.cluster.claims.borrow()[0]).unwrap();
     assert_eq!(
