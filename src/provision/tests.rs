@@ -2162,7 +2162,7 @@ fn a_finished_resize_keeps_the_conditions_and_status_of_other_controllers_of_1_3
             .unwrap()
             .keys()
             .collect::<Vec<_>>(),
-        vec!["capacity", "conditions"]
+        vec!["allocatedResourceStatuses", "capacity", "conditions"]
     );
     let mut after = before.clone();
     json_patch::merge(&mut after, &patch);
@@ -2176,6 +2176,12 @@ fn a_finished_resize_keeps_the_conditions_and_status_of_other_controllers_of_1_3
         before["status"]["conditions"][1]
     );
     assert_eq!(after["status"]["capacity"]["storage"], "2Gi");
+    // The resize is over: no storage entry left in allocatedResourceStatuses (kubelet's finish
+    // does the same); allocatedResources kept.
+    assert_eq!(
+        after["status"]["allocatedResourceStatuses"],
+        serde_json::json!({})
+    );
     assert_status_kept(&after, &before, &[]);
     assert_eq!(after["spec"], before["spec"]);
 }
@@ -2186,6 +2192,11 @@ fn a_finished_resize_clears_both_conditions_of_1_20_and_leaves_no_list() {
     let patch =
         crate::provision::cluster::live::finish_resize_patch(&before, &Quantity("2Gi".into()));
     assert_eq!(patch["status"]["conditions"], serde_json::Value::Null);
+    // 1.20 has no allocatedResourceStatuses: nothing written about it.
+    assert!(
+        patch["status"].get("allocatedResourceStatuses").is_none(),
+        "{patch}"
+    );
     let mut after = before.clone();
     json_patch::merge(&mut after, &patch);
     assert!(after["status"].get("conditions").is_none(), "{after}");
@@ -2232,6 +2243,16 @@ fn a_resize_finished_on_a_1_34_claim_through_the_pass_keeps_other_conditions() {
     let r = block_on(rec.pass(&cfg));
     assert!(r.deferred.is_empty() && r.failed.is_empty(), "{r:?}");
     assert_eq!(claim_capacity(&rec), "2Gi");
+    // NodeResizePending is gone with the resize.
+    assert!(
+        rec.cluster.claims.borrow()[0]
+            .status
+            .as_ref()
+            .unwrap()
+            .allocated_resource_statuses
+            .as_ref()
+            .is_none_or(|m| m.is_empty())
+    );
     let c = serde_json::to_value(&rec.cluster.claims.borrow()[0]).unwrap();
     assert_eq!(
         condition_types(&c),
@@ -3177,7 +3198,7 @@ fn recorded_claims_and_pvs_of_1_34_to_1_36_decode_whole_into_the_model() {
 }
 
 #[test]
-fn a_finished_resize_of_a_1_36_claim_writes_capacity_and_conditions_only() {
+fn a_finished_resize_of_a_1_36_claim_writes_capacity_conditions_and_the_storage_status_only() {
     let before = fixture("claim-1.36-resizing");
     let patch =
         crate::provision::cluster::live::finish_resize_patch(&before, &Quantity("2Gi".into()));
@@ -3186,6 +3207,7 @@ fn a_finished_resize_of_a_1_36_claim_writes_capacity_and_conditions_only() {
         serde_json::json!({
             "metadata": {"resourceVersion": "90412"},
             "status": {
+                "allocatedResourceStatuses": {"storage": null},
                 "capacity": {"storage": "2Gi"},
                 "conditions": [
                     before["status"]["conditions"][2],
@@ -3226,10 +3248,15 @@ fn a_resize_of_a_1_36_claim_through_the_pass_keeps_the_unknown_condition() {
         condition_types(&c),
         vec!["NodeResizeError", "Unused", "ModifyingVolume"]
     );
+    // The resize is over: kubelet's finish would remove NodeResizePending too.
     assert_eq!(
-        c["status"]["allocatedResourceStatuses"]["storage"],
-        "NodeResizePending"
+        c["status"]["allocatedResourceStatuses"]
+            .get("storage")
+            .cloned()
+            .unwrap_or_default(),
+        serde_json::Value::Null
     );
+    assert_eq!(c["status"]["allocatedResources"]["storage"], "2Gi");
     assert_eq!(c["status"]["modifyVolumeStatus"]["status"], "InProgress");
 }
 
@@ -3343,10 +3370,11 @@ fn a_created_pv_names_only_fields_of_1_20() {
 
 /// A resize's patch applied to a recorded claim keeps the status fields newer than the model
 /// (and `phase`, `accessModes`) as the server returned them, plus `more`.
+/// Every status field but capacity, conditions and `allocatedResourceStatuses` (the finish
+/// writes those) is `before`'s, and `more` too.
 fn assert_status_kept(after: &serde_json::Value, before: &serde_json::Value, more: &[&str]) {
     for k in [
         "allocatedResources",
-        "allocatedResourceStatuses",
         "currentVolumeAttributesClassName",
         "modifyVolumeStatus",
         "phase",

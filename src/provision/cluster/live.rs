@@ -52,10 +52,19 @@ fn test_failed_is_conflict(e: ApiError) -> ApiError {
 /// returned it, raw JSON: fields this crate's v1_33 model does not know are kept as they are):
 /// `capacity`, and the conditions without [`RESIZE_CONDITIONS`]. Other controllers' conditions
 /// are written back unchanged; when there is no resize condition the list is not written at all.
+/// On 1.34+ (where the claim has `allocatedResourceStatuses`) its `storage` entry is removed, as
+/// kubelet's own finish does (`MarkFSResizeFinished`): left behind, `NodeResizePending` would say
+/// for ever that the node still has work; `allocatedResources` stays, as kubelet leaves it.
 /// A merge patch replaces a list whole, so the patch carries the claim's resourceVersion: the
 /// server refuses it (409) if anyone wrote the claim since it was read.
 pub fn finish_resize_patch(claim: &serde_json::Value, capacity: &Quantity) -> serde_json::Value {
     let mut status = serde_json::json!({"capacity": {"storage": capacity}});
+    if claim
+        .pointer("/status/allocatedResourceStatuses/storage")
+        .is_some()
+    {
+        status["allocatedResourceStatuses"] = serde_json::json!({"storage": null});
+    }
     if let Some(conds) = claim
         .pointer("/status/conditions")
         .and_then(serde_json::Value::as_array)
