@@ -245,6 +245,27 @@ kc_wait_for() {
 	done
 }
 
+# kc_restart_kubelet NODE TAG: starts NODE's kubelet again, with the flags and port it was
+# started with (its index in KC_NODES), once the caller has stopped it (kc_stop_name
+# kubelet-NODE); the old kubelet's log is kept as logs/kubelet-NODE.TAG, so that
+# kc_kubelet_reregistered reads the new one's only.
+kc_restart_kubelet() {
+	local node="$1" tag="$2" i=0 n
+	for n in "${KC_NODES[@]}"; do
+		[ "$n" = "$node" ] && break
+		i=$((i + 1))
+	done
+	[ "$i" -lt "${#KC_NODES[@]}" ] || kc_fail "kc_restart_kubelet: $node is not a node of this cluster (${KC_NODES[*]})"
+	mv -f "$KC_DIR/logs/kubelet-$node.log" "$KC_DIR/logs/kubelet-$node.$tag"
+	kc_start_kubelet "$node" "$i"
+}
+
+# kc_kubelet_reregistered NODE: the kubelet started by kc_restart_kubelet found its Node object
+# (a predicate for kc_wait_for).
+kc_kubelet_reregistered() {
+	grep -q "Node $1 was previously registered" "$KC_DIR/logs/kubelet-$1.log"
+}
+
 kc_start_kubelet() { # NODE INDEX
 	local node="$1" i="$2" nd
 	nd="$(kc_node_dir "$node")"
