@@ -1626,7 +1626,7 @@ impl<C: Cluster> Reconciler<C> {
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| {
                 cs.iter()
-                    .any(|c| c.type_ == "FileSystemResizePending" && c.status == "True")
+                    .any(|cond| cond.type_ == "FileSystemResizePending" && cond.status == "True")
             })
             || status
                 .and_then(|s| s.allocated_resource_statuses.as_ref())

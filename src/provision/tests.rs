@@ -1213,16 +1213,21 @@ fn pv_size(rec: &Reconciler<Fake>) -> (String, String) {
     )
 }
 
+/// The status of the (one) claim as the fake server has it now.
+fn claim_status(rec: &Reconciler<Fake>) -> PersistentVolumeClaimStatus {
+    rec.cluster.claims.borrow()[0].status.clone().unwrap()
+}
+
 fn claim_capacity(rec: &Reconciler<Fake>) -> String {
-    rec.cluster.claims.borrow()[0]
-        .status
-        .as_ref()
-        .unwrap()
-        .capacity
-        .as_ref()
-        .unwrap()["storage"]
-        .0
-        .clone()
+    claim_status(rec).capacity.unwrap()["storage"].0.clone()
+}
+
+/// kcm's last resize write on 1.34+: `allocatedResourceStatuses.storage` is NodeResizePending.
+fn mark_node_resize_pending(st: &mut PersistentVolumeClaimStatus) {
+    st.allocated_resource_statuses = Some(BTreeMap::from([(
+        "storage".into(),
+        "NodeResizePending".into(),
+    )]));
 }
 
 #[test]
@@ -1284,26 +1289,14 @@ fn a_flexvolume_claim_is_recorded_only_once_kcm_has_marked_it_or_after_the_hold(
     let r = block_on(rec.pass(&cfg));
     assert!(r.deferred.is_empty() && r.failed.is_empty(), "{r:?}");
     assert_eq!(claim_capacity(&rec), "2Gi");
-    assert!(
-        rec.cluster.claims.borrow()[0]
-            .status
-            .as_ref()
-            .unwrap()
-            .conditions
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty()
-    );
+    assert!(claim_status(&rec).conditions.unwrap_or_default().is_empty());
 
     // 1.34+ says the same in allocatedResourceStatuses.
     let (_d, mut rec, cfg) = bound_and_grown(true, "2Gi");
     for c in rec.cluster.claims.borrow_mut().iter_mut() {
         let st = c.status.as_mut().unwrap();
         st.conditions = None;
-        st.allocated_resource_statuses = Some(BTreeMap::from([(
-            "storage".into(),
-            "NodeResizePending".into(),
-        )]));
+        mark_node_resize_pending(st);
     }
     let r = block_on(rec.pass(&cfg));
     assert!(r.deferred.is_empty(), "{r:?}");
@@ -2235,22 +2228,15 @@ fn a_resize_finished_on_a_1_34_claim_through_the_pass_keeps_other_conditions() {
                 cond.type_ = "FileSystemResizePending".into();
             }
         }
-        st.allocated_resource_statuses = Some(BTreeMap::from([(
-            "storage".into(),
-            "NodeResizePending".into(),
-        )]));
+        mark_node_resize_pending(st);
     }
     let r = block_on(rec.pass(&cfg));
     assert!(r.deferred.is_empty() && r.failed.is_empty(), "{r:?}");
     assert_eq!(claim_capacity(&rec), "2Gi");
     // NodeResizePending is gone with the resize.
     assert!(
-        rec.cluster.claims.borrow()[0]
-            .status
-            .as_ref()
-            .unwrap()
+        claim_status(&rec)
             .allocated_resource_statuses
-            .as_ref()
             .is_none_or(|m| m.is_empty())
     );
     let c = serde_json::to_value(&rec.cluster.claims.borrow()[0]).unwrap();
