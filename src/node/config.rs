@@ -102,6 +102,17 @@ impl Default for Config {
     }
 }
 
+/// A preset name of `hostpath.ephemeral`: a DNS label (what a pod's `volumeAttributes.preset`
+/// names).
+fn preset_name_ok(name: &str) -> bool {
+    let b = name.as_bytes();
+    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=63).contains(&b.len())
+        && b.iter().all(|c| inner(c) || *c == b'-')
+        && b.first().is_some_and(inner)
+        && b.last().is_some_and(inner)
+}
+
 /// Why the config could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -218,6 +229,37 @@ impl Config {
                     "hostpath.allowedRoots entries must be absolute paths without \"..\", other than /, got {:?}",
                     r.display().to_string()
                 )));
+            }
+        }
+        for (name, preset) in &c.hostpath.ephemeral {
+            let r = &preset.root;
+            if !preset_name_ok(name) {
+                return Err(invalid(format!(
+                    "hostpath.ephemeral preset names are 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit, got {:?}",
+                    crate::protocol::options::bounded(name)
+                )));
+            }
+            if !path_ok(r) || r == Path::new("/") {
+                return Err(invalid(format!(
+                    "hostpath.ephemeral.{name}.root must be an absolute path without \"..\", other than /, got {:?}",
+                    r.display().to_string()
+                )));
+            }
+            let overlaps = |a: &PathBuf| {
+                crate::sys::paths::is_under(r, a) || crate::sys::paths::is_under(a, r)
+            };
+            let taken = [
+                ("hostpath.allowedRoots", c.hostpath.allowed_roots.clone()),
+                ("a provisioning root", c.local_path.all_roots()),
+            ];
+            for (what, roots) in taken {
+                if let Some(a) = roots.iter().find(|a| overlaps(a)) {
+                    return Err(invalid(format!(
+                        "hostpath.ephemeral.{name}.root {} overlaps {what} {}: pods' scratch directories must be reachable by no other volume and no provisioner; give the preset a root of its own",
+                        r.display(),
+                        a.display()
+                    )));
+                }
             }
         }
         if c.call_log_max_bytes != 0 && c.call_log_max_bytes < MIN_CALL_LOG_MAX_BYTES {
@@ -428,6 +470,65 @@ mod tests {
                 .log_path(),
             None
         );
+    }
+
+    #[test]
+    fn ephemeral_presets_are_parsed_and_their_roots_are_their_own() {
+        let c = Config::parse(
+            Path::new("c"),
+            br#"{"hostpath":{"allowedRoots":["/srv"],"ephemeral":{"scratch":{"root":"/var/lib/scratch","size":"1Gi"},"big":{"root":"/data/big","size":"10G","allowUnenforced":true}}}}"#,
+        )
+        .unwrap();
+        let s = &c.hostpath.ephemeral["scratch"];
+        assert_eq!((s.size, s.allow_unenforced), (1 << 30, false));
+        assert_eq!(c.hostpath.ephemeral["big"].size, 10_000_000_000);
+        assert_eq!(c.hostpath.ephemeral_roots().len(), 2);
+        for (json, says) in [
+            // A root a pod could otherwise name (an allowed root, inside or around one) or that a
+            // provisioner scans.
+            (
+                r#"{"hostpath":{"allowedRoots":["/srv"],"ephemeral":{"s":{"root":"/srv/scratch","size":"1Gi"}}}}"#,
+                "overlaps hostpath.allowedRoots",
+            ),
+            (
+                r#"{"hostpath":{"allowedRoots":["/srv/a"],"ephemeral":{"s":{"root":"/srv","size":"1Gi"}}}}"#,
+                "overlaps hostpath.allowedRoots",
+            ),
+            (
+                r#"{"nodePathMap":[{"node":"DEFAULT_PATH_FOR_NON_LISTED_NODES","paths":["/data"]}],"hostpath":{"allowedRoots":["/srv"],"ephemeral":{"s":{"root":"/data/s","size":"1Gi"}}}}"#,
+                "overlaps a provisioning root",
+            ),
+            (
+                r#"{"hostpath":{"ephemeral":{"s":{"root":"/","size":"1Gi"}}}}"#,
+                "absolute path",
+            ),
+            (
+                r#"{"hostpath":{"ephemeral":{"s":{"root":"/a/../etc","size":"1Gi"}}}}"#,
+                "absolute path",
+            ),
+            (
+                r#"{"hostpath":{"ephemeral":{"s":{"root":"rel","size":"1Gi"}}}}"#,
+                "absolute path",
+            ),
+            (
+                r#"{"hostpath":{"ephemeral":{"Bad_Name":{"root":"/x","size":"1Gi"}}}}"#,
+                "preset names",
+            ),
+            (
+                r#"{"hostpath":{"ephemeral":{"s":{"root":"/x","size":"lots"}}}}"#,
+                "expected a size",
+            ),
+            (r#"{"hostpath":{"ephemeral":{"s":{"root":"/x"}}}}"#, "size"),
+            (
+                r#"{"hostpath":{"ephemeral":{"s":{"root":"/x","size":"1Gi","path":"/y"}}}}"#,
+                "unknown field",
+            ),
+        ] {
+            let e = Config::parse(Path::new("c"), json.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{json}: {e}");
+        }
     }
 
     #[test]

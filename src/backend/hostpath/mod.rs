@@ -1130,6 +1130,7 @@ fn check_unrecorded(
     let table = crate::sys::mountinfo::MountTable::read().map_err(MountError::from)?;
     let mut roots = ctx.config.hostpath.roots();
     roots.extend(ctx.config.local_path.all_roots());
+    roots.extend(ctx.config.hostpath.ephemeral_roots());
     let kubelet = front.kubelet_root(pod_dir);
     let sources = bindable_sources(&table, &roots, kubelet.as_deref());
     for (p, st) in mounted {

@@ -48,6 +48,34 @@ pub(crate) struct HostPathConfig {
     /// only [`DEFAULT_HOSTPATH_ROOT`] is served. Some locations are refused whatever this says
     /// (see the hostPath backend's policy).
     pub(crate) allowed_roots: Vec<PathBuf>,
+    /// CSI inline ephemeral volumes (`hostpath.ephemeral`): preset name → where each pod's
+    /// scratch directory is made and its size. A pod names a preset, never a path
+    /// (docs/csi.md, "Inline ephemeral volumes"). Every preset's root is a provisioning root for
+    /// [`check_policy`]: no other volume may be, contain or be inside it.
+    pub(crate) ephemeral: std::collections::BTreeMap<String, EphemeralPreset>,
+}
+
+/// One preset of `hostpath.ephemeral`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct EphemeralPreset {
+    /// The directory each volume of this preset is made in, as `<root>/<volume id>` (the
+    /// volume id is kubelet's, derived from the pod's uid and the volume's name).
+    pub(crate) root: PathBuf,
+    /// Each volume's size, a Kubernetes quantity (`1Gi`): a project quota where the root's
+    /// filesystem enforces one.
+    #[serde(deserialize_with = "size_bytes")]
+    pub(crate) size: u64,
+    /// Serve a volume even where its size cannot be enforced (the root's filesystem has no
+    /// project quotas); by default such a volume is refused, since the size is the preset's
+    /// promise.
+    #[serde(default)]
+    pub(crate) allow_unenforced: bool,
+}
+
+fn size_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    let s = String::deserialize(d)?;
+    crate::protocol::quantity::parse_size(&s).map_err(serde::de::Error::custom)
 }
 
 impl HostPathConfig {
@@ -58,6 +86,17 @@ impl HostPathConfig {
         } else {
             self.allowed_roots.clone()
         }
+    }
+
+    /// The roots of the ephemeral presets, each once.
+    pub(crate) fn ephemeral_roots(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for p in self.ephemeral.values() {
+            if !out.contains(&p.root) {
+                out.push(p.root.clone());
+            }
+        }
+        out
     }
 }
 
@@ -272,7 +311,8 @@ pub(crate) fn check_policy(
         }
     }
     // Provisioning roots: resolved like the protected locations (as configured paths).
-    let provisioning = node.local_path.all_roots();
+    let mut provisioning = node.local_path.all_roots();
+    provisioning.extend(node.hostpath.ephemeral_roots());
     let mut inside: Option<PathBuf> = None;
     let mut root_ids: Vec<((u64, u64), PathBuf)> = Vec::with_capacity(provisioning.len());
     for r in &provisioning {

@@ -343,9 +343,14 @@ impl Provisioner for HostPathProvisioner {
         let path = create_volume_dir(root, &rel, params.ownership, &marker)
             .map_err(|e| Refusal::Fail(e.into()))?;
         checkpoint("provisioner-after-directory");
-        let size =
-            crate::provision::storage::quota::enforce_volume(&*runner, root, &rel, req.size_bytes)
-                .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
+        let size = crate::provision::storage::quota::enforce_volume(
+            &*runner,
+            root,
+            &rel,
+            req.size_bytes,
+            &crate::provision::storage::quota::IdScope::of(cfg),
+        )
+        .map_err(|why| Refusal::Fail(format!("{why}; retrying")))?;
         let mut annotations = size.annotations(req.size_bytes);
         if let Some((_, _, spath, expect)) = &source {
             let copied = Self::copy_from(spath, expect.as_ref(), &path);

@@ -531,6 +531,7 @@ pub(crate) fn enforce_volume(
     root: &Root,
     rel: &Path,
     bytes: u64,
+    ids: &IdScope,
 ) -> Result<Outcome, QuotaError> {
     let dir = root.real.join(rel);
     let rec = match volumedir::inspect(root, rel) {
@@ -544,9 +545,14 @@ pub(crate) fn enforce_volume(
     };
     let m = rec.marker.clone();
     let support = detect_with_tool(runner, &dir);
-    let taken: BTreeSet<u32> = if m.project_id.is_none() && matches!(support, Support::Enforced(_))
-    {
-        volumedir::scan(std::slice::from_ref(root), SCAN_DEPTH)
+    let choosing = m.project_id.is_none() && matches!(support, Support::Enforced(_));
+    // Choosing an ID: under the node-wide lock (the provisioner and the CSI plugin's ephemeral
+    // volumes choose IDs on the same filesystems), counting every record on the node.
+    let _held = if choosing { Some(ids.lock()?) } else { None };
+    let taken: BTreeSet<u32> = if choosing {
+        let mut roots = vec![root.clone()];
+        roots.extend(volumedir::usable_roots(&ids.roots, false).0);
+        volumedir::scan(&roots, SCAN_DEPTH)
             .into_iter()
             .filter(|f| f.marker.volume != m.volume)
             .filter_map(|f| f.marker.project_id)
@@ -584,6 +590,36 @@ pub(crate) fn enforce_volume(
             Ok(())
         },
     )
+}
+
+/// Where a new project ID is chosen from ([`enforce_volume`]): every root of the node whose
+/// records name IDs (the provisioning roots and the ephemeral presets' roots), and the directory
+/// of the node-wide lock that one choice at a time holds (a file under the config's `runDir`).
+pub(crate) struct IdScope {
+    /// The roots whose records count as taken IDs.
+    pub(crate) roots: Vec<PathBuf>,
+    /// The lock directory (`Config::lock_dir`).
+    pub(crate) lock_dir: PathBuf,
+}
+
+/// The lock every choice of a project ID holds on a node.
+const ID_LOCK: &str = "quota-project-ids";
+
+impl IdScope {
+    /// Every root of `cfg` that holds records, and its lock directory.
+    pub(crate) fn of(cfg: &crate::node::config::Config) -> Self {
+        let mut roots = cfg.local_path.all_roots();
+        roots.extend(cfg.hostpath.ephemeral_roots());
+        Self {
+            roots,
+            lock_dir: cfg.lock_dir(),
+        }
+    }
+
+    fn lock(&self) -> Result<crate::sys::lock::VolumeLock, QuotaError> {
+        crate::sys::lock::VolumeLock::acquire(&self.lock_dir, ID_LOCK, TIMEOUT)
+            .map_err(|e| QuotaError::Failed(format!("choosing a project ID: {e}")))
+    }
 }
 
 /// Checks that the directory `dir` itself really carries project `id` (`xfs_quota project -c`,
