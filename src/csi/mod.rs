@@ -25,6 +25,7 @@
 //! tests/suite/contract.rs). [`proto`] is public for the tests' gRPC client.
 
 pub(crate) mod authority;
+pub(crate) mod ephemeral;
 pub(crate) mod identity;
 pub mod node;
 pub mod proto;
@@ -393,6 +394,13 @@ fn start(a: &CsiArgs) -> Result<i32, String> {
             std::process::exit(code)
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    if settings.kind == settings::Kind::Hostpath {
+        let s = settings.clone();
+        std::thread::Builder::new()
+            .name("ephemeral-sweep".into())
+            .spawn(move || sweep_ephemeral(&s))
+            .map_err(|e| format!("cannot start the ephemeral volumes' sweep: {e}"))?;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -437,6 +445,34 @@ fn start(a: &CsiArgs) -> Result<i32, String> {
         }
     })?;
     Ok(0)
+}
+
+/// How often the hostPath plugin looks for inline ephemeral volumes whose pod is gone.
+const SWEEP_EVERY: Duration = Duration::from_secs(300);
+
+/// The hostPath plugin's sweep of inline ephemeral volumes ([`ephemeral::sweep`]): at start, then
+/// every [`SWEEP_EVERY`], each pass under the node config's verb deadline (the config is read
+/// each time, as every call reads it); a node without presets costs one config read.
+fn sweep_ephemeral(settings: &Settings) {
+    loop {
+        match crate::node::config::Config::load() {
+            Ok(config) if !config.hostpath.ephemeral.is_empty() => {
+                let deadline = crate::sys::process::Deadline::after(config.verb_timeout());
+                let lines =
+                    crate::backend::on_node(&config, deadline, &settings.driver_name, |ctx| {
+                        ephemeral::sweep(ctx, &settings.node_name, &settings.kubelet_root)
+                    });
+                for l in lines {
+                    tracing::info!(target: LOG_TARGET, "inline ephemeral volumes: {l}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(target: LOG_TARGET, "inline ephemeral volumes not swept: {e}")
+            }
+        }
+        std::thread::sleep(SWEEP_EVERY);
+    }
 }
 
 #[cfg(test)]

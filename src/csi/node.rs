@@ -73,8 +73,7 @@ const POD_INFO: &[(&str, &str)] = &[
 ];
 /// kubelet's prefix for what it adds to a CSI volume context.
 const CSI_PREFIX: &str = "csi.storage.k8s.io/";
-/// Set by kubelet to `"true"` for an inline ephemeral volume.
-const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
+use super::ephemeral::{self, EPHEMERAL};
 /// How long a call may take beyond the node config's verb timeout before it is answered
 /// DEADLINE_EXCEEDED (the backend checks the deadline itself where it waits).
 const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -173,9 +172,9 @@ fn mount_group(cap: Option<&VolumeCapability>) -> Result<Option<u32>, Status> {
 fn context_options(
     context: &HashMap<String, String>,
 ) -> Result<serde_json::Map<String, serde_json::Value>, Status> {
-    if context.get(EPHEMERAL).is_some_and(|v| v == "true") {
+    if ephemeral::is_ephemeral(context) {
         return Err(Status::invalid_argument(
-            "inline ephemeral CSI volumes are not served: their attributes (the host path) are written by the pod's author; use a PersistentVolume",
+            "inline ephemeral CSI volumes are served only by the hostPath plugin, from the node's presets (volume attribute \"preset\"): the attributes of other volumes (a host path, an export, an LV) would be written by the pod's author; use a PersistentVolume",
         ));
     }
     let mut map = serde_json::Map::new();
@@ -419,6 +418,16 @@ impl node_server::Node for NodeService {
                     })
                     .await?;
                 }
+                Kind::Hostpath if ephemeral::is_ephemeral(&r.volume_context) => {
+                    let e = ephemeral::request(&target, &r.volume_id, &r.volume_context)?;
+                    let gid = mount_group(r.volume_capability.as_ref())?;
+                    let ro = r.readonly || reader_only(r.volume_capability.as_ref());
+                    let node = self.settings.node_name.clone();
+                    on_node(&self.settings, move |ctx| {
+                        ephemeral::publish(ctx, &node, &e, &target, gid, ro)
+                    })
+                    .await?;
+                }
                 Kind::Hostpath => {
                     let pv = pv_of_target(&target, &r.volume_context);
                     let options = options_for(&r, pv.as_deref())?;
@@ -453,8 +462,15 @@ impl node_server::Node for NodeService {
             }
             let target = target_path(&self.settings.kubelet_root, &r.target_path, "target_path")?;
             let kind = self.settings.kind;
+            let volume_id = r.volume_id.clone();
             on_node(&self.settings, move |ctx| match kind {
-                Kind::Hostpath => hostpath::unpublish(ctx, &target),
+                Kind::Hostpath => {
+                    let reply = hostpath::unpublish(ctx, &target)?;
+                    if let Some(done) = ephemeral::release(ctx, &volume_id, &target)? {
+                        tracing::info!(target: LOG_TARGET, "inline ephemeral volume {volume_id:?}: {done}");
+                    }
+                    Ok(reply)
+                }
                 Kind::Nfs => nfs::unpublish(ctx, &nfs::probe::TcpProber, &target),
                 Kind::Lvm => lvm::csi::unpublish(ctx, &target),
             })

@@ -711,3 +711,121 @@ fn guest_quota_a_directory_moved_out_of_its_project_is_put_back_and_counted() {
         "{said}"
     );
 }
+
+/// A CSI inline ephemeral volume of a preset whose root is on XFS with `prjquota`: the real
+/// `flexvol csi` makes the pod's directory with a project of its own and the preset's size as the
+/// limit (two pods: two projects, chosen under the node-wide lock), a write past it fails
+/// through the bind, `statfs` of the bind shows the preset's size, and unpublish removes the
+/// directory and clears its project's limit.
+#[test]
+#[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
+fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
+    use crate::root_csi::{Plugin, publish, target};
+    use crate::root_csi_ephemeral::{eph_req, unpublish_id, vid};
+    let disk = Disk::xfs("prjquota");
+    let scratch = disk.mnt.join("scratch");
+    let env = crate::util::Env::new();
+    env.reconfigure(serde_json::json!({
+        "hostpath": {
+            "allowedRoots": [env.root().join("data")],
+            "ephemeral": {"scratch": {"root": scratch, "size": "32Mi"}}
+        }
+    }));
+    let p = Plugin::start_with(&env, &[]);
+    let (a, b) = (vid(21), vid(22));
+    let (ta, tb) = (target(&env, "qa", "v"), target(&env, "qb", "v"));
+    publish(&p, eph_req(&ta, &a, "qa", "ns", "scratch", &[])).unwrap();
+    publish(&p, eph_req(&tb, &b, "qb", "ns", "scratch", &[])).unwrap();
+    let (pa, pb) = (project_of(&scratch.join(&a)), project_of(&scratch.join(&b)));
+    assert!(pa != 0 && pb != 0 && pa != pb, "projects {pa} and {pb}");
+    let fs = enforced(&scratch);
+    let runner = SystemRunner::default();
+    let limits = quota::report(&runner, &fs).unwrap();
+    assert_eq!(
+        limits.get(&pa).map(|u| u.limit_bytes),
+        Some(32 << 20),
+        "{limits:?}"
+    );
+    let total = statfs_total(&ta);
+    assert!(
+        (31 << 20..=33 << 20).contains(&total),
+        "statfs through the bind: {total}"
+    );
+    let e = write_mib(&ta.join("fill"), 40).unwrap_err();
+    assert!(
+        matches!(
+            e.raw_os_error(),
+            Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
+        ),
+        "{e:?}"
+    );
+    // The other pod's volume is not charged for it.
+    write_mib(&tb.join("small"), 4).unwrap();
+    for (id, t) in [(&a, &ta), (&b, &tb)] {
+        unpublish_id(&p, id, t).unwrap();
+        assert!(!scratch.join(id).exists());
+    }
+    let limits = quota::report(&runner, &fs).unwrap();
+    for id in [pa, pb] {
+        assert!(
+            limits.get(&id).is_none_or(|u| u.limit_bytes == 0),
+            "project {id} still limited: {limits:?}"
+        );
+    }
+
+    // IDs are chosen node-wide: a provisioning root on the same filesystem whose record names
+    // the ID this volume would prefer (recorded, not applied yet: a provisioner killed between
+    // the two) makes it choose another. Fails if only the preset's own root were counted.
+    let prov = disk.mnt.join("prov");
+    env.reconfigure(serde_json::json!({
+        "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [prov]}]
+    }));
+    let c = vid(23);
+    let want = quota::preferred_id(&c);
+    let proot = flexvol::provision::storage::volumedir::prepare_root(&prov).unwrap();
+    flexvol::provision::storage::volumedir::create_volume_dir(
+        &proot,
+        Path::new("pvc-held"),
+        Default::default(),
+        &flexvol::provision::storage::volumedir::Marker {
+            provisioner: "flexvol/hostpath".into(),
+            volume: "pvc-held".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "cu".into(),
+            node: "node-t".into(),
+            project_id: Some(want),
+        },
+    )
+    .unwrap();
+    // And one choice at a time: while another holds the node's project-ID lock, the publish
+    // waits for it. Fails if the choice took no lock (the publish would not wait).
+    let lock = env.run.join("locks/quota-project-ids.lock");
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let held = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .unwrap();
+    held.lock().unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        drop(held);
+    });
+    let tc = target(&env, "qc", "v");
+    let t0 = std::time::Instant::now();
+    publish(&p, eph_req(&tc, &c, "qc", "ns", "scratch", &[])).unwrap();
+    let waited = t0.elapsed();
+    releaser.join().unwrap();
+    assert!(
+        waited >= std::time::Duration::from_millis(1500),
+        "the publish did not wait for the project-ID lock ({waited:?})"
+    );
+    let pc = project_of(&scratch.join(&c));
+    assert!(
+        pc != 0 && pc != want,
+        "project {pc}: the held record's {want} was taken"
+    );
+    unpublish_id(&p, &c, &tc).unwrap();
+}

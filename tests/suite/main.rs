@@ -34,6 +34,7 @@ mod provisioner_env;
 mod provisioner_health;
 mod release;
 mod root_csi;
+mod root_csi_ephemeral;
 mod root_hostpath;
 mod security_policy;
 mod util;

@@ -82,7 +82,7 @@ impl Plugin {
         self.child.try_wait().ok().flatten().is_some()
     }
 
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,0 +1,429 @@
+//! Root tier: inline ephemeral volumes of `flexvol csi --kind hostpath` (presets of the node
+//! config's `hostpath.ephemeral`), called over the plugin's socket as kubelet calls it, with real
+//! bind mounts. Each test is a row of docs/security.md's threat table ("Inline ephemeral CSI
+//! volumes") and fails if that defence is removed.
+
+use crate::require_root;
+use crate::root_csi::{Plugin, call, mount_cap, publish, target};
+use crate::util::{Env, hostpath_options, mounts_under, run};
+use flexvol::csi::proto::*;
+use serde_json::json;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+/// kubelet's volume id for an inline volume: `csi-` and 64 hex digits (a sha256).
+pub(crate) fn vid(n: u8) -> String {
+    format!("csi-{}", format!("{n:02x}").repeat(32))
+}
+
+/// An env whose config has the hostPath allowed root `<root>/data` and the presets `scratch`
+/// (64 MiB at `<root>/scratch`, served where the size cannot be enforced) and `strict` (the same
+/// size at `<root>/strict`, refused where it cannot be).
+fn env() -> Env {
+    let env = Env::new();
+    let r = env.root();
+    env.reconfigure(json!({
+        "hostpath": {
+            "allowedRoots": [r.join("data")],
+            "ephemeral": {
+                "scratch": {"root": r.join("scratch"), "size": "64Mi", "allowUnenforced": true},
+                "strict": {"root": r.join("strict"), "size": "64Mi"},
+            }
+        }
+    }));
+    std::fs::create_dir_all(r.join("data")).unwrap();
+    env
+}
+
+fn scratch(env: &Env) -> PathBuf {
+    env.root().join("scratch")
+}
+
+/// An inline ephemeral publish of `preset` for pod `uid` (namespace `ns`) onto `t`, with the pod
+/// info kubelet adds (`podInfoOnMount`) and `extra` attributes as the pod's author wrote them.
+pub(crate) fn eph_req(
+    t: &Path,
+    id: &str,
+    uid: &str,
+    ns: &str,
+    preset: &str,
+    extra: &[(&str, &str)],
+) -> NodePublishVolumeRequest {
+    let mut ctx: std::collections::HashMap<String, String> = [
+        ("preset", preset),
+        ("csi.storage.k8s.io/ephemeral", "true"),
+        ("csi.storage.k8s.io/pod.uid", uid),
+        ("csi.storage.k8s.io/pod.namespace", ns),
+        ("csi.storage.k8s.io/pod.name", "p"),
+        ("csi.storage.k8s.io/serviceAccount.name", "default"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    for (k, v) in extra {
+        ctx.insert((*k).to_owned(), (*v).to_owned());
+    }
+    NodePublishVolumeRequest {
+        volume_id: id.into(),
+        target_path: t.to_string_lossy().into_owned(),
+        volume_capability: mount_cap(),
+        volume_context: ctx,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn unpublish_id(p: &Plugin, id: &str, t: &Path) -> Result<(), tonic::Status> {
+    call::<_, NodeUnpublishVolumeResponse>(
+        &p.socket,
+        "/csi.v1.Node/NodeUnpublishVolume",
+        NodeUnpublishVolumeRequest {
+            volume_id: id.into(),
+            target_path: t.to_string_lossy().into_owned(),
+        },
+    )
+    .map(|_| ())
+}
+
+fn record(env: &Env, id: &str) -> PathBuf {
+    scratch(env).join(format!(".flexvol/volumes/{id}.json"))
+}
+
+/// A preset's volume is a fresh directory of its own (mode 0777, as an emptyDir), recorded where
+/// only root writes, bound onto the target; a retry changes nothing; unpublish unmounts it and
+/// removes the directory and its record; a second unpublish is OK. Fails if the directory were
+/// kept (a leak per pod) or not recorded.
+#[test]
+fn root_csi_ephemeral_volume_is_made_bound_and_removed() {
+    require_root!();
+    let env = env();
+    let p = Plugin::start_with(&env, &[]);
+    let id = vid(1);
+    let t = target(&env, "u1", "scratch-vol");
+    let kubelet = env.root().join("kubelet");
+    publish(&p, eph_req(&t, &id, "u1", "team-a", "scratch", &[])).unwrap();
+    let dir = scratch(&env).join(&id);
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o777);
+    assert_eq!((meta.uid(), meta.gid()), (0, 0));
+    let rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(record(&env, &id)).unwrap()).unwrap();
+    assert_eq!(rec["claimUid"], "u1", "{rec}");
+    assert_eq!(rec["namespace"], "team-a", "{rec}");
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+    std::fs::write(t.join("from-pod"), "x").unwrap();
+    assert_eq!(std::fs::read_to_string(dir.join("from-pod")).unwrap(), "x");
+    // kubelet's retry: OK, one mount, one directory.
+    publish(&p, eph_req(&t, &id, "u1", "team-a", "scratch", &[])).unwrap();
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+    unpublish_id(&p, &id, &t).unwrap();
+    assert!(mounts_under(&kubelet).is_empty());
+    assert!(!dir.exists(), "the scratch directory stays after unpublish");
+    assert!(!record(&env, &id).exists());
+    unpublish_id(&p, &id, &t).unwrap();
+}
+
+/// The pod's author writes the attributes: they name a preset and nothing else. A path, a size
+/// or any other key, an unknown preset, a volume id that is not kubelet's, pod info that names
+/// another pod than the target path, or none at all: refused, no value echoed, nothing made or
+/// mounted.
+#[test]
+fn root_csi_ephemeral_attributes_name_a_preset_only() {
+    require_root!();
+    let env = env();
+    let p = Plugin::start_with(&env, &[]);
+    let secretish = "/etc/shadow-s3cr3t";
+    let id = vid(2);
+    let t = target(&env, "u2", "v");
+    let cases: Vec<(NodePublishVolumeRequest, Code)> = vec![
+        (
+            eph_req(&t, &id, "u2", "ns", "scratch", &[("path", secretish)]),
+            Code::InvalidArgument,
+        ),
+        (
+            eph_req(&t, &id, "u2", "ns", "scratch", &[("size", "1Ti")]),
+            Code::InvalidArgument,
+        ),
+        (
+            eph_req(&t, &id, "u2", "ns", secretish, &[]),
+            Code::FailedPrecondition,
+        ),
+        (eph_req(&t, &id, "u2", "ns", "", &[]), Code::InvalidArgument),
+        (
+            eph_req(&t, "../../etc", "u2", "ns", "scratch", &[]),
+            Code::InvalidArgument,
+        ),
+        (
+            eph_req(&t, &vid(2).to_uppercase(), "u2", "ns", "scratch", &[]),
+            Code::InvalidArgument,
+        ),
+        (
+            eph_req(&t, &id, "u-other", "ns", "scratch", &[]),
+            Code::InvalidArgument,
+        ),
+        (
+            eph_req(&t, &id, "u2", "", "scratch", &[]),
+            Code::FailedPrecondition,
+        ),
+    ];
+    for (req, code) in cases {
+        let e = publish(&p, req.clone()).unwrap_err();
+        assert_eq!(e.code(), code, "{:?}: {e:?}", req.volume_context);
+        assert!(!e.message().contains("s3cr3t"), "{}", e.message());
+        assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+        let made: Vec<_> = std::fs::read_dir(scratch(&env))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            made.iter()
+                .all(|n| n.to_string_lossy().starts_with(".flexvol")),
+            "{made:?}"
+        );
+    }
+}
+
+/// Every preset root is a provisioning root of the node policy: a static CSI volume, an inline
+/// flexVolume (anyone who can create a pod names the path) or a PV naming a pod's scratch
+/// directory, or the root itself, is refused and nothing is mounted; the pod's own volume is
+/// unaffected. Fails if the preset roots were left out of the policy (the directory would be
+/// served to whoever names it).
+#[test]
+fn root_csi_ephemeral_directories_are_reachable_by_no_other_volume() {
+    require_root!();
+    let env = env();
+    let p = Plugin::start_with(&env, &[]);
+    let id = vid(3);
+    let t = target(&env, "u3", "v");
+    publish(&p, eph_req(&t, &id, "u3", "team-a", "scratch", &[])).unwrap();
+    std::fs::write(t.join("private"), "team-a's").unwrap();
+    let dir = scratch(&env).join(&id);
+    for path in [dir.clone(), scratch(&env)] {
+        // Through CSI, a static volume of that path (a PV author, any namespace).
+        let t2 = target(&env, "u4", "static");
+        let mut req = eph_req(&t2, "vol-x", "u4", "team-b", "scratch", &[]);
+        req.volume_context = [
+            ("path".to_owned(), path.to_string_lossy().into_owned()),
+            ("type".to_owned(), "Directory".to_owned()),
+            (
+                "csi.storage.k8s.io/pod.namespace".to_owned(),
+                "team-b".to_owned(),
+            ),
+            (
+                "csi.storage.k8s.io/ephemeral".to_owned(),
+                "false".to_owned(),
+            ),
+        ]
+        .into();
+        let e = publish(&p, req).unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        // Through the FlexVolume driver, an inline flexVolume of that path.
+        let pod = env.pod_dir("u5", "inline");
+        env.call(
+            "hostpath",
+            &[
+                "mount",
+                pod.to_str().unwrap(),
+                &hostpath_options(&path, json!({"kubernetes.io/pod.namespace": "team-b"})),
+            ],
+        )
+        .failed("refused");
+    }
+    assert_eq!(mounts_under(&env.root().join("kubelet")), vec![t.clone()]);
+    // Another inline volume of another pod whose attributes say the same preset gets a
+    // directory of its own (its volume id), never this one.
+    let id6 = vid(6);
+    let t6 = target(&env, "u6", "v");
+    publish(&p, eph_req(&t6, &id6, "u6", "team-b", "scratch", &[])).unwrap();
+    assert!(!t6.join("private").exists());
+    for (i, tt) in [(&id, &t), (&id6, &t6)] {
+        unpublish_id(&p, i, tt).unwrap();
+    }
+    assert!(env.mounts().is_empty());
+}
+
+/// An unpublish names a volume id and a target: the directory goes only when its record names
+/// the target path's pod. Pod B's unpublish naming pod A's volume id removes nothing of A's
+/// (fails if the record's pod were not compared).
+#[test]
+fn root_csi_ephemeral_unpublish_removes_only_the_target_pods_directory() {
+    require_root!();
+    let env = env();
+    let p = Plugin::start_with(&env, &[]);
+    let id = vid(7);
+    let ta = target(&env, "ua", "v");
+    publish(&p, eph_req(&ta, &id, "ua", "team-a", "scratch", &[])).unwrap();
+    std::fs::write(ta.join("data"), "a").unwrap();
+    let tb = target(&env, "ub", "v");
+    unpublish_id(&p, &id, &tb).unwrap();
+    let dir = scratch(&env).join(&id);
+    assert_eq!(std::fs::read_to_string(dir.join("data")).unwrap(), "a");
+    assert!(record(&env, &id).exists());
+    assert_eq!(mounts_under(&env.root().join("kubelet")), vec![ta.clone()]);
+    unpublish_id(&p, &id, &ta).unwrap();
+    assert!(!dir.exists());
+}
+
+/// A pod owns everything in its scratch directory: a symlink it planted to a file outside is
+/// removed without being followed (the file stays), and a mount inside (one it made, or that
+/// propagated) stops the removal before anything is deleted — the unpublish fails, kubelet
+/// retries, and once the mount is gone the directory goes. Fails if the removal followed the
+/// symlink or crossed the mount (the file or the mounted data would be gone).
+#[test]
+fn root_csi_ephemeral_removal_follows_no_symlink_and_crosses_no_mount() {
+    require_root!();
+    let env = env();
+    let p = Plugin::start_with(&env, &[]);
+    let outside = env.mkdir("data/outside");
+    std::fs::write(outside.join("keep"), "host's").unwrap();
+    let id = vid(8);
+    let t = target(&env, "u8", "v");
+    publish(&p, eph_req(&t, &id, "u8", "ns", "scratch", &[])).unwrap();
+    std::os::unix::fs::symlink(&outside, t.join("link-dir")).unwrap();
+    std::os::unix::fs::symlink(outside.join("keep"), t.join("link-file")).unwrap();
+    std::fs::create_dir(t.join("m")).unwrap();
+    let dir = scratch(&env).join(&id);
+    run(
+        "mount",
+        &[
+            "--bind",
+            outside.to_str().unwrap(),
+            dir.join("m").to_str().unwrap(),
+        ],
+    );
+    let e = unpublish_id(&p, &id, &t).unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        dir.join("link-file").symlink_metadata().is_ok(),
+        "nothing was removed yet"
+    );
+    run("umount", &[dir.join("m").to_str().unwrap()]);
+    unpublish_id(&p, &id, &t).unwrap();
+    assert!(!dir.exists());
+    assert_eq!(
+        std::fs::read_to_string(outside.join("keep")).unwrap(),
+        "host's"
+    );
+    assert!(env.mounts().is_empty(), "{:?}", env.mounts());
+}
+
+/// A preset's size is its promise: where the root's filesystem cannot enforce it (this test
+/// directory has no project quotas), a preset without `allowUnenforced` refuses the volume, and
+/// the directory it made is removed; nothing is mounted. Fails if an unenforced size were served
+/// silently.
+#[test]
+fn root_csi_ephemeral_unenforceable_size_is_refused_unless_the_preset_allows_it() {
+    require_root!();
+    let env = env();
+    let p = Plugin::start_with(&env, &[]);
+    let id = vid(9);
+    let t = target(&env, "u9", "v");
+    let e = publish(&p, eph_req(&t, &id, "u9", "ns", "strict", &[])).unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("allowUnenforced"), "{}", e.message());
+    assert!(!env.root().join("strict").join(&id).exists());
+    assert!(
+        !env.root()
+            .join("strict/.flexvol/volumes")
+            .join(format!("{id}.json"))
+            .exists()
+    );
+    assert!(env.mounts().is_empty());
+}
+
+/// Killed (SIGKILL) after the directory is made and again after the bind: kubelet's retry
+/// converges on one directory, one record, one mount. Then the plugin is killed, kubelet (here:
+/// the test) unmounts the target and removes the pod's directory as it does on a reboot; the
+/// restarted plugin's sweep removes the orphaned scratch directory, and leaves the one whose pod
+/// is still there. Fails if the sweep were missing (the directory would leak) or ignored a live
+/// pod (its data would go).
+#[test]
+fn root_csi_ephemeral_kill9_converges_and_orphans_are_swept() {
+    require_root!();
+    let env = env();
+    let id = vid(10);
+    let t = target(&env, "u10", "v");
+    let kubelet = env.root().join("kubelet");
+    for at in ["ephemeral-after-directory", "hostpath-mount-after-bind"] {
+        let mut p = Plugin::start_with_env(&env, &[], &[("FLEXVOL_TEST_KILL_AT", at)]);
+        let _ = publish(&p, eph_req(&t, &id, "u10", "ns", "scratch", &[]));
+        let until = Instant::now() + Duration::from_secs(10);
+        while !p.exited() {
+            assert!(Instant::now() < until, "{at} was not reached");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut p = Plugin::start_with(&env, &[]);
+    publish(&p, eph_req(&t, &id, "u10", "ns", "scratch", &[])).unwrap();
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+    let dirs: Vec<_> = std::fs::read_dir(scratch(&env))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with(".flexvol"))
+        .collect();
+    assert_eq!(dirs, vec![id.clone()]);
+    p.kill9();
+    drop(p);
+    // A live pod's volume beside it, not mounted yet (its publish killed after the directory
+    // was made; kubelet will retry): only its pod's directory says it is live.
+    let live = vid(11);
+    let tl = target(&env, "u11", "v");
+    let mut k = Plugin::start_with_env(
+        &env,
+        &[],
+        &[("FLEXVOL_TEST_KILL_AT", "ephemeral-after-directory")],
+    );
+    let _ = publish(&k, eph_req(&tl, &live, "u11", "ns", "scratch", &[]));
+    while !k.exited() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(k);
+    assert!(record(&env, &live).exists());
+    run("umount", &[t.to_str().unwrap()]);
+    std::fs::remove_dir_all(kubelet.join("pods/u10")).unwrap();
+    // Another node's volume in the same root (a root on shared storage), its pod not in this
+    // kubelet's directory: not this node's to judge.
+    let other = vid(12);
+    let to = target(&env, "u12", "v");
+    publish(
+        &p0_for(&env),
+        eph_req(&to, &other, "u12", "ns", "scratch", &[]),
+    )
+    .unwrap();
+    run("umount", &[to.to_str().unwrap()]);
+    std::fs::remove_dir_all(kubelet.join("pods/u12")).unwrap();
+    let rec_path = record(&env, &other);
+    let mut rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&rec_path).unwrap()).unwrap();
+    rec["node"] = "node-other".into();
+    std::fs::write(&rec_path, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let p = Plugin::start_with(&env, &[]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while scratch(&env).join(&id).exists() {
+        assert!(
+            Instant::now() < until,
+            "the orphaned scratch directory was not swept in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!record(&env, &id).exists());
+    assert!(
+        scratch(&env).join(&live).is_dir() && record(&env, &live).exists(),
+        "a live pod's volume was swept"
+    );
+    assert!(
+        scratch(&env).join(&other).is_dir(),
+        "another node's volume was swept"
+    );
+    // kubelet's retry of the live pod's publish finds its directory.
+    publish(&p, eph_req(&tl, &live, "u11", "ns", "scratch", &[])).unwrap();
+    assert_eq!(mounts_under(&kubelet), vec![tl.clone()]);
+    unpublish_id(&p, &live, &tl).unwrap();
+    assert!(!scratch(&env).join(&live).exists());
+}
+
+/// A plugin started only for one call, killed when dropped.
+fn p0_for(env: &Env) -> Plugin {
+    Plugin::start_with(env, &[])
+}
