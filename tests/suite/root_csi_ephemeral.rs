@@ -37,6 +37,17 @@ fn env() -> Env {
     env
 }
 
+/// A fresh [`env`], its plugin, and volume `vid(n)` of preset `scratch` published for pod `uid`
+/// of namespace `ns` at a target of its own.
+fn published(n: u8, uid: &str, ns: &str) -> (Env, Plugin, String, PathBuf) {
+    let env = env();
+    let p = Plugin::start_with(&env, &[]);
+    let id = vid(n);
+    let t = target(&env, uid, "v");
+    publish(&p, eph_req(&t, &id, uid, ns, "scratch", &[])).unwrap();
+    (env, p, id, t)
+}
+
 fn scratch(env: &Env) -> PathBuf {
     env.root().join("scratch")
 }
@@ -97,12 +108,8 @@ fn record(env: &Env, id: &str) -> PathBuf {
 #[test]
 fn root_csi_ephemeral_volume_is_made_bound_and_removed() {
     require_root!();
-    let env = env();
-    let p = Plugin::start_with(&env, &[]);
-    let id = vid(1);
-    let t = target(&env, "u1", "scratch-vol");
+    let (env, p, id, t) = published(1, "u1", "team-a");
     let kubelet = env.root().join("kubelet");
-    publish(&p, eph_req(&t, &id, "u1", "team-a", "scratch", &[])).unwrap();
     let dir = scratch(&env).join(&id);
     let meta = std::fs::metadata(&dir).unwrap();
     assert_eq!(meta.permissions().mode() & 0o7777, 0o777);
@@ -191,11 +198,7 @@ fn root_csi_ephemeral_attributes_name_a_preset_only() {
 #[test]
 fn root_csi_ephemeral_directories_are_reachable_by_no_other_volume() {
     require_root!();
-    let env = env();
-    let p = Plugin::start_with(&env, &[]);
-    let id = vid(3);
-    let t = target(&env, "u3", "v");
-    publish(&p, eph_req(&t, &id, "u3", "team-a", "scratch", &[])).unwrap();
+    let (env, p, id, t) = published(3, "u3", "team-a");
     std::fs::write(t.join("private"), "team-a's").unwrap();
     let dir = scratch(&env).join(&id);
     for path in [dir.clone(), scratch(&env)] {
@@ -248,11 +251,7 @@ fn root_csi_ephemeral_directories_are_reachable_by_no_other_volume() {
 #[test]
 fn root_csi_ephemeral_unpublish_removes_only_the_target_pods_directory() {
     require_root!();
-    let env = env();
-    let p = Plugin::start_with(&env, &[]);
-    let id = vid(7);
-    let ta = target(&env, "ua", "v");
-    publish(&p, eph_req(&ta, &id, "ua", "team-a", "scratch", &[])).unwrap();
+    let (env, p, id, ta) = published(7, "ua", "team-a");
     std::fs::write(ta.join("data"), "a").unwrap();
     let tb = target(&env, "ub", "v");
     unpublish_id(&p, &id, &tb).unwrap();
@@ -272,13 +271,9 @@ fn root_csi_ephemeral_unpublish_removes_only_the_target_pods_directory() {
 #[test]
 fn root_csi_ephemeral_removal_follows_no_symlink_and_crosses_no_mount() {
     require_root!();
-    let env = env();
-    let p = Plugin::start_with(&env, &[]);
+    let (env, p, id, t) = published(8, "u8", "ns");
     let outside = env.mkdir("data/outside");
     std::fs::write(outside.join("keep"), "host's").unwrap();
-    let id = vid(8);
-    let t = target(&env, "u8", "v");
-    publish(&p, eph_req(&t, &id, "u8", "ns", "scratch", &[])).unwrap();
     std::os::unix::fs::symlink(&outside, t.join("link-dir")).unwrap();
     std::os::unix::fs::symlink(outside.join("keep"), t.join("link-file")).unwrap();
     std::fs::create_dir(t.join("m")).unwrap();
