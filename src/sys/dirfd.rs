@@ -217,26 +217,6 @@ pub(crate) fn create_new_file<P: ?Sized + NixPath>(
     openat2(dir.as_fd(), name, how)
 }
 
-/// Creates (or truncates) the file `name` inside `dir` for writing, `mode` when created; a symlink
-/// there fails.
-pub(crate) fn create_file<P: ?Sized + NixPath>(
-    dir: &impl AsFd,
-    name: &P,
-    mode: u32,
-) -> nix::Result<OwnedFd> {
-    let how = OpenHow::new()
-        .flags(
-            OFlag::O_CREAT
-                | OFlag::O_TRUNC
-                | OFlag::O_WRONLY
-                | OFlag::O_CLOEXEC
-                | OFlag::O_NOFOLLOW,
-        )
-        .mode(Mode::from_bits_truncate(mode))
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-    openat2(dir.as_fd(), name, how)
-}
-
 /// Makes the directory `name` inside `dir` with `mode` (less the umask).
 pub(crate) fn mkdir<P: ?Sized + NixPath>(dir: &impl AsFd, name: &P, mode: u32) -> nix::Result<()> {
     nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode))

@@ -447,7 +447,11 @@ impl Provisioner for HostPathProvisioner {
 
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
         let (existing, _) = usable_roots(&cfg.local_path.node_roots(node), false);
-        finish_deletes(&existing).1
+        let runner = (self.runner)(cfg);
+        finish_deletes(&existing, &mut |root, id| {
+            let _ = crate::provision::storage::quota::release(&*runner, root, Some(id));
+        })
+        .1
     }
 
     fn adopt(&self, cfg: &Config, pv: &PersistentVolume) -> Option<String> {

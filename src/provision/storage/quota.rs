@@ -645,8 +645,9 @@ pub(crate) fn check_project(
 
 /// The project ID flexvol may act on for the volume directory `<root>/<rel>` of PV `volume`: the
 /// one its record (or, for an old volume, its marker) names, cross-checked against the
-/// directory's real project ([`check_project`]) where quotas are enforced. `Ok(None)`: none, or
-/// nothing enforces quotas there (so no quota command runs either).
+/// directory's real project ([`check_project`]) where quotas are enforced; for a directory already
+/// gone (a delete killed after its rename), the record's alone. `Ok(None)`: none, or nothing
+/// enforces quotas there (so no quota command runs either).
 pub(crate) fn project_of_volume(
     runner: &dyn Runner,
     root: &Root,
@@ -656,6 +657,14 @@ pub(crate) fn project_of_volume(
     let claimed = match volumedir::inspect(root, rel) {
         DirState::Owned(r) if r.marker.volume == volume => r.marker.project_id,
         DirState::Legacy(m) if m.volume == volume => m.project_id,
+        // A delete killed after its rename: the directory is the tombstone now, and only the
+        // root-only record still names its project (whose limit keeps the ID from being chosen
+        // again until it is cleared).
+        DirState::Missing => {
+            return Ok(volumedir::read_record(root, volume)?
+                .filter(|r| Path::new(&r.path) == rel)
+                .and_then(|r| r.marker.project_id));
+        }
         _ => None,
     };
     let Some(id) = claimed else {

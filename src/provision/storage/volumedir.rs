@@ -1044,7 +1044,14 @@ pub fn write_marker(dir: &Path, marker: &Marker) -> Result<(), VolumeDirError> {
 fn write_marker_fd(d: &OwnedFd, marker: &Marker) -> Result<(), VolumeDirError> {
     let fail = |e: &dyn std::fmt::Display| e.to_string();
     let tmp = MARKER_TMP;
-    let fd = dirfd::create_file(d, tmp, 0o444).map_err(|e| fail(&e))?;
+    // Whatever is at the temporary name (in a directory the pod writes: a FIFO, a device node, a
+    // symlink, a hard link to another file) is unlinked, never opened; a new file is made with
+    // O_EXCL, so one planted again meanwhile fails the write instead of being opened.
+    match dirfd::unlink(d, tmp) {
+        Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(fail(&e).into()),
+    }
+    let fd = dirfd::create_new_file(d, tmp, 0o444).map_err(|e| fail(&e))?;
     let mut f = std::fs::File::from(fd);
     let mut data = serde_json::to_vec(marker).map_err(|e| fail(&e))?;
     data.push(b'\n');
@@ -1468,9 +1475,14 @@ fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), VolumeDirError> {
     }
 }
 
-/// Finishes deletions a kill left half done (tombstones in the roots). Returns what it removed
-/// and what it could not.
-pub(crate) fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
+/// Finishes deletions a kill left half done (tombstones in the roots). `release` is given the
+/// project ID of each one's record (root-only: the directory is gone) before the record goes, so
+/// the caller clears its limit (idempotent: a kill between the two calls it again). Returns what
+/// it removed and what it could not.
+pub(crate) fn finish_deletes(
+    roots: &[Root],
+    release: &mut dyn FnMut(&Root, u32),
+) -> (Vec<PathBuf>, Vec<String>) {
     let (mut done, mut errors) = (Vec::new(), Vec::new());
     for r in roots {
         let Ok(dir) = open_dir(&r.real) else {
@@ -1491,6 +1503,9 @@ pub(crate) fn finish_deletes(roots: &[Root]) -> (Vec<PathBuf>, Vec<String>) {
                         if let Ok(Some(rec)) = read_record(r, pv)
                             && inspect(r, Path::new(&rec.path)) == DirState::Missing
                         {
+                            if let Some(id) = rec.marker.project_id {
+                                release(r, id);
+                            }
                             let _ = remove_record(r, pv);
                         }
                         done.push(r.real.join(n));

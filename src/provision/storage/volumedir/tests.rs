@@ -768,8 +768,33 @@ fn a_half_done_delete_is_finished() {
     );
     assert_eq!(read_record(&r, "pvc-1").unwrap(), None);
     std::fs::create_dir(r.real.join(format!("{TOMBSTONE_PREFIX}pvc-2"))).unwrap();
-    let (done, errors) = finish_deletes(std::slice::from_ref(&r));
+    let (done, errors) = finish_deletes(std::slice::from_ref(&r), &mut |_, _| {});
     assert_eq!((done.len(), errors.len()), (1, 0));
+}
+
+/// A delete killed after its rename, of a volume whose record names a project: finishing it hands
+/// the caller that ID (to clear its limit) before the record, the last place that names it, goes.
+/// Fails if the limit's ID were lost with the record (a project limit leaked for ever).
+#[test]
+fn a_half_done_delete_hands_over_its_project_before_the_record_goes() {
+    let (_d, r) = root();
+    let m = Marker {
+        project_id: Some(0x4000_0042),
+        ..marker("pvc-q", "uq")
+    };
+    create_volume_dir(&r, Path::new("q"), Ownership::default(), &m).unwrap();
+    std::fs::rename(
+        r.real.join("q"),
+        r.real.join(format!("{TOMBSTONE_PREFIX}pvc-q")),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let (done, errors) = finish_deletes(std::slice::from_ref(&r), &mut |_, id| {
+        seen.push((id, read_record(&r, "pvc-q").unwrap().is_some()));
+    });
+    assert_eq!((done.len(), errors.len()), (1, 0), "{errors:?}");
+    assert_eq!(seen, vec![(0x4000_0042, true)]);
+    assert_eq!(read_record(&r, "pvc-q").unwrap(), None);
 }
 
 /// The NFS race with a kill (tests/cluster nfs-kill): the losing instance, killed right after its
@@ -942,4 +967,46 @@ fn a_private_directory_waits_for_silly_renamed_files_and_only_for_them() {
     assert!(matches!(e, VolumeDirError::Failed(_)), "{e}");
     assert!(t.elapsed() < std::time::Duration::from_secs(10));
     assert!(p.join(".nfs00ff").exists());
+}
+
+/// The marker is written in a directory a pod writes: whatever the pod planted at its temporary
+/// name — a FIFO (an open for writing would block until a reader comes: for ever, holding the
+/// caller's locks), a symlink, a hard link to another file — is unlinked, never opened, and a
+/// fresh file takes its place. Fails if the temporary name were opened (the FIFO case would
+/// hang: the test gives it 10 s).
+#[test]
+fn a_marker_write_never_opens_what_a_pod_planted_at_its_temporary_name() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().to_owned();
+    let outside = d.path().join("outside");
+    std::fs::write(&outside, "host's").unwrap();
+    for plant in ["fifo", "symlink", "hardlink"] {
+        let tmp = dir.join(MARKER_TMP);
+        let _ = std::fs::remove_file(&tmp);
+        match plant {
+            "fifo" => nix::unistd::mkfifo(&tmp, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+            "symlink" => std::os::unix::fs::symlink(&outside, &tmp).unwrap(),
+            _ => std::fs::hard_link(&outside, &tmp).unwrap(),
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d2 = dir.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(write_marker(&d2, &marker("pvc-1", "u1")).map_err(|e| e.to_string()));
+        });
+        let done = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{plant}: the marker write blocked"));
+        done.unwrap_or_else(|e| panic!("{plant}: {e}"));
+        assert_eq!(
+            std::fs::read_to_string(&outside).unwrap(),
+            "host's",
+            "{plant}"
+        );
+        let m = std::fs::symlink_metadata(dir.join(MARKER)).unwrap();
+        assert!(m.file_type().is_file(), "{plant}");
+        assert_eq!(
+            m.len(),
+            u64::try_from(std::fs::read(dir.join(MARKER)).unwrap().len()).unwrap()
+        );
+    }
 }
