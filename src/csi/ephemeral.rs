@@ -8,11 +8,12 @@
 //! volume's attributes and its name in the pod. What holds:
 //! - the attributes name a preset (`preset`) and nothing else: no path, size, owner or mode; any
 //!   other key is INVALID_ARGUMENT ([`request`]), and no value is echoed;
-//! - the directory is `<preset root>/<volume id>`. The volume id must be kubelet's own for an
-//!   inline volume (`csi-` and 64 hex digits: a sha256 of the pod's uid and the volume's name);
-//!   the pod is the one the target path names (`<kubelet-root>/pods/<uid>/…`, checked by
-//!   `node::target_path`), and kubelet's pod info (`podInfoOnMount`, which kubelet writes over
-//!   anything the pod author set) must name the same uid and a namespace;
+//! - the directory is `<preset root>/<volume id>`. The volume id must be the one kubelet gives
+//!   this very volume (`csi-` and the sha256 of the pod's uid and the volume's name, both read
+//!   from the target path `<kubelet-root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`,
+//!   checked by `node::target_path`), so a PV author's volume handle names no pod's volume; and
+//!   kubelet's pod info (`podInfoOnMount`, which kubelet writes over anything the pod author
+//!   set) must name the same uid and a namespace;
 //! - the directory is made, recorded and deleted by the marked-directory library
 //!   (`provision::storage::volumedir`): a root-only record names the pod (namespace, name, uid)
 //!   and the directory's inode; only that inode is ever deleted, after a walk that refuses any
@@ -21,13 +22,19 @@
 //!   for the volume id, the pod's namespace and the directory: every preset root is a
 //!   provisioning root of the node policy, so no other volume (an inline flexVolume, a static PV,
 //!   another pod) can name anything in it, and the token never leaves this process;
-//! - the size is a project quota chosen under the node-wide lock of the project IDs; where the
-//!   root's filesystem cannot enforce it the volume is refused (and its new directory removed)
-//!   unless the preset says `allowUnenforced`;
+//! - the size is a project quota chosen under the node-wide lock of the project IDs, set up only
+//!   while no pod has the directory (no mount record uses it): `xfs_quota` walks a tree by path,
+//!   never one a pod holds; where the root's filesystem cannot enforce it the volume is refused
+//!   (and the directory this call made removed) unless the preset says `allowUnenforced`. What
+//!   the quota cannot stop — a pod's process changing the project of files it owns — is in
+//!   docs/security.md;
 //! - unpublish removes the directory only when its record names the target path's pod and no
-//!   other mount record of this node uses it ([`release`]); [`sweep`] removes those whose pod's
-//!   directory kubelet has removed (a publish that failed after the directory was made, a plugin
-//!   that was down while kubelet cleaned up) — the pod directory's absence is the evidence.
+//!   other mount record of this node uses it ([`release`]); a directory that cannot be removed
+//!   then never fails the unpublish (the pod would stay Terminating): [`sweep`] tries again, and
+//!   removes those whose pod's directory kubelet has removed (a publish that failed after the
+//!   directory was made, a plugin that was down while kubelet cleaned up) — the pod directory's
+//!   absence is the evidence; deletions a kill interrupted are finished, their project limits
+//!   cleared from the root-only record.
 //!
 //! Callers' contract: `node` calls [`request`] before anything else for a publish whose context
 //! says `csi.storage.k8s.io/ephemeral: "true"`, then [`publish`] on a blocking thread under the
@@ -88,6 +95,32 @@ pub(crate) fn is_kubelet_volume_id(id: &str) -> bool {
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
+/// The volume id kubelet gives the inline volume `name` of pod `uid` (kubelet's
+/// `makeVolumeHandle`: `csi-` and the hex sha256 of the uid followed by the name).
+pub(crate) fn kubelet_volume_id(uid: &str, name: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, format!("{uid}{name}").as_bytes());
+    let mut s = String::with_capacity(68);
+    s.push_str("csi-");
+    for b in d.as_ref() {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// Whether `volume_id` is the one kubelet gives the inline volume whose target path is `target`
+/// (`.../pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`): a PV author, who chooses a PV's
+/// volume handle, cannot name another pod's inline volume with it.
+pub(crate) fn is_volume_id_of(volume_id: &str, target: &Path) -> bool {
+    let name = target
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str());
+    match (pod_uid_of_target(target), name) {
+        (Some(uid), Some(name)) => volume_id == kubelet_volume_id(uid, name),
+        _ => false,
+    }
+}
+
 /// The pod uid component of a target path of CSI's shape
 /// (`<kubelet-root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`, already checked).
 pub(crate) fn pod_uid_of_target(target: &Path) -> Option<&str> {
@@ -118,13 +151,13 @@ pub(crate) fn request(
             "an inline ephemeral volume needs the volume attribute \"{PRESET}\": the name of a preset in the node's hostpath.ephemeral config"
         ))
     })?;
-    if !is_kubelet_volume_id(volume_id) {
-        return Err(Status::invalid_argument(
-            "the volume id of an inline ephemeral volume is kubelet's (csi- and 64 hex digits); this one is not",
-        ));
-    }
     let uid = pod_uid_of_target(target)
         .ok_or_else(|| Status::invalid_argument("the target path names no pod"))?;
+    if !is_volume_id_of(volume_id, target) {
+        return Err(Status::invalid_argument(
+            "the volume id is not the one kubelet gives this pod's inline volume (csi- and the sha256 of the pod's uid and the volume's name); refused",
+        ));
+    }
     let info = |k: &str| context.get(k).filter(|v| !v.is_empty());
     let (Some(ctx_uid), Some(namespace), Some(name)) =
         (info(POD_UID), info(POD_NAMESPACE), info(POD_NAME))
@@ -195,9 +228,9 @@ pub(crate) fn publish(
     let root = volumedir::prepare_root(&preset.root)
         .map_err(|why| Error::refused(format!("preset {}: {why}", e.preset)))?;
     let rel = PathBuf::from(&e.volume_id);
-    match volumedir::inspect(&root, &rel) {
-        DirState::Missing => {}
-        DirState::Owned(rec) if rec.marker.claim_uid == e.pod_uid => {}
+    let made_now = match volumedir::inspect(&root, &rel) {
+        DirState::Missing => true,
+        DirState::Owned(rec) if rec.marker.claim_uid == e.pod_uid => false,
         DirState::Owned(_) | DirState::Legacy(_) => {
             return Err(Error::occupied(format!(
                 "{} belongs to another pod; refused",
@@ -205,7 +238,7 @@ pub(crate) fn publish(
             )));
         }
         DirState::Foreign(why) => return Err(Error::occupied(why)),
-    }
+    };
     let marker = Marker {
         provisioner: format!("{} (ephemeral preset {})", ctx.driver_name, e.preset),
         volume: e.volume_id.clone(),
@@ -223,21 +256,33 @@ pub(crate) fn publish(
     let dir = volumedir::create_volume_dir(&root, &rel, own, &marker)
         .map_err(|why| Error::refused(why.to_string()))?;
     crate::sys::process::checkpoint("ephemeral-after-directory");
-    let size = quota::enforce_volume(ctx.runner, &root, &rel, preset.size, &IdScope::of(config))
-        .map_err(|why| Error::refused(format!("{why}; kubelet retries")))?;
-    if let Outcome::NotEnforced(why) = &size
-        && !preset.allow_unenforced
-    {
-        let undo = match volumedir::delete_volume_dir(&root, &rel, &e.volume_id, &e.pod_uid) {
-            Ok(_) => String::new(),
-            Err(d) => format!(" (and removing its new directory failed: {})", d),
-        };
-        return Err(Error::refused(format!(
-            "preset {} promises a size of {} bytes, which cannot be enforced under {}: {why}; the node operator can give the preset a root on a filesystem with project quotas, or set allowUnenforced{undo}",
-            e.preset,
-            preset.size,
-            root.real.display()
-        )));
+    // The size is set up only on a directory no pod has had yet (the mount is recorded before
+    // the bind): `xfs_quota project -s` walks the tree by path, which must never be a tree a pod
+    // holds and can rearrange. A retry of a published volume (kubelet's restart) keeps what its
+    // first publish set.
+    if users(config, &dir)?.is_empty() {
+        let size =
+            quota::enforce_volume(ctx.runner, &root, &rel, preset.size, &IdScope::of(config))
+                .map_err(|why| Error::refused(format!("{why}; kubelet retries")))?;
+        if let Outcome::NotEnforced(why) = &size
+            && !preset.allow_unenforced
+        {
+            // Only what this call made is undone (empty: no pod has had it).
+            let undo = if made_now {
+                match volumedir::delete_volume_dir(&root, &rel, &e.volume_id, &e.pod_uid) {
+                    Ok(_) => String::new(),
+                    Err(d) => format!(" (and removing its new directory failed: {d})"),
+                }
+            } else {
+                String::new()
+            };
+            return Err(Error::refused(format!(
+                "preset {} promises a size of {} bytes, which cannot be enforced under {}: {why}; the node operator can give the preset a root on a filesystem with project quotas, or set allowUnenforced{undo}",
+                e.preset,
+                preset.size,
+                root.real.display()
+            )));
+        }
     }
     let location = dir.display().to_string();
     let key = Key::load_or_create(&node_key_path(&config.state_dir))
@@ -264,29 +309,56 @@ pub(crate) fn publish(
 }
 
 /// After the backend unpublished `target`: removes the inline ephemeral volume `volume_id`'s
-/// directory, when a preset root records it for the target path's pod and no mount record of
-/// this node uses it. Anything else (not an ephemeral volume id, no record: a persistent volume
-/// or one removed already; the record of another pod) is left alone. Returns what was done.
-pub(crate) fn release(ctx: &Context, volume_id: &str, target: &Path) -> Result<Option<String>> {
-    if !is_kubelet_volume_id(volume_id) {
-        return Ok(None);
+/// directory, when the id is kubelet's for that target's volume, a preset root records it for
+/// the target path's pod, and no mount record of this node uses it. Anything else (a persistent
+/// volume, one removed already, another pod's record) is left alone. Returns what was done, or
+/// why the directory stays: the volume is unmounted by then, so a directory that cannot be
+/// removed (a mount inside it, a tree too deep for the removal walk) never fails the unpublish —
+/// that would keep the pod Terminating for ever — it stays for [`sweep`] to try again once
+/// kubelet has removed the pod's directory, and the log says why.
+pub(crate) fn release(ctx: &Context, volume_id: &str, target: &Path) -> Option<String> {
+    if !is_kubelet_volume_id(volume_id) || !is_volume_id_of(volume_id, target) {
+        return None;
     }
-    let Some(uid) = pod_uid_of_target(target) else {
-        return Ok(None);
+    let uid = pod_uid_of_target(target)?;
+    let stays = |why: &dyn std::fmt::Display| {
+        Some(format!(
+            "its directory stays, for the sweep to remove once the pod is gone: {why}"
+        ))
     };
-    let _held = lock(ctx.config, volume_id)?;
+    let _held = match lock(ctx.config, volume_id) {
+        Ok(l) => l,
+        Err(e) => return stays(&e),
+    };
     for root in roots(ctx.config, false) {
         let rec = match volumedir::read_record(&root, volume_id) {
             Ok(Some(rec)) => rec,
             Ok(None) => continue,
-            Err(why) => return Err(Error::refused(why.to_string())),
+            Err(why) => return stays(&why),
         };
         if rec.marker.claim_uid != uid {
-            return Ok(None);
+            return None;
         }
-        return remove(ctx, &root, volume_id, uid, None).map(Some);
+        return match remove(ctx, &root, volume_id, uid, None) {
+            Ok(done) => Some(done),
+            Err(why) => stays(&why),
+        };
     }
-    Ok(None)
+    None
+}
+
+/// The targets of this node's mount records whose source is `dir`, inside it or above it.
+fn users(config: &Config, dir: &Path) -> Result<Vec<PathBuf>> {
+    let store = StateStore::new(&config.state_dir, Backend::HostPath.name());
+    let mut out = Vec::new();
+    for (_, rec) in store.list() {
+        let rec = rec?;
+        let source = Path::new(&rec.source);
+        if source.starts_with(dir) || dir.starts_with(source) {
+            out.push(rec.target);
+        }
+    }
+    Ok(out)
 }
 
 /// Removes ephemeral volume `volume_id` of pod `uid` from `root` (its record says so), unless a
@@ -304,16 +376,11 @@ fn remove(
     let rel = PathBuf::from(volume_id);
     let dir = root.real.join(&rel);
     let store = StateStore::new(&ctx.config.state_dir, Backend::HostPath.name());
-    for (_, rec) in store.list() {
-        let rec = rec?;
-        let source = Path::new(&rec.source);
-        if !(source.starts_with(&dir) || dir.starts_with(source)) {
-            continue;
-        }
+    for target in users(ctx.config, &dir)? {
         let ended = gone_pod.is_some_and(|pod| {
-            rec.target.starts_with(pod)
+            target.starts_with(pod)
                 && matches!(
-                    nix::sys::stat::lstat(&rec.target),
+                    nix::sys::stat::lstat(&target),
                     Err(nix::errno::Errno::ENOENT)
                 )
         });
@@ -321,10 +388,10 @@ fn remove(
             return Err(Error::refused(format!(
                 "{} is still mounted at {}; it is removed once that is unmounted",
                 dir.display(),
-                rec.target.display()
+                target.display()
             )));
         }
-        store.remove(&rec.target)?;
+        store.remove(&target)?;
     }
     let project = quota::project_of_volume(ctx.runner, root, &rel, volume_id);
     match volumedir::delete_volume_dir(root, &rel, volume_id, uid) {
@@ -346,7 +413,12 @@ fn remove(
 /// per volume removed or left with an error.
 pub(crate) fn sweep(ctx: &Context, node: &str, kubelet_root: &Path) -> Vec<String> {
     let roots = roots(ctx.config, false);
-    let mut out = volumedir::finish_deletes(&roots).1;
+    let mut out = volumedir::finish_deletes(&roots, &mut |root, id| {
+        let _ = quota::release(ctx.runner, root, Some(id));
+    })
+    .1;
+    // Mount records name targets under the canonical kubelet root.
+    let kubelet_root = std::fs::canonicalize(kubelet_root).unwrap_or_else(|_| kubelet_root.into());
     for root in &roots {
         let records = match volumedir::read_records(root) {
             Ok(r) => r,
@@ -386,7 +458,7 @@ mod tests {
     const T: &str = "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/scratch/mount";
 
     fn id() -> String {
-        format!("csi-{}", "ab".repeat(32))
+        kubelet_volume_id("u1", "scratch")
     }
 
     fn ctx(extra: &[(&str, &str)]) -> HashMap<String, String> {
@@ -404,6 +476,15 @@ mod tests {
             m.insert((*k).to_owned(), (*v).to_owned());
         }
         m
+    }
+
+    /// kubelet 1.20's `makeVolumeHandle("pod-uid-1", "scratch")`, computed apart with
+    /// `printf pod-uid-1scratch | sha256sum`.
+    const KUBELET_ID: &str = "csi-c5699e390261e9e6987cb40a451a4e699b550c7b5f2b6574fc12407e6f10fb2f";
+
+    #[test]
+    fn the_volume_id_is_kubelets_hash() {
+        assert_eq!(kubelet_volume_id("pod-uid-1", "scratch"), KUBELET_ID);
     }
 
     #[test]
@@ -457,9 +538,17 @@ mod tests {
             request(t, &id(), &no_preset).unwrap_err().code(),
             tonic::Code::InvalidArgument
         );
-        assert_eq!(
-            request(t, "vol-1", &ctx(&[])).unwrap_err().code(),
-            tonic::Code::InvalidArgument
-        );
+        for other in [
+            "vol-1".to_owned(),
+            format!("csi-{}", "ab".repeat(32)),
+            kubelet_volume_id("u1", "other"),
+            kubelet_volume_id("u2", "scratch"),
+        ] {
+            assert_eq!(
+                request(t, &other, &ctx(&[])).unwrap_err().code(),
+                tonic::Code::InvalidArgument,
+                "{other}"
+            );
+        }
     }
 }

@@ -466,7 +466,7 @@ impl node_server::Node for NodeService {
             on_node(&self.settings, move |ctx| match kind {
                 Kind::Hostpath => {
                     let reply = hostpath::unpublish(ctx, &target)?;
-                    if let Some(done) = ephemeral::release(ctx, &volume_id, &target)? {
+                    if let Some(done) = ephemeral::release(ctx, &volume_id, &target) {
                         tracing::info!(target: LOG_TARGET, "inline ephemeral volume {volume_id:?}: {done}");
                     }
                     Ok(reply)

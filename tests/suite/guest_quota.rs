@@ -721,7 +721,7 @@ fn guest_quota_a_directory_moved_out_of_its_project_is_put_back_and_counted() {
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     use crate::root_csi::{Plugin, publish, target};
-    use crate::root_csi_ephemeral::{eph_req, unpublish_id, vid};
+    use crate::root_csi_ephemeral::{eph_req, kid, unpublish_id};
     let disk = Disk::xfs("prjquota");
     let scratch = disk.mnt.join("scratch");
     let env = crate::util::Env::new();
@@ -732,7 +732,7 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
         }
     }));
     let p = Plugin::start_with(&env, &[]);
-    let (a, b) = (vid(21), vid(22));
+    let (a, b) = (kid("qa", "v"), kid("qb", "v"));
     let (ta, tb) = (target(&env, "qa", "v"), target(&env, "qb", "v"));
     publish(&p, eph_req(&ta, &a, "qa", "ns", "scratch", &[])).unwrap();
     publish(&p, eph_req(&tb, &b, "qb", "ns", "scratch", &[])).unwrap();
@@ -761,6 +761,32 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     );
     // The other pod's volume is not charged for it.
     write_mib(&tb.join("small"), 4).unwrap();
+    // A re-publish of a volume in use (kubelet restarted) walks nothing: a subdirectory the pod
+    // moved to project 0 stays there (`project -s` walks by path, a tree the pod can rearrange).
+    // Fails if a re-publish set the quota up again.
+    std::fs::create_dir(ta.join("sub")).unwrap();
+    run(
+        "xfs_io",
+        &["-c", "chproj 0", ta.join("sub").to_str().unwrap()],
+    );
+    publish(&p, eph_req(&ta, &a, "qa", "ns", "scratch", &[])).unwrap();
+    assert_eq!(project_of(&scratch.join(&a).join("sub")), 0);
+    // Killed after the delete's rename: the retry finishes it and still clears the project's
+    // limit (from the root-only record: the directory is gone by then). Fails if the limit
+    // were read from the directory only.
+    drop(p);
+    let mut k = Plugin::start_with_env(
+        &env,
+        &[],
+        &[("FLEXVOL_TEST_KILL_AT", "provisioner-delete-after-rename")],
+    );
+    let _ = unpublish_id(&k, &a, &ta);
+    while !k.exited() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(k);
+    assert!(!scratch.join(&a).exists());
+    let p = Plugin::start_with(&env, &[]);
     for (id, t) in [(&a, &ta), (&b, &tb)] {
         unpublish_id(&p, id, t).unwrap();
         assert!(!scratch.join(id).exists());
@@ -780,7 +806,7 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     env.reconfigure(serde_json::json!({
         "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [prov]}]
     }));
-    let c = vid(23);
+    let c = kid("qc", "v");
     let want = quota::preferred_id(&c);
     let proot = flexvol::provision::storage::volumedir::prepare_root(&prov).unwrap();
     flexvol::provision::storage::volumedir::create_volume_dir(

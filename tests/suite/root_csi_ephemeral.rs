@@ -13,9 +13,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
-/// kubelet's volume id for an inline volume: `csi-` and 64 hex digits (a sha256).
-pub(crate) fn vid(n: u8) -> String {
-    format!("csi-{}", format!("{n:02x}").repeat(32))
+/// The volume id kubelet gives inline volume `name` of pod `uid`: `csi-` and the hex sha256 of
+/// the uid followed by the name (kubelet's `makeVolumeHandle`).
+pub(crate) fn kid(uid: &str, name: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, format!("{uid}{name}").as_bytes());
+    let hex: String = d.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("csi-{hex}")
 }
 
 /// An env whose config has the hostPath allowed root `<root>/data` and the presets `scratch`
@@ -37,12 +40,12 @@ fn env() -> Env {
     env
 }
 
-/// A fresh [`env`], its plugin, and volume `vid(n)` of preset `scratch` published for pod `uid`
-/// of namespace `ns` at a target of its own.
-fn published(n: u8, uid: &str, ns: &str) -> (Env, Plugin, String, PathBuf) {
+/// A fresh [`env`], its plugin, and pod `uid`'s inline volume `v` of preset `scratch`, published
+/// for namespace `ns`.
+fn published(uid: &str, ns: &str) -> (Env, Plugin, String, PathBuf) {
     let env = env();
     let p = Plugin::start_with(&env, &[]);
-    let id = vid(n);
+    let id = kid(uid, "v");
     let t = target(&env, uid, "v");
     publish(&p, eph_req(&t, &id, uid, ns, "scratch", &[])).unwrap();
     (env, p, id, t)
@@ -108,7 +111,7 @@ fn record(env: &Env, id: &str) -> PathBuf {
 #[test]
 fn root_csi_ephemeral_volume_is_made_bound_and_removed() {
     require_root!();
-    let (env, p, id, t) = published(1, "u1", "team-a");
+    let (env, p, id, t) = published("u1", "team-a");
     let kubelet = env.root().join("kubelet");
     let dir = scratch(&env).join(&id);
     let meta = std::fs::metadata(&dir).unwrap();
@@ -123,6 +126,17 @@ fn root_csi_ephemeral_volume_is_made_bound_and_removed() {
     assert_eq!(std::fs::read_to_string(dir.join("from-pod")).unwrap(), "x");
     // kubelet's retry: OK, one mount, one directory.
     publish(&p, eph_req(&t, &id, "u1", "team-a", "scratch", &[])).unwrap();
+    assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
+    // The operator makes the preset strict, then kubelet restarts and publishes again: the
+    // volume in use keeps what its first publish set (nothing is walked, nothing undone). Fails
+    // if a re-publish set the size up again (it would refuse, and remove the pod's directory).
+    let strict = json!({"root": scratch(&env), "size": "64Mi"});
+    env.reconfigure(
+        json!({"hostpath": {"allowedRoots": [env.root().join("data")],
+        "ephemeral": {"scratch": strict}}}),
+    );
+    publish(&p, eph_req(&t, &id, "u1", "team-a", "scratch", &[])).unwrap();
+    assert_eq!(std::fs::read_to_string(dir.join("from-pod")).unwrap(), "x");
     assert_eq!(mounts_under(&kubelet), vec![t.clone()]);
     unpublish_id(&p, &id, &t).unwrap();
     assert!(mounts_under(&kubelet).is_empty());
@@ -141,7 +155,7 @@ fn root_csi_ephemeral_attributes_name_a_preset_only() {
     let env = env();
     let p = Plugin::start_with(&env, &[]);
     let secretish = "/etc/shadow-s3cr3t";
-    let id = vid(2);
+    let id = kid("u2", "v");
     let t = target(&env, "u2", "v");
     let cases: Vec<(NodePublishVolumeRequest, Code)> = vec![
         (
@@ -162,7 +176,16 @@ fn root_csi_ephemeral_attributes_name_a_preset_only() {
             Code::InvalidArgument,
         ),
         (
-            eph_req(&t, &vid(2).to_uppercase(), "u2", "ns", "scratch", &[]),
+            eph_req(&t, &id.to_uppercase(), "u2", "ns", "scratch", &[]),
+            Code::InvalidArgument,
+        ),
+        // kubelet's id of another volume of the pod, or of another pod's.
+        (
+            eph_req(&t, &kid("u2", "w"), "u2", "ns", "scratch", &[]),
+            Code::InvalidArgument,
+        ),
+        (
+            eph_req(&t, &kid("u3", "v"), "u2", "ns", "scratch", &[]),
             Code::InvalidArgument,
         ),
         (
@@ -198,7 +221,7 @@ fn root_csi_ephemeral_attributes_name_a_preset_only() {
 #[test]
 fn root_csi_ephemeral_directories_are_reachable_by_no_other_volume() {
     require_root!();
-    let (env, p, id, t) = published(3, "u3", "team-a");
+    let (env, p, id, t) = published("u3", "team-a");
     std::fs::write(t.join("private"), "team-a's").unwrap();
     let dir = scratch(&env).join(&id);
     for path in [dir.clone(), scratch(&env)] {
@@ -235,7 +258,7 @@ fn root_csi_ephemeral_directories_are_reachable_by_no_other_volume() {
     assert_eq!(mounts_under(&env.root().join("kubelet")), vec![t.clone()]);
     // Another inline volume of another pod whose attributes say the same preset gets a
     // directory of its own (its volume id), never this one.
-    let id6 = vid(6);
+    let id6 = kid("u6", "v");
     let t6 = target(&env, "u6", "v");
     publish(&p, eph_req(&t6, &id6, "u6", "team-b", "scratch", &[])).unwrap();
     assert!(!t6.join("private").exists());
@@ -245,16 +268,21 @@ fn root_csi_ephemeral_directories_are_reachable_by_no_other_volume() {
     assert!(env.mounts().is_empty());
 }
 
-/// An unpublish names a volume id and a target: the directory goes only when its record names
-/// the target path's pod. Pod B's unpublish naming pod A's volume id removes nothing of A's
-/// (fails if the record's pod were not compared).
+/// An unpublish names a volume id and a target: the directory goes only when the id is kubelet's
+/// for that target's volume and its record names the target path's pod. Pod B's unpublish naming
+/// pod A's volume id removes nothing of A's; nor does one whose id matches its own target only
+/// because uid and name run together (`ua`+`v` = `u`+`av`: real uids are fixed-length UUIDs, so
+/// only the record's pod tells them apart here). Fails with the record's pod not compared.
 #[test]
 fn root_csi_ephemeral_unpublish_removes_only_the_target_pods_directory() {
     require_root!();
-    let (env, p, id, ta) = published(7, "ua", "team-a");
+    let (env, p, id, ta) = published("ua", "team-a");
     std::fs::write(ta.join("data"), "a").unwrap();
     let tb = target(&env, "ub", "v");
     unpublish_id(&p, &id, &tb).unwrap();
+    let tu = target(&env, "u", "av");
+    assert_eq!(kid("u", "av"), id);
+    unpublish_id(&p, &id, &tu).unwrap();
     let dir = scratch(&env).join(&id);
     assert_eq!(std::fs::read_to_string(dir.join("data")).unwrap(), "a");
     assert!(record(&env, &id).exists());
@@ -264,14 +292,16 @@ fn root_csi_ephemeral_unpublish_removes_only_the_target_pods_directory() {
 }
 
 /// A pod owns everything in its scratch directory: a symlink it planted to a file outside is
-/// removed without being followed (the file stays), and a mount inside (one it made, or that
-/// propagated) stops the removal before anything is deleted — the unpublish fails, kubelet
-/// retries, and once the mount is gone the directory goes. Fails if the removal followed the
-/// symlink or crossed the mount (the file or the mounted data would be gone).
+/// removed without being followed (the file stays), and a mount inside stops the removal before
+/// anything is deleted. The unpublish still succeeds (the volume is unmounted: failing it would
+/// keep the pod Terminating for ever); the directory stays, and once the mount is gone and
+/// kubelet has removed the pod's directory, the sweep removes it. Fails if the removal followed
+/// the symlink or crossed the mount (the file or the mounted data would be gone), or if the
+/// unpublish failed.
 #[test]
 fn root_csi_ephemeral_removal_follows_no_symlink_and_crosses_no_mount() {
     require_root!();
-    let (env, p, id, t) = published(8, "u8", "ns");
+    let (env, p, id, t) = published("u8", "ns");
     let outside = env.mkdir("data/outside");
     std::fs::write(outside.join("keep"), "host's").unwrap();
     std::os::unix::fs::symlink(&outside, t.join("link-dir")).unwrap();
@@ -286,15 +316,28 @@ fn root_csi_ephemeral_removal_follows_no_symlink_and_crosses_no_mount() {
             dir.join("m").to_str().unwrap(),
         ],
     );
-    let e = unpublish_id(&p, &id, &t).unwrap_err();
-    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    unpublish_id(&p, &id, &t).unwrap();
     assert!(
         dir.join("link-file").symlink_metadata().is_ok(),
-        "nothing was removed yet"
+        "nothing was removed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("m/keep")).unwrap(),
+        "host's"
     );
     run("umount", &[dir.join("m").to_str().unwrap()]);
-    unpublish_id(&p, &id, &t).unwrap();
-    assert!(!dir.exists());
+    std::fs::remove_dir_all(env.root().join("kubelet/pods/u8")).unwrap();
+    drop(p);
+    let _p = Plugin::start_with(&env, &[]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while dir.exists() {
+        assert!(
+            Instant::now() < until,
+            "{} not swept in 20 s",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(
         std::fs::read_to_string(outside.join("keep")).unwrap(),
         "host's"
@@ -311,7 +354,7 @@ fn root_csi_ephemeral_unenforceable_size_is_refused_unless_the_preset_allows_it(
     require_root!();
     let env = env();
     let p = Plugin::start_with(&env, &[]);
-    let id = vid(9);
+    let id = kid("u9", "v");
     let t = target(&env, "u9", "v");
     let e = publish(&p, eph_req(&t, &id, "u9", "ns", "strict", &[])).unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
@@ -336,7 +379,7 @@ fn root_csi_ephemeral_unenforceable_size_is_refused_unless_the_preset_allows_it(
 fn root_csi_ephemeral_kill9_converges_and_orphans_are_swept() {
     require_root!();
     let env = env();
-    let id = vid(10);
+    let id = kid("u10", "v");
     let t = target(&env, "u10", "v");
     let kubelet = env.root().join("kubelet");
     for at in ["ephemeral-after-directory", "hostpath-mount-after-bind"] {
@@ -362,7 +405,7 @@ fn root_csi_ephemeral_kill9_converges_and_orphans_are_swept() {
     drop(p);
     // A live pod's volume beside it, not mounted yet (its publish killed after the directory
     // was made; kubelet will retry): only its pod's directory says it is live.
-    let live = vid(11);
+    let live = kid("u11", "v");
     let tl = target(&env, "u11", "v");
     let mut k = Plugin::start_with_env(
         &env,
@@ -379,7 +422,7 @@ fn root_csi_ephemeral_kill9_converges_and_orphans_are_swept() {
     std::fs::remove_dir_all(kubelet.join("pods/u10")).unwrap();
     // Another node's volume in the same root (a root on shared storage), its pod not in this
     // kubelet's directory: not this node's to judge.
-    let other = vid(12);
+    let other = kid("u12", "v");
     let to = target(&env, "u12", "v");
     publish(
         &p0_for(&env),
