@@ -764,6 +764,7 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     // A re-publish of a volume in use (kubelet restarted) walks nothing: a subdirectory the pod
     // moved to project 0 stays there (`project -s` walks by path, a tree the pod can rearrange).
     // Fails if a re-publish set the quota up again.
+    std::fs::remove_file(ta.join("fill")).unwrap();
     std::fs::create_dir(ta.join("sub")).unwrap();
     run(
         "xfs_io",
