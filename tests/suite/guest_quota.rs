@@ -801,8 +801,9 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     }
 
     // IDs are chosen node-wide: a provisioning root on the same filesystem whose record names
-    // the ID this volume would prefer (recorded, not applied yet: a provisioner killed between
-    // the two) makes it choose another. Fails if only the preset's own root were counted.
+    // the ID this volume would prefer (recorded, not applied: a provisioner killed between the
+    // two, then its delete killed after the rename) makes it choose another. Fails if only the
+    // preset's own root, or only records whose directory is there, were counted.
     let prov = disk.mnt.join("prov");
     env.reconfigure(serde_json::json!({
         "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [prov]}]
@@ -825,6 +826,9 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
         },
     )
     .unwrap();
+    // Its directory is gone already (a delete killed after its rename): the record alone still
+    // holds the ID.
+    std::fs::remove_dir_all(prov.join("pvc-held")).unwrap();
     // And one choice at a time: while another holds the node's project-ID lock, the publish
     // waits for it. Fails if the choice took no lock (the publish would not wait).
     let lock = env.run.join("locks/quota-project-ids.lock");

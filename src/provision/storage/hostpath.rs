@@ -212,6 +212,7 @@ impl HostPathProvisioner {
     /// Removes this request's own directory (a clone not finished), with its project quota.
     fn discard(
         &self,
+        cfg: &Config,
         runner: &dyn crate::sys::exec::Runner,
         root: &Root,
         rel: &std::path::Path,
@@ -222,7 +223,13 @@ impl HostPathProvisioner {
         delete_volume_dir(root, rel, req.pv_name, req.uid)
             .map_err(|e| Refusal::Fail(format!("{e}; retrying")))?;
         if let Ok(id) = project {
-            crate::provision::storage::quota::release(runner, root, id);
+            crate::provision::storage::quota::release(
+                runner,
+                root,
+                id,
+                req.pv_name,
+                &crate::provision::storage::quota::IdScope::of(cfg),
+            );
         }
         Ok(())
     }
@@ -338,7 +345,7 @@ impl Provisioner for HostPathProvisioner {
                 }
                 Err(e) => return Err(Refusal::Fail(format!("{e}; retrying"))),
             }
-            self.discard(&*runner, root, &rel, req)?;
+            self.discard(cfg, &*runner, root, &rel, req)?;
         }
         let path = create_volume_dir(root, &rel, params.ownership, &marker)
             .map_err(|e| Refusal::Fail(e.into()))?;
@@ -365,7 +372,7 @@ impl Provisioner for HostPathProvisioner {
                 }
                 Err(why) => {
                     // A Failure changes nothing: the half copy goes.
-                    let undo = match self.discard(&*runner, root, &rel, req) {
+                    let undo = match self.discard(cfg, &*runner, root, &rel, req) {
                         Ok(()) => String::new(),
                         Err(e) => {
                             let e = e.message();
@@ -411,15 +418,22 @@ impl Provisioner for HostPathProvisioner {
         // directory really carries it (checked now, while it is there).
         let project =
             crate::provision::storage::quota::project_of_volume(&*runner, &root, &rel, &name);
-        match delete_volume_dir(&root, &rel, &name, &claim_uid_of(pv))? {
-            Deleted::Removed => {
-                let released = match project {
-                    Ok(id) => crate::provision::storage::quota::release(&*runner, &root, id),
-                    Err(why) => format!("; no project limit cleared: {why}"),
-                };
-                Ok(format!("removed {}{released}", path.display()))
-            }
-            Deleted::AlreadyGone => Ok(format!("{} was gone already", path.display())),
+        let deleted = delete_volume_dir(&root, &rel, &name, &claim_uid_of(pv))?;
+        // Also when the directory was gone already: a delete killed after its directory went
+        // leaves the limit, which only the record (read above) still named.
+        let released = match project {
+            Ok(id) => crate::provision::storage::quota::release(
+                &*runner,
+                &root,
+                id,
+                &name,
+                &crate::provision::storage::quota::IdScope::of(cfg),
+            ),
+            Err(why) => format!("; no project limit cleared: {why}"),
+        };
+        match deleted {
+            Deleted::Removed => Ok(format!("removed {}{released}", path.display())),
+            Deleted::AlreadyGone => Ok(format!("{} was gone already{released}", path.display())),
         }
     }
 
@@ -448,8 +462,10 @@ impl Provisioner for HostPathProvisioner {
     fn recover(&mut self, cfg: &Config, node: &str) -> Vec<String> {
         let (existing, _) = usable_roots(&cfg.local_path.node_roots(node), false);
         let runner = (self.runner)(cfg);
-        finish_deletes(&existing, &mut |root, id| {
-            let _ = crate::provision::storage::quota::release(&*runner, root, Some(id));
+        let ids = crate::provision::storage::quota::IdScope::of(cfg);
+        finish_deletes(&existing, &|_| false, &mut |root, volume, id| {
+            let _ =
+                crate::provision::storage::quota::release(&*runner, root, Some(id), volume, &ids);
         })
         .1
     }

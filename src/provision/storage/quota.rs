@@ -552,10 +552,18 @@ pub(crate) fn enforce_volume(
     let taken: BTreeSet<u32> = if choosing {
         let mut roots = vec![root.clone()];
         roots.extend(volumedir::usable_roots(&ids.roots, false).0);
+        // Old volumes' markers (found in place) and every record, also one whose directory is
+        // gone: a delete a kill interrupted still holds its ID until its limit is cleared.
         volumedir::scan(&roots, SCAN_DEPTH)
             .into_iter()
             .filter(|f| f.marker.volume != m.volume)
             .filter_map(|f| f.marker.project_id)
+            .chain(
+                ids.recorded(root)
+                    .into_iter()
+                    .filter(|(v, _)| *v != m.volume)
+                    .map(|(_, id)| id),
+            )
             .collect()
     } else {
         BTreeSet::new()
@@ -614,6 +622,23 @@ impl IdScope {
             roots,
             lock_dir: cfg.lock_dir(),
         }
+    }
+
+    /// Every (volume, project ID) the root-only records of `root` and of this scope's roots name,
+    /// whatever state their directories are in (one a kill left recorded but not applied, one a
+    /// delete has already taken away).
+    fn recorded(&self, root: &Root) -> Vec<(String, u32)> {
+        let mut roots = vec![root.clone()];
+        roots.extend(volumedir::usable_roots(&self.roots, false).0);
+        let mut out = Vec::new();
+        for r in &roots {
+            for rec in volumedir::read_records(r).unwrap_or_default() {
+                if let Some(id) = rec.marker.project_id {
+                    out.push((rec.marker.volume, id));
+                }
+            }
+        }
+        out
     }
 
     fn lock(&self) -> Result<crate::sys::lock::VolumeLock, QuotaError> {
@@ -740,12 +765,38 @@ pub(crate) fn raise_checked(
     }
 }
 
-/// After a volume directory with project `id` was deleted: clears the project's limit, so its
-/// quota record can go. Best effort (a leftover record only keeps its ID from being chosen); the
-/// text is for the log. `id` must come from [`project_of_volume`] (cross-checked before the
-/// directory went).
-pub(crate) fn release(runner: &dyn Runner, root: &Root, id: Option<u32>) -> String {
-    release_on(runner, &detect_with_tool(runner, &root.real), id)
+/// After volume `volume`'s directory with project `id` was deleted: clears the project's limit,
+/// so its quota record can go — under the node-wide project-ID lock, and only while no other
+/// volume's record names `id` (a release repeated after the ID was freed and chosen again, by a
+/// delete a kill interrupted and the recovery that finished it, must not clear the new owner's
+/// limit). Best effort (a leftover limit only keeps its ID from being chosen); the text is for
+/// the log. `id` must come from [`project_of_volume`] (cross-checked before the directory went,
+/// or the root-only record's).
+pub(crate) fn release(
+    runner: &dyn Runner,
+    root: &Root,
+    id: Option<u32>,
+    volume: &str,
+    ids: &IdScope,
+) -> String {
+    let Some(id) = id else {
+        return String::new();
+    };
+    let _held = match ids.lock() {
+        Ok(l) => l,
+        Err(e) => return format!("; the limit of project {id} stays ({e})"),
+    };
+    if let Some(other) = ids
+        .recorded(root)
+        .into_iter()
+        .find(|(v, p)| *p == id && v != volume)
+    {
+        return format!(
+            "; project {id} is volume {}'s now: its limit stays",
+            other.0
+        );
+    }
+    release_on(runner, &detect_with_tool(runner, &root.real), Some(id))
 }
 
 /// [`release`] on `support`.
@@ -1582,5 +1633,37 @@ mod tests {
         assert!(e.to_string().contains("replaced"), "{e}");
         assert!(r.calls().is_empty(), "{:?}", r.lines());
         drop(dir);
+    }
+
+    /// A release repeated after its ID was freed and chosen again (a delete a kill interrupted,
+    /// finished by the recovery, then retried) must not clear the new owner's limit: while
+    /// another volume's record names the ID, nothing is run. Fails without the check (the
+    /// runner would be asked to clear the limit).
+    #[test]
+    fn a_release_never_clears_an_id_another_volume_has_now() {
+        use crate::provision::storage::volumedir::{Marker, create_volume_dir, prepare_root};
+        let d = tempfile::tempdir().unwrap();
+        let root = prepare_root(&d.path().join("root")).unwrap();
+        let other = Marker {
+            provisioner: "p".into(),
+            volume: "pvc-new-owner".into(),
+            namespace: "ns".into(),
+            claim: "c".into(),
+            claim_uid: "u".into(),
+            node: "n".into(),
+            project_id: Some(ID_FIRST + 7),
+        };
+        create_volume_dir(&root, Path::new("w"), Default::default(), &other).unwrap();
+        let ids = IdScope {
+            roots: Vec::new(),
+            lock_dir: d.path().join("locks"),
+        };
+        let runner = FakeRunner::new();
+        let said = release(&runner, &root, Some(ID_FIRST + 7), "pvc-old", &ids);
+        assert!(said.contains("pvc-new-owner"), "{said}");
+        assert!(runner.calls().is_empty(), "{:?}", runner.calls());
+        // Its own record naming it is no obstacle (the volume being deleted).
+        let said = release(&runner, &root, Some(ID_FIRST + 7), "pvc-new-owner", &ids);
+        assert!(!said.contains("now"), "{said}");
     }
 }

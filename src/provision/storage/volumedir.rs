@@ -1476,12 +1476,14 @@ fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), VolumeDirError> {
 }
 
 /// Finishes deletions a kill left half done (tombstones in the roots). `release` is given the
-/// project ID of each one's record (root-only: the directory is gone) before the record goes, so
-/// the caller clears its limit (idempotent: a kill between the two calls it again). Returns what
-/// it removed and what it could not.
+/// volume and project ID of each one's record (root-only: the directory is gone) before the
+/// record goes, so the caller clears its limit (a kill between the two calls it again: the
+/// caller's release must be safe to repeat). `skip` names volumes not to touch now (one whose
+/// delete another thread holds the lock of). Returns what it removed and what it could not.
 pub(crate) fn finish_deletes(
     roots: &[Root],
-    release: &mut dyn FnMut(&Root, u32),
+    skip: &dyn Fn(&str) -> bool,
+    release: &mut dyn FnMut(&Root, &str, u32),
 ) -> (Vec<PathBuf>, Vec<String>) {
     let (mut done, mut errors) = (Vec::new(), Vec::new());
     for r in roots {
@@ -1494,6 +1496,7 @@ pub(crate) fn finish_deletes(
         for name in names {
             let Some(n) = name.to_str() else { continue };
             if n.starts_with(TOMBSTONE_PREFIX)
+                && !skip(&n[TOMBSTONE_PREFIX.len()..])
                 && matches!(dirfd::entry(&dir, &name), Ok(Some(e)) if e.is_dir)
             {
                 match remove_tombstone(r, n) {
@@ -1504,7 +1507,7 @@ pub(crate) fn finish_deletes(
                             && inspect(r, Path::new(&rec.path)) == DirState::Missing
                         {
                             if let Some(id) = rec.marker.project_id {
-                                release(r, id);
+                                release(r, pv, id);
                             }
                             let _ = remove_record(r, pv);
                         }
