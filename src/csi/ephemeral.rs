@@ -256,11 +256,11 @@ pub(crate) fn publish(
     let dir = volumedir::create_volume_dir(&root, &rel, own, &marker)
         .map_err(|why| Error::refused(why.to_string()))?;
     crate::sys::process::checkpoint("ephemeral-after-directory");
-    // The size is set up only on a directory no pod has had yet (the mount is recorded before
-    // the bind): `xfs_quota project -s` walks the tree by path, which must never be a tree a pod
-    // holds and can rearrange. A retry of a published volume (kubelet's restart) keeps what its
-    // first publish set.
-    if users(config, &dir)?.is_empty() {
+    // The size is set up only on a directory no pod has had yet: one this call made, or one no
+    // mount record uses (the mount is recorded before the bind). `xfs_quota project -s` walks
+    // the tree by path, which must never be a tree a pod holds and can rearrange. A retry of a
+    // published volume (kubelet's restart) keeps what its first publish set.
+    if made_now || users(config, &dir)?.is_empty() {
         let size =
             quota::enforce_volume(ctx.runner, &root, &rel, preset.size, &IdScope::of(config))
                 .map_err(|why| Error::refused(format!("{why}; kubelet retries")))?;
@@ -394,17 +394,20 @@ fn remove(
         store.remove(&target)?;
     }
     let project = quota::project_of_volume(ctx.runner, root, &rel, volume_id);
-    match volumedir::delete_volume_dir(root, &rel, volume_id, uid) {
-        Ok(volumedir::Deleted::Removed) => {
-            let released = match project {
-                Ok(id) => quota::release(ctx.runner, root, id),
-                Err(why) => format!("; no project limit cleared: {why}"),
-            };
-            Ok(format!("removed {}{released}", dir.display()))
+    let deleted = volumedir::delete_volume_dir(root, &rel, volume_id, uid)
+        .map_err(|why| Error::refused(why.to_string()))?;
+    // Also when the directory was gone already (a delete killed after it went): only the record,
+    // read above, still named the limit.
+    let released = match project {
+        Ok(id) => quota::release(ctx.runner, root, id, volume_id, &IdScope::of(ctx.config)),
+        Err(why) => format!("; no project limit cleared: {why}"),
+    };
+    Ok(match deleted {
+        volumedir::Deleted::Removed => format!("removed {}{released}", dir.display()),
+        volumedir::Deleted::AlreadyGone => {
+            format!("{} was gone already{released}", dir.display())
         }
-        Ok(volumedir::Deleted::AlreadyGone) => Ok(format!("{} was gone already", dir.display())),
-        Err(why) => Err(Error::refused(why.to_string())),
-    }
+    })
 }
 
 /// Removes the ephemeral volumes whose pod is gone: a record of this node (`node`) in a preset
@@ -412,13 +415,39 @@ fn remove(
 /// volume of the pod was unmounted), and finishes deletions a kill interrupted. Returns one line
 /// per volume removed or left with an error.
 pub(crate) fn sweep(ctx: &Context, node: &str, kubelet_root: &Path) -> Vec<String> {
+    // The pod directories are the evidence, so without kubelet's `pods` directory (a DaemonSet
+    // that does not mount the kubelet root where it says) nothing is judged. Mount records name
+    // targets under the canonical kubelet root.
+    let kubelet_root = match std::fs::canonicalize(kubelet_root) {
+        Ok(k) if k.join("pods").is_dir() => k,
+        _ => {
+            return vec![format!(
+                "not swept: {} has no pods directory here (is the kubelet root mounted into the plugin's container at that path?)",
+                kubelet_root.display()
+            )];
+        }
+    };
     let roots = roots(ctx.config, false);
-    let mut out = volumedir::finish_deletes(&roots, &mut |root, id| {
-        let _ = quota::release(ctx.runner, root, Some(id));
+    let ids = IdScope::of(ctx.config);
+    // Deletions a kill interrupted, each under its volume's lock: one another thread holds (an
+    // unpublish deleting it now) is left to that thread.
+    let held = std::cell::RefCell::new(Vec::new());
+    let busy = |volume: &str| match VolumeLock::acquire(
+        &ctx.config.lock_dir(),
+        &format!("ephemeral:{volume}"),
+        std::time::Duration::ZERO,
+    ) {
+        Ok(l) => {
+            held.borrow_mut().push(l);
+            false
+        }
+        Err(_) => true,
+    };
+    let mut out = volumedir::finish_deletes(&roots, &busy, &mut |root, volume, id| {
+        let _ = quota::release(ctx.runner, root, Some(id), volume, &ids);
     })
     .1;
-    // Mount records name targets under the canonical kubelet root.
-    let kubelet_root = std::fs::canonicalize(kubelet_root).unwrap_or_else(|_| kubelet_root.into());
+    drop(held);
     for root in &roots {
         let records = match volumedir::read_records(root) {
             Ok(r) => r,
@@ -436,16 +465,28 @@ pub(crate) fn sweep(ctx: &Context, node: &str, kubelet_root: &Path) -> Vec<Strin
                 continue;
             }
             let pod_dir = kubelet_root.join("pods").join(uid);
-            match nix::sys::stat::lstat(&pod_dir) {
-                Err(nix::errno::Errno::ENOENT) => {}
-                _ => continue,
+            let gone = || {
+                matches!(
+                    nix::sys::stat::lstat(&pod_dir),
+                    Err(nix::errno::Errno::ENOENT)
+                )
+            };
+            if !gone() {
+                continue;
             }
-            let done =
-                lock(ctx.config, id).and_then(|_held| remove(ctx, root, id, uid, Some(&pod_dir)));
-            out.push(match done {
-                Ok(what) => format!("pod {uid} is gone: {what}"),
-                Err(why) => format!("pod {uid} is gone, its volume {id} stays: {why}"),
+            // Looked at again under the volume's lock: a publish of a new pod holds it.
+            let done = lock(ctx.config, id).and_then(|_held| {
+                if gone() {
+                    remove(ctx, root, id, uid, Some(&pod_dir)).map(Some)
+                } else {
+                    Ok(None)
+                }
             });
+            match done {
+                Ok(Some(what)) => out.push(format!("pod {uid} is gone: {what}")),
+                Ok(None) => {}
+                Err(why) => out.push(format!("pod {uid} is gone, its volume {id} stays: {why}")),
+            }
         }
     }
     out

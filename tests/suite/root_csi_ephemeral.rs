@@ -465,3 +465,61 @@ fn root_csi_ephemeral_kill9_converges_and_orphans_are_swept() {
 fn p0_for(env: &Env) -> Plugin {
     Plugin::start_with(env, &[])
 }
+
+/// The sweep's evidence is kubelet's pod directories: where the plugin cannot see them (a
+/// DaemonSet that does not mount the kubelet root at the path it passes), it judges nothing — it
+/// would otherwise take every pod for gone, drop live mount records and empty live volumes.
+/// Fails without that guard (the live pod's data would be removed).
+#[test]
+fn root_csi_ephemeral_sweep_judges_nothing_without_the_pods_directory() {
+    require_root!();
+    let (env, mut p, id, t) = published("u20", "ns");
+    std::fs::write(t.join("data"), "live").unwrap();
+    p.kill9();
+    drop(p);
+    let kubelet = env.root().join("kubelet");
+    std::fs::rename(kubelet.join("pods"), kubelet.join("pods.away")).unwrap();
+    let _p = Plugin::start_with(&env, &[]);
+    let log = env.root().join("csi.log");
+    let until = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("not swept")
+    {
+        assert!(Instant::now() < until, "the sweep said nothing in 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = scratch(&env).join(&id);
+    assert_eq!(std::fs::read_to_string(dir.join("data")).unwrap(), "live");
+    assert!(record(&env, &id).exists());
+    std::fs::rename(kubelet.join("pods.away"), kubelet.join("pods")).unwrap();
+    run("umount", &[t.to_str().unwrap()]);
+}
+
+/// A directory this call made gets its size set up whatever the mount records say: a record
+/// left from before (the scratch filesystem came back empty after a reboot, the state directory
+/// did not) must not make a new directory skip it. Here the preset is strict and this test
+/// directory has no quotas, so the publish is refused; fails if the stale record made it skip
+/// the size (the volume would be served unenforced).
+#[test]
+fn root_csi_ephemeral_a_new_directory_always_gets_its_size() {
+    require_root!();
+    let (env, mut p, id, t) = published("u21", "ns");
+    p.kill9();
+    drop(p);
+    // The scratch filesystem comes back empty; the mount record (stateDir) stays.
+    run("umount", &[t.to_str().unwrap()]);
+    std::fs::remove_dir_all(scratch(&env).join(&id)).unwrap();
+    std::fs::remove_file(record(&env, &id)).unwrap();
+    let strict = json!({"root": scratch(&env), "size": "64Mi"});
+    env.reconfigure(
+        json!({"hostpath": {"allowedRoots": [env.root().join("data")],
+        "ephemeral": {"scratch": strict}}}),
+    );
+    let p = Plugin::start_with(&env, &[]);
+    let e = publish(&p, eph_req(&t, &id, "u21", "ns", "scratch", &[])).unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("allowUnenforced"), "{}", e.message());
+    assert!(mounts_under(&env.root().join("kubelet")).is_empty());
+    assert!(!scratch(&env).join(&id).exists());
+}
