@@ -61,10 +61,11 @@ pub(crate) const PRESET: &str = "preset";
 /// Set by kubelet to `"true"` for an inline ephemeral volume.
 pub(crate) const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
 /// kubelet's prefix for what it adds to a CSI volume context.
-const CSI_PREFIX: &str = "csi.storage.k8s.io/";
-const POD_UID: &str = "csi.storage.k8s.io/pod.uid";
-const POD_NAMESPACE: &str = "csi.storage.k8s.io/pod.namespace";
-const POD_NAME: &str = "csi.storage.k8s.io/pod.name";
+pub(crate) const CSI_PREFIX: &str = "csi.storage.k8s.io/";
+/// The pod info kubelet adds with `podInfoOnMount`.
+pub(crate) const POD_UID: &str = "csi.storage.k8s.io/pod.uid";
+pub(crate) const POD_NAMESPACE: &str = "csi.storage.k8s.io/pod.namespace";
+pub(crate) const POD_NAME: &str = "csi.storage.k8s.io/pod.name";
 /// A scratch directory's mode, as kubelet makes an emptyDir: the pod's user, whoever it is, may
 /// write (the directory is the pod's alone).
 const MODE: u32 = 0o777;
@@ -180,13 +181,18 @@ pub(crate) fn request(
     })
 }
 
-/// The lock of one ephemeral volume (its directory's make and delete).
-fn lock(config: &Config, volume_id: &str) -> Result<VolumeLock> {
+/// The lock of one ephemeral volume (its directory's make and delete), waiting up to `wait`.
+fn lock_for(config: &Config, volume_id: &str, wait: std::time::Duration) -> Result<VolumeLock> {
     Ok(VolumeLock::acquire(
         &config.lock_dir(),
         &format!("ephemeral:{volume_id}"),
-        config.lock_timeout(),
+        wait,
     )?)
+}
+
+/// [`lock_for`] with the node config's lock wait.
+fn lock(config: &Config, volume_id: &str) -> Result<VolumeLock> {
+    lock_for(config, volume_id, config.lock_timeout())
 }
 
 /// The usable roots of every preset (missing ones made when `create`).
@@ -432,11 +438,7 @@ pub(crate) fn sweep(ctx: &Context, node: &str, kubelet_root: &Path) -> Vec<Strin
     // Deletions a kill interrupted, each under its volume's lock: one another thread holds (an
     // unpublish deleting it now) is left to that thread.
     let held = std::cell::RefCell::new(Vec::new());
-    let busy = |volume: &str| match VolumeLock::acquire(
-        &ctx.config.lock_dir(),
-        &format!("ephemeral:{volume}"),
-        std::time::Duration::ZERO,
-    ) {
+    let busy = |volume: &str| match lock_for(ctx.config, volume, std::time::Duration::ZERO) {
         Ok(l) => {
             held.borrow_mut().push(l);
             false

@@ -63,17 +63,15 @@ pub(crate) struct NodeService {
 /// The volume context keys kubelet adds with `podInfoOnMount`, and the FlexVolume keys the
 /// hostPath backend reads them as.
 const POD_INFO: &[(&str, &str)] = &[
-    ("csi.storage.k8s.io/pod.name", keys::POD_NAME),
-    ("csi.storage.k8s.io/pod.namespace", keys::POD_NAMESPACE),
-    ("csi.storage.k8s.io/pod.uid", keys::POD_UID),
+    (POD_NAME, keys::POD_NAME),
+    (POD_NAMESPACE, keys::POD_NAMESPACE),
+    (POD_UID, keys::POD_UID),
     (
         "csi.storage.k8s.io/serviceAccount.name",
         keys::SERVICE_ACCOUNT,
     ),
 ];
-/// kubelet's prefix for what it adds to a CSI volume context.
-const CSI_PREFIX: &str = "csi.storage.k8s.io/";
-use super::ephemeral::{self, EPHEMERAL};
+use super::ephemeral::{self, CSI_PREFIX, EPHEMERAL, POD_NAME, POD_NAMESPACE, POD_UID};
 /// How long a call may take beyond the node config's verb timeout before it is answered
 /// DEADLINE_EXCEEDED (the backend checks the deadline itself where it waits).
 const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
