@@ -37,6 +37,11 @@ pub enum Error {
     /// [`Error::Refused`]; typed because CSI answers it with its own code (ALREADY_EXISTS).
     #[error("{0}")]
     Occupied(String),
+    /// A bound of the node's is reached (an inline ephemeral preset's count per namespace, its
+    /// root's free space). Said like [`Error::Refused`]; typed because CSI answers it with its
+    /// own code (RESOURCE_EXHAUSTED), which kubelet retries.
+    #[error("{0}")]
+    Exhausted(String),
     /// A filesystem operation on a named path failed.
     #[error("cannot {what} {path}: {source}")]
     Io {
@@ -55,6 +60,11 @@ impl Error {
     /// Shorthand for [`Error::Occupied`].
     pub(crate) fn occupied(msg: impl Into<String>) -> Self {
         Error::Occupied(msg.into())
+    }
+
+    /// Shorthand for [`Error::Exhausted`].
+    pub(crate) fn exhausted(msg: impl Into<String>) -> Self {
+        Error::Exhausted(msg.into())
     }
 
     /// Shorthand for [`Error::Io`].

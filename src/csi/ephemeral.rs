@@ -41,6 +41,7 @@
 //! verb deadline; [`release`] after the backend's unpublish succeeded; `csi::start` runs
 //! [`sweep`] on its own thread.
 
+use crate::backend::hostpath::policy::EphemeralPreset;
 use crate::backend::{Backend, Context, hostpath};
 use crate::error::{Error, Result};
 use crate::node::capability::{Key, Location, OPTION, node_key_path};
@@ -246,7 +247,7 @@ pub(crate) fn publish(
         DirState::Foreign(why) => return Err(Error::occupied(why)),
     };
     let marker = Marker {
-        provisioner: format!("{} (ephemeral preset {})", ctx.driver_name, e.preset),
+        provisioner: made_by(ctx, &e.preset),
         volume: e.volume_id.clone(),
         namespace: e.namespace.clone(),
         claim: e.pod_name.clone(),
@@ -259,8 +260,16 @@ pub(crate) fn publish(
         gid: Some(0),
         mode: Some(MODE),
     };
+    // A new volume is admitted (its namespace's count, the root's room) and made under the
+    // preset's lock, so that two publishes cannot both take the last place.
+    let admitted = if made_now {
+        Some(admit(ctx, e, preset, &root, &marker)?)
+    } else {
+        None
+    };
     let dir = volumedir::create_volume_dir(&root, &rel, own, &marker)
         .map_err(|why| Error::refused(why.to_string()))?;
+    drop(admitted);
     crate::sys::process::checkpoint("ephemeral-after-directory");
     // The size is set up only on a directory no pod has had yet: one this call made, or one no
     // mount record uses (the mount is recorded before the bind). `xfs_quota project -s` walks
@@ -312,6 +321,62 @@ pub(crate) fn publish(
     }
     let options = Options::parse(&serde_json::Value::Object(map).to_string())?;
     hostpath::publish(ctx, target, &options)
+}
+
+/// What the records of a preset's volumes name as their maker: the plugin and the preset.
+fn made_by(ctx: &Context, preset: &str) -> String {
+    format!("{} (ephemeral preset {preset})", ctx.driver_name)
+}
+
+/// Admits a new volume of preset `e.preset` (`marker`: its record to be): the root must have room
+/// for the preset's size now, and the pod's namespace fewer of the preset's volumes on this node
+/// than `maxPerNamespace`. Inline volumes are counted by no ResourceQuota; without this, one
+/// namespace could take a root that every namespace shares. Returns the preset's lock, held by
+/// the caller until the volume's record exists. What is counted are the root-only records of
+/// this node (a volume being removed still counts until its record goes).
+fn admit(
+    ctx: &Context,
+    e: &Ephemeral,
+    preset: &EphemeralPreset,
+    root: &Root,
+    marker: &Marker,
+) -> Result<VolumeLock> {
+    let config = ctx.config;
+    let held = VolumeLock::acquire(
+        &config.lock_dir(),
+        &format!("ephemeral-preset:{}", e.preset),
+        config.lock_timeout(),
+    )?;
+    let st = nix::sys::statvfs::statvfs(&root.real)
+        .map_err(|errno| Error::io("read the free space of", &root.real, errno.into()))?;
+    let free = st.blocks_available().saturating_mul(st.fragment_size());
+    if free < preset.size {
+        return Err(Error::exhausted(format!(
+            "preset {}: {} has {free} bytes free, less than the preset's size of {} bytes; kubelet retries, and the node operator can free space there or give the preset a larger filesystem",
+            e.preset,
+            root.real.display(),
+            preset.size
+        )));
+    }
+    if let Some(max) = preset.max_per_namespace {
+        let records =
+            volumedir::read_records(root).map_err(|why| Error::refused(why.to_string()))?;
+        let held_now = records
+            .iter()
+            .filter(|r| {
+                r.marker.provisioner == marker.provisioner
+                    && r.marker.namespace == marker.namespace
+                    && r.marker.node == marker.node
+            })
+            .count();
+        if u32::try_from(held_now).unwrap_or(u32::MAX) >= max {
+            return Err(Error::exhausted(format!(
+                "namespace {} has {held_now} volumes of preset {} on this node, its most (maxPerNamespace {max}); kubelet retries, and a place is freed when a pod of the namespace that has one ends",
+                e.namespace, e.preset
+            )));
+        }
+    }
+    Ok(held)
 }
 
 /// After the backend unpublished `target`: removes the inline ephemeral volume `volume_id`'s

@@ -43,7 +43,8 @@ impl Kind {
 
 /// The gRPC status for a backend error: bad options are INVALID_ARGUMENT, a directory that holds
 /// something else (or this volume with another access) ALREADY_EXISTS, the volume's lock busy
-/// ABORTED (CSI: an operation is pending for the volume), a refusal by the node's policy or state
+/// ABORTED (CSI: an operation is pending for the volume), a bound of the node's reached
+/// RESOURCE_EXHAUSTED, a refusal by the node's policy or state
 /// FAILED_PRECONDITION, a system error INTERNAL. The message is the one the FlexVolume reply
 /// carries (it never holds a secret: docs/security.md).
 pub(crate) fn status_of(e: &Error) -> tonic::Status {
@@ -52,6 +53,7 @@ pub(crate) fn status_of(e: &Error) -> tonic::Status {
     match e {
         Error::Options(_) => Status::invalid_argument(m),
         Error::Occupied(_) => Status::already_exists(m),
+        Error::Exhausted(_) => Status::resource_exhausted(m),
         Error::Lock(_) => Status::aborted(m),
         Error::Refused(_) => Status::failed_precondition(m),
         Error::Exec(_) | Error::Mount(_) | Error::State(_) | Error::Io { .. } => {

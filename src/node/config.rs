@@ -245,6 +245,11 @@ impl Config {
                     r.display().to_string()
                 )));
             }
+            if preset.max_per_namespace == Some(0) {
+                return Err(invalid(format!(
+                    "hostpath.ephemeral.{name}.maxPerNamespace must be at least 1 (leave it out for no count)"
+                )));
+            }
             let overlaps = |a: &PathBuf| {
                 crate::sys::paths::is_under(r, a) || crate::sys::paths::is_under(a, r)
             };
@@ -476,11 +481,13 @@ mod tests {
     fn ephemeral_presets_are_parsed_and_their_roots_are_their_own() {
         let c = Config::parse(
             Path::new("c"),
-            br#"{"hostpath":{"allowedRoots":["/srv"],"ephemeral":{"scratch":{"root":"/var/lib/scratch","size":"1Gi"},"big":{"root":"/data/big","size":"10G","allowUnenforced":true}}}}"#,
+            br#"{"hostpath":{"allowedRoots":["/srv"],"ephemeral":{"scratch":{"root":"/var/lib/scratch","size":"1Gi"},"big":{"root":"/data/big","size":"10G","allowUnenforced":true,"maxPerNamespace":3}}}}"#,
         )
         .unwrap();
         let s = &c.hostpath.ephemeral["scratch"];
         assert_eq!((s.size, s.allow_unenforced), (1 << 30, false));
+        assert_eq!(s.max_per_namespace, None);
+        assert_eq!(c.hostpath.ephemeral["big"].max_per_namespace, Some(3));
         assert_eq!(c.hostpath.ephemeral["big"].size, 10_000_000_000);
         assert_eq!(c.hostpath.ephemeral_roots().len(), 2);
         for (json, says) in [
@@ -513,6 +520,14 @@ mod tests {
             (
                 r#"{"hostpath":{"ephemeral":{"Bad_Name":{"root":"/x","size":"1Gi"}}}}"#,
                 "preset names",
+            ),
+            (
+                r#"{"hostpath":{"ephemeral":{"s":{"root":"/x","size":"1Gi","maxPerNamespace":0}}}}"#,
+                "at least 1",
+            ),
+            (
+                r#"{"hostpath":{"ephemeral":{"s":{"root":"/x","size":"0"}}}}"#,
+                "more than zero",
             ),
             (
                 r#"{"hostpath":{"ephemeral":{"s":{"root":"/x","size":"lots"}}}}"#,

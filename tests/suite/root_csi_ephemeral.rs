@@ -369,6 +369,80 @@ fn root_csi_ephemeral_unenforceable_size_is_refused_unless_the_preset_allows_it(
     assert!(env.mounts().is_empty());
 }
 
+/// Inline volumes are counted by no ResourceQuota. A preset's `maxPerNamespace` bounds how many
+/// one namespace holds on the node, and no new volume is made where the root has no room for
+/// the preset's size: RESOURCE_EXHAUSTED (kubelet retries), nothing made or mounted. Another
+/// namespace is unaffected, kubelet's retry of a volume that has its place is not counted
+/// against itself, a place an unpublish frees is taken again, and publishes racing for the last
+/// place get it once. Fails if either bound were not kept.
+#[test]
+fn root_csi_ephemeral_a_namespace_gets_its_count_and_a_root_its_room() {
+    require_root!();
+    let env = env();
+    let r = env.root();
+    env.reconfigure(
+        json!({"hostpath": {"allowedRoots": [r.join("data")], "ephemeral": {
+        "scratch": {"root": r.join("scratch"), "size": "64Mi", "allowUnenforced": true,
+                    "maxPerNamespace": 2},
+        "huge": {"root": r.join("huge"), "size": "1Ei", "allowUnenforced": true}}}}),
+    );
+    let p = Plugin::start_with(&env, &[]);
+    let kubelet = r.join("kubelet");
+    let vol = |uid: &str, ns: &str, preset: &str| {
+        let (id, t) = (kid(uid, "v"), target(&env, uid, "v"));
+        (publish(&p, eph_req(&t, &id, uid, ns, preset, &[])), id, t)
+    };
+    let (a, ida, ta) = vol("a1", "team-a", "scratch");
+    a.unwrap();
+    vol("a2", "team-a", "scratch").0.unwrap();
+    let (c, idc, tc) = vol("a3", "team-a", "scratch");
+    let e = c.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("maxPerNamespace 2"), "{}", e.message());
+    assert!(!scratch(&env).join(&idc).exists());
+    assert!(!record(&env, &idc).exists());
+    assert_eq!(mounts_under(&kubelet).len(), 2);
+    // kubelet's retry of a volume that has its place.
+    publish(&p, eph_req(&ta, &ida, "a1", "team-a", "scratch", &[])).unwrap();
+    // Another namespace has places of its own.
+    vol("b1", "team-b", "scratch").0.unwrap();
+    // A place freed is taken again.
+    unpublish_id(&p, &ida, &ta).unwrap();
+    publish(&p, eph_req(&tc, &idc, "a3", "team-a", "scratch", &[])).unwrap();
+    assert_eq!(mounts_under(&kubelet).len(), 3);
+    // Four pods of a namespace with one place left race for it: one gets it.
+    let racers: Vec<_> = (0..4).map(|i| format!("b-race{i}")).collect();
+    let won = std::thread::scope(|s| {
+        let handles: Vec<_> = racers
+            .iter()
+            .map(|uid| s.spawn(|| vol(uid, "team-b", "scratch").0))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|res| match res {
+                Ok(_) => true,
+                Err(e) => {
+                    assert!(
+                        matches!(e.code(), Code::ResourceExhausted | Code::Aborted),
+                        "{e:?}"
+                    );
+                    false
+                }
+            })
+            .count()
+    });
+    assert_eq!(won, 1, "the last place was taken {won} times");
+    assert_eq!(mounts_under(&kubelet).len(), 4);
+    // A root without room for the preset's size makes nothing.
+    let (h, idh, th) = vol("h1", "team-b", "huge");
+    let e = h.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("bytes free"), "{}", e.message());
+    assert!(!r.join("huge").join(&idh).exists());
+    assert!(!mounts_under(&kubelet).contains(&th));
+}
+
 /// Killed (SIGKILL) after the directory is made and again after the bind: kubelet's retry
 /// converges on one directory, one record, one mount. Then the plugin is killed, kubelet (here:
 /// the test) unmounts the target and removes the pod's directory as it does on a reboot; the

@@ -71,6 +71,11 @@ pub(crate) struct EphemeralPreset {
     /// promise.
     #[serde(default)]
     pub(crate) allow_unenforced: bool,
+    /// The most volumes of this preset one namespace may have on this node at once; unset, no
+    /// count is kept (the root's free space still bounds new volumes). Inline volumes are not
+    /// counted by a ResourceQuota: this is what stops one namespace from taking a shared root.
+    #[serde(default)]
+    pub(crate) max_per_namespace: Option<u32>,
 }
 
 fn size_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
