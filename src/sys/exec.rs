@@ -363,6 +363,36 @@ fn memfile(name: &str) -> Result<File, std::io::Error> {
     Ok(File::from(fd))
 }
 
+/// The most of a child's stdout, and of its stderr, that is ever kept: in memory while it runs
+/// and when read back. Tools print lines per object, and some objects are a tenant's to make
+/// (a file name in a walked tree): without a bound, a chatty tool fills the memory of the
+/// process that runs it (a container with a memory limit is then killed, again on every retry).
+const OUTPUT_MAX: u64 = 1 << 20;
+
+/// A memory file the child writes its output to, holding at most [`OUTPUT_MAX`] bytes: sized to
+/// that and sealed against growing (`F_SEAL_GROW`), so that a write past it fails in the child
+/// (EPERM) instead of taking more memory. What was written is up to the file offset, which the
+/// child's descriptor shares with ours ([`written`]).
+fn output_file(name: &str) -> Result<File, std::io::Error> {
+    use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
+        .map_err(std::io::Error::from)?;
+    let f = File::from(fd);
+    f.set_len(OUTPUT_MAX)?;
+    fcntl(&f, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_GROW)).map_err(std::io::Error::from)?;
+    Ok(f)
+}
+
+/// What the child wrote to an [`output_file`]: the bytes before the shared file offset.
+fn written(f: &mut File) -> Vec<u8> {
+    let end = f.stream_position().unwrap_or(0).min(OUTPUT_MAX);
+    let mut v = Vec::new();
+    if f.seek(SeekFrom::Start(0)).is_ok() {
+        let _ = f.take(end).read_to_end(&mut v);
+    }
+    v
+}
+
 impl Runner for SystemRunner {
     fn has_tool(&self, tool: &str) -> bool {
         self.resolve(tool).is_ok()
@@ -374,8 +404,8 @@ impl Runner for SystemRunner {
             path: path.clone(),
             source,
         };
-        let mut out_f = memfile("stdout").map_err(spawn_err)?;
-        let mut err_f = memfile("stderr").map_err(spawn_err)?;
+        let mut out_f = output_file("stdout").map_err(spawn_err)?;
+        let mut err_f = output_file("stderr").map_err(spawn_err)?;
         let mut c = Command::new(&path);
         c.args(&cmd.args)
             .env_clear()
@@ -429,18 +459,11 @@ impl Runner for SystemRunner {
             }
         };
         process::unregister_child(pid);
-        let read = |f: &mut File| -> Vec<u8> {
-            let mut v = Vec::new();
-            let _ = f.seek(SeekFrom::Start(0));
-            // Bound what a chatty tool can make us hold.
-            let _ = f.take(1 << 20).read_to_end(&mut v);
-            v
-        };
         Ok(Output {
             code: status.code(),
             signal: status.signal(),
-            stdout: read(&mut out_f),
-            stderr: read(&mut err_f),
+            stdout: written(&mut out_f),
+            stderr: written(&mut err_f),
         })
     }
 }
@@ -495,6 +518,23 @@ mod tests {
         assert_eq!(mask("SigBlk:"), 0, "{text}");
         // Whatever started this test may ignore other signals; SIGPIPE (13) must be default.
         assert_eq!(mask("SigIgn:") & (1 << 12), 0, "{text}");
+    }
+
+    /// A tool's output is held in memory up to 1 MiB, never more: a write past it fails in the
+    /// child (here `head` says so and exits 1), and what was written before it is what comes
+    /// back. Fails if the output files could grow (head would write its 8 MiB and exit 0).
+    #[test]
+    fn a_chatty_tool_cannot_make_us_hold_more_than_a_mebibyte() {
+        let r = SystemRunner::default();
+        let out = r
+            .run(&sh("head -c 8388608 /dev/zero; echo \"head: $?\" >&2"))
+            .unwrap();
+        assert_eq!(out.stdout.len(), 1 << 20);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(err.contains("head: 1"), "{err}");
+        // Output below the bound is whole.
+        let out = r.run(&sh("printf abc; printf xyz >&2")).unwrap();
+        assert_eq!((out.stdout, out.stderr), (b"abc".to_vec(), b"xyz".to_vec()));
     }
 
     #[test]

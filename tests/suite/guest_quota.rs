@@ -761,6 +761,22 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     );
     // The other pod's volume is not charged for it.
     write_mib(&tb.join("small"), 4).unwrap();
+    // Files are bounded too (one per 2 KiB of the size): a tree of empty files, which no block
+    // limit bounds, stops at 16,384. Fails without the inode limit.
+    let many = tb.join("many");
+    std::fs::create_dir(&many).unwrap();
+    let e = (0..20_000)
+        .try_for_each(|i| std::fs::File::create(many.join(i.to_string())).map(drop))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.raw_os_error(),
+            Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
+        ),
+        "{e:?}"
+    );
+    assert!(std::fs::read_dir(&many).unwrap().count() < 16_384);
+    std::fs::remove_dir_all(&many).unwrap();
     // A re-publish of a volume in use (kubelet restarted) walks nothing: a subdirectory the pod
     // moved to project 0 stays there (`project -s` walks by path, a tree the pod can rearrange).
     // Fails if a re-publish set the quota up again.
@@ -799,6 +815,35 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
             "project {id} still limited: {limits:?}"
         );
     }
+    // A file of the volume that a process elsewhere still has open when its pod goes (one
+    // passed to another pod over a socket; here this test's, opened beside the bind): the
+    // directory is removed, but the project still holds the file, so its limit stays and writes
+    // through it still stop at the size. Fails if the limit were cleared whatever the project
+    // still holds.
+    let (c, tc) = (kid("qc", "v"), target(&env, "qc", "v"));
+    publish(&p, eph_req(&tc, &c, "qc", "ns", "scratch", &[])).unwrap();
+    let pc = project_of(&scratch.join(&c));
+    let mut held = std::fs::File::create(scratch.join(&c).join("held")).unwrap();
+    unpublish_id(&p, &c, &tc).unwrap();
+    assert!(!scratch.join(&c).exists());
+    let limits = quota::report(&runner, &fs).unwrap();
+    assert_eq!(
+        limits.get(&pc).map(|u| u.limit_bytes),
+        Some(32 << 20),
+        "{limits:?}"
+    );
+    let chunk = vec![0u8; 1 << 20];
+    let e = (0..40)
+        .try_for_each(|_| std::io::Write::write_all(&mut held, &chunk))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.raw_os_error(),
+            Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
+        ),
+        "{e:?}"
+    );
+    drop(held);
 
     // IDs are chosen node-wide: a provisioning root on the same filesystem whose record names
     // the ID this volume would prefer (recorded, not applied: a provisioner killed between the

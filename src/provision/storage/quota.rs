@@ -40,11 +40,18 @@
 //!   pass after a kill between `mkdir` and the limit finishes the job. A limit is only ever raised
 //!   by [`raise`]; shrinking is the caller's to refuse.
 //! - What is reported enforced has been checked: after setting up, the directory's inherit flag
-//!   (`FS_IOC_GETFLAGS`), its ID (`project -c`) and the limit (`report`) are read back.
+//!   (`FS_IOC_GETFLAGS`), its ID (`xfs_io lsproj` on its descriptor) and the limit (`report`)
+//!   are read back. A project limits blocks (the size) and files ([`inode_limit`]).
+//! - No tool walks a tree a pod has had: `project -c` would open every name in it (a name a pod
+//!   can swap for a symlink to a device between the walk's `lstat` and its `open`) and print a
+//!   line per inode that differs. Every read of a directory's project is one ioctl on the
+//!   directory itself, by descriptor.
+//! - A limit is cleared ([`release_on`]) only when the project holds nothing: a file of a
+//!   deleted volume that a process still has open stays charged to it, and bounded.
 //! - Nothing a tenant can write chooses the project a command acts on: the ID comes from the
 //!   root-only record (an old volume without one: from its marker, which the pod can rewrite), and
 //!   before delete clears a limit or resize sets one, [`check_project`] asks the filesystem whether
-//!   the directory itself really carries that ID (`project -c`); on a mismatch nothing is changed
+//!   the directory itself really carries that ID (one ioctl); on a mismatch nothing is changed
 //!   and the error says so. (A pod with `CAP_FOWNER` in the initial user namespace could change
 //!   its directory's project itself; for an old volume, that and a rewritten marker together
 //!   remain possible — records close it for every volume made since.)
@@ -336,8 +343,18 @@ pub fn report(runner: &dyn Runner, fs: &QuotaFs) -> Result<BTreeMap<u32, Usage>,
     run(runner, &xfs_quota(fs, "report -p -b -N -n".into())).map(|t| parse_report(&t))
 }
 
-/// Sets the hard block limit of project `id` to `bytes` rounded up to the block; returns it.
-/// Used both to set a new volume's limit and to raise it.
+/// The most files (inodes) a project of `bytes` may hold: one per 2 KiB of its size, at least
+/// 1,024. A file with data takes a block of its own (4 KiB on most filesystems), so this binds
+/// only a tree of empty files, FIFOs, symlinks or directories — which the block limit would not
+/// bound at all: their inodes come from the filesystem's table (ext4's is fixed when it is
+/// made; XFS's may take a quarter of the filesystem), and when it runs out no file can be
+/// created anywhere on it.
+pub fn inode_limit(bytes: u64) -> u64 {
+    (bytes / 2048).max(1024)
+}
+
+/// Sets the hard limits of project `id`: blocks to `bytes` rounded up to the block (returned),
+/// files to [`inode_limit`]. Used both to set a new volume's limits and to raise them.
 pub fn set_limit(
     runner: &dyn Runner,
     fs: &QuotaFs,
@@ -345,9 +362,10 @@ pub fn set_limit(
     bytes: u64,
 ) -> Result<u64, QuotaError> {
     let limit = round_up(bytes, fs.block_size);
+    let files = inode_limit(limit);
     run(
         runner,
-        &xfs_quota(fs, format!("limit -p bhard={limit} {id}")),
+        &xfs_quota(fs, format!("limit -p bhard={limit} ihard={files} {id}")),
     )?;
     Ok(limit)
 }
@@ -377,7 +395,8 @@ pub fn apply(
 }
 
 /// Checks that `dir` carries project `id` with the inherit flag and that the project's limit is
-/// at least `limit`.
+/// at least `limit`. The directory itself, by descriptor ([`read_attrs`]): what is below it is
+/// its tenant's (on a resize, a live tree), never walked here (see [`check_project`]).
 pub(crate) fn verify(
     runner: &dyn Runner,
     fs: &QuotaFs,
@@ -385,18 +404,14 @@ pub(crate) fn verify(
     id: u32,
     limit: u64,
 ) -> Result<(), QuotaError> {
-    let p = safe_path(dir)?;
-    if !has_inherit_flag(dir)? {
+    let fd = dirfd::open_dir(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    let seen = read_attrs(runner, &fd)?;
+    if seen.id != id || !seen.inherit {
         return Err(QuotaError::NotEnforced(format!(
-            "{p} did not get the project-inherit flag from xfs_quota; its size is not enforced"
-        )));
-    }
-    // `project -c` lists every inode below whose ID or flag differs (and exits 0 either way).
-    let check = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
-    if let Some(bad) = check.lines().find(|l| l.contains(" - project ")) {
-        return Err(QuotaError::NotEnforced(format!(
-            "project {id} is not set on {p} ({}); its size is not enforced",
-            bad.trim()
+            "{} carries project {} {} the project-inherit flag, where project {id} with the flag was set; its size is not enforced",
+            dir.display(),
+            seen.id,
+            if seen.inherit { "with" } else { "without" }
         )));
     }
     let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
@@ -647,25 +662,26 @@ impl IdScope {
     }
 }
 
-/// Checks that the directory `dir` itself really carries project `id` (`xfs_quota project -c`,
-/// which reports every inode whose project differs): what the record or an old marker names is
-/// acted on only when the filesystem agrees. An old volume's marker is tenant-writable: without
-/// this, a tenant could make delete clear, or resize set, the limit of another volume's project.
-pub(crate) fn check_project(
-    runner: &dyn Runner,
-    fs: &QuotaFs,
-    dir: &Path,
-    id: u32,
-) -> Result<(), QuotaError> {
-    let p = safe_path(dir)?;
-    let out = run(runner, &xfs_quota(fs, format!("project -c -p {p} {id}")))?;
-    let own = format!("{p} - ");
-    match out.lines().map(str::trim).find(|l| l.starts_with(&own)) {
-        Some(line) if line.contains("identifier") => Err(QuotaError::NotOurs(format!(
-            "{p} does not carry project {id}, which its record or marker names ({line}); flexvol does not touch project quotas for it: check the directory's project (xfs_io -c lsproj)"
-        ))),
-        _ => Ok(()),
+/// Checks that the directory `dir` itself really carries project `id`: what the record or an old
+/// marker names is acted on only when the filesystem agrees. An old volume's marker is
+/// tenant-writable: without this, a tenant could make delete clear, or resize set, the limit of
+/// another volume's project. The directory is opened by descriptor (no symlink anywhere in
+/// `dir`, which is a root's canonical path and a volume's relative one) and its project read by
+/// one ioctl on that inode ([`read_attrs`]). Nothing below it is looked at: `xfs_quota project
+/// -c` would walk the tenant's tree by name (opening what a pod can swap for a symlink to a
+/// device or a FIFO between the walk's `lstat` and its `open`) and print a line per inode that
+/// differs (output the tenant sizes).
+pub(crate) fn check_project(runner: &dyn Runner, dir: &Path, id: u32) -> Result<(), QuotaError> {
+    let fd = dirfd::open_dir(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    let seen = read_attrs(runner, &fd)?;
+    if seen.id != id {
+        return Err(QuotaError::NotOurs(format!(
+            "{} does not carry project {id}, which its record or marker names (it carries {}); flexvol does not touch project quotas for it: check the directory's project (xfs_io -c lsproj)",
+            dir.display(),
+            seen.id
+        )));
     }
+    Ok(())
 }
 
 /// The project ID flexvol may act on for the volume directory `<root>/<rel>` of PV `volume`: the
@@ -707,7 +723,7 @@ pub(crate) fn checked_id(
     id: u32,
 ) -> Result<Option<u32>, QuotaError> {
     match support {
-        Support::Enforced(fs) => check_project(runner, fs, dir, id).map(|()| Some(id)),
+        Support::Enforced(_) => check_project(runner, dir, id).map(|()| Some(id)),
         Support::NotEnforced(_) => Ok(None),
     }
 }
@@ -755,7 +771,7 @@ pub(crate) fn raise_checked(
 ) -> Result<u64, QuotaError> {
     match support {
         Support::Enforced(fs) => {
-            check_project(runner, fs, dir, id)?;
+            check_project(runner, dir, id)?;
             raise(runner, fs, dir, id, bytes)
         }
         Support::NotEnforced(why) => Err(QuotaError::Unsupported(format!(
@@ -807,10 +823,50 @@ pub(crate) fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>
     let Support::Enforced(fs) = support else {
         return String::new();
     };
-    match run(runner, &xfs_quota(fs, format!("limit -p bhard=0 {id}"))) {
+    match still_held(runner, fs, id) {
+        Ok(None) => {}
+        Ok(Some((bytes, files))) => {
+            return format!(
+                "; project {id} still holds {bytes} bytes in {files} files (a file of the deleted volume that a process elsewhere still has open): its limit stays, so nothing written through it goes past the size; the limit can be cleared by hand (xfs_quota -x -c 'limit -p bhard=0 ihard=0 {id}') once the project holds nothing"
+            );
+        }
+        Err(e) => return format!("; the limit of project {id} stays ({e})"),
+    }
+    match run(
+        runner,
+        &xfs_quota(fs, format!("limit -p bhard=0 ihard=0 {id}")),
+    ) {
         Ok(_) => format!("; cleared the limit of project {id}"),
         Err(e) => format!("; the limit of project {id} stays ({e})"),
     }
+}
+
+/// What project `id` still holds after its directory was deleted: `None` when nothing (its
+/// limit may go), else its bytes and files. A file of the deleted tree that a process still has
+/// open (passed to another pod over a socket) keeps its blocks and inode charged to the project;
+/// without its limit, writes through it would have no bound. XFS frees unlinked inodes in the
+/// background, so a project that still holds something is asked again a few times over half a
+/// second before it counts.
+fn still_held(
+    runner: &dyn Runner,
+    fs: &QuotaFs,
+    id: u32,
+) -> Result<Option<(u64, u64)>, QuotaError> {
+    let mut held = None;
+    for wait_ms in [0, 50, 100, 150, 200] {
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        let bytes = report(runner, fs)?.get(&id).map_or(0, |u| u.used_bytes);
+        let files = run(runner, &xfs_quota(fs, "report -p -i -N -n".into()))
+            .map(|t| parse_report(&t))?
+            .get(&id)
+            // parse_report reads KiB; inode counts are plain numbers.
+            .map_or(0, |u| u.used_bytes / 1024);
+        held = (bytes != 0 || files != 0).then_some((bytes, files));
+        if held.is_none() {
+            break;
+        }
+    }
+    Ok(held)
 }
 
 /// A directory's project as the filesystem has it: its project ID (`FS_IOC_FSGETXATTR`'s
@@ -1274,7 +1330,7 @@ mod tests {
         assert_eq!(
             r.lines(),
             vec![
-                "xfs_quota -x -D /dev/null -P /dev/null -c 'limit -p bhard=20971520 1073741999' /mnt/x"
+                "xfs_quota -x -D /dev/null -P /dev/null -c 'limit -p bhard=20971520 ihard=10240 1073741999' /mnt/x"
             ]
         );
         let calls = r.calls();
@@ -1314,6 +1370,13 @@ mod tests {
             &format!("#0 0 0 0 00 [--------]\n#{p} 4 0 1024 00 [--------]\n"),
             "",
         );
+        r.on(
+            "xfs_io",
+            &["lsproj"],
+            0,
+            &format!("projid = {}\n", p + 2),
+            "",
+        );
         let taken: BTreeSet<u32> = [p + 1].into();
         let mut persisted = None;
         // The directory of this tempdir has no inherit flag (tmpfs or not a quota fs): verify
@@ -1329,7 +1392,7 @@ mod tests {
             "{lines:?}"
         );
         assert!(
-            lines[2].contains(&format!("'limit -p bhard=10485760 {}'", p + 2)),
+            lines[2].contains(&format!("'limit -p bhard=10485760 ihard=5120 {}'", p + 2)),
             "{lines:?}"
         );
         let e = e.unwrap_err();
@@ -1402,16 +1465,9 @@ mod tests {
             volumedir::inspect(&root, Path::new("old")),
             DirState::Legacy(m) if m.project_id == Some(victim)
         ));
-        let p = dir.to_str().unwrap().to_owned();
         let r = FakeRunner::new();
-        // What `xfs_quota project -c` prints for a directory with another project.
-        r.on(
-            "xfs_quota",
-            &["project -c"],
-            0,
-            &format!("{p} - project identifier is not set (inode={own}, tree={victim})\n"),
-            "",
-        );
+        // The directory's own project, read by one ioctl on its inode.
+        r.on("xfs_io", &["lsproj"], 0, &format!("projid = {own}\n"), "");
         r.on(
             "xfs_quota",
             &["report"],
@@ -1443,14 +1499,14 @@ mod tests {
         );
         // The real one passes the check (nothing printed about the directory itself).
         let r = FakeRunner::new();
-        r.on(
-            "xfs_quota",
-            &["project -c"],
-            0,
-            &format!("{p}/sub - project inheritance flag is not set\n"),
-            "",
-        );
+        r.on("xfs_io", &["lsproj"], 0, &format!("projid = {own}\n"), "");
         assert_eq!(checked_id(&r, &sup, &dir, own).unwrap(), Some(own));
+        // Nothing walks the tenant's tree: no `xfs_quota project -c`, one ioctl on the directory.
+        assert!(
+            r.lines().iter().all(|l| !l.contains("project -c")),
+            "{:?}",
+            r.lines()
+        );
         assert!(release_on(&r, &sup, Some(own)).contains("cleared"));
         // Where nothing enforces quotas, nothing runs at all.
         let r = FakeRunner::new();
@@ -1495,9 +1551,10 @@ mod tests {
         );
         let _ = raise(&r, &xfs(), d.path(), 9, (60 << 20) + 1);
         assert!(
-            r.lines()
-                .iter()
-                .any(|l| l.contains(&format!("'limit -p bhard={} 9'", (60 << 20) + 4096))),
+            r.lines().iter().any(|l| l.contains(&format!(
+                "'limit -p bhard={} ihard=30722 9'",
+                (60 << 20) + 4096
+            ))),
             "{:?}",
             r.lines()
         );
@@ -1639,6 +1696,50 @@ mod tests {
     /// finished by the recovery, then retried) must not clear the new owner's limit: while
     /// another volume's record names the ID, nothing is run. Fails without the check (the
     /// runner would be asked to clear the limit).
+    #[test]
+    fn a_limit_stays_while_its_project_still_holds_a_byte_or_a_file() {
+        let sup = Support::Enforced(xfs());
+        let id = ID_FIRST + 3;
+        // A deleted volume's file still open elsewhere: 8 KiB charged, then an empty one (an
+        // inode, no block) that the process could still write to.
+        for (blocks, inodes) in [("8", "1"), ("0", "1")] {
+            let r = FakeRunner::new();
+            r.on(
+                "xfs_quota",
+                &["report -p -b"],
+                0,
+                &format!("#{id} {blocks} 0 1024 00 [--------]\n"),
+                "",
+            );
+            r.on(
+                "xfs_quota",
+                &["report -p -i"],
+                0,
+                &format!("#{id} {inodes} 0 0 00 [--------]\n"),
+                "",
+            );
+            let said = release_on(&r, &sup, Some(id));
+            assert!(said.contains("still holds"), "{said}");
+            assert!(
+                r.lines().iter().all(|l| !l.contains("bhard=0")),
+                "{:?}",
+                r.lines()
+            );
+        }
+        // Nothing held (or freed while asked again): cleared.
+        let r = FakeRunner::new();
+        r.once(
+            "xfs_quota",
+            &["report -p -b"],
+            0,
+            &format!("#{id} 4 0 1024 00 [--------]\n"),
+            "",
+        );
+        let said = release_on(&r, &sup, Some(id));
+        assert!(said.contains("cleared"), "{said}");
+        assert_eq!(r.count("xfs_quota"), 5, "{:?}", r.lines());
+    }
+
     #[test]
     fn a_release_never_clears_an_id_another_volume_has_now() {
         use crate::provision::storage::volumedir::{Marker, create_volume_dir, prepare_root};
