@@ -29,7 +29,7 @@
 //!   the quota cannot stop — a pod's process changing the project of files it owns — is in
 //!   docs/security.md;
 //! - unpublish removes the directory only when its record names the target path's pod and no
-//!   other mount record of this node uses it ([`release`]); a directory that cannot be removed
+//!   other mount record of this node uses it ([`unpublish`]); a directory that cannot be removed
 //!   then never fails the unpublish (the pod would stay Terminating): [`sweep`] tries again, and
 //!   removes those whose pod's directory kubelet has removed (a publish that failed after the
 //!   directory was made, a plugin that was down while kubelet cleaned up) — the pod directory's
@@ -38,7 +38,7 @@
 //!
 //! Callers' contract: `node` calls [`request`] before anything else for a publish whose context
 //! says `csi.storage.k8s.io/ephemeral: "true"`, then [`publish`] on a blocking thread under the
-//! verb deadline; [`release`] after the backend's unpublish succeeded; `csi::start` runs
+//! verb deadline; [`unpublish`] for every hostPath unpublish; `csi::start` runs
 //! [`sweep`] on its own thread.
 
 use crate::backend::hostpath::policy::EphemeralPreset;
@@ -191,9 +191,13 @@ fn lock_for(config: &Config, volume_id: &str, wait: std::time::Duration) -> Resu
     )?)
 }
 
-/// [`lock_for`] with the node config's lock wait.
-fn lock(config: &Config, volume_id: &str) -> Result<VolumeLock> {
-    lock_for(config, volume_id, config.lock_timeout())
+/// [`lock_for`] with the node config's lock wait, never past the call's deadline.
+fn lock(ctx: &Context, volume_id: &str) -> Result<VolumeLock> {
+    lock_for(
+        ctx.config,
+        volume_id,
+        ctx.deadline.cap(ctx.config.lock_timeout()),
+    )
 }
 
 /// The usable roots of every preset (missing ones made when `create`).
@@ -231,7 +235,7 @@ pub(crate) fn publish(
             }
         )));
     };
-    let _held = lock(config, &e.volume_id)?;
+    let _held = lock(ctx, &e.volume_id)?;
     let root = volumedir::prepare_root(&preset.root)
         .map_err(|why| Error::refused(format!("preset {}: {why}", e.preset)))?;
     let rel = PathBuf::from(&e.volume_id);
@@ -320,7 +324,33 @@ pub(crate) fn publish(
         map.insert(keys::FS_GROUP.to_owned(), gid.to_string().into());
     }
     let options = Options::parse(&serde_json::Value::Object(map).to_string())?;
+    // A publish whose caller has given up (DEADLINE_EXCEEDED) binds nothing: kubelet may be
+    // unpublishing this target by now, and a bind made after that would be left behind.
+    if ctx.deadline.expired() {
+        return Err(Error::refused(format!(
+            "the publish of {} ran past its deadline before the bind; kubelet retries",
+            e.volume_id
+        )));
+    }
     hostpath::publish(ctx, target, &options)
+}
+
+/// The hostPath plugin's NodeUnpublishVolume: the backend's unmount of `target`, then
+/// [`release`] of the inline ephemeral volume `volume_id` it may be — both under that volume's
+/// lock when the id is kubelet's for this target, so that a publish of it still running (its
+/// caller gone past the deadline) finishes before, or binds nothing after: never a bind the
+/// unpublish missed. Returns the backend's reply, and what became of the directory.
+pub(crate) fn unpublish(
+    ctx: &Context,
+    volume_id: &str,
+    target: &Path,
+) -> Result<(Reply, Option<String>)> {
+    if !is_kubelet_volume_id(volume_id) || !is_volume_id_of(volume_id, target) {
+        return Ok((hostpath::unpublish(ctx, target)?, None));
+    }
+    let held = lock(ctx, volume_id)?;
+    let reply = hostpath::unpublish(ctx, target)?;
+    Ok((reply, release_locked(ctx, volume_id, target, &held)))
 }
 
 /// What the records of a preset's volumes name as their maker: the plugin and the preset.
@@ -387,7 +417,12 @@ fn admit(
 /// removed (a mount inside it, a tree too deep for the removal walk) never fails the unpublish —
 /// that would keep the pod Terminating for ever — it stays for [`sweep`] to try again once
 /// kubelet has removed the pod's directory, and the log says why.
-pub(crate) fn release(ctx: &Context, volume_id: &str, target: &Path) -> Option<String> {
+fn release_locked(
+    ctx: &Context,
+    volume_id: &str,
+    target: &Path,
+    _held: &VolumeLock,
+) -> Option<String> {
     if !is_kubelet_volume_id(volume_id) || !is_volume_id_of(volume_id, target) {
         return None;
     }
@@ -396,10 +431,6 @@ pub(crate) fn release(ctx: &Context, volume_id: &str, target: &Path) -> Option<S
         Some(format!(
             "its directory stays, for the sweep to remove once the pod is gone: {why}"
         ))
-    };
-    let _held = match lock(ctx.config, volume_id) {
-        Ok(l) => l,
-        Err(e) => return stays(&e),
     };
     for root in roots(ctx.config, false) {
         let rec = match volumedir::read_record(&root, volume_id) {
@@ -465,14 +496,17 @@ fn remove(
         store.remove(&target)?;
     }
     let project = quota::project_of_volume(ctx.runner, root, &rel, volume_id);
-    let deleted = volumedir::delete_volume_dir(root, &rel, volume_id, uid)
-        .map_err(|why| Error::refused(why.to_string()))?;
-    // Also when the directory was gone already (a delete killed after it went): only the record,
-    // read above, still named the limit.
-    let released = match project {
-        Ok(id) => quota::release(ctx.runner, root, id, volume_id, &IdScope::of(ctx.config)),
-        Err(why) => format!("; no project limit cleared: {why}"),
-    };
+    // The limit is released once the directory is gone and before its record goes (also when
+    // the directory was gone already: a delete killed after it went, whose record still names
+    // the limit), so that a kill between them leaves the record for the next try.
+    let mut released = String::new();
+    let deleted = volumedir::delete_volume_dir_then(root, &rel, volume_id, uid, &mut || {
+        released = match &project {
+            Ok(id) => quota::release(ctx.runner, root, *id, volume_id, &IdScope::of(ctx.config)),
+            Err(why) => format!("; no project limit cleared: {why}"),
+        };
+    })
+    .map_err(|why| Error::refused(why.to_string()))?;
     Ok(match deleted {
         volumedir::Deleted::Removed => format!("removed {}{released}", dir.display()),
         volumedir::Deleted::AlreadyGone => {
@@ -542,7 +576,11 @@ pub(crate) fn sweep(ctx: &Context, node: &str, kubelet_root: &Path) -> Vec<Strin
                 continue;
             }
             // Looked at again under the volume's lock: a publish of a new pod holds it.
-            let done = lock(ctx.config, id).and_then(|_held| {
+            if ctx.deadline.expired() {
+                out.push("the pass ran out of time; the next one goes on".to_owned());
+                return out;
+            }
+            let done = lock(ctx, id).and_then(|_held| {
                 if gone() {
                     remove(ctx, root, id, uid, Some(&pod_dir)).map(Some)
                 } else {

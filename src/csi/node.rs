@@ -34,7 +34,8 @@
 //!   ([`mount_group`], [`node_capabilities`]); LVM neither advertises nor reads it.
 //!
 //! The backend's blocking work runs on a blocking thread under the node config's verb timeout
-//! (DEADLINE_EXCEEDED when it expires; the volume's lock keeps a late finish from racing a retry).
+//! (DEADLINE_EXCEEDED when it expires; the volume's lock keeps a late finish from racing a retry,
+//! and an inline ephemeral volume's publish binds nothing past its deadline).
 
 use super::proto::*;
 use super::settings::{Kind, LOG_TARGET, Settings, status_of};
@@ -463,8 +464,8 @@ impl node_server::Node for NodeService {
             let volume_id = r.volume_id.clone();
             on_node(&self.settings, move |ctx| match kind {
                 Kind::Hostpath => {
-                    let reply = hostpath::unpublish(ctx, &target)?;
-                    if let Some(done) = ephemeral::release(ctx, &volume_id, &target) {
+                    let (reply, done) = ephemeral::unpublish(ctx, &volume_id, &target)?;
+                    if let Some(done) = done {
                         tracing::info!(target: LOG_TARGET, "inline ephemeral volume {volume_id:?}: {done}");
                     }
                     Ok(reply)

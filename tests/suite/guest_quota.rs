@@ -803,6 +803,26 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     }
     drop(k);
     assert!(!scratch.join(&a).exists());
+    // Killed after the directory went and before its limit was cleared: the record, which names
+    // the limit, is still there, and the retry clears both. Fails if the record went first (the
+    // limit would be left with nothing naming it).
+    let mut k = Plugin::start_with_env(
+        &env,
+        &[],
+        &[("FLEXVOL_TEST_KILL_AT", "provisioner-delete-before-record")],
+    );
+    let _ = unpublish_id(&k, &b, &tb);
+    while !k.exited() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(k);
+    assert!(!scratch.join(&b).exists());
+    assert!(
+        scratch
+            .join(".flexvol/volumes")
+            .join(format!("{b}.json"))
+            .exists()
+    );
     let p = Plugin::start_with(&env, &[]);
     for (id, t) in [(&a, &ta), (&b, &tb)] {
         unpublish_id(&p, id, t).unwrap();

@@ -443,6 +443,40 @@ fn root_csi_ephemeral_a_namespace_gets_its_count_and_a_root_its_room() {
     assert!(!mounts_under(&kubelet).contains(&th));
 }
 
+/// A publish whose caller gave up (DEADLINE_EXCEEDED; here it waits on the volume's lock past
+/// the verb timeout) makes and binds nothing afterwards: kubelet may have unpublished the target
+/// meanwhile, and a late bind would be left behind with its directory. Then the unpublish takes
+/// the same lock, so it is never run beside a publish of the volume. Fails if the lock wait
+/// outlived the deadline (the publish would go on once the lock is free).
+#[test]
+fn root_csi_ephemeral_a_publish_past_its_deadline_binds_nothing_later() {
+    require_root!();
+    let env = env();
+    env.reconfigure(json!({"verbTimeoutSeconds": 1, "lockTimeoutSeconds": 10}));
+    let p = Plugin::start_with(&env, &[]);
+    let (id, t) = (kid("late", "v"), target(&env, "late", "v"));
+    let locks = env.root().join("run/locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    let f = std::fs::File::create(locks.join(format!("ephemeral%3A{id}.lock"))).unwrap();
+    let held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let e = publish(&p, eph_req(&t, &id, "late", "ns", "scratch", &[])).unwrap_err();
+    assert!(
+        matches!(e.code(), Code::DeadlineExceeded | Code::Aborted),
+        "{e:?}"
+    );
+    // The unpublish waits for the volume's lock too (and gives up at its deadline).
+    let e = unpublish_id(&p, &id, &t).unwrap_err();
+    assert!(
+        matches!(e.code(), Code::DeadlineExceeded | Code::Aborted),
+        "{e:?}"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(mounts_under(&env.root().join("kubelet")).is_empty());
+    assert!(!scratch(&env).join(&id).exists());
+    unpublish_id(&p, &id, &t).unwrap();
+}
+
 /// Killed (SIGKILL) after the directory is made and again after the bind: kubelet's retry
 /// converges on one directory, one record, one mount. Then the plugin is killed, kubelet (here:
 /// the test) unmounts the target and removes the pod's directory as it does on a reboot; the

@@ -18,8 +18,8 @@ use crate::node::config::Config;
 use crate::provision::storage::quota::DriftCheck;
 use crate::provision::storage::volumedir::{
     Deleted, DirParams, DirState, MARKER, Marker, Root, VolumeDirError, check_ours,
-    create_volume_dir, default_rel_path, delete_volume_dir, expand_pattern, finish_deletes, locate,
-    read_record, usable_roots,
+    create_volume_dir, default_rel_path, delete_volume_dir_then, expand_pattern, finish_deletes,
+    locate, read_record, usable_roots,
 };
 use crate::provision::storage::{
     ClassError, Kind, ProvisionError, Provisioned, Provisioner, Refusal, Request, SizeCheck,
@@ -220,17 +220,19 @@ impl HostPathProvisioner {
     ) -> Result<(), Refusal> {
         let project =
             crate::provision::storage::quota::project_of_volume(runner, root, rel, req.pv_name);
-        delete_volume_dir(root, rel, req.pv_name, req.uid)
-            .map_err(|e| Refusal::Fail(format!("{e}; retrying")))?;
-        if let Ok(id) = project {
-            crate::provision::storage::quota::release(
-                runner,
-                root,
-                id,
-                req.pv_name,
-                &crate::provision::storage::quota::IdScope::of(cfg),
-            );
-        }
+        // Released before the record goes (a kill between them leaves the record to retry).
+        delete_volume_dir_then(root, rel, req.pv_name, req.uid, &mut || {
+            if let Ok(id) = project {
+                crate::provision::storage::quota::release(
+                    runner,
+                    root,
+                    id,
+                    req.pv_name,
+                    &crate::provision::storage::quota::IdScope::of(cfg),
+                );
+            }
+        })
+        .map_err(|e| Refusal::Fail(format!("{e}; retrying")))?;
         Ok(())
     }
 }
@@ -418,19 +420,22 @@ impl Provisioner for HostPathProvisioner {
         // directory really carries it (checked now, while it is there).
         let project =
             crate::provision::storage::quota::project_of_volume(&*runner, &root, &rel, &name);
-        let deleted = delete_volume_dir(&root, &rel, &name, &claim_uid_of(pv))?;
-        // Also when the directory was gone already: a delete killed after its directory went
-        // leaves the limit, which only the record (read above) still named.
-        let released = match project {
-            Ok(id) => crate::provision::storage::quota::release(
-                &*runner,
-                &root,
-                id,
-                &name,
-                &crate::provision::storage::quota::IdScope::of(cfg),
-            ),
-            Err(why) => format!("; no project limit cleared: {why}"),
-        };
+        // Released once the directory is gone and before its record goes — also when the
+        // directory was gone already (a delete killed after it went), whose record still names
+        // the limit — so that a kill between them leaves the record for the retry.
+        let mut released = String::new();
+        let deleted = delete_volume_dir_then(&root, &rel, &name, &claim_uid_of(pv), &mut || {
+            released = match &project {
+                Ok(id) => crate::provision::storage::quota::release(
+                    &*runner,
+                    &root,
+                    *id,
+                    &name,
+                    &crate::provision::storage::quota::IdScope::of(cfg),
+                ),
+                Err(why) => format!("; no project limit cleared: {why}"),
+            };
+        })?;
         match deleted {
             Deleted::Removed => Ok(format!("removed {}{released}", path.display())),
             Deleted::AlreadyGone => Ok(format!("{} was gone already{released}", path.display())),

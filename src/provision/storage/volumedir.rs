@@ -1202,6 +1202,20 @@ pub(crate) fn delete_volume_dir(
     volume: &str,
     claim_uid: &str,
 ) -> Result<Deleted, ProvisionError> {
+    delete_volume_dir_then(root, rel, volume, claim_uid, &mut || {})
+}
+
+/// [`delete_volume_dir`], calling `before_record` once the directory is gone and before its
+/// record goes: what must be undone while the record still names it (its project's limit), so
+/// that a kill between the two leaves the record, and the next delete (or the sweep) finishes
+/// both. For a directory already gone it is called only when its record is still there.
+pub(crate) fn delete_volume_dir_then(
+    root: &Root,
+    rel: &Path,
+    volume: &str,
+    claim_uid: &str,
+    before_record: &mut dyn FnMut(),
+) -> Result<Deleted, ProvisionError> {
     let path = root.real.join(rel);
     let tomb = format!("{TOMBSTONE_PREFIX}{volume}");
     let left = "it was left alone: delete it by hand if it is not needed, then remove the PV";
@@ -1215,13 +1229,15 @@ pub(crate) fn delete_volume_dir(
         } else {
             Deleted::AlreadyGone
         };
+        // Killed creates' leftovers first: they are charged to the project too.
+        remove_leftovers(root, rel, volume);
         if records
             .iter()
             .any(|r| r.marker.volume == volume && Path::new(&r.path) == rel)
         {
+            before_record();
             remove_record(root, volume)?;
         }
-        remove_leftovers(root, rel, volume);
         return Ok(done);
     }
     check_owner(&state, &path, volume, claim_uid, left)?;
@@ -1236,10 +1252,14 @@ pub(crate) fn delete_volume_dir(
     let parent = open_dir(&root.real.join(parent_rel)).map_err(|e| fail(&e))?;
     let root_fd = open_dir(&root.real).map_err(|e| fail(&e))?;
     dirfd::rename(&parent, leaf, &root_fd, tomb.as_str()).map_err(|e| fail(&e))?;
+    // Its inode stays charged to its project while we hold it open.
+    drop(dir);
     checkpoint("provisioner-delete-after-rename");
     remove_tombstone(root, &tomb)?;
-    remove_record(root, volume)?;
     remove_leftovers_in(&parent, volume, &root.real.join(parent_rel));
+    checkpoint("provisioner-delete-before-record");
+    before_record();
+    remove_record(root, volume)?;
     Ok(Deleted::Removed)
 }
 
