@@ -54,6 +54,9 @@ impl identity_server::Identity for IdentityService {
         &self,
         _request: Request<ProbeRequest>,
     ) -> Result<Response<ProbeResponse>, Status> {
+        // Not live while blocking work is stuck (`health`): kubelet's liveness probe restarts
+        // the plugin on this answer.
+        super::health::check(std::time::Instant::now()).map_err(Status::failed_precondition)?;
         Ok(Response::new(ProbeResponse {
             ready: Some(BoolValue { value: true }),
         }))

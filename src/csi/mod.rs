@@ -26,6 +26,7 @@
 
 pub(crate) mod authority;
 pub(crate) mod ephemeral;
+pub(crate) mod health;
 pub(crate) mod identity;
 pub mod node;
 pub mod proto;
@@ -90,6 +91,11 @@ pub(crate) struct CsiArgs {
     #[arg(long, value_name = "PID", default_value_t = 1, requires = "host_mount_namespace",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) host_mount_namespace_pid: u32,
+    /// Serve /healthz and /readyz (503 naming what is stuck: work running past twice its
+    /// deadline) and /metrics on this address, for kubelet's liveness probe; default: none
+    /// (Probe over the CSI socket says the same).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub(crate) metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// The two CSI services on one socket, routed by the request's path (`/csi.v1.Identity/...`);
@@ -377,6 +383,15 @@ fn start(a: &CsiArgs) -> Result<i32, String> {
             }
         }
     };
+    // After both sockets (umask, see `listen`): its own thread.
+    if let Some(addr) = a.metrics_address {
+        let bound =
+            crate::k8s::http::serve(addr, Arc::new(health::Endpoints::new())).map_err(|e| {
+                remove_made(&made);
+                e.to_string()
+            })?;
+        tracing::info!(target: LOG_TARGET, "serving /healthz, /readyz and /metrics on {bound}");
+    }
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -457,6 +472,10 @@ fn sweep_ephemeral(settings: &Settings) {
     loop {
         match crate::node::config::Config::load() {
             Ok(config) if !config.hostpath.ephemeral.is_empty() => {
+                let _running = health::WORK.start(
+                    "a sweep of inline ephemeral volumes".to_owned(),
+                    config.verb_timeout(),
+                );
                 let deadline = crate::sys::process::Deadline::after(config.verb_timeout());
                 let lines =
                     crate::backend::on_node(&config, deadline, &settings.driver_name, |ctx| {

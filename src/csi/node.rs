@@ -346,12 +346,17 @@ fn not_staged(kind: Kind, method: &str) -> Status {
 /// config's verb timeout.
 async fn on_node<T: Send + 'static>(
     settings: &Settings,
+    method: &str,
     f: impl FnOnce(&backend::Context) -> crate::error::Result<T> + Send + 'static,
 ) -> Result<T, Status> {
     let config = Config::load().map_err(|e| Status::failed_precondition(e.to_string()))?;
     let limit = config.verb_timeout();
     let name = settings.driver_name.clone();
+    // Registered until the thread ends, not until the call answers: a thread that outlives its
+    // deadline by far is stuck, and Probe says so (`health`).
+    let running = super::health::WORK.start(format!("a {method} call"), limit);
     let work = tokio::task::spawn_blocking(move || {
+        let _running = running;
         backend::on_node(&config, Deadline::after(limit), &name, |ctx| f(ctx))
     });
     match tokio::time::timeout(limit + GRACE, work).await {
@@ -412,7 +417,7 @@ impl node_server::Node for NodeService {
                         read_only,
                         pv.as_deref(),
                     )?;
-                    on_node(&self.settings, move |ctx| {
+                    on_node(&self.settings, "NodePublishVolume", move |ctx| {
                         lvm::csi::publish(ctx, &lvm::Seams::SYSTEM, &staging, &target, &o)
                     })
                     .await?;
@@ -422,7 +427,7 @@ impl node_server::Node for NodeService {
                     let gid = mount_group(r.volume_capability.as_ref())?;
                     let ro = r.readonly || reader_only(r.volume_capability.as_ref());
                     let node = self.settings.node_name.clone();
-                    on_node(&self.settings, move |ctx| {
+                    on_node(&self.settings, "NodePublishVolume", move |ctx| {
                         ephemeral::publish(ctx, &node, &e, &target, gid, ro)
                     })
                     .await?;
@@ -430,7 +435,7 @@ impl node_server::Node for NodeService {
                 Kind::Hostpath => {
                     let pv = pv_of_target(&target, &r.volume_context);
                     let options = options_for(&r, pv.as_deref())?;
-                    on_node(&self.settings, move |ctx| {
+                    on_node(&self.settings, "NodePublishVolume", move |ctx| {
                         hostpath::publish(ctx, &target, &options)
                     })
                     .await?;
@@ -438,7 +443,7 @@ impl node_server::Node for NodeService {
                 Kind::Nfs => {
                     let pv = pv_of_target(&target, &r.volume_context);
                     let options = options_for(&r, pv.as_deref())?;
-                    on_node(&self.settings, move |ctx| {
+                    on_node(&self.settings, "NodePublishVolume", move |ctx| {
                         nfs::publish(ctx, &nfs::probe::TcpProber, &target, &options)
                     })
                     .await?;
@@ -462,7 +467,7 @@ impl node_server::Node for NodeService {
             let target = target_path(&self.settings.kubelet_root, &r.target_path, "target_path")?;
             let kind = self.settings.kind;
             let volume_id = r.volume_id.clone();
-            on_node(&self.settings, move |ctx| match kind {
+            on_node(&self.settings, "NodeUnpublishVolume", move |ctx| match kind {
                 Kind::Hostpath => {
                     let (reply, done) = ephemeral::unpublish(ctx, &volume_id, &target)?;
                     if let Some(done) = done {
@@ -506,7 +511,7 @@ impl node_server::Node for NodeService {
                 read_only,
                 pv.as_deref(),
             )?;
-            on_node(s, move |ctx| {
+            on_node(s, "NodeStageVolume", move |ctx| {
                 lvm::csi::stage(ctx, &lvm::Seams::SYSTEM, &staging, &o)
             })
             .await?;
@@ -530,7 +535,7 @@ impl node_server::Node for NodeService {
                 return Err(Status::invalid_argument("volume_id is required"));
             }
             let staging = staging_path(&s.kubelet_root, &s.driver_name, &r.staging_target_path)?;
-            on_node(s, move |ctx| {
+            on_node(s, "NodeUnstageVolume", move |ctx| {
                 lvm::csi::unstage(ctx, &lvm::Seams::SYSTEM, &staging)
             })
             .await?;
@@ -595,7 +600,7 @@ impl node_server::Node for NodeService {
                 ));
             }
             let id = r.volume_id.clone();
-            let size = on_node(s, move |ctx| {
+            let size = on_node(s, "NodeExpandVolume", move |ctx| {
                 lvm::csi::expand(ctx, &lvm::Seams::SYSTEM, &staging, &id, bytes)
             })
             .await?;
@@ -634,7 +639,10 @@ impl node_server::Node for NodeService {
         // CSI asks of a volume not at the given path (csi-sanity checks it). Nothing is opened.
         let path = target_path(&self.settings.kubelet_root, &r.volume_path, "volume_path")
             .map_err(|e| Status::not_found(e.message().to_owned()))?;
-        let usage = on_node(&self.settings, move |_| Ok(stats(&path))).await??;
+        let usage = on_node(&self.settings, "NodeGetVolumeStats", move |_| {
+            Ok(stats(&path))
+        })
+        .await??;
         Ok(Response::new(NodeGetVolumeStatsResponse { usage }))
     }
 

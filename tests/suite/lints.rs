@@ -362,12 +362,14 @@ const ROOMS: &[(&str, &[&str])] = &[
     ("driver", &["backend", "node", "protocol", "sys"]),
     // csi's inline ephemeral volumes make, record and delete their directories (with project
     // quotas) through the marked-directory library the provisioners use: one library for every
-    // directory flexvol makes below a root. provision never imports csi.
+    // directory flexvol makes below a root. provision never imports csi. Its /healthz is the
+    // daemons' one HTTP server (k8s::http); k8s never imports csi.
     (
         "csi",
         &[
             "backend",
             "error",
+            "k8s",
             "node",
             "protocol",
             "provision::storage",

@@ -477,6 +477,80 @@ fn root_csi_ephemeral_a_publish_past_its_deadline_binds_nothing_later() {
     unpublish_id(&p, &id, &t).unwrap();
 }
 
+/// GET `path` on 127.0.0.1:`port`: the status code and the body.
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (code, body)
+}
+
+/// A worker that never returns (a syscall stuck on a dead disk or NFS server; here a publish
+/// made to hang inside the backend) turns the plugin's health red: Probe answers
+/// FAILED_PRECONDITION and `/healthz` 503, both naming the stuck call, once it has run for twice
+/// its deadline — so kubelet's liveness probe restarts the plugin. Before that, and for calls
+/// that end, both say live. Fails if the stuck work were not tracked (Probe and /healthz would
+/// stay green for ever).
+#[test]
+fn root_csi_a_stuck_call_turns_the_plugins_health_red() {
+    require_root!();
+    let env = env();
+    env.reconfigure(json!({"verbTimeoutSeconds": 1}));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let p = Plugin::start_with_env(
+        &env,
+        &["--metrics-address", &addr],
+        &[("FLEXVOL_TEST_HANG_AT", "ephemeral-after-directory")],
+    );
+    let probe = || call::<_, ProbeResponse>(&p.socket, "/csi.v1.Identity/Probe", ProbeRequest {});
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no /healthz");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(probe().is_ok());
+    assert_eq!(http_get(port, "/healthz").0, 200);
+    let (id, t) = (kid("stuck", "v"), target(&env, "stuck", "v"));
+    let e = publish(&p, eph_req(&t, &id, "stuck", "ns", "scratch", &[])).unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+    let t0 = Instant::now();
+    let e = loop {
+        match probe() {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(t0.elapsed() < Duration::from_secs(10), "Probe stays green");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("NodePublishVolume"), "{}", e.message());
+    let (code, body) = http_get(port, "/healthz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("stuck: a NodePublishVolume call"), "{body}");
+    let (code, body) = http_get(port, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("flexvol_csi_stuck_work 1"), "{body}");
+}
+
 /// Killed (SIGKILL) after the directory is made and again after the bind: kubelet's retry
 /// converges on one directory, one record, one mount. Then the plugin is killed, kubelet (here:
 /// the test) unmounts the target and removes the pod's directory as it does on a reboot; the

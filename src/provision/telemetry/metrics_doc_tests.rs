@@ -51,7 +51,7 @@ fn provisioner() -> String {
     m.encode().unwrap()
 }
 
-/// The three daemons' registries as OpenMetrics text.
+/// The daemons' registries as OpenMetrics text.
 fn texts() -> BTreeMap<&'static str, String> {
     BTreeMap::from([
         ("flexvol provisioner", provisioner()),
@@ -67,10 +67,14 @@ fn texts() -> BTreeMap<&'static str, String> {
                 .encode()
                 .unwrap(),
         ),
+        (
+            "flexvol csi",
+            crate::k8s::http::Endpoints::metrics(&crate::csi::health::Endpoints::new()).unwrap(),
+        ),
     ])
 }
 
-/// The three daemons' registries, rendered.
+/// The daemons' registries, rendered.
 fn daemons() -> BTreeMap<&'static str, BTreeMap<String, String>> {
     texts()
         .into_iter()
