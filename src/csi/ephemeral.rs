@@ -375,7 +375,7 @@ fn admit(
     let held = VolumeLock::acquire(
         &config.lock_dir(),
         &format!("ephemeral-preset:{}", e.preset),
-        config.lock_timeout(),
+        ctx.deadline.cap(config.lock_timeout()),
     )?;
     let st = nix::sys::statvfs::statvfs(&root.real)
         .map_err(|errno| Error::io("read the free space of", &root.real, errno.into()))?;
@@ -393,10 +393,13 @@ fn admit(
             volumedir::read_records(root).map_err(|why| Error::refused(why.to_string()))?;
         let held_now = records
             .iter()
+            // Its own record is not counted: a retry after a kill left it (made, not yet in
+            // place; or deleted, its limit still to clear).
             .filter(|r| {
                 r.marker.provisioner == marker.provisioner
                     && r.marker.namespace == marker.namespace
                     && r.marker.node == marker.node
+                    && r.marker.volume != marker.volume
             })
             .count();
         if u32::try_from(held_now).unwrap_or(u32::MAX) >= max {
@@ -499,12 +502,15 @@ fn remove(
     // The limit is released once the directory is gone and before its record goes (also when
     // the directory was gone already: a delete killed after it went, whose record still names
     // the limit), so that a kill between them leaves the record for the next try.
+    // A limit that cannot be cleared yet (a file of the volume still open in some process)
+    // keeps the record, and the unpublish's or the sweep's next try finishes.
     let mut released = String::new();
     let deleted = volumedir::delete_volume_dir_then(root, &rel, volume_id, uid, &mut || {
         released = match &project {
-            Ok(id) => quota::release(ctx.runner, root, *id, volume_id, &IdScope::of(ctx.config)),
+            Ok(id) => quota::release(ctx.runner, root, *id, volume_id, &IdScope::of(ctx.config))?,
             Err(why) => format!("; no project limit cleared: {why}"),
         };
+        Ok(())
     })
     .map_err(|why| Error::refused(why.to_string()))?;
     Ok(match deleted {
@@ -545,7 +551,9 @@ pub(crate) fn sweep(ctx: &Context, node: &str, kubelet_root: &Path) -> Vec<Strin
         Err(_) => true,
     };
     let mut out = volumedir::finish_deletes(&roots, &busy, &mut |root, volume, id| {
-        let _ = quota::release(ctx.runner, root, Some(id), volume, &ids);
+        quota::release(ctx.runner, root, Some(id), volume, &ids)
+            .map(drop)
+            .map_err(Into::into)
     })
     .1;
     drop(held);

@@ -19,6 +19,7 @@
 //! age again ([`recheck`]).
 
 use crate::node::config::Config;
+use crate::provision::storage::quota;
 use crate::provision::storage::volumedir::{self, Found, SCAN_DEPTH, usable_roots};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -186,9 +187,18 @@ pub(crate) fn delete(config: &Config, o: &Orphan, claim_uid: &str) -> Result<(),
     let (roots, _) = usable_roots(&config.local_path.all_roots(), false);
     let (root, rel) = volumedir::locate(&roots, &o.path)
         .ok_or_else(|| format!("{} is not below a configured root", o.path.display()))?;
-    volumedir::delete_volume_dir(root, &rel, &o.volume, claim_uid)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    // With its project's limit, as the provisioner's delete does: released once the directory
+    // is gone and before its record goes (kept while the project still holds something).
+    let runner = crate::sys::exec::SystemRunner::new(config.tool_dirs.clone());
+    let project = quota::project_of_volume(&runner, root, &rel, &o.volume);
+    volumedir::delete_volume_dir_then(root, &rel, &o.volume, claim_uid, &mut || match &project {
+        Ok(id) => quota::release(&runner, root, *id, &o.volume, &quota::IdScope::of(config))
+            .map(drop)
+            .map_err(Into::into),
+        Err(_) => Ok(()),
+    })
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -129,6 +129,9 @@ pub struct Output {
     pub stdout: Vec<u8>,
     /// Captured stderr.
     pub(crate) stderr: Vec<u8>,
+    /// The child filled its [`OUTPUT_MAX`] of stdout: what it printed beyond is lost, so the
+    /// output cannot be trusted whole (a list, a report) and [`Runner::check`] fails.
+    pub(crate) truncated: bool,
 }
 
 impl Output {
@@ -191,6 +194,13 @@ pub enum ExecError {
     /// The child exited non-zero (or by signal). `Display` ends with the tool's own words.
     #[error("`{cmdline}` failed ({}){}", exit_reason(output), tail_suffix(output))]
     Failed { cmdline: String, output: Output },
+    /// The child printed more than flexvol keeps ([`OUTPUT_MAX`]): its answer is cut, and a cut
+    /// list or report would be read as a shorter one.
+    #[error(
+        "`{cmdline}` printed more than {} bytes, which flexvol does not read: its answer is incomplete and was not used",
+        OUTPUT_MAX
+    )]
+    TooLong { cmdline: String },
 }
 
 fn exit_reason(o: &Output) -> String {
@@ -222,6 +232,11 @@ pub trait Runner: Send + Sync {
     /// Runs `cmd` and turns a non-zero exit into [`ExecError::Failed`].
     fn check(&self, cmd: &Cmd) -> Result<Output, ExecError> {
         let out = self.run(cmd)?;
+        if out.truncated {
+            return Err(ExecError::TooLong {
+                cmdline: cmd.display(),
+            });
+        }
         if out.success() {
             Ok(out)
         } else {
@@ -367,7 +382,7 @@ fn memfile(name: &str) -> Result<File, std::io::Error> {
 /// and when read back. Tools print lines per object, and some objects are a tenant's to make
 /// (a file name in a walked tree): without a bound, a chatty tool fills the memory of the
 /// process that runs it (a container with a memory limit is then killed, again on every retry).
-const OUTPUT_MAX: u64 = 1 << 20;
+pub(crate) const OUTPUT_MAX: u64 = 1 << 20;
 
 /// A memory file the child writes its output to, holding at most [`OUTPUT_MAX`] bytes: sized to
 /// that and sealed against growing (`F_SEAL_GROW`), so that a write past it fails in the child
@@ -459,10 +474,12 @@ impl Runner for SystemRunner {
             }
         };
         process::unregister_child(pid);
+        let stdout = written(&mut out_f);
         Ok(Output {
             code: status.code(),
             signal: status.signal(),
-            stdout: written(&mut out_f),
+            truncated: u64::try_from(stdout.len()).is_ok_and(|n| n >= OUTPUT_MAX),
+            stdout,
             stderr: written(&mut err_f),
         })
     }
@@ -530,8 +547,15 @@ mod tests {
             .run(&sh("head -c 8388608 /dev/zero; echo \"head: $?\" >&2"))
             .unwrap();
         assert_eq!(out.stdout.len(), 1 << 20);
+        assert!(out.truncated);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(err.contains("head: 1"), "{err}");
+        // A cut answer is never taken for a whole one, even when the tool exits 0 (as
+        // `xfs_quota` does when a write fails): a report cut short would read as fewer projects.
+        let e = r
+            .check(&sh("head -c 2000000 /dev/zero; exit 0"))
+            .unwrap_err();
+        assert!(matches!(e, ExecError::TooLong { .. }), "{e:?}");
         // Output below the bound is whole.
         let out = r.run(&sh("printf abc; printf xyz >&2")).unwrap();
         assert_eq!((out.stdout, out.stderr), (b"abc".to_vec(), b"xyz".to_vec()));

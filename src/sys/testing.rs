@@ -119,6 +119,7 @@ pub(crate) fn output(code: i32, stdout: &str, stderr: &str) -> Output {
         signal: None,
         stdout: stdout.as_bytes().to_vec(),
         stderr: stderr.as_bytes().to_vec(),
+        truncated: false,
     }
 }
 

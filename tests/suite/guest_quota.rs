@@ -863,7 +863,29 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
         ),
         "{e:?}"
     );
+    // The record stays while the project holds the file, so that its limit is not forgotten;
+    // once the file is closed, the sweep (here at the plugin's start, the pod's directory gone
+    // as kubelet removes it) clears the limit, then the record. Fails if the record went with
+    // the directory (the limit would stay for ever, its ID never chosen again).
+    let rec_c = scratch.join(".flexvol/volumes").join(format!("{c}.json"));
+    assert!(rec_c.exists());
     drop(held);
+    std::fs::remove_dir_all(env.root().join("kubelet/pods/qc")).unwrap();
+    drop(p);
+    let p = Plugin::start_with(&env, &[]);
+    let t0 = std::time::Instant::now();
+    while rec_c.exists() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "not swept"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let limits = quota::report(&runner, &fs).unwrap();
+    assert!(
+        limits.get(&pc).is_none_or(|u| u.limit_bytes == 0),
+        "project {pc} still limited: {limits:?}"
+    );
 
     // IDs are chosen node-wide: a provisioning root on the same filesystem whose record names
     // the ID this volume would prefer (recorded, not applied: a provisioner killed between the

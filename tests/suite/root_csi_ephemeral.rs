@@ -443,6 +443,42 @@ fn root_csi_ephemeral_a_namespace_gets_its_count_and_a_root_its_room() {
     assert!(!mounts_under(&kubelet).contains(&th));
 }
 
+/// kubelet's retry of a publish killed after the volume's record was written (its directory not
+/// yet in place) is not counted against its own place: with `maxPerNamespace: 1` it finishes the
+/// volume. Fails if the count took the volume's own record (the pod would be refused until
+/// deleted).
+#[test]
+fn root_csi_ephemeral_a_retry_after_a_kill_is_not_counted_against_itself() {
+    require_root!();
+    let env = env();
+    let r = env.root();
+    env.reconfigure(
+        json!({"hostpath": {"allowedRoots": [r.join("data")], "ephemeral": {
+        "scratch": {"root": r.join("scratch"), "size": "64Mi", "allowUnenforced": true,
+                    "maxPerNamespace": 1}}}}),
+    );
+    let (id, t) = (kid("k1", "v"), target(&env, "k1", "v"));
+    let mut k = Plugin::start_with_env(
+        &env,
+        &[],
+        &[("FLEXVOL_TEST_KILL_AT", "provisioner-after-record")],
+    );
+    let _ = publish(&k, eph_req(&t, &id, "k1", "team-a", "scratch", &[]));
+    let t0 = Instant::now();
+    while !k.exited() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "not killed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(k);
+    assert!(record(&env, &id).exists());
+    assert!(!scratch(&env).join(&id).exists());
+    let p = Plugin::start_with(&env, &[]);
+    publish(&p, eph_req(&t, &id, "k1", "team-a", "scratch", &[])).unwrap();
+    assert!(scratch(&env).join(&id).is_dir());
+    assert_eq!(mounts_under(&r.join("kubelet")), vec![t.clone()]);
+    unpublish_id(&p, &id, &t).unwrap();
+}
+
 /// A publish whose caller gave up (DEADLINE_EXCEEDED; here it waits on the volume's lock past
 /// the verb timeout) makes and binds nothing afterwards: kubelet may have unpublished the target
 /// meanwhile, and a late bind would be left behind with its directory. Then the unpublish takes

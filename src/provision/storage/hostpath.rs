@@ -221,16 +221,17 @@ impl HostPathProvisioner {
         let project =
             crate::provision::storage::quota::project_of_volume(runner, root, rel, req.pv_name);
         // Released before the record goes (a kill between them leaves the record to retry).
-        delete_volume_dir_then(root, rel, req.pv_name, req.uid, &mut || {
-            if let Ok(id) = project {
-                crate::provision::storage::quota::release(
-                    runner,
-                    root,
-                    id,
-                    req.pv_name,
-                    &crate::provision::storage::quota::IdScope::of(cfg),
-                );
-            }
+        delete_volume_dir_then(root, rel, req.pv_name, req.uid, &mut || match project {
+            Ok(id) => crate::provision::storage::quota::release(
+                runner,
+                root,
+                id,
+                req.pv_name,
+                &crate::provision::storage::quota::IdScope::of(cfg),
+            )
+            .map(drop)
+            .map_err(Into::into),
+            Err(_) => Ok(()),
         })
         .map_err(|e| Refusal::Fail(format!("{e}; retrying")))?;
         Ok(())
@@ -432,9 +433,10 @@ impl Provisioner for HostPathProvisioner {
                     *id,
                     &name,
                     &crate::provision::storage::quota::IdScope::of(cfg),
-                ),
+                )?,
                 Err(why) => format!("; no project limit cleared: {why}"),
             };
+            Ok(())
         })?;
         match deleted {
             Deleted::Removed => Ok(format!("removed {}{released}", path.display())),
@@ -469,8 +471,9 @@ impl Provisioner for HostPathProvisioner {
         let runner = (self.runner)(cfg);
         let ids = crate::provision::storage::quota::IdScope::of(cfg);
         finish_deletes(&existing, &|_| false, &mut |root, volume, id| {
-            let _ =
-                crate::provision::storage::quota::release(&*runner, root, Some(id), volume, &ids);
+            crate::provision::storage::quota::release(&*runner, root, Some(id), volume, &ids)
+                .map(drop)
+                .map_err(Into::into)
         })
         .1
     }

@@ -104,6 +104,10 @@ pub enum QuotaError {
     /// A step failed (the filesystem, every project ID in use): the next pass tries again.
     #[error("{0}")]
     Failed(String),
+    /// A deleted volume's project still holds blocks or files (one a process still has open):
+    /// its limit stays, and so does the record naming it, until a later try finds it empty.
+    #[error("{0}")]
+    Held(String),
 }
 
 impl From<String> for QuotaError {
@@ -122,7 +126,20 @@ impl From<QuotaError> for ProvisionError {
             QuotaError::Unsupported(m)
             | QuotaError::Tool(m)
             | QuotaError::NotEnforced(m)
-            | QuotaError::Failed(m) => Self::Failed(m),
+            | QuotaError::Failed(m)
+            | QuotaError::Held(m) => Self::Failed(m),
+        }
+    }
+}
+
+/// For the marked-directory library's steps that release a project ([`release`] in a
+/// `delete_volume_dir_then` or `finish_deletes` callback): a limit that stays keeps the record,
+/// whatever the reason, and the step is tried again.
+impl From<QuotaError> for VolumeDirError {
+    fn from(e: QuotaError) -> Self {
+        match e {
+            QuotaError::Dir(e) => e,
+            other => VolumeDirError::Failed(other.to_string()),
         }
     }
 }
@@ -497,11 +514,9 @@ pub fn raise(
 ) -> Result<u64, QuotaError> {
     let want = round_up(bytes, fs.block_size);
     let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
-    let limit = if have.limit_bytes >= want {
-        have.limit_bytes
-    } else {
-        set_limit(runner, fs, id, want)?
-    };
+    // Set even when the size is reached already: a volume made before projects limited files
+    // gets its file limit this way (never a lower block limit).
+    let limit = set_limit(runner, fs, id, want.max(have.limit_bytes))?;
     verify(runner, fs, dir, id, limit)?;
     Ok(limit)
 }
@@ -794,51 +809,59 @@ pub(crate) fn release(
     id: Option<u32>,
     volume: &str,
     ids: &IdScope,
-) -> String {
+) -> Result<String, QuotaError> {
     let Some(id) = id else {
-        return String::new();
+        return Ok(String::new());
     };
-    let _held = match ids.lock() {
-        Ok(l) => l,
-        Err(e) => return format!("; the limit of project {id} stays ({e})"),
-    };
+    let _held = ids
+        .lock()
+        .map_err(|e| QuotaError::Failed(format!("the limit of project {id} stays ({e})")))?;
     if let Some(other) = ids
         .recorded(root)
         .into_iter()
         .find(|(v, p)| *p == id && v != volume)
     {
-        return format!(
+        return Ok(format!(
             "; project {id} is volume {}'s now: its limit stays",
             other.0
-        );
+        ));
     }
     release_on(runner, &detect_with_tool(runner, &root.real), Some(id))
 }
 
-/// [`release`] on `support`.
-pub(crate) fn release_on(runner: &dyn Runner, support: &Support, id: Option<u32>) -> String {
+/// [`release`] on `support`: `Ok` with what was done (nothing, where no quota is enforced), `Err`
+/// with why the limit stays — the project still holds something, or a tool failed — for the
+/// caller to keep the record that names it and try again later.
+pub(crate) fn release_on(
+    runner: &dyn Runner,
+    support: &Support,
+    id: Option<u32>,
+) -> Result<String, QuotaError> {
     let Some(id) = id else {
-        return String::new();
+        return Ok(String::new());
     };
     let Support::Enforced(fs) = support else {
-        return String::new();
+        return Ok(String::new());
     };
     match still_held(runner, fs, id) {
         Ok(None) => {}
         Ok(Some((bytes, files))) => {
-            return format!(
-                "; project {id} still holds {bytes} bytes in {files} files (a file of the deleted volume that a process elsewhere still has open): its limit stays, so nothing written through it goes past the size; the limit can be cleared by hand (xfs_quota -x -c 'limit -p bhard=0 ihard=0 {id}') once the project holds nothing"
-            );
+            return Err(QuotaError::Held(format!(
+                "project {id} still holds {bytes} bytes in {files} files (a file of the deleted volume that a process still has open, or inodes the filesystem has not freed yet): its limit stays, so nothing written through it goes past the size, and so does the record naming it, for the next try"
+            )));
         }
-        Err(e) => return format!("; the limit of project {id} stays ({e})"),
+        Err(e) => {
+            return Err(QuotaError::Tool(format!(
+                "the limit of project {id} stays ({e})"
+            )));
+        }
     }
-    match run(
+    run(
         runner,
         &xfs_quota(fs, format!("limit -p bhard=0 ihard=0 {id}")),
-    ) {
-        Ok(_) => format!("; cleared the limit of project {id}"),
-        Err(e) => format!("; the limit of project {id} stays ({e})"),
-    }
+    )
+    .map(|_| format!("; cleared the limit of project {id}"))
+    .map_err(|e| QuotaError::Tool(format!("the limit of project {id} stays ({e})")))
 }
 
 /// What project `id` still holds after its directory was deleted: `None` when nothing (its
@@ -1507,7 +1530,7 @@ mod tests {
             "{:?}",
             r.lines()
         );
-        assert!(release_on(&r, &sup, Some(own)).contains("cleared"));
+        assert!(release_on(&r, &sup, Some(own)).unwrap().contains("cleared"));
         // Where nothing enforces quotas, nothing runs at all.
         let r = FakeRunner::new();
         let none = Support::NotEnforced("tmpfs".into());
@@ -1532,7 +1555,7 @@ mod tests {
     }
 
     #[test]
-    fn raise_never_lowers_and_skips_a_limit_already_there() {
+    fn raise_never_lowers_and_gives_the_file_limit_to_a_limit_already_there() {
         let r = FakeRunner::new();
         r.on(
             "xfs_quota",
@@ -1543,9 +1566,13 @@ mod tests {
         );
         let d = tempfile::tempdir().unwrap();
         // Fails at verification (no inherit flag here), but the decision is visible in the calls.
+        // Asked for less than its 40 MiB: the block limit stays, and gets its file limit (a
+        // volume made before projects limited files).
         let _ = raise(&r, &xfs(), d.path(), 9, 20 << 20);
         assert!(
-            !r.lines().iter().any(|l| l.contains("limit -p")),
+            r.lines()
+                .iter()
+                .any(|l| l.contains("'limit -p bhard=41943040 ihard=20480 9'")),
             "{:?}",
             r.lines()
         );
@@ -1718,8 +1745,9 @@ mod tests {
                 &format!("#{id} {inodes} 0 0 00 [--------]\n"),
                 "",
             );
-            let said = release_on(&r, &sup, Some(id));
-            assert!(said.contains("still holds"), "{said}");
+            let said = release_on(&r, &sup, Some(id)).unwrap_err();
+            assert!(matches!(said, QuotaError::Held(_)), "{said:?}");
+            assert!(said.to_string().contains("still holds"), "{said}");
             assert!(
                 r.lines().iter().all(|l| !l.contains("bhard=0")),
                 "{:?}",
@@ -1735,7 +1763,7 @@ mod tests {
             &format!("#{id} 4 0 1024 00 [--------]\n"),
             "",
         );
-        let said = release_on(&r, &sup, Some(id));
+        let said = release_on(&r, &sup, Some(id)).unwrap();
         assert!(said.contains("cleared"), "{said}");
         assert_eq!(r.count("xfs_quota"), 5, "{:?}", r.lines());
     }
@@ -1760,11 +1788,11 @@ mod tests {
             lock_dir: d.path().join("locks"),
         };
         let runner = FakeRunner::new();
-        let said = release(&runner, &root, Some(ID_FIRST + 7), "pvc-old", &ids);
+        let said = release(&runner, &root, Some(ID_FIRST + 7), "pvc-old", &ids).unwrap();
         assert!(said.contains("pvc-new-owner"), "{said}");
         assert!(runner.calls().is_empty(), "{:?}", runner.calls());
         // Its own record naming it is no obstacle (the volume being deleted).
-        let said = release(&runner, &root, Some(ID_FIRST + 7), "pvc-new-owner", &ids);
+        let said = release(&runner, &root, Some(ID_FIRST + 7), "pvc-new-owner", &ids).unwrap();
         assert!(!said.contains("now"), "{said}");
     }
 }

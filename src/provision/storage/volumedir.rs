@@ -941,7 +941,16 @@ pub(crate) fn create_volume_dir_as(
                 continue;
             }
             // Nothing the record names exists (looked again, in case a racer just renamed it):
-            // the record is stale; drop it and start over.
+            // the record is stale; drop it and start over — unless it names a project, which
+            // only a volume that was made and is being deleted has: its delete keeps the record
+            // until the project's limit is cleared (a file still open somewhere), and dropping
+            // it here would lose that limit. The delete must finish first.
+            if let Some(id) = rec.marker.project_id {
+                return Err(VolumeDirError::Failed(format!(
+                    "{} was made and deleted, and its delete has not finished: project {id}'s limit is still to be cleared (delete the volume again, or wait for the sweep); nothing was made",
+                    path.display()
+                )));
+            }
             if inspect(root, rel) == DirState::Missing {
                 remove_record(root, pv)?;
             }
@@ -1202,20 +1211,29 @@ pub(crate) fn delete_volume_dir(
     volume: &str,
     claim_uid: &str,
 ) -> Result<Deleted, ProvisionError> {
-    delete_volume_dir_then(root, rel, volume, claim_uid, &mut || {})
+    delete_volume_dir_then(root, rel, volume, claim_uid, &mut || Ok(()))
 }
 
 /// [`delete_volume_dir`], calling `before_record` once the directory is gone and before its
 /// record goes: what must be undone while the record still names it (its project's limit), so
 /// that a kill between the two leaves the record, and the next delete (or the sweep) finishes
-/// both. For a directory already gone it is called only when its record is still there.
+/// both. For a directory already gone it is called only when its record is still there. When it
+/// fails (the project still holds a file a process has open, a tool failed) the record stays and
+/// the delete is an error to retry: the directory is gone, and only the record still says what
+/// is left to undo.
 pub(crate) fn delete_volume_dir_then(
     root: &Root,
     rel: &Path,
     volume: &str,
     claim_uid: &str,
-    before_record: &mut dyn FnMut(),
+    before_record: &mut dyn FnMut() -> Result<(), VolumeDirError>,
 ) -> Result<Deleted, ProvisionError> {
+    let pending = |why: VolumeDirError| {
+        ProvisionError::Failed(format!(
+            "{} is removed, but its record stays until the next try: {why}",
+            root.real.join(rel).display()
+        ))
+    };
     let path = root.real.join(rel);
     let tomb = format!("{TOMBSTONE_PREFIX}{volume}");
     let left = "it was left alone: delete it by hand if it is not needed, then remove the PV";
@@ -1235,7 +1253,7 @@ pub(crate) fn delete_volume_dir_then(
             .iter()
             .any(|r| r.marker.volume == volume && Path::new(&r.path) == rel)
         {
-            before_record();
+            before_record().map_err(pending)?;
             remove_record(root, volume)?;
         }
         return Ok(done);
@@ -1258,7 +1276,7 @@ pub(crate) fn delete_volume_dir_then(
     remove_tombstone(root, &tomb)?;
     remove_leftovers_in(&parent, volume, &root.real.join(parent_rel));
     checkpoint("provisioner-delete-before-record");
-    before_record();
+    before_record().map_err(pending)?;
     remove_record(root, volume)?;
     Ok(Deleted::Removed)
 }
@@ -1503,7 +1521,7 @@ fn remove_tombstone(root: &Root, tomb: &str) -> Result<(), VolumeDirError> {
 pub(crate) fn finish_deletes(
     roots: &[Root],
     skip: &dyn Fn(&str) -> bool,
-    release: &mut dyn FnMut(&Root, &str, u32),
+    release: &mut dyn FnMut(&Root, &str, u32) -> Result<(), VolumeDirError>,
 ) -> (Vec<PathBuf>, Vec<String>) {
     let (mut done, mut errors) = (Vec::new(), Vec::new());
     for r in roots {
@@ -1526,10 +1544,18 @@ pub(crate) fn finish_deletes(
                         if let Ok(Some(rec)) = read_record(r, pv)
                             && inspect(r, Path::new(&rec.path)) == DirState::Missing
                         {
-                            if let Some(id) = rec.marker.project_id {
-                                release(r, pv, id);
+                            // The record goes only once its limit did: else it stays for
+                            // the next try (the volume's delete, or the next pass).
+                            match rec
+                                .marker
+                                .project_id
+                                .map_or(Ok(()), |id| release(r, pv, id))
+                            {
+                                Ok(()) => {
+                                    let _ = remove_record(r, pv);
+                                }
+                                Err(why) => errors.push(why.to_string()),
                             }
-                            let _ = remove_record(r, pv);
                         }
                         done.push(r.real.join(n));
                     }

@@ -768,7 +768,8 @@ fn a_half_done_delete_is_finished() {
     );
     assert_eq!(read_record(&r, "pvc-1").unwrap(), None);
     std::fs::create_dir(r.real.join(format!("{TOMBSTONE_PREFIX}pvc-2"))).unwrap();
-    let (done, errors) = finish_deletes(std::slice::from_ref(&r), &|_| false, &mut |_, _, _| {});
+    let (done, errors) =
+        finish_deletes(std::slice::from_ref(&r), &|_| false, &mut |_, _, _| Ok(()));
     assert_eq!((done.len(), errors.len()), (1, 0));
 }
 
@@ -795,6 +796,7 @@ fn a_half_done_delete_hands_over_its_project_before_the_record_goes() {
             id,
             read_record(&r, "pvc-q").unwrap().is_some(),
         ));
+        Ok(())
     });
     assert_eq!((done.len(), errors.len()), (1, 0), "{errors:?}");
     assert_eq!(seen, vec![("pvc-q".to_owned(), 0x4000_0042, true)]);
