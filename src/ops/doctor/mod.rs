@@ -202,6 +202,7 @@ pub(crate) fn diagnose(a: &DoctorArgs) -> Vec<Check> {
     let installed = check_plugin_dir(&mut r, &plugin_dir, source, &config);
     let runner = SystemRunner::new(config.tool_dirs.clone());
     provisioner::check_roots(&mut r, &config, &runner);
+    provisioner::check_presets(&mut r, &config, &runner);
     provisioner::check_vgs(&mut r, &config, &runner);
     provisioner::check_nfs_key(&mut r, &config);
     for t in TOOLS {

@@ -1,6 +1,7 @@
 //! The provisioner's side of the node config, as `flexvol doctor` checks it: the hostPath roots
-//! (local-path's `nodePathMap`, `sharedFileSystemPath`, `storageClassConfigs`), the allowed
-//! volume groups, and the NFS capability key.
+//! (local-path's `nodePathMap`, `sharedFileSystemPath`, `storageClassConfigs`), the roots of the
+//! CSI plugin's inline ephemeral presets (`hostpath.ephemeral`), the allowed volume groups, and
+//! the NFS capability key.
 //!
 //! - A root is looked at, never into: `lstat` of the root itself (a symlink is reported, not
 //!   followed for the type check), then `statfs` and the mount table for the directory it
@@ -156,6 +157,101 @@ fn check_root(r: &mut Report, root: &Path, runner: &dyn Runner, table: Option<&M
     }
 }
 
+/// Checks the root of each inline ephemeral preset (`hostpath.ephemeral`), looked at and never
+/// into, as a provisioning root is: whether its size can be enforced there (a preset without
+/// `allowUnenforced` refuses every volume where it cannot: a failure), whether it has room for
+/// one volume (new ones are refused below that), and whether it shares the node's root
+/// filesystem (a pod outside a user namespace can escape a project quota: docs/security.md).
+pub(super) fn check_presets(r: &mut Report, c: &Config, runner: &dyn Runner) {
+    let root_dev = std::fs::metadata("/").ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.dev()
+    });
+    for (name, p) in &c.hostpath.ephemeral {
+        let check = format!("ephemeral preset {name} ({})", p.root.display());
+        // The operator named it (the plugin resolves a symlink there once, as here).
+        let md = match std::fs::metadata(&p.root) {
+            Ok(m) if m.is_dir() => m,
+            Ok(_) => {
+                r.add(
+                    check,
+                    Level::Fail,
+                    "is not a directory: every volume of the preset is refused",
+                    Some("make the root a directory of its own, or change it in hostpath.ephemeral".into()),
+                );
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                r.add(
+                    check,
+                    Level::Warn,
+                    "does not exist: the plugin makes it (0755, root) at the first volume, on whatever filesystem holds its parent; sizes cannot be judged until then",
+                    Some(format!(
+                        "mkdir -p {} on a filesystem of its own with project quotas, then run flexvol doctor again",
+                        p.root.display()
+                    )),
+                );
+                continue;
+            }
+            Err(e) => {
+                r.add(
+                    check,
+                    Level::Fail,
+                    format!("cannot be examined: {e}"),
+                    Some("fix its permissions or change it in hostpath.ephemeral".into()),
+                );
+                continue;
+            }
+        };
+        let free = crate::sys::dirfd::free_bytes(&p.root).unwrap_or(0);
+        let size = format_human(p.size);
+        match quota::detect_with_tool(runner, &p.root) {
+            Support::Enforced(_) => r.ok(
+                check.clone(),
+                format!(
+                    "sizes of {size} are enforced (project quotas), {} free",
+                    format_human(free)
+                ),
+            ),
+            Support::NotEnforced(why) if p.allow_unenforced => r.add(
+                check.clone(),
+                Level::Warn,
+                format!("sizes of {size} are NOT enforced ({why}); served anyway (allowUnenforced)"),
+                Some("give the root a filesystem with project quotas (docs/csi.md, \"Inline ephemeral volumes\")".into()),
+            ),
+            Support::NotEnforced(why) => r.add(
+                check.clone(),
+                Level::Fail,
+                format!("sizes cannot be enforced here ({why}): every volume of the preset is refused"),
+                Some("give the root a filesystem with project quotas, or set allowUnenforced in the preset".into()),
+            ),
+        }
+        if free < p.size {
+            r.add(
+                format!("{check} free space"),
+                Level::Warn,
+                format!(
+                    "{} free, less than one volume of {size}: new volumes are refused (RESOURCE_EXHAUSTED) until there is room",
+                    format_human(free)
+                ),
+                Some("free space there, or give the preset a larger filesystem".into()),
+            );
+        }
+        let own_fs = {
+            use std::os::unix::fs::MetadataExt;
+            root_dev != Some(md.dev())
+        };
+        if !own_fs {
+            r.add(
+                format!("{check} filesystem"),
+                Level::Warn,
+                "is on the node's root filesystem: a pod outside a user namespace can move its files out of its project and fill the node's disk (docs/security.md, \"Size enforcement\")",
+                Some("give the preset root a filesystem of its own".into()),
+            );
+        }
+    }
+}
+
 /// Checks that each allowed volume group exists, with one bounded `vgs` each.
 pub(super) fn check_vgs(r: &mut Report, c: &Config, runner: &dyn Runner) {
     if c.lvm.allowed_volume_groups.is_empty() {
@@ -242,6 +338,7 @@ pub(super) fn check_nfs_key(r: &mut Report, c: &Config) {
 mod tests {
     use super::*;
     use crate::sys::testing::FakeRunner;
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::symlink;
 
     fn config(json: &str) -> Config {
@@ -252,6 +349,63 @@ mod tests {
         let mut r = Report::default();
         f(&mut r);
         r.0
+    }
+
+    /// Presets: a root where sizes cannot be enforced fails for a strict preset and warns for
+    /// one that allows it; a root without room for one volume, or on the node's root
+    /// filesystem, warns; a missing root warns, a file there fails.
+    #[test]
+    fn ephemeral_presets_roots_are_judged() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        for n in ["strict", "loose", "huge"] {
+            std::fs::create_dir(p.join(n)).unwrap();
+        }
+        std::fs::write(p.join("file"), "x").unwrap();
+        let c = config(&format!(
+            r#"{{"hostpath":{{"allowedRoots":["{0}/data"],"ephemeral":{{
+                "strict":{{"root":"{0}/strict","size":"1Mi"}},
+                "loose":{{"root":"{0}/loose","size":"1Mi","allowUnenforced":true}},
+                "huge":{{"root":"{0}/huge","size":"1Ei","allowUnenforced":true}},
+                "gone":{{"root":"{0}/gone","size":"1Mi"}},
+                "file":{{"root":"{0}/file","size":"1Mi"}}}}}}}}"#,
+            p.display()
+        ));
+        let runner = FakeRunner::new();
+        let checks = run(|r| check_presets(r, &c, &runner));
+        let by = |name: &str, suffix: &str| {
+            checks
+                .iter()
+                .find(|c| {
+                    c.check.starts_with(&format!("ephemeral preset {name} ("))
+                        && c.check.ends_with(suffix)
+                })
+                .unwrap_or_else(|| panic!("{name}{suffix} in {checks:#?}"))
+                .clone()
+        };
+        // This test's directory has no project quotas.
+        assert_eq!(by("strict", ")").status, Level::Fail);
+        assert!(
+            by("strict", ")")
+                .detail
+                .contains("every volume of the preset is refused")
+        );
+        assert_eq!(by("loose", ")").status, Level::Warn);
+        assert_eq!(by("huge", "free space").status, Level::Warn);
+        assert!(
+            !checks
+                .iter()
+                .any(|c| c.check.starts_with("ephemeral preset loose")
+                    && c.check.ends_with("free space"))
+        );
+        assert_eq!(by("gone", ")").status, Level::Warn);
+        assert_eq!(by("file", ")").status, Level::Fail);
+        let same_fs = std::fs::metadata("/").unwrap().dev() == std::fs::metadata(p).unwrap().dev();
+        assert_eq!(
+            checks.iter().any(|c| c.check.ends_with("filesystem")),
+            same_fs,
+            "{checks:#?}"
+        );
     }
 
     #[test]
