@@ -1,29 +1,33 @@
 //! Whether the plugin's work is moving: every piece of blocking work (a CSI call's backend step,
-//! a pass of the ephemeral volumes' sweep) is registered while it runs, with the time by which
-//! it should have ended; one still running well past it is stuck (a syscall that never returns:
-//! a hung NFS server, a disk that stopped answering). Probe then answers FAILED_PRECONDITION and
+//! a pass of the ephemeral volumes' sweep) is registered while its thread runs, with a heartbeat
+//! (`sys::progress`) that the long steps beat as they go (each entry of a tree walk, each tool
+//! that ends). Work that has gone [`STUCK_AFTER`] times its deadline without a beat is stuck (a
+//! syscall that never returns: a hung NFS server, a disk that stopped answering); a walk of a
+//! tenant's millions of files is slow, never stuck. Probe then answers FAILED_PRECONDITION and
 //! `/healthz` 503 (when `--metrics-address` is given), naming what is stuck, so that kubelet's
 //! liveness probe restarts the plugin instead of it answering calls that queue behind a dead
 //! thread for ever.
 //!
-//! **Contract**: [`start`] is called by whoever runs blocking work, before it starts; the
-//! returned [`Running`] must live exactly as long as the work (moved into its thread), since its
-//! drop is what says the work ended. A call's deadline bounds each of its steps, so the work
-//! past [`STUCK_AFTER`] times its deadline is not slow: it cannot end.
+//! **Contract**: [`Work::start`] is called by whoever runs blocking work, before it starts; the
+//! returned [`Running`] must live exactly as long as the work, and be [`Running::attach`]ed on
+//! the thread that runs it, since its drop is what says the work ended and the thread's beats
+//! are what say it moves.
 
-use std::sync::Mutex;
+use crate::sys::progress;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Work running longer than this many times its deadline is stuck.
+/// Work that has gone this many times its deadline without a beat is stuck.
 pub(crate) const STUCK_AFTER: u32 = 2;
 
-/// One piece of running work: what it is, and when it is stuck.
+/// One piece of running work: what it is, its heartbeat, and how long it may go without one.
 struct Entry {
     id: u64,
     what: String,
     started: Instant,
-    stuck_at: Instant,
+    heart: Arc<AtomicU64>,
+    patience_ms: u64,
 }
 
 /// The plugin's running work.
@@ -53,28 +57,38 @@ impl Work {
     /// Registers `what`, which has `deadline` to end; running until the returned value drops.
     pub(crate) fn start(&'static self, what: String, deadline: Duration) -> Running {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        let stuck_at = started + deadline.saturating_mul(STUCK_AFTER);
+        let heart = progress::heart();
+        let patience_ms =
+            u64::try_from(deadline.saturating_mul(STUCK_AFTER).as_millis()).unwrap_or(u64::MAX);
         self.lock().push(Entry {
             id,
             what,
-            started,
-            stuck_at,
+            started: Instant::now(),
+            heart: heart.clone(),
+            patience_ms,
         });
-        Running { work: self, id }
+        Running {
+            work: self,
+            id,
+            heart,
+        }
     }
 
-    /// What is stuck at `now`, each with how long it has run; empty when all is well.
-    pub(crate) fn stuck(&self, now: Instant) -> Vec<String> {
+    /// What is stuck at `now_ms` ([`progress::now_ms`]), each with how long it has gone without
+    /// progress; empty when all is well.
+    pub(crate) fn stuck(&self, now_ms: u64) -> Vec<String> {
         self.lock()
             .iter()
-            .filter(|e| now >= e.stuck_at)
-            .map(|e| {
-                format!(
-                    "{} has run for {} s",
-                    e.what,
-                    now.saturating_duration_since(e.started).as_secs()
-                )
+            .filter_map(|e| {
+                let quiet = now_ms.saturating_sub(e.heart.load(Ordering::Relaxed));
+                (quiet >= e.patience_ms).then(|| {
+                    format!(
+                        "{} has made no progress for {} s (running for {} s)",
+                        e.what,
+                        quiet / 1000,
+                        e.started.elapsed().as_secs()
+                    )
+                })
             })
             .collect()
     }
@@ -89,6 +103,14 @@ impl Work {
 pub(crate) struct Running {
     work: &'static Work,
     id: u64,
+    heart: Arc<AtomicU64>,
+}
+
+impl Running {
+    /// The calling thread's beats (`sys::progress::beat`) are this work's, until the guard drops.
+    pub(crate) fn attach(&self) -> progress::Attached {
+        progress::attach(self.heart.clone())
+    }
 }
 
 impl Drop for Running {
@@ -97,16 +119,18 @@ impl Drop for Running {
     }
 }
 
-/// [`WORK`]'s judgement for a probe: `Err` names what is stuck.
-pub(crate) fn check(now: Instant) -> Result<(), String> {
-    let stuck = WORK.stuck(now);
+/// What [`check`] found stuck, said for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stuck: {}; restart the plugin (kubelet's liveness probe does) and look at the node's storage", .0.join("; "))]
+pub(crate) struct Stuck(pub(crate) Vec<String>);
+
+/// [`WORK`]'s judgement for a probe.
+pub(crate) fn check() -> Result<(), Stuck> {
+    let stuck = WORK.stuck(progress::now_ms());
     if stuck.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "stuck: {}; restart the plugin (kubelet's liveness probe does) and look at the node's storage",
-            stuck.join("; ")
-        ))
+        Err(Stuck(stuck))
     }
 }
 
@@ -147,14 +171,14 @@ impl crate::k8s::http::Endpoints for Endpoints {
     fn metrics(&self) -> Result<String, crate::k8s::http::EncodeError> {
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.running.set(count(WORK.running()));
-        self.stuck.set(count(WORK.stuck(Instant::now()).len()));
+        self.stuck.set(count(WORK.stuck(progress::now_ms()).len()));
         let mut s = String::new();
         prometheus_client::encoding::text::encode(&mut s, &self.registry)?;
         Ok(s)
     }
 
-    fn live(&self, at: Instant) -> Result<(), crate::k8s::http::Unhealthy> {
-        check(at).map_err(crate::k8s::http::Unhealthy::Stuck)
+    fn live(&self, _at: Instant) -> Result<(), crate::k8s::http::Unhealthy> {
+        check().map_err(|s| crate::k8s::http::Unhealthy::Stuck(s.to_string()))
     }
 
     fn ready(&self, at: Instant) -> Result<(), crate::k8s::http::Unhealthy> {
@@ -167,22 +191,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn work_is_stuck_past_twice_its_deadline_and_gone_when_it_ends() {
+    fn work_is_stuck_after_twice_its_deadline_without_progress_and_gone_when_it_ends() {
         static W: Work = Work::new();
-        let t0 = Instant::now();
+        let t0 = progress::now_ms();
         let a = W.start("NodePublishVolume of v".into(), Duration::from_secs(10));
         let b = W.start("a sweep pass".into(), Duration::from_secs(100));
         assert_eq!(W.running(), 2);
-        assert!(W.stuck(t0 + Duration::from_secs(19)).is_empty());
-        let s = W.stuck(t0 + Duration::from_secs(25));
+        assert!(W.stuck(t0 + 19_000).is_empty());
+        let s = W.stuck(t0 + 25_000);
         assert_eq!(s.len(), 1, "{s:?}");
         assert!(
-            s[0].starts_with("NodePublishVolume of v has run for 2"),
+            s[0].starts_with("NodePublishVolume of v has made no progress for 2"),
             "{s:?}"
         );
+        // A beat on its thread (a walk's entry, a tool that ended) is progress: not stuck then.
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let _on = a.attach();
+                std::thread::sleep(Duration::from_millis(5));
+                progress::beat();
+            });
+        });
+        let beaten = a.heart.load(Ordering::Relaxed);
+        assert!(
+            W.stuck(beaten + 19_000)
+                .iter()
+                .all(|l| !l.starts_with("NodePublish"))
+        );
         drop(a);
-        assert!(W.stuck(t0 + Duration::from_secs(25)).is_empty());
-        assert_eq!(W.stuck(t0 + Duration::from_secs(300)).len(), 1);
+        assert_eq!(W.stuck(t0 + 300_000).len(), 1);
         drop(b);
         assert_eq!(W.running(), 0);
     }

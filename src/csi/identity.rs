@@ -56,7 +56,7 @@ impl identity_server::Identity for IdentityService {
     ) -> Result<Response<ProbeResponse>, Status> {
         // Not live while blocking work is stuck (`health`): kubelet's liveness probe restarts
         // the plugin on this answer.
-        super::health::check(std::time::Instant::now()).map_err(Status::failed_precondition)?;
+        super::health::check().map_err(|s| Status::failed_precondition(s.to_string()))?;
         Ok(Response::new(ProbeResponse {
             ready: Some(BoolValue { value: true }),
         }))

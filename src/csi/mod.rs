@@ -472,10 +472,11 @@ fn sweep_ephemeral(settings: &Settings) {
     loop {
         match crate::node::config::Config::load() {
             Ok(config) if !config.hostpath.ephemeral.is_empty() => {
-                let _running = health::WORK.start(
+                let running = health::WORK.start(
                     "a sweep of inline ephemeral volumes".to_owned(),
                     config.verb_timeout(),
                 );
+                let _beats = running.attach();
                 let deadline = crate::sys::process::Deadline::after(config.verb_timeout());
                 let lines =
                     crate::backend::on_node(&config, deadline, &settings.driver_name, |ctx| {

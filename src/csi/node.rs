@@ -356,7 +356,7 @@ async fn on_node<T: Send + 'static>(
     // deadline by far is stuck, and Probe says so (`health`).
     let running = super::health::WORK.start(format!("a {method} call"), limit);
     let work = tokio::task::spawn_blocking(move || {
-        let _running = running;
+        let _beats = running.attach();
         backend::on_node(&config, Deadline::after(limit), &name, |ctx| f(ctx))
     });
     match tokio::time::timeout(limit + GRACE, work).await {

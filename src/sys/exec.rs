@@ -474,6 +474,8 @@ impl Runner for SystemRunner {
             }
         };
         process::unregister_child(pid);
+        // A tool that ended is progress, whatever it answered (`sys::progress`).
+        super::progress::beat();
         let stdout = written(&mut out_f);
         Ok(Output {
             code: status.code(),

@@ -25,5 +25,6 @@ pub(crate) mod names;
 pub(crate) mod ownership;
 pub mod paths;
 pub mod process;
+pub(crate) mod progress;
 #[cfg(test)]
 pub mod testing;

@@ -177,7 +177,10 @@ pub(super) fn check_presets(r: &mut Report, c: &Config, runner: &dyn Runner) {
                     check,
                     Level::Fail,
                     "is not a directory: every volume of the preset is refused",
-                    Some("make the root a directory of its own, or change it in hostpath.ephemeral".into()),
+                    Some(
+                        "make the root a directory of its own, or change it in hostpath.ephemeral"
+                            .into(),
+                    ),
                 );
                 continue;
             }

@@ -379,12 +379,33 @@ pub fn set_limit(
     bytes: u64,
 ) -> Result<u64, QuotaError> {
     let limit = round_up(bytes, fs.block_size);
-    let files = inode_limit(limit);
+    set_limits(runner, fs, id, limit, inode_limit(limit))?;
+    Ok(limit)
+}
+
+fn set_limits(
+    runner: &dyn Runner,
+    fs: &QuotaFs,
+    id: u32,
+    limit: u64,
+    files: u64,
+) -> Result<(), QuotaError> {
     run(
         runner,
         &xfs_quota(fs, format!("limit -p bhard={limit} ihard={files} {id}")),
-    )?;
-    Ok(limit)
+    )
+    .map(drop)
+}
+
+/// Files (inodes) each project holds on `fs` (`report -p -i`).
+fn files_used(runner: &dyn Runner, fs: &QuotaFs) -> Result<BTreeMap<u32, u64>, QuotaError> {
+    // parse_report reads KiB; inode counts are plain numbers.
+    run(runner, &xfs_quota(fs, "report -p -i -N -n".into())).map(|t| {
+        parse_report(&t)
+            .into_iter()
+            .map(|(id, u)| (id, u.used_bytes / 1024))
+            .collect()
+    })
 }
 
 /// Whether `dir` has the project-inherit flag (read with `FS_IOC_GETFLAGS`, no symlink followed).
@@ -504,7 +525,7 @@ pub fn enforce(
 }
 
 /// Raises the limit of the volume directory `dir` carrying project `id` to at least `bytes`;
-/// returns the limit in force. A limit already at or above it is left as it is (never lowered).
+/// returns the limit in force. A block limit already at or above it stays (never lowered); the file limit is set too.
 pub fn raise(
     runner: &dyn Runner,
     fs: &QuotaFs,
@@ -515,8 +536,17 @@ pub fn raise(
     let want = round_up(bytes, fs.block_size);
     let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
     // Set even when the size is reached already: a volume made before projects limited files
-    // gets its file limit this way (never a lower block limit).
-    let limit = set_limit(runner, fs, id, want.max(have.limit_bytes))?;
+    // gets its file limit this way — never a lower block limit, and never fewer files than it
+    // holds now (with room for 1,024 more), or its next file would fail.
+    let limit = want.max(have.limit_bytes);
+    let held = files_used(runner, fs)?.get(&id).copied().unwrap_or(0);
+    set_limits(
+        runner,
+        fs,
+        id,
+        limit,
+        inode_limit(limit).max(held.saturating_add(1024)),
+    )?;
     verify(runner, fs, dir, id, limit)?;
     Ok(limit)
 }
@@ -879,11 +909,7 @@ fn still_held(
     for wait_ms in [0, 50, 100, 150, 200] {
         std::thread::sleep(Duration::from_millis(wait_ms));
         let bytes = report(runner, fs)?.get(&id).map_or(0, |u| u.used_bytes);
-        let files = run(runner, &xfs_quota(fs, "report -p -i -N -n".into()))
-            .map(|t| parse_report(&t))?
-            .get(&id)
-            // parse_report reads KiB; inode counts are plain numbers.
-            .map_or(0, |u| u.used_bytes / 1024);
+        let files = files_used(runner, fs)?.get(&id).copied().unwrap_or(0);
         held = (bytes != 0 || files != 0).then_some((bytes, files));
         if held.is_none() {
             break;
@@ -1569,6 +1595,30 @@ mod tests {
         // Asked for less than its 40 MiB: the block limit stays, and gets its file limit (a
         // volume made before projects limited files).
         let _ = raise(&r, &xfs(), d.path(), 9, 20 << 20);
+        // One that holds more files than its size would allow keeps room for them.
+        let many = FakeRunner::new();
+        many.on(
+            "xfs_quota",
+            &["report -p -b"],
+            0,
+            "#9 4 0 40960 00 [--------]\n",
+            "",
+        );
+        many.on(
+            "xfs_quota",
+            &["report -p -i"],
+            0,
+            "#9 90000 0 0 00 [--------]\n",
+            "",
+        );
+        let _ = raise(&many, &xfs(), d.path(), 9, 20 << 20);
+        assert!(
+            many.lines()
+                .iter()
+                .any(|l| l.contains("'limit -p bhard=41943040 ihard=91024 9'")),
+            "{:?}",
+            many.lines()
+        );
         assert!(
             r.lines()
                 .iter()

@@ -947,7 +947,7 @@ pub(crate) fn create_volume_dir_as(
             // it here would lose that limit. The delete must finish first.
             if let Some(id) = rec.marker.project_id {
                 return Err(VolumeDirError::Failed(format!(
-                    "{} was made and deleted, and its delete has not finished: project {id}'s limit is still to be cleared (delete the volume again, or wait for the sweep); nothing was made",
+                    "{} was made and deleted, and its delete has not finished: project {id}'s limit is still to be cleared (a file of it still open somewhere); the delete's retry, the provisioner's next start or the CSI plugin's sweep finishes it; nothing was made",
                     path.display()
                 )));
             }
@@ -1379,6 +1379,8 @@ fn walk_entry(
     dev: (u32, u32),
     then: &str,
 ) -> Result<Option<(PathBuf, Option<OwnedFd>)>, VolumeDirError> {
+    // A walk of a large tree is slow, not stuck: each entry is progress (`sys::progress`).
+    crate::sys::progress::beat();
     let p = path.join(name);
     let Some((is_dir, d, mount)) = entry_facts(dir, name)? else {
         return Ok(None);
@@ -1531,6 +1533,30 @@ pub(crate) fn finish_deletes(
         let Ok(names) = dirfd::list(&dir) else {
             continue;
         };
+        // Records whose directory is gone with no tombstone left, that still name a project:
+        // a delete whose limit could not be cleared yet (a file still open somewhere), or that
+        // was killed before it could. Their limit is released now, then the record goes.
+        for rec in read_records(r).unwrap_or_default() {
+            let pv = rec.marker.volume.as_str();
+            let Some(id) = rec.marker.project_id else {
+                continue;
+            };
+            if skip(pv)
+                || names
+                    .iter()
+                    .any(|n| *n == *format!("{TOMBSTONE_PREFIX}{pv}"))
+                || inspect(r, Path::new(&rec.path)) != DirState::Missing
+            {
+                continue;
+            }
+            match release(r, pv, id) {
+                Ok(()) => {
+                    let _ = remove_record(r, pv);
+                    done.push(r.real.join(&rec.path));
+                }
+                Err(why) => errors.push(why.to_string()),
+            }
+        }
         for name in names {
             let Some(n) = name.to_str() else { continue };
             if n.starts_with(TOMBSTONE_PREFIX)
