@@ -551,7 +551,7 @@ pub(crate) fn sweep(ctx: &Context, node: &str, kubelet_root: &Path) -> Vec<Strin
         Err(_) => true,
     };
     let mut out = volumedir::finish_deletes(&roots, &busy, &mut |root, volume, id| {
-        quota::release(ctx.runner, root, Some(id), volume, &ids)
+        quota::release_later(ctx.runner, root, Some(id), volume, &ids)
             .map(drop)
             .map_err(Into::into)
     })

@@ -409,11 +409,13 @@ pub(crate) fn set_project_inherit(fd: &impl AsFd) -> rustix::io::Result<()> {
 /// open until the tool is done.
 pub(crate) fn fd_path_for_child(fd: &impl AsFd) -> nix::Result<std::path::PathBuf> {
     use std::os::fd::AsRawFd;
-    let p = std::path::PathBuf::from(format!(
-        "/proc/{}/fd/{}",
-        std::process::id(),
-        fd.as_fd().as_raw_fd()
-    ));
+    // Our PID as this /proc numbers it: after entering the host's mount namespace from a PID
+    // namespace of our own, `/proc` is the host's, where `getpid()`'s number is another process.
+    let me = std::fs::read_link("/proc/self").map_err(|_| nix::Error::ENXIO)?;
+    let p = std::path::Path::new("/proc")
+        .join(me)
+        .join("fd")
+        .join(fd.as_fd().as_raw_fd().to_string());
     let there = nix::sys::stat::stat(p.as_path())?;
     if (there.st_dev, there.st_ino) != dev_ino(fd)? {
         return Err(nix::Error::ENXIO);

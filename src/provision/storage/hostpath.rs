@@ -471,7 +471,7 @@ impl Provisioner for HostPathProvisioner {
         let runner = (self.runner)(cfg);
         let ids = crate::provision::storage::quota::IdScope::of(cfg);
         finish_deletes(&existing, &|_| false, &mut |root, volume, id| {
-            crate::provision::storage::quota::release(&*runner, root, Some(id), volume, &ids)
+            crate::provision::storage::quota::release_later(&*runner, root, Some(id), volume, &ids)
                 .map(drop)
                 .map_err(Into::into)
         })

@@ -397,13 +397,13 @@ fn set_limits(
     .map(drop)
 }
 
-/// Files (inodes) each project holds on `fs` (`report -p -i`).
-fn files_used(runner: &dyn Runner, fs: &QuotaFs) -> Result<BTreeMap<u32, u64>, QuotaError> {
+/// Files (inodes) each project holds on `fs`, and its file limit (0: none) (`report -p -i`).
+fn files_used(runner: &dyn Runner, fs: &QuotaFs) -> Result<BTreeMap<u32, (u64, u64)>, QuotaError> {
     // parse_report reads KiB; inode counts are plain numbers.
     run(runner, &xfs_quota(fs, "report -p -i -N -n".into())).map(|t| {
         parse_report(&t)
             .into_iter()
-            .map(|(id, u)| (id, u.used_bytes / 1024))
+            .map(|(id, u)| (id, (u.used_bytes / 1024, u.limit_bytes / 1024)))
             .collect()
     })
 }
@@ -536,17 +536,18 @@ pub fn raise(
     let want = round_up(bytes, fs.block_size);
     let have = report(runner, fs)?.get(&id).copied().unwrap_or_default();
     // Set even when the size is reached already: a volume made before projects limited files
-    // gets its file limit this way — never a lower block limit, and never fewer files than it
-    // holds now (with room for 1,024 more), or its next file would fail.
+    // gets its file limit this way (never a lower block limit). Its files: the size's share,
+    // never lowered; a volume without a file limit yet that holds more keeps room for 1,024 more
+    // (its next file must not fail) — once only: a limit it has is never raised past the size's
+    // share for what it holds, or growing by a block at a time would lift it without end.
     let limit = want.max(have.limit_bytes);
-    let held = files_used(runner, fs)?.get(&id).copied().unwrap_or(0);
-    set_limits(
-        runner,
-        fs,
-        id,
-        limit,
-        inode_limit(limit).max(held.saturating_add(1024)),
-    )?;
+    let (held, had) = files_used(runner, fs)?.get(&id).copied().unwrap_or((0, 0));
+    let files = if had == 0 {
+        inode_limit(limit).max(held.saturating_add(1024))
+    } else {
+        inode_limit(limit).max(had)
+    };
+    set_limits(runner, fs, id, limit, files)?;
     verify(runner, fs, dir, id, limit)?;
     Ok(limit)
 }
@@ -840,6 +841,34 @@ pub(crate) fn release(
     volume: &str,
     ids: &IdScope,
 ) -> Result<String, QuotaError> {
+    release_asking(runner, root, id, volume, ids, ASK_AFTER_DELETE)
+}
+
+/// [`release`] for a later pass over what a delete left (`finish_deletes`): the project is
+/// asked once, not over half a second — it runs before every batch of the provisioner and every
+/// sweep, and a project a tenant keeps a file of open would cost that wait each time.
+pub(crate) fn release_later(
+    runner: &dyn Runner,
+    root: &Root,
+    id: Option<u32>,
+    volume: &str,
+    ids: &IdScope,
+) -> Result<String, QuotaError> {
+    release_asking(runner, root, id, volume, ids, &[0])
+}
+
+/// How long [`still_held`] waits before each time it asks, right after a delete (XFS frees the
+/// deleted inodes in the background).
+const ASK_AFTER_DELETE: &[u64] = &[0, 50, 100, 150, 200];
+
+fn release_asking(
+    runner: &dyn Runner,
+    root: &Root,
+    id: Option<u32>,
+    volume: &str,
+    ids: &IdScope,
+    asks: &[u64],
+) -> Result<String, QuotaError> {
     let Some(id) = id else {
         return Ok(String::new());
     };
@@ -856,16 +885,31 @@ pub(crate) fn release(
             other.0
         ));
     }
-    release_on(runner, &detect_with_tool(runner, &root.real), Some(id))
+    release_asking_on(
+        runner,
+        &detect_with_tool(runner, &root.real),
+        Some(id),
+        asks,
+    )
 }
 
 /// [`release`] on `support`: `Ok` with what was done (nothing, where no quota is enforced), `Err`
 /// with why the limit stays — the project still holds something, or a tool failed — for the
 /// caller to keep the record that names it and try again later.
+#[cfg(test)]
 pub(crate) fn release_on(
     runner: &dyn Runner,
     support: &Support,
     id: Option<u32>,
+) -> Result<String, QuotaError> {
+    release_asking_on(runner, support, id, ASK_AFTER_DELETE)
+}
+
+fn release_asking_on(
+    runner: &dyn Runner,
+    support: &Support,
+    id: Option<u32>,
+    asks: &[u64],
 ) -> Result<String, QuotaError> {
     let Some(id) = id else {
         return Ok(String::new());
@@ -873,7 +917,7 @@ pub(crate) fn release_on(
     let Support::Enforced(fs) = support else {
         return Ok(String::new());
     };
-    match still_held(runner, fs, id) {
+    match still_held(runner, fs, id, asks) {
         Ok(None) => {}
         Ok(Some((bytes, files))) => {
             return Err(QuotaError::Held(format!(
@@ -904,12 +948,13 @@ fn still_held(
     runner: &dyn Runner,
     fs: &QuotaFs,
     id: u32,
+    asks: &[u64],
 ) -> Result<Option<(u64, u64)>, QuotaError> {
     let mut held = None;
-    for wait_ms in [0, 50, 100, 150, 200] {
-        std::thread::sleep(Duration::from_millis(wait_ms));
+    for wait_ms in asks {
+        std::thread::sleep(Duration::from_millis(*wait_ms));
         let bytes = report(runner, fs)?.get(&id).map_or(0, |u| u.used_bytes);
-        let files = files_used(runner, fs)?.get(&id).copied().unwrap_or(0);
+        let files = files_used(runner, fs)?.get(&id).map_or(0, |f| f.0);
         held = (bytes != 0 || files != 0).then_some((bytes, files));
         if held.is_none() {
             break;
@@ -1585,7 +1630,7 @@ mod tests {
         let r = FakeRunner::new();
         r.on(
             "xfs_quota",
-            &["report"],
+            &["report -p -b"],
             0,
             "#9 4 0 40960 00 [--------]\n",
             "",
@@ -1618,6 +1663,31 @@ mod tests {
                 .any(|l| l.contains("'limit -p bhard=41943040 ihard=91024 9'")),
             "{:?}",
             many.lines()
+        );
+        // One that has a file limit and is full keeps it, never more: growing by a block at a
+        // time lifts no file limit.
+        let full = FakeRunner::new();
+        full.on(
+            "xfs_quota",
+            &["report -p -b"],
+            0,
+            "#9 4 0 40960 00 [--------]\n",
+            "",
+        );
+        full.on(
+            "xfs_quota",
+            &["report -p -i"],
+            0,
+            "#9 95000 0 95000 00 [--------]\n",
+            "",
+        );
+        let _ = raise(&full, &xfs(), d.path(), 9, (40 << 20) + 4096);
+        assert!(
+            full.lines()
+                .iter()
+                .any(|l| l.contains("'limit -p bhard=41947136 ihard=95000 9'")),
+            "{:?}",
+            full.lines()
         );
         assert!(
             r.lines()

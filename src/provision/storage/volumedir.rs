@@ -487,7 +487,11 @@ fn read_marker(dir: &OwnedFd) -> Result<Option<Marker>, VolumeDirError> {
 /// The names in an open directory ([`dirfd::list`]: through its descriptor, so whatever its path
 /// names now does not matter), without `.` and `..`.
 fn names_in(dir: &OwnedFd) -> std::io::Result<Vec<OsString>> {
-    dirfd::list(dir).map_err(std::io::Error::from)
+    // A directory of millions of entries is slow to list, not stuck (`sys::progress`).
+    crate::sys::progress::beat();
+    let names = dirfd::list(dir).map_err(std::io::Error::from);
+    crate::sys::progress::beat();
+    names
 }
 
 /// `<root>/.flexvol/volumes`, opened; created (mode 0700) when `create`. It is trusted only when
@@ -1536,16 +1540,23 @@ pub(crate) fn finish_deletes(
         // Records whose directory is gone with no tombstone left, that still name a project:
         // a delete whose limit could not be cleared yet (a file still open somewhere), or that
         // was killed before it could. Their limit is released now, then the record goes.
-        for rec in read_records(r).unwrap_or_default() {
+        // One read of the records and one set of names per root: the cost follows the node's
+        // own volumes, once. `skip` (which may take the volume's lock) comes last, for the few
+        // records that are such leftovers.
+        let records = read_records(r).unwrap_or_default();
+        let tombstones: std::collections::BTreeSet<&OsStr> = names
+            .iter()
+            .map(OsString::as_os_str)
+            .filter(|n| n.to_str().is_some_and(|n| n.starts_with(TOMBSTONE_PREFIX)))
+            .collect();
+        for rec in &records {
             let pv = rec.marker.volume.as_str();
             let Some(id) = rec.marker.project_id else {
                 continue;
             };
-            if skip(pv)
-                || names
-                    .iter()
-                    .any(|n| *n == *format!("{TOMBSTONE_PREFIX}{pv}"))
-                || inspect(r, Path::new(&rec.path)) != DirState::Missing
+            if tombstones.contains(OsStr::new(&format!("{TOMBSTONE_PREFIX}{pv}")))
+                || inspect_with(r, Path::new(&rec.path), &records) != DirState::Missing
+                || skip(pv)
             {
                 continue;
             }
