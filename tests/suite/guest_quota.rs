@@ -712,16 +712,29 @@ fn guest_quota_a_directory_moved_out_of_its_project_is_put_back_and_counted() {
     );
 }
 
+/// A write refused for want of room: ENOSPC (XFS past a project's limit) or EDQUOT.
+fn assert_no_space(e: &std::io::Error) {
+    assert!(
+        matches!(
+            e.raw_os_error(),
+            Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
+        ),
+        "{e:?}"
+    );
+}
+
 /// A CSI inline ephemeral volume of a preset whose root is on XFS with `prjquota`: the real
 /// `flexvol csi` makes the pod's directory with a project of its own and the preset's size as the
 /// limit (two pods: two projects, chosen under the node-wide lock), a write past it fails
-/// through the bind, `statfs` of the bind shows the preset's size, and unpublish removes the
-/// directory and clears its project's limit.
+/// through the bind, so does the file past the project's file limit, `statfs` of the bind shows
+/// the preset's size, and unpublish removes the directory and clears its project's limit — also
+/// after kills in the delete, and only once a file of it a process still holds open is closed
+/// (the record stays until then; writes through that file stay bounded).
 #[test]
 #[ignore = "guest tier: needs xfsprogs and loop devices; run inside the test VM"]
 fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     use crate::root_csi::{Plugin, publish, target};
-    use crate::root_csi_ephemeral::{eph_req, kid, unpublish_id};
+    use crate::root_csi_ephemeral::{eph_req, kid, killed_at, unpublish_id};
     let disk = Disk::xfs("prjquota");
     let scratch = disk.mnt.join("scratch");
     let env = crate::util::Env::new();
@@ -752,13 +765,7 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
         "statfs through the bind: {total}"
     );
     let e = write_mib(&ta.join("fill"), 40).unwrap_err();
-    assert!(
-        matches!(
-            e.raw_os_error(),
-            Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
-        ),
-        "{e:?}"
-    );
+    assert_no_space(&e);
     // The other pod's volume is not charged for it.
     write_mib(&tb.join("small"), 4).unwrap();
     // Files are bounded too (one per 2 KiB of the size): a tree of empty files, which no block
@@ -768,13 +775,7 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     let e = (0..20_000)
         .try_for_each(|i| std::fs::File::create(many.join(i.to_string())).map(drop))
         .unwrap_err();
-    assert!(
-        matches!(
-            e.raw_os_error(),
-            Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
-        ),
-        "{e:?}"
-    );
+    assert_no_space(&e);
     assert!(std::fs::read_dir(&many).unwrap().count() < 16_384);
     std::fs::remove_dir_all(&many).unwrap();
     // A re-publish of a volume in use (kubelet restarted) walks nothing: a subdirectory the pod
@@ -792,30 +793,16 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     // limit (from the root-only record: the directory is gone by then). Fails if the limit
     // were read from the directory only.
     drop(p);
-    let mut k = Plugin::start_with_env(
-        &env,
-        &[],
-        &[("FLEXVOL_TEST_KILL_AT", "provisioner-delete-after-rename")],
-    );
-    let _ = unpublish_id(&k, &a, &ta);
-    while !k.exited() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    drop(k);
+    killed_at(&env, "provisioner-delete-after-rename", |k| {
+        let _ = unpublish_id(k, &a, &ta);
+    });
     assert!(!scratch.join(&a).exists());
     // Killed after the directory went and before its limit was cleared: the record, which names
     // the limit, is still there, and the retry clears both. Fails if the record went first (the
     // limit would be left with nothing naming it).
-    let mut k = Plugin::start_with_env(
-        &env,
-        &[],
-        &[("FLEXVOL_TEST_KILL_AT", "provisioner-delete-before-record")],
-    );
-    let _ = unpublish_id(&k, &b, &tb);
-    while !k.exited() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    drop(k);
+    killed_at(&env, "provisioner-delete-before-record", |k| {
+        let _ = unpublish_id(k, &b, &tb);
+    });
     assert!(!scratch.join(&b).exists());
     assert!(
         scratch
@@ -856,13 +843,7 @@ fn guest_quota_csi_ephemeral_preset_enforces_its_size() {
     let e = (0..40)
         .try_for_each(|_| std::io::Write::write_all(&mut held, &chunk))
         .unwrap_err();
-    assert!(
-        matches!(
-            e.raw_os_error(),
-            Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
-        ),
-        "{e:?}"
-    );
+    assert_no_space(&e);
     // The record stays while the project holds the file, so that its limit is not forgotten;
     // once the file is closed, the sweep (here at the plugin's start, the pod's directory gone
     // as kubelet removes it) clears the limit, then the record. Fails if the record went with

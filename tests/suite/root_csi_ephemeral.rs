@@ -55,6 +55,32 @@ fn scratch(env: &Env) -> PathBuf {
     env.root().join("scratch")
 }
 
+/// An [`env`] whose `scratch` preset allows `max` volumes per namespace, and for each `(name,
+/// size)` of `more` a preset of that size at `<root>/<name>` (served unenforced).
+fn capped(max: u32, more: &[(&str, &str)]) -> Env {
+    let env = env();
+    let r = env.root();
+    let mut presets = json!({"scratch": {"root": r.join("scratch"), "size": "64Mi",
+        "allowUnenforced": true, "maxPerNamespace": max}});
+    for (name, size) in more {
+        presets[*name] = json!({"root": r.join(name), "size": size, "allowUnenforced": true});
+    }
+    env.reconfigure(json!({"hostpath": {"allowedRoots": [r.join("data")], "ephemeral": presets}}));
+    env
+}
+
+/// Runs `call` on a plugin that kills itself (SIGKILL) at the checkpoint `at`, and waits (at
+/// most 10 s) until it has.
+pub(crate) fn killed_at(env: &Env, at: &str, call: impl FnOnce(&Plugin)) {
+    let mut p = Plugin::start_with_env(env, &[], &[("FLEXVOL_TEST_KILL_AT", at)]);
+    call(&p);
+    let until = Instant::now() + Duration::from_secs(10);
+    while !p.exited() {
+        assert!(Instant::now() < until, "{at} was not reached");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// An inline ephemeral publish of `preset` for pod `uid` (namespace `ns`) onto `t`, with the pod
 /// info kubelet adds (`podInfoOnMount`) and `extra` attributes as the pod's author wrote them.
 pub(crate) fn eph_req(
@@ -378,14 +404,8 @@ fn root_csi_ephemeral_unenforceable_size_is_refused_unless_the_preset_allows_it(
 #[test]
 fn root_csi_ephemeral_a_namespace_gets_its_count_and_a_root_its_room() {
     require_root!();
-    let env = env();
+    let env = capped(2, &[("huge", "1Ei")]);
     let r = env.root();
-    env.reconfigure(
-        json!({"hostpath": {"allowedRoots": [r.join("data")], "ephemeral": {
-        "scratch": {"root": r.join("scratch"), "size": "64Mi", "allowUnenforced": true,
-                    "maxPerNamespace": 2},
-        "huge": {"root": r.join("huge"), "size": "1Ei", "allowUnenforced": true}}}}),
-    );
     let p = Plugin::start_with(&env, &[]);
     let kubelet = r.join("kubelet");
     let vol = |uid: &str, ns: &str, preset: &str| {
@@ -450,26 +470,12 @@ fn root_csi_ephemeral_a_namespace_gets_its_count_and_a_root_its_room() {
 #[test]
 fn root_csi_ephemeral_a_retry_after_a_kill_is_not_counted_against_itself() {
     require_root!();
-    let env = env();
+    let env = capped(1, &[]);
     let r = env.root();
-    env.reconfigure(
-        json!({"hostpath": {"allowedRoots": [r.join("data")], "ephemeral": {
-        "scratch": {"root": r.join("scratch"), "size": "64Mi", "allowUnenforced": true,
-                    "maxPerNamespace": 1}}}}),
-    );
     let (id, t) = (kid("k1", "v"), target(&env, "k1", "v"));
-    let mut k = Plugin::start_with_env(
-        &env,
-        &[],
-        &[("FLEXVOL_TEST_KILL_AT", "provisioner-after-record")],
-    );
-    let _ = publish(&k, eph_req(&t, &id, "k1", "team-a", "scratch", &[]));
-    let t0 = Instant::now();
-    while !k.exited() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "not killed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(k);
+    killed_at(&env, "provisioner-after-record", |k| {
+        let _ = publish(k, eph_req(&t, &id, "k1", "team-a", "scratch", &[]));
+    });
     assert!(record(&env, &id).exists());
     assert!(!scratch(&env).join(&id).exists());
     let p = Plugin::start_with(&env, &[]);
@@ -601,13 +607,9 @@ fn root_csi_ephemeral_kill9_converges_and_orphans_are_swept() {
     let t = target(&env, "u10", "v");
     let kubelet = env.root().join("kubelet");
     for at in ["ephemeral-after-directory", "hostpath-mount-after-bind"] {
-        let mut p = Plugin::start_with_env(&env, &[], &[("FLEXVOL_TEST_KILL_AT", at)]);
-        let _ = publish(&p, eph_req(&t, &id, "u10", "ns", "scratch", &[]));
-        let until = Instant::now() + Duration::from_secs(10);
-        while !p.exited() {
-            assert!(Instant::now() < until, "{at} was not reached");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        killed_at(&env, at, |p| {
+            let _ = publish(p, eph_req(&t, &id, "u10", "ns", "scratch", &[]));
+        });
     }
     let mut p = Plugin::start_with(&env, &[]);
     publish(&p, eph_req(&t, &id, "u10", "ns", "scratch", &[])).unwrap();

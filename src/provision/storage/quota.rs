@@ -831,9 +831,10 @@ pub(crate) fn raise_checked(
 /// so its quota record can go — under the node-wide project-ID lock, and only while no other
 /// volume's record names `id` (a release repeated after the ID was freed and chosen again, by a
 /// delete a kill interrupted and the recovery that finished it, must not clear the new owner's
-/// limit). Best effort (a leftover limit only keeps its ID from being chosen); the text is for
-/// the log. `id` must come from [`project_of_volume`] (cross-checked before the directory went,
-/// or the root-only record's).
+/// limit). `Ok`: what was done, for the log; `Err` ([`QuotaError::Held`] when the project still
+/// holds something, a tool's or the lock's error otherwise): the limit stays, and the caller
+/// keeps the record naming it for a later try. `id` must come from [`project_of_volume`]
+/// (cross-checked before the directory went, or the root-only record's).
 pub(crate) fn release(
     runner: &dyn Runner,
     root: &Root,
