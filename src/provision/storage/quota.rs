@@ -42,12 +42,13 @@
 //! - What is reported enforced has been checked: after setting up, the directory's inherit flag
 //!   (`FS_IOC_GETFLAGS`), its ID (`xfs_io lsproj` on its descriptor) and the limit (`report`)
 //!   are read back. A project limits blocks (the size) and files ([`inode_limit`]).
-//! - No tool walks a tree a pod has had: `project -c` would open every name in it (a name a pod
-//!   can swap for a symlink to a device between the walk's `lstat` and its `open`) and print a
-//!   line per inode that differs. Every read of a directory's project is one ioctl on the
-//!   directory itself, by descriptor.
-//! - A limit is cleared ([`release_on`]) only when the project holds nothing: a file of a
-//!   deleted volume that a process still has open stays charged to it, and bounded.
+//! - No check walks a tree: `project -c` would open every name in it (a name a pod can swap for
+//!   a symlink to a device between the walk's `lstat` and its `open`) and print a line per inode
+//!   that differs. Every read of a directory's project (before a delete, a resize, a drift
+//!   repair, and after setting up) is one ioctl on the directory itself, by descriptor; the only
+//!   walk left is `project -s` when a size is set up, as above.
+//! - A limit is cleared ([`release`]) only when the project holds nothing: a file of a deleted
+//!   volume that a process still has open stays charged to it, and bounded.
 //! - Nothing a tenant can write chooses the project a command acts on: the ID comes from the
 //!   root-only record (an old volume without one: from its marker, which the pod can rewrite), and
 //!   before delete clears a limit or resize sets one, [`check_project`] asks the filesystem whether
